@@ -1,0 +1,212 @@
+// Package api is the contract of warren's HTTP/JSON API: the request and
+// response bodies, the error body and its codes. The server
+// (internal/server) and the Go client (package client) both use it; it does
+// no I/O. The OpenAPI document served at /openapi.json describes the same
+// shapes (openapi.json beside this file).
+package api
+
+import "time"
+
+// Isolation levels a runtime offers, weakest first.
+const (
+	IsolationContainer = "container" // namespaces, cgroups, seccomp: the host kernel is shared
+	IsolationVM        = "vm"        // hardware virtualization: a guest kernel of its own
+)
+
+// Sandbox states. A sandbox moves starting → running → stopped, or to failed
+// from any state; stopped and failed are final and are kept for a while so a
+// caller can read what happened, then forgotten.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateStopped  = "stopped"
+	StateFailed   = "failed"
+)
+
+// Sandbox is one sandbox as the API shows it.
+type Sandbox struct {
+	ID        string `json:"id"`
+	Template  string `json:"template"`
+	Runtime   string `json:"runtime"`
+	Isolation string `json:"isolation"` // e.g. "container (shared host kernel)": never more than it is
+	State     string `json:"state"`
+	// Error says why a failed sandbox failed.
+	Error     string            `json:"error,omitempty"`
+	CPUs      float64           `json:"cpus"`
+	MemoryMB  int64             `json:"memory_mb"`
+	Pids      int64             `json:"pids"`
+	DiskMB    int64             `json:"disk_mb"`
+	Env       map[string]string `json:"env,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	// ExpiresAt is when the sandbox is deleted unless its timeout is extended.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take
+// the server's defaults.
+type CreateSandboxRequest struct {
+	Template string  `json:"template,omitempty"` // default "default"
+	Runtime  string  `json:"runtime,omitempty"`  // "container" or "auto" (default: the strongest available)
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Pids     int64   `json:"pids,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+	// TimeoutSeconds is the sandbox's time to live; it is deleted after it.
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the
+// sandbox now expires this many seconds from now.
+type SetTimeoutRequest struct {
+	TimeoutSeconds int64 `json:"timeout_seconds"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+//
+// Exactly one of Cmd (an argv, run directly) and Shell (a command line, run
+// by /bin/sh -c) is set. A command that does not exist ends with exit code
+// 127, as in a shell.
+type ExecRequest struct {
+	Cmd   []string          `json:"cmd,omitempty"`
+	Shell string            `json:"shell,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	User  string            `json:"user,omitempty"` // default root
+	// TimeoutMs kills the command after this long (exit code 137, timed_out).
+	TimeoutMs int64  `json:"timeout_ms,omitempty"`
+	Stdin     []byte `json:"stdin,omitempty"` // base64 in JSON; written, then stdin is closed
+	// Background starts the command and answers at once with its pid (202);
+	// the process endpoints attach to it, feed its stdin, signal it or wait
+	// for it. Its stdin stays open until closed.
+	Background bool   `json:"background,omitempty"`
+	Tag        string `json:"tag,omitempty"`
+	// Stream answers with a stream of ExecEvent, one JSON object a line
+	// (application/x-ndjson), instead of one ExecResult at the end.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ExecResult is the answer to a foreground, non-streaming exec, and to a
+// process wait. Output that is not valid UTF-8 is shown with U+FFFD in
+// Stdout/Stderr; use streaming for exact bytes.
+type ExecResult struct {
+	PID        uint32  `json:"pid"`
+	ExitCode   int     `json:"exit_code"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	Status     string  `json:"status,omitempty"` // e.g. "exit status 1", "signal: killed"
+	DurationMs float64 `json:"duration_ms"`
+	// Truncated is set when the output exceeded the server's limit for a
+	// non-streaming exec and was cut.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ExecEvent types.
+const (
+	EventStart  = "start"
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventEnd    = "end"
+	EventError  = "error"
+)
+
+// ExecEvent is one line of a streamed exec or attach. Data carries exact
+// bytes (base64 in JSON).
+type ExecEvent struct {
+	Type       string  `json:"type"`
+	PID        uint32  `json:"pid,omitempty"`
+	Data       []byte  `json:"data,omitempty"`
+	ExitCode   *int    `json:"exit_code,omitempty"`
+	Status     string  `json:"status,omitempty"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// StartedProcess is the answer to a background exec.
+type StartedProcess struct {
+	PID uint32 `json:"pid"`
+	Tag string `json:"tag,omitempty"`
+}
+
+// Process is one process the sandbox's agent started, running or ended.
+type Process struct {
+	PID      uint32   `json:"pid"`
+	Tag      string   `json:"tag,omitempty"`
+	Cmd      string   `json:"cmd"`
+	Args     []string `json:"args,omitempty"`
+	Running  bool     `json:"running"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+}
+
+// SignalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"` // TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT
+}
+
+// FileInfo describes one file or directory in a sandbox.
+type FileInfo struct {
+	Name          string    `json:"name"`
+	Path          string    `json:"path"`
+	Type          string    `json:"type"` // file, dir, symlink, other
+	Size          int64     `json:"size"`
+	Mode          uint32    `json:"mode"` // permission bits, e.g. 0644 (420 in JSON)
+	Permissions   string    `json:"permissions"`
+	Owner         string    `json:"owner"`
+	Group         string    `json:"group"`
+	ModifiedAt    time.Time `json:"modified_at"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// MkdirRequest is the body of POST /v1/sandboxes/{id}/files/mkdir. Missing
+// parents are created.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode,omitempty"` // default 0755
+	User string `json:"user,omitempty"`
+}
+
+// MoveRequest is the body of POST /v1/sandboxes/{id}/files/move.
+type MoveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// Template is one template as the API shows it.
+type Template struct {
+	Name      string    `json:"name"`
+	SizeBytes int64     `json:"size_bytes"` // apparent size of the disk image
+	UsedBytes int64     `json:"used_bytes"` // bytes the image really occupies
+	BuiltAt   time.Time `json:"built_at"`
+}
+
+// TemplateBuildEvent is one line of the stream answering
+// POST /v1/templates/{name}/build: progress lines, then the template or an
+// error.
+type TemplateBuildEvent struct {
+	Progress string    `json:"progress,omitempty"`
+	Template *Template `json:"template,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// RuntimeInfo describes one runtime a node offers.
+type RuntimeInfo struct {
+	Name      string `json:"name"`
+	Isolation string `json:"isolation"` // e.g. "container (shared host kernel)"
+	Available bool   `json:"available"`
+	// Reason says why an unavailable runtime is unavailable.
+	Reason string `json:"reason,omitempty"`
+}
+
+// NodeInfo is the answer to GET /v1/info.
+type NodeInfo struct {
+	Version       string        `json:"version"`
+	Kernel        string        `json:"kernel"`
+	Runtimes      []RuntimeInfo `json:"runtimes"`
+	CloneMode     string        `json:"clone_mode"` // how disks are cloned: reflink, reflink (xfs loop image), copy
+	CgroupVersion int           `json:"cgroup_version"`
+	Sandboxes     int           `json:"sandboxes"` // running on this node
+}

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"warren/api"
+)
+
+// Health checks that the server answers GET /healthz with status ok. It
+// needs no API key.
+func (c *Client) Health(ctx context.Context) error {
+	var h struct {
+		Status string `json:"status"`
+	}
+	cl := &call{op: "health", method: http.MethodGet, path: "/healthz", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &h); err != nil {
+		return err
+	}
+	if h.Status != "ok" {
+		return fmt.Errorf("health: status %q", h.Status)
+	}
+	return nil
+}
+
+// OpenAPI returns the server's OpenAPI 3.1 document.
+func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
+	var doc json.RawMessage
+	cl := &call{op: "get openapi document", method: http.MethodGet, path: "/openapi.json", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// Info describes the node: its runtimes and their isolation, how it clones
+// disks, its cgroup version.
+func (c *Client) Info(ctx context.Context) (*api.NodeInfo, error) {
+	var info api.NodeInfo
+	cl := &call{op: "get info", method: http.MethodGet, path: "/v1/info", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// CreateSandbox creates a sandbox and returns it once it runs. It is never
+// retried: a repeated create could make two sandboxes.
+func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	cl := &call{op: "create sandbox", method: http.MethodPost, path: "/v1/sandboxes", in: req, retry: retryNever}
+	if err := c.do(ctx, cl, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns the sandbox id; an unknown one is an *api.Error with
+// code not_found.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	cl := &call{op: "get sandbox", method: http.MethodGet, path: sandboxPath(id), retry: retryIdempotent}
+	if err := c.do(ctx, cl, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListSandboxes returns the caller's sandboxes.
+func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
+	var list struct {
+		Sandboxes []api.Sandbox `json:"sandboxes"`
+	}
+	cl := &call{op: "list sandboxes", method: http.MethodGet, path: "/v1/sandboxes", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &list); err != nil {
+		return nil, err
+	}
+	return list.Sandboxes, nil
+}
+
+// DeleteSandbox deletes the sandbox id. It is retried: when an attempt whose
+// answer was lost deleted it, the 404 of the next attempt counts as success.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	cl := &call{op: "delete sandbox", method: http.MethodDelete, path: sandboxPath(id), retry: retryIdempotent, goneIsDone: true}
+	return c.do(ctx, cl, nil)
+}
+
+// SetTimeout makes the sandbox id expire ttl from now (rounded up to a
+// second) and returns it with its new expiry.
+func (c *Client) SetTimeout(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	in := api.SetTimeoutRequest{TimeoutSeconds: int64((ttl + time.Second - 1) / time.Second)}
+	cl := &call{op: "set timeout", method: http.MethodPost, path: sandboxPath(id, "timeout"), in: in, retry: retryRefused}
+	if err := c.do(ctx, cl, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListTemplates returns the templates sandboxes can be created from.
+func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
+	var list struct {
+		Templates []api.Template `json:"templates"`
+	}
+	cl := &call{op: "list templates", method: http.MethodGet, path: "/v1/templates", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &list); err != nil {
+		return nil, err
+	}
+	return list.Templates, nil
+}
+
+// BuildTemplate builds the template name (admin key only), writing each
+// progress line of the build to progress (nil discards them) as it comes,
+// and returns the template built. A build that fails is an error with the
+// build's message.
+func (c *Client) BuildTemplate(ctx context.Context, name string, progress io.Writer) (*api.Template, error) {
+	const op = "build template"
+	if name == "" {
+		return nil, fmt.Errorf("%s: empty template name", op)
+	}
+	cl := &call{op: op, method: http.MethodPost, path: "/v1/templates/" + url.PathEscape(name) + "/build", retry: retryRefused}
+	resp, err := c.send(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.TemplateBuildEvent
+		if err := dec.Decode(&ev); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("%s: read progress: %w", op, err)
+		}
+		switch {
+		case ev.Error != "":
+			return nil, fmt.Errorf("%s: %s", op, ev.Error)
+		case ev.Template != nil:
+			return ev.Template, nil
+		case ev.Progress != "" && progress != nil:
+			if _, err := io.WriteString(progress, strings.TrimRight(ev.Progress, "\n")+"\n"); err != nil {
+				return nil, fmt.Errorf("%s: write progress: %w", op, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDeps keeps the guest agent small: it runs inside every sandbox, so it
+// must not grow into the node's dependencies.
+func TestDeps(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", ".")
+	cmd.Env = append(os.Environ(), "GOOS=linux", "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	banned := []string{"database/sql", "modernc.org/", "net/http/pprof", "warren/internal/server", "warren/internal/store", "warren/internal/runtime"}
+	for dep := range strings.FieldsSeq(string(out)) {
+		for _, b := range banned {
+			if dep == b || strings.HasPrefix(dep, strings.TrimSuffix(b, "/")+"/") {
+				t.Errorf("warren-agent imports %s", dep)
+			}
+		}
+		if strings.HasPrefix(dep, "warren/") && dep != "warren/cmd/warren-agent" &&
+			dep != "warren/internal/agent" && !strings.HasPrefix(dep, "warren/internal/agent/") {
+			t.Errorf("warren-agent imports %s: only warren/internal/agent/... is allowed", dep)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+//go:build linux
+
+// Command warren-agent is warren's guest agent: the static binary that runs
+// as PID 1 of every sandbox and serves the agent API (package
+// warren/internal/agent) on one listener.
+//
+// Usage:
+//
+//	warren-agent --listen-fd N [--mode container|vm|dev]
+//	warren-agent --listen unix:/path | tcp:127.0.0.1:PORT [--mode ...]
+//
+// --listen-fd serves on an inherited listening socket (how the container
+// runtime starts it); --listen makes one (dev, tests). --mode says what a
+// shutdown ends with: container and dev exit 0, vm powers the machine off.
+// As PID 1 it shuts down cleanly on SIGTERM and ignores SIGINT and SIGHUP;
+// it sets up nothing else (the runtime has mounted /proc, /dev and the rest).
+// It logs to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/agent"
+)
+
+// version is set at build time: -ldflags '-X main.version=...'.
+var version = "dev"
+
+// termGrace is how long processes get between SIGTERM and SIGKILL when the
+// agent itself is sent SIGTERM.
+const termGrace = 5 * time.Second
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "warren-agent")
+	flags := flag.NewFlagSet("warren-agent", flag.ContinueOnError)
+	listenFD := flags.Int("listen-fd", -1, "serve on this inherited listening socket")
+	listen := flags.String("listen", "", "serve on unix:/path or tcp:host:port")
+	mode := flags.String("mode", "container", "what shutdown ends with: container|vm|dev")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	if *mode != "container" && *mode != "vm" && *mode != "dev" {
+		log.Error("bad --mode", "mode", *mode)
+		return 2
+	}
+	l, err := listener(*listenFD, *listen)
+	if err != nil {
+		log.Error("listen", "err", err)
+		return 2
+	}
+	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(*mode, log)}, log)
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var shutdown sync.Once
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				if sig != syscall.SIGTERM && os.Getpid() == 1 {
+					continue // PID 1 ignores SIGINT and SIGHUP
+				}
+				log.Info("signal: shutting down", "signal", sig)
+				shutdown.Do(func() { go srv.Shutdown(ctx, termGrace) })
+			}
+		}
+	}()
+
+	log.Info("serving", "addr", l.Addr().String(), "mode", *mode, "version", version, "pid", os.Getpid())
+	if err := srv.Serve(ctx, l); err != nil {
+		log.Error("serve", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// listener is the socket to serve on: inherited (fd >= 0) or made from
+// "unix:/path" or "tcp:host:port".
+func listener(fd int, spec string) (net.Listener, error) {
+	switch {
+	case fd >= 0 && spec != "":
+		return nil, errors.New("give one of --listen-fd and --listen")
+	case fd >= 0:
+		f := os.NewFile(uintptr(fd), "listen-fd")
+		defer f.Close()
+		l, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("inherited fd %d: %w", fd, err)
+		}
+		return l, nil
+	}
+	network, addr, ok := strings.Cut(spec, ":")
+	if !ok || addr == "" || (network != "unix" && network != "tcp") {
+		return nil, fmt.Errorf("--listen %q: want unix:/path or tcp:host:port", spec)
+	}
+	if network == "unix" {
+		if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(addr) // a stale socket of an earlier run
+		}
+	}
+	return net.Listen(network, addr)
+}
+
+// onShutdown is what the end of a Shutdown does in each mode: exit (a
+// container's init exiting ends the container), or power off (in a VM, PID 1
+// exiting would panic the kernel).
+func onShutdown(mode string, log *slog.Logger) func() {
+	return func() {
+		if mode != "vm" {
+			log.Info("shut down: exiting")
+			os.Exit(0)
+		}
+		log.Info("shut down: powering off")
+		unix.Sync()
+		if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+			log.Error("power off", "err", err)
+			os.Exit(1)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// newFlags returns the flag set of the command name (e.g. "files write"),
+// whose usage shows synopsis and about. Errors and usage go to c.stderr.
+func (c *cli) newFlags(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("warren "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: warren %s %s\n\n%s\n", name, synopsis, about)
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprint(w, "\nflags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parse parses args with fs and returns the arguments after the flags,
+// checking that there are at least least of them and, when most >= 0, at
+// most most.
+func parse(fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{} // the flag package printed the error and the usage
+	}
+	rest := fs.Args()
+	switch {
+	case len(rest) < least:
+		return nil, badUsage(fs, "missing arguments")
+	case most >= 0 && len(rest) > most:
+		return nil, badUsage(fs, "too many arguments")
+	}
+	return rest, nil
+}
+
+// badUsage prints msg and the usage of fs and returns a usageError.
+func badUsage(fs *flag.FlagSet, msg string) error {
+	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), msg)
+	fs.Usage()
+	return usageError{}
+}
+
+// runGroup runs the subcommand of group (e.g. "files") named by args[0].
+func runGroup(ctx context.Context, c *cli, group string, subs []command, args []string) error {
+	groupUsage := func() {
+		fmt.Fprintf(c.stderr, "usage: warren %s <command> [arguments]\n\ncommands:\n", group)
+		for _, s := range subs {
+			fmt.Fprintf(c.stderr, "  %-6s %s\n", s.name, s.summary)
+		}
+		fmt.Fprintf(c.stderr, "\nRun \"warren help %s <command>\" for a command's usage.\n", group)
+	}
+	if len(args) == 0 {
+		groupUsage()
+		return usageError{}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		groupUsage()
+		return nil
+	}
+	sub := lookup(subs, args[0])
+	if sub == nil {
+		fmt.Fprintf(c.stderr, "warren %s: unknown command %q\n\n", group, args[0])
+		groupUsage()
+		return usageError{}
+	}
+	return sub.run(ctx, c, args[1:])
+}
+
+// kvFlag collects repeated K=V flags.
+type kvFlag map[string]string
+
+func (f kvFlag) String() string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(f)) {
+		fmt.Fprintf(&b, "%s=%s ", k, f[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func (f kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return errors.New("want K=V")
+	}
+	f[k] = v
+	return nil
+}
+
+// orNil is f, or nil when it is empty (the API's "unset").
+func (f kvFlag) orNil() map[string]string {
+	if len(f) == 0 {
+		return nil
+	}
+	return f
+}
+
+// modeFlag is a file mode given in octal (0644).
+type modeFlag uint32
+
+func (m *modeFlag) String() string {
+	if *m == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%04o", uint32(*m))
+}
+
+func (m *modeFlag) Set(s string) error {
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o7777 {
+		return errors.New("want an octal mode like 0644")
+	}
+	*m = modeFlag(v)
+	return nil
+}

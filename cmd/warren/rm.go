@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"warren/client"
+)
+
+func runRemove(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("rm", "ID...", "Delete sandboxes. Exits 1 if any could not be deleted, naming them.")
+	ids, err := parse(fs, args, 1, -1)
+	if err != nil {
+		return err
+	}
+	cl, err := client.FromEnv()
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := cl.DeleteSandbox(ctx, id); err != nil {
+			fmt.Fprintf(c.stderr, "warren: rm %s: %v\n", id, err)
+			failed = append(failed, id)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("could not delete %s", strings.Join(failed, ", "))
+	}
+	return nil
+}

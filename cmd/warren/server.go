@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"warren/internal/daemon"
+	"warren/internal/sandbox"
+)
+
+// runServer is `warren server`: the single-node daemon (control plane and
+// node in one process, SQLite metadata, local disks). It serves until ctx
+// ends (SIGINT or SIGTERM) and then returns nil: its sandboxes keep running
+// and the next start adopts them.
+func runServer(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("server", "[flags]", "Run the warren server: the API, the sandbox manager and the container runtime.")
+	dataDir := fs.String("data-dir", daemon.DefaultDataDir, "directory for the database, keys, templates and sandbox disks")
+	listen := fs.String("listen", "127.0.0.1:7777", "address of the HTTP API")
+	agent := fs.String("agent", "", "path of the static guest agent (default: warren-agent beside this binary)")
+	tpl := fs.String("template", "default", "template to build at start if missing (empty: none)")
+	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
+	debug := fs.Bool("debug", false, "log debug messages")
+	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	cfg := sandbox.DefaultConfig()
+	cfg.DefaultTTL = *ttl
+	err := daemon.Run(ctx, daemon.Options{
+		DataDir:        *dataDir,
+		Listen:         *listen,
+		AgentBinary:    *agent,
+		EnsureTemplate: *tpl,
+		Sandbox:        cfg,
+		Log:            slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
+		Out:            c.stdout,
+	})
+	if err != nil && ctx.Err() != nil {
+		// Stopped by a signal while starting (e.g. during a template build).
+		return nil
+	}
+	return err
+}

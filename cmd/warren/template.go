@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"warren/client"
+)
+
+// templateCommands are the subcommands of `warren template`.
+var templateCommands = []command{
+	{"ls", "list templates", runTemplateList},
+	{"build", "build a template", runTemplateBuild},
+}
+
+func runTemplate(ctx context.Context, c *cli, args []string) error {
+	return runGroup(ctx, c, "template", templateCommands, args)
+}
+
+func runTemplateList(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("template ls", "[flags]", "List the templates sandboxes can be created from.")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	cl, err := client.FromEnv()
+	if err != nil {
+		return err
+	}
+	list, err := cl.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(c.stdout, list)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSIZE\tUSED\tBUILT")
+	for _, t := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, mib(t.SizeBytes), mib(t.UsedBytes), when(t.BuiltAt))
+	}
+	return tw.Flush()
+}
+
+// mib formats a byte count in MiB.
+func mib(n int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+func runTemplateBuild(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("template build", "NAME",
+		"Build the template NAME (admin key only). Progress goes to stderr as it\ncomes; the template's name is printed on stdout when it is built.")
+	rest, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	cl, err := client.FromEnv()
+	if err != nil {
+		return err
+	}
+	t, err := cl.BuildTemplate(ctx, rest[0], c.stderr)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.stdout, t.Name)
+	return err
+}

@@ -1,0 +1,246 @@
+//go:build linux
+
+// Package e2e is warren's end-to-end suite: it builds the real binaries,
+// starts the real daemon on a data directory of its own, and drives real
+// sandboxes through the CLI and the Go client. Nothing is mocked.
+//
+// It needs root (the container runtime does) and the default template, which
+// it builds on first use into $WARREN_TEST_TEMPLATE_CACHE (set by
+// scripts/test.sh) and reuses on later runs.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"warren/client"
+)
+
+// skipReason is why this machine cannot run the suite; "" when it can.
+var skipReason string
+
+// bin is the directory holding the warren and warren-agent binaries.
+var bin string
+
+// shared is the daemon most tests use.
+var shared *daemon
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	switch {
+	case os.Geteuid() != 0:
+		skipReason = "the end-to-end suite starts container sandboxes, which needs root"
+	case os.Getenv("WARREN_TEST_TEMPLATE_CACHE") == "":
+		skipReason = "WARREN_TEST_TEMPLATE_CACHE is not set (scripts/test.sh sets it): the suite needs a place to keep the default template"
+	}
+	if skipReason != "" {
+		return m.Run()
+	}
+	var err error
+	if bin, err = binaries(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	dataDir := filepath.Join(os.Getenv("WARREN_TEST_TEMPLATE_CACHE"), "e2e-data")
+	shared, err = startDaemon(dataDir, "default", 15*time.Minute)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	code := m.Run()
+	shared.stop()
+	return code
+}
+
+// binaries returns a directory with freshly built warren binaries:
+// $WARREN_BIN when set (scripts/test.sh builds them there), else a build.
+func binaries() (string, error) {
+	if dir := os.Getenv("WARREN_BIN"); dir != "" {
+		return dir, nil
+	}
+	dir, err := os.MkdirTemp("", "warren-bin-")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range []struct{ out, pkg, cgo string }{
+		{"warren-agent", "warren/cmd/warren-agent", "0"},
+		{"warren", "warren/cmd/warren", "1"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return dir, nil
+}
+
+// daemon is a running `warren server`.
+type daemon struct {
+	dataDir string
+	url     string
+	key     string
+	cmd     *exec.Cmd
+	waited  chan struct{}
+	log     *lockedBuffer
+}
+
+var serving = regexp.MustCompile(`serving on (http://[^ ]+)`)
+
+// startDaemon starts `warren server` on dataDir (listening on a free port)
+// and waits until it serves; building template tpl may take minutes the
+// first time.
+func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	d := &daemon{dataDir: dataDir, log: &lockedBuffer{}, waited: make(chan struct{})}
+	d.cmd = exec.Command(filepath.Join(bin, "warren"), "server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl)
+	d.cmd.Stderr = d.log
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := serving.FindStringSubmatch(sc.Text()); m != nil {
+				urls <- m[1]
+			}
+		}
+	}()
+	go func() { d.cmd.Wait(); close(d.waited) }()
+	select {
+	case d.url = <-urls:
+	case <-d.waited:
+		return nil, fmt.Errorf("warren server exited before serving:\n%s", d.log.String())
+	case <-time.After(wait):
+		d.kill()
+		return nil, fmt.Errorf("warren server did not serve within %v:\n%s", wait, d.log.String())
+	}
+	key, err := os.ReadFile(filepath.Join(dataDir, "admin.key"))
+	if err != nil {
+		d.kill()
+		return nil, err
+	}
+	d.key = strings.TrimSpace(string(key))
+	return d, nil
+}
+
+// stop asks the daemon to exit (SIGTERM) and waits.
+func (d *daemon) stop() {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.waited:
+	case <-time.After(20 * time.Second):
+		d.kill()
+	}
+}
+
+// kill is kill -9 of the daemon.
+func (d *daemon) kill() {
+	d.cmd.Process.Kill()
+	<-d.waited
+}
+
+func (d *daemon) client() *client.Client { return client.New(d.url, d.key) }
+
+// need skips the test when the suite cannot run here.
+func need(t testing.TB) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+// cli runs the warren CLI against daemon d with stdin, returning stdout,
+// stderr and the exit code.
+func (d *daemon) cli(t testing.TB, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "warren"), args...)
+	cmd.Env = append(os.Environ(), "WARREN_URL="+d.url, "WARREN_API_KEY="+d.key)
+	cmd.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("warren %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// newSandbox creates a sandbox with the CLI and deletes it when the test ends.
+func (d *daemon) newSandbox(t testing.TB, args ...string) string {
+	t.Helper()
+	out, errOut, code := d.cli(t, nil, append([]string{"create"}, args...)...)
+	if code != 0 {
+		t.Fatalf("warren create: exit %d: %s\ndaemon log:\n%s", code, errOut, d.log.tail(30))
+	}
+	id := strings.TrimSuffix(out, "\n")
+	if !regexp.MustCompile(`^sb-[a-z0-9]+$`).MatchString(id) {
+		t.Fatalf("warren create printed %q, want the sandbox ID alone", out)
+	}
+	t.Cleanup(func() { d.client().DeleteSandbox(context.Background(), id) })
+	return id
+}
+
+// lockedBuffer collects a process's output safely across goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// tail is the last n lines written.
+func (b *lockedBuffer) tail(n int) string {
+	lines := strings.Split(b.String(), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// eventually polls cond every 50ms until it holds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

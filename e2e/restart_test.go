@@ -1,0 +1,143 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warren/api"
+)
+
+// resources counts what sandboxes hold on the host, to find leaks.
+type resources struct {
+	cgroups int // warren cgroups (pids controller, present on v1 and v2)
+	loops   int // loop devices backed by a sandbox disk
+	mounts  int // host mounts under any warren data dir
+}
+
+func leaks(t testing.TB) resources {
+	t.Helper()
+	var r resources
+	for _, dir := range []string{"/sys/fs/cgroup/pids/warren", "/sys/fs/cgroup/warren"} {
+		if entries, err := os.ReadDir(dir); err == nil {
+			for _, e := range entries {
+				if e.IsDir() {
+					r.cgroups++
+				}
+			}
+			break
+		}
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, err := os.ReadFile(b); err == nil && strings.Contains(string(f), "/disks/sandboxes/") {
+			r.loops++
+		}
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.Contains(fields[4], "/sandboxes/") {
+			r.mounts++
+		}
+	}
+	return r
+}
+
+// After kill -9 of the daemon, a restarted daemon adopts the sandboxes that
+// still run (they keep working, files intact) and cleans up the ones that
+// died meanwhile, leaving nothing behind.
+func TestRestartReconciles(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	c := shared.client()
+	keep, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doomed, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, keep.ID, api.ExecRequest{Shell: "echo survived > /root/note; sleep 1000 &"}); err != nil {
+		t.Fatal(err)
+	}
+	pid := initPid(t, doomed.ID)
+	shared.kill()
+
+	// While the daemon is down, one sandbox's init dies.
+	syscall.Kill(pid, syscall.SIGKILL)
+
+	shared, err = startDaemon(shared.dataDir, "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = shared.client()
+	res, err := c.Exec(ctx, keep.ID, api.ExecRequest{Cmd: []string{"cat", "/root/note"}})
+	if err != nil || res.Stdout != "survived\n" {
+		t.Fatalf("adopted sandbox: %+v %v\n%s", res, err, shared.log.tail(20))
+	}
+	sb, err := c.GetSandbox(ctx, doomed.ID)
+	if err != nil || sb.State != api.StateFailed || sb.Error == "" {
+		t.Errorf("sandbox that died meanwhile: %+v %v, want failed with a reason", sb, err)
+	}
+	if _, err := os.Stat(filepath.Join(shared.dataDir, "sandboxes", doomed.ID)); !os.IsNotExist(err) {
+		t.Errorf("dead sandbox's dir left behind: %v", err)
+	}
+	if err := c.DeleteSandbox(ctx, keep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := countInCgroup(keep.ID) + countInCgroup(doomed.ID); n != 0 {
+		t.Errorf("%d processes of deleted sandboxes still alive", n)
+	}
+}
+
+// countInCgroup counts host processes in the sandbox's cgroup.
+func countInCgroup(id string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		if cg, err := os.ReadFile(p); err == nil && strings.Contains(string(cg), "/warren/"+id+"\n") {
+			n++
+		}
+	}
+	return n
+}
+
+// initPid finds the host pid of a sandbox's init: the process in the
+// sandbox's cgroup that is PID 1 of its own pid namespace.
+func initPid(t *testing.T, id string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		cg, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(cg), "/warren/"+id+"\n") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "NSpid:" && f[2] == "1" {
+				if pid, err := strconv.Atoi(f[1]); err == nil {
+					return pid
+				}
+			}
+		}
+	}
+	t.Fatalf("no init process found for %s", id)
+	return 0
+}

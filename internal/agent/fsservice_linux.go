@@ -1,0 +1,341 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	filesystempb "warren/internal/agent/pb/filesystem"
+	"warren/internal/agent/pb/filesystem/filesystempbconnect"
+)
+
+// maxListEntries bounds one ListDir answer: a directory tree of the sandbox
+// may be arbitrarily large.
+const maxListEntries = 100_000
+
+// fsService implements filesystem.Filesystem.
+type fsService struct{ s *Server }
+
+var _ filesystempbconnect.FilesystemHandler = fsService{}
+
+// rootHome is where relative paths start for calls that name no user.
+func (s *Server) rootHome() string {
+	acc, err := s.users.lookup("")
+	if err != nil {
+		return "/"
+	}
+	return acc.home
+}
+
+// Stat describes a path without following a final symlink.
+func (h fsService) Stat(ctx context.Context, req *connect.Request[filesystempb.StatRequest]) (*connect.Response[filesystempb.StatResponse], error) {
+	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, fsError("stat", p, err)
+	}
+	return connect.NewResponse(&filesystempb.StatResponse{Entry: h.s.entryInfo(p, fi)}), nil
+}
+
+// MakeDir creates a directory and its missing parents, each with the mode
+// and owned by the user; AlreadyExists when the path exists.
+func (h fsService) MakeDir(ctx context.Context, req *connect.Request[filesystempb.MakeDirRequest]) (*connect.Response[filesystempb.MakeDirResponse], error) {
+	acc, err := h.s.users.lookup(req.Msg.GetUser())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	p, err := resolvePath(req.Msg.GetPath(), acc.home)
+	if err != nil {
+		return nil, err
+	}
+	mode := fs.FileMode(0o755)
+	if m := req.Msg.GetMode(); m != 0 {
+		if m&^0o7777 != 0 {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad mode %#o", m))
+		}
+		mode = unixToFileMode(m)
+	}
+	if _, err := os.Lstat(p); err == nil {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
+	}
+	if err := mkdirAll(p, mode, acc); err != nil {
+		return nil, err
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, fsError("stat", p, err)
+	}
+	return connect.NewResponse(&filesystempb.MakeDirResponse{Entry: h.s.entryInfo(p, fi)}), nil
+}
+
+// mkdirAll creates the missing directories of the clean absolute path p,
+// top down, each with exactly mode (not masked by the umask) and owned by
+// acc.
+func mkdirAll(p string, mode fs.FileMode, acc *account) error {
+	var missing []string
+	for dir := p; dir != "/"; dir = path.Dir(dir) {
+		if _, err := os.Lstat(dir); err == nil {
+			break
+		}
+		missing = append(missing, dir)
+	}
+	for _, dir := range slices.Backward(missing) {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				continue // made meanwhile
+			}
+			return fsError("mkdir", dir, err)
+		}
+		if err := os.Lchown(dir, int(acc.uid), int(acc.gid)); err != nil {
+			return fsError("chown", dir, err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			return fsError("chmod", dir, err)
+		}
+	}
+	return nil
+}
+
+// Move renames source to destination, replacing a file there.
+func (h fsService) Move(ctx context.Context, req *connect.Request[filesystempb.MoveRequest]) (*connect.Response[filesystempb.MoveResponse], error) {
+	home := h.s.rootHome()
+	src, err := resolvePath(req.Msg.GetSource(), home)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := resolvePath(req.Msg.GetDestination(), home)
+	if err != nil {
+		return nil, err
+	}
+	if src == "/" || dst == "/" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("cannot move /"))
+	}
+	if err := os.Rename(src, dst); err != nil {
+		if _, serr := os.Lstat(src); serr != nil {
+			return nil, fsError("move", src, serr)
+		}
+		return nil, fsError("move", src+" to "+dst, err)
+	}
+	fi, err := os.Lstat(dst)
+	if err != nil {
+		return nil, fsError("stat", dst, err)
+	}
+	return connect.NewResponse(&filesystempb.MoveResponse{Entry: h.s.entryInfo(dst, fi)}), nil
+}
+
+// ListDir lists a directory, descending depth levels (0 and 1: the entries
+// of the directory itself). Symlinks are listed, not followed; unreadable
+// subdirectories are listed but not descended into.
+func (h fsService) ListDir(ctx context.Context, req *connect.Request[filesystempb.ListDirRequest]) (*connect.Response[filesystempb.ListDirResponse], error) {
+	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, fsError("list", p, err)
+	}
+	if !fi.IsDir() {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("list %s: not a directory", p))
+	}
+	depth := max(int(min(req.Msg.GetDepth(), 1<<16)), 1)
+	var entries []*filesystempb.EntryInfo
+	var walk func(dir string, level int) error
+	walk = func(dir string, level int) error {
+		if err := ctx.Err(); err != nil {
+			return connect.NewError(connect.CodeCanceled, err)
+		}
+		names, err := readDirNames(dir, maxListEntries+1)
+		if err != nil {
+			if level == 1 {
+				return fsError("list", dir, err)
+			}
+			return nil // an unreadable subdirectory: listed, not descended into
+		}
+		for _, name := range names {
+			if len(entries) >= maxListEntries {
+				return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("list %s: more than %d entries", p, maxListEntries))
+			}
+			child := path.Join(dir, name)
+			cfi, err := os.Lstat(child)
+			if err != nil {
+				continue // removed meanwhile
+			}
+			entries = append(entries, h.s.entryInfo(child, cfi))
+			if cfi.IsDir() && level < depth {
+				if err := walk(child, level+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(p, 1); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystempb.ListDirResponse{Entries: entries}), nil
+}
+
+// readDirNames reads at most limit names of dir, sorted.
+func readDirNames(dir string, limit int) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var names []string
+	for len(names) < limit {
+		batch, err := f.Readdirnames(1024)
+		names = append(names, batch...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Remove removes a path: recursively unless recursive is false, when a
+// non-empty directory is FailedPrecondition. "/" is never removed.
+func (h fsService) Remove(ctx context.Context, req *connect.Request[filesystempb.RemoveRequest]) (*connect.Response[filesystempb.RemoveResponse], error) {
+	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
+	if err != nil {
+		return nil, err
+	}
+	if p == "/" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
+	}
+	if _, err := os.Lstat(p); err != nil {
+		return nil, fsError("remove", p, err)
+	}
+	if req.Msg.Recursive == nil || req.Msg.GetRecursive() {
+		err = os.RemoveAll(p)
+	} else {
+		err = os.Remove(p)
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("remove %s: directory not empty", p))
+		}
+	}
+	if err != nil {
+		return nil, fsError("remove", p, err)
+	}
+	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
+}
+
+// entryInfo describes the file at the clean absolute path p, as lstat saw it.
+func (s *Server) entryInfo(p string, fi fs.FileInfo) *filesystempb.EntryInfo {
+	e := &filesystempb.EntryInfo{
+		Name:         path.Base(p),
+		Path:         p,
+		Size:         fi.Size(),
+		Mode:         fileModeToUnix(fi.Mode()),
+		Permissions:  permString(fi.Mode()),
+		ModifiedTime: timestamppb.New(fi.ModTime()),
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		e.Type = filesystempb.FileType_FILE_TYPE_FILE
+	case fi.IsDir():
+		e.Type = filesystempb.FileType_FILE_TYPE_DIRECTORY
+	case fi.Mode()&fs.ModeSymlink != 0:
+		e.Type = filesystempb.FileType_FILE_TYPE_SYMLINK
+		if target, err := os.Readlink(p); err == nil {
+			e.SymlinkTarget = &target
+		}
+	default:
+		e.Type = filesystempb.FileType_FILE_TYPE_OTHER
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.Owner = s.users.userName(st.Uid)
+		e.Group = s.users.groupName(st.Gid)
+	}
+	return e
+}
+
+// fileModeToUnix is the permission, setuid, setgid and sticky bits of m as
+// chmod(2) numbers them.
+func fileModeToUnix(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		u |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
+}
+
+// unixToFileMode is the inverse of fileModeToUnix.
+func unixToFileMode(u uint32) fs.FileMode {
+	m := fs.FileMode(u & 0o777)
+	if u&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if u&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if u&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
+
+// permString renders m as ls -l does ("-rw-r--r--", "drwxrwxrwt",
+// "lrwxrwxrwx", "-rwsr-xr-x").
+func permString(m fs.FileMode) string {
+	b := []byte("----------")
+	switch {
+	case m.IsDir():
+		b[0] = 'd'
+	case m&fs.ModeSymlink != 0:
+		b[0] = 'l'
+	case m&fs.ModeNamedPipe != 0:
+		b[0] = 'p'
+	case m&fs.ModeSocket != 0:
+		b[0] = 's'
+	case m&fs.ModeCharDevice != 0:
+		b[0] = 'c'
+	case m&fs.ModeDevice != 0:
+		b[0] = 'b'
+	}
+	const rwx = "rwxrwxrwx"
+	for i := range 9 {
+		if m&(1<<uint(8-i)) != 0 {
+			b[1+i] = rwx[i]
+		}
+	}
+	special := func(i int, set bool, lower, upper byte) {
+		if !set {
+			return
+		}
+		if b[i] == 'x' {
+			b[i] = lower
+		} else {
+			b[i] = upper
+		}
+	}
+	special(3, m&fs.ModeSetuid != 0, 's', 'S')
+	special(6, m&fs.ModeSetgid != 0, 's', 'S')
+	special(9, m&fs.ModeSticky != 0, 't', 'T')
+	return string(b)
+}

@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	processpb "warren/internal/agent/pb/process"
+)
+
+func TestResolvePath(t *testing.T) {
+	for _, tt := range []struct {
+		in, home, want string
+		escapes        bool
+	}{
+		{in: "/etc/passwd", home: "/root", want: "/etc/passwd"},
+		{in: "a/b", home: "/root", want: "/root/a/b"},
+		{in: ".", home: "/root", want: "/root"},
+		{in: "..", home: "/root", want: "/"},
+		{in: "/a/../b//c/.", home: "/", want: "/b/c"},
+		{in: "x", home: "", want: "/x"},
+		{in: "/../etc/x", escapes: true},
+		{in: "/a/../../etc", escapes: true},
+		{in: "../../x", home: "/root", escapes: true},
+		{in: "../x", home: "/", escapes: true},
+	} {
+		got, err := resolvePath(tt.in, tt.home)
+		switch {
+		case tt.escapes:
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !errors.Is(err, errPathEscapes) {
+				t.Errorf("resolvePath(%q, %q) = %q, %v; want it to escape", tt.in, tt.home, got, err)
+			}
+		case err != nil || got != tt.want:
+			t.Errorf("resolvePath(%q, %q) = %q, %v; want %q", tt.in, tt.home, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "a\x00b"} {
+		if _, err := resolvePath(bad, "/"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("resolvePath(%q): %v", bad, err)
+		}
+	}
+}
+
+func TestPermString(t *testing.T) {
+	for _, tt := range []struct {
+		mode fs.FileMode
+		want string
+	}{
+		{0o644, "-rw-r--r--"},
+		{fs.ModeDir | 0o755, "drwxr-xr-x"},
+		{fs.ModeDir | fs.ModeSticky | 0o777, "drwxrwxrwt"},
+		{fs.ModeDir | fs.ModeSticky | 0o776, "drwxrwxrwT"},
+		{fs.ModeSymlink | 0o777, "lrwxrwxrwx"},
+		{fs.ModeSetuid | 0o755, "-rwsr-xr-x"},
+		{fs.ModeSetuid | fs.ModeSetgid | 0o644, "-rwSr-Sr--"},
+		{fs.ModeNamedPipe | 0o600, "prw-------"},
+		{fs.ModeSocket | 0o777, "srwxrwxrwx"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "crw-rw-rw-"},
+		{fs.ModeDevice | 0o660, "brw-rw----"},
+	} {
+		if got := permString(tt.mode); got != tt.want {
+			t.Errorf("permString(%v) = %q, want %q", tt.mode, got, tt.want)
+		}
+		if back := unixToFileMode(fileModeToUnix(tt.mode)); back != tt.mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) {
+			t.Errorf("mode %v does not round-trip: %v", tt.mode, back)
+		}
+	}
+}
+
+func TestUserDB(t *testing.T) {
+	dir := t.TempDir()
+	passwd := dir + "/passwd"
+	group := dir + "/group"
+	write := func(p, s string) {
+		t.Helper()
+		if err := writeFile(p, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(passwd, "root:x:0:0:root:/root:/bin/sh\n# comment\nbroken line\nbad:x:notanumber:1::/:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n")
+	write(group, "root:x:0:\nalice:x:1000:\ndocker:x:999:bob,alice\nwheel:x:10:alice\n")
+	db := newUserDB(passwd, group)
+	for _, tt := range []struct {
+		spec       string
+		uid, gid   uint32
+		home, name string
+		groups     int
+	}{
+		{"", 0, 0, "/root", "root", 1},
+		{"root", 0, 0, "/root", "root", 1},
+		{"alice", 1000, 1000, "/home/alice", "alice", 3},
+		{"1000", 1000, 1000, "/home/alice", "alice", 3},
+		{"4242", 4242, 4242, "/", "4242", 1},
+	} {
+		acc, err := db.lookup(tt.spec)
+		if err != nil {
+			t.Errorf("lookup(%q): %v", tt.spec, err)
+			continue
+		}
+		if acc.uid != tt.uid || acc.gid != tt.gid || acc.home != tt.home || acc.name != tt.name || len(acc.groups) != tt.groups {
+			t.Errorf("lookup(%q) = %+v", tt.spec, acc)
+		}
+	}
+	for _, bad := range []string{"bob", "bad", "4294967295", "-1"} {
+		if _, err := db.lookup(bad); err == nil {
+			t.Errorf("lookup(%q) found a user", bad)
+		}
+	}
+	if db.userName(1000) != "alice" || db.userName(5) != "5" || db.groupName(999) != "docker" || db.groupName(7) != "7" {
+		t.Error("names by id")
+	}
+	// Changes are picked up.
+	time.Sleep(10 * time.Millisecond)
+	write(passwd, "root:x:0:0:root:/root:/bin/sh\nbob:x:1001:1001::/home/bob:/bin/sh\n")
+	if acc, err := db.lookup("bob"); err != nil || acc.uid != 1001 || len(acc.groups) != 2 {
+		t.Errorf("after change: %+v %v", acc, err)
+	}
+}
+
+func TestReplayKeepsTailAndOrder(t *testing.T) {
+	o := newOutput()
+	o.publish(streamStdout, []byte("a"))
+	o.publish(streamStderr, []byte("B"))
+	o.publish(streamStdout, []byte("c"))
+	o.publish(streamStdout, []byte("d"))
+	s := o.subscribe(true)
+	var got []string
+	for _, ev := range s.queue {
+		got = append(got, string(ev.data))
+	}
+	if strings.Join(got, "|") != "a|B|cd" {
+		t.Errorf("replay %q", got)
+	}
+	// Past the limit, only the newest replayLimit bytes of a stream stay.
+	o = newOutput()
+	chunk := bytes.Repeat([]byte{'x'}, 100_000)
+	for range 30 {
+		o.publish(streamStdout, chunk)
+	}
+	o.publish(streamStdout, []byte("END"))
+	o.publish(streamStderr, []byte("err"))
+	if n := o.replay[streamStdout].bytes; n != replayLimit {
+		t.Errorf("stdout replay holds %d bytes", n)
+	}
+	var all []byte
+	for _, ev := range o.subscribe(true).queue {
+		if ev.stream == streamStdout {
+			all = append(all, ev.data...)
+		}
+	}
+	if len(all) != replayLimit || !bytes.HasSuffix(all, []byte("END")) {
+		t.Errorf("replayed %d bytes", len(all))
+	}
+	// Tiny alternating writes are bounded by count.
+	o = newOutput()
+	for i := range 3 * replayMaxChunks {
+		o.publish(streamID(i%2), []byte{'.'})
+	}
+	if n := len(o.replay[0].live()); n > replayMaxChunks {
+		t.Errorf("%d chunks kept", n)
+	}
+}
+
+// TestSlowConsumerIsCut: a consumer that stops reading is cut off after the
+// stall timeout; another consumer gets everything and the producer goes on.
+func TestSlowConsumerIsCut(t *testing.T) {
+	o := newOutput()
+	o.stall = 100 * time.Millisecond
+	slow := o.subscribe(false)
+	fast := o.subscribe(false)
+	const total = 3 * subscriberLimit
+	var got int
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			evs, err := fast.next(nil, nil)
+			if err != nil {
+				t.Errorf("fast consumer: %v", err)
+				return
+			}
+			for _, ev := range evs {
+				if ev.end != nil {
+					return
+				}
+				got += len(ev.data)
+			}
+		}
+	})
+	chunk := make([]byte, 64<<10)
+	start := time.Now()
+	for sent := 0; sent < total; sent += len(chunk) {
+		o.publish(streamStdout, chunk)
+	}
+	o.finish(&processpb.ProcessEvent_EndEvent{})
+	wg.Wait()
+	if got != total {
+		t.Errorf("fast consumer got %d of %d bytes", got, total)
+	}
+	if _, err := slow.next(nil, nil); !errors.Is(err, errTooSlow) {
+		t.Errorf("slow consumer: %v, want errTooSlow", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("producer held for %v", took)
+	}
+}
+
+func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }

@@ -1,0 +1,173 @@
+//go:build linux
+
+// Package daemon wires warren's single-node daemon together in one place:
+// the metadata store, the disk pool, cgroups, runtimes, the template catalog,
+// the sandbox manager and the HTTP server. cmd/warren stays thin and every
+// subsystem stays unaware of the others' construction.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"warren/internal/cgroup"
+	"warren/internal/disk"
+	"warren/internal/runtime"
+	"warren/internal/runtime/container"
+	"warren/internal/sandbox"
+	"warren/internal/server"
+	"warren/internal/store"
+	"warren/internal/template"
+)
+
+// Version is warren's version, shown in node info.
+const Version = "0.1.0"
+
+// Options configure the daemon.
+type Options struct {
+	DataDir string
+	Listen  string
+	// AgentBinary is the static guest agent; default: warren-agent beside
+	// this executable.
+	AgentBinary string
+	// EnsureTemplate, when set, builds this template at start if it is
+	// missing, before the API listens.
+	EnsureTemplate string
+	Sandbox        sandbox.Config
+	Log            *slog.Logger
+	// Out receives the first-start admin key and the listening address.
+	Out io.Writer
+	// Ready, when set, is called with the bound address once the API serves.
+	Ready func(addr string)
+}
+
+// DefaultDataDir is where a root daemon keeps its state by default.
+const DefaultDataDir = "/var/lib/warren"
+
+// Run starts the daemon and serves until ctx ends. Sandboxes keep running
+// after it returns; the next Run adopts them.
+func Run(ctx context.Context, o Options) error {
+	log := o.Log
+	if o.DataDir == "" {
+		o.DataDir = DefaultDataDir
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	agentBin, err := agentBinary(o.AgentBinary)
+	if err != nil {
+		return err
+	}
+
+	st, err := store.Open(ctx, filepath.Join(o.DataDir, "warren.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keyPath := filepath.Join(o.DataDir, "admin.key")
+	key, created, err := st.EnsureAdminKey(ctx, keyPath)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	if created {
+		fmt.Fprintf(o.Out, "admin API key (also in %s): %s\n", keyPath, key)
+	}
+
+	pool, err := disk.Open(ctx, o.DataDir, log.WithGroup("disk"), disk.Options{})
+	if err != nil {
+		return fmt.Errorf("disk pool: %w", err)
+	}
+	defer pool.Close()
+	if pool.Mode() == disk.CloneCopy {
+		log.Warn("no reflink filesystem: every sandbox disk is a full copy (slow create)")
+	}
+	cg, err := cgroup.Detect(log.WithGroup("cgroup"))
+	if err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	ctr, err := container.New(log.WithGroup("container"), cg, agentBin)
+	if err != nil {
+		return fmt.Errorf("container runtime: %w", err)
+	}
+	templates, err := template.NewCatalog(pool, log.WithGroup("template"), template.Options{AgentBinary: agentBin})
+	if err != nil {
+		return fmt.Errorf("templates: %w", err)
+	}
+	if o.EnsureTemplate != "" {
+		if _, err := templates.Ensure(ctx, o.EnsureTemplate, os.Stderr); err != nil {
+			return fmt.Errorf("template %s: %w", o.EnsureTemplate, err)
+		}
+	}
+
+	mgr, err := sandbox.New(ctx, sandbox.Deps{
+		Log:           log.WithGroup("sandbox"),
+		Store:         st,
+		Pool:          pool,
+		Templates:     templates,
+		Runtimes:      []runtime.Runtime{ctr},
+		StateDir:      filepath.Join(o.DataDir, "sandboxes"),
+		CgroupVersion: cg.Version(),
+		Version:       Version,
+	}, o.Sandbox)
+	if err != nil {
+		return err
+	}
+	defer mgr.Close()
+
+	srv := server.New(mgr, st, log.WithGroup("api"), server.Options{})
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	fmt.Fprintf(o.Out, "warren %s serving on http://%s (data dir %s, isolation %s)\n", Version, ln.Addr(), o.DataDir, ctr.Isolation())
+	log.Info("serving", "addr", ln.Addr().String(), "clone_mode", pool.Mode().String(), "cgroup_version", cg.Version())
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// agentBinary finds the guest agent: the given path, or warren-agent beside
+// the running executable.
+func agentBinary(path string) (string, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("find own binary: %w", err)
+		}
+		path = filepath.Join(filepath.Dir(self), "warren-agent")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("guest agent binary: %w (build it with `make` or pass --agent)", err)
+	}
+	return path, nil
+}

@@ -1,0 +1,77 @@
+//go:build linux
+
+package container
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// keptCaps is the capability set of a sandbox's root (within its own user
+// namespace): enough to be root of its own files and processes, nothing
+// that reaches kernel-wide state. CAP_SYS_ADMIN, CAP_NET_ADMIN,
+// CAP_SYS_PTRACE, CAP_SYS_MODULE, CAP_SYS_TIME, CAP_SYS_RAWIO and the rest
+// are gone from the bounding set, so no exec can get them back.
+var keptCaps = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
+	unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP,
+	unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW, unix.CAP_SYS_CHROOT,
+	unix.CAP_MKNOD, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
+}
+
+// KeptCapabilities lists the numbers of the capabilities a sandbox keeps,
+// for documentation and tests.
+func KeptCapabilities() []uintptr { return keptCaps }
+
+// dropCapabilities shrinks the bounding set to keptCaps and sets the
+// permitted, effective and inheritable sets to the same, and clears ambient.
+func dropCapabilities() error {
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	keep := map[uintptr]bool{}
+	var mask uint64
+	for _, c := range keptCaps {
+		keep[c] = true
+		mask |= 1 << c
+	}
+	for c := uintptr(0); c <= last; c++ {
+		if keep[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	for i := range data {
+		v := uint32(mask >> (32 * i))
+		data[i] = unix.CapUserData{Effective: v, Permitted: v, Inheritable: v}
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// lastCap is the highest capability number the running kernel knows.
+func lastCap() (uintptr, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("read cap_last_cap: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 || n > 63 {
+		return 0, fmt.Errorf("bad cap_last_cap %q", b)
+	}
+	return uintptr(n), nil
+}

@@ -1,0 +1,494 @@
+//go:build linux
+
+// Package container is warren's container runtime: each sandbox runs in its
+// own user, pid, mount, uts, ipc, net and cgroup namespaces, under a cgroup
+// with CPU, memory and pids limits, a seccomp filter, no_new_privs and a
+// reduced capability set, with the guest agent as PID 1 and the sandbox's
+// raw ext4 disk image as its root filesystem.
+//
+// It is the fallback for hosts without usable hardware virtualization and it
+// is weaker than a microVM: sandboxed code talks to the host kernel directly,
+// so one kernel bug is an escape. It says so in Isolation.
+//
+// How a sandbox starts (parent = the daemon, child = this package's init,
+// re-executed from the daemon's own binary):
+//
+//  1. The parent creates the sandbox's cgroup, attaches the disk image to a
+//     loop device (autoclear) and binds the agent's unix socket in the
+//     sandbox's private host directory.
+//  2. It starts the child in new namespaces; the user namespace maps the
+//     sandbox's uids 0-65535 to a host range of its own (by slot), so root
+//     in the sandbox is an unprivileged, unique host uid.
+//  3. It puts the child in the cgroup, mounts the loop device as a detached
+//     ext4 mount, idmapped into the child's user namespace (files stay owned
+//     by uid 0 on disk, so the same image boots in a VM), and passes the mount
+//     to the child over a socketpair.
+//  4. The child attaches the mount, mounts /proc, /sys (read-only), /dev
+//     (a tmpfs with a few host device nodes bound in), devpts, /dev/shm and
+//     /run, masks sensitive /proc files, pivots into the disk, sets the
+//     hostname, brings up loopback, enters a new cgroup namespace, drops
+//     capabilities, sets no_new_privs, installs seccomp and execs the agent
+//     from a sealed memfd, handing it the listening socket.
+//  5. The child's end of the socketpair is close-on-exec: the parent reads
+//     EOF on success, or the child's error message.
+//
+// The root mount lives only in the sandbox's mount namespace: when its last
+// process dies the mount goes, and the loop device detaches itself. Nothing
+// is mounted on the host per sandbox.
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/cgroup"
+	"warren/internal/disk"
+	"warren/internal/runtime"
+)
+
+// Isolation is how this runtime describes its boundary, everywhere.
+const Isolation = "container (shared host kernel)"
+
+// uidBase is the first host uid of slot 0; each slot owns uidsPerSandbox
+// host uids. Far above any uid a host hands out.
+const (
+	uidBase        = 200_000_000
+	uidsPerSandbox = 65536
+)
+
+// mountpoint is where each init attaches its sandbox's root, in its own
+// mount namespace only, before pivoting into it: one empty directory for all
+// sandboxes. It must be reachable by the init's unprivileged host uid (so
+// not inside the 0700 data directory); it never holds anything on the host.
+const mountpoint = "/run/warren/rootfs"
+
+// initArg0 is argv[0] of the re-executed init; MaybeInit recognizes it.
+const initArg0 = "warren-container-init"
+
+// Runtime is the container runtime. It is safe for concurrent use.
+type Runtime struct {
+	log     *slog.Logger
+	cgroups *cgroup.Hierarchy
+	// self is this binary, opened once and re-executed as the container init
+	// through /proc/self/fd: the init runs as an unprivileged host uid that
+	// may not traverse the directories the binary lives in.
+	self  *os.File
+	agent *os.File // the guest agent binary in a sealed memfd
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New makes the runtime. agentBinary is the static guest agent; it is copied
+// into a sealed memfd that every sandbox executes, so the agent always
+// matches the daemon and no host path of it is visible in a sandbox.
+func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string) (*Runtime, error) {
+	if err := os.MkdirAll(mountpoint, 0o711); err != nil {
+		return nil, fmt.Errorf("root mountpoint: %w", err)
+	}
+	path, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own binary: %w", err)
+	}
+	self, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open own binary: %w", err)
+	}
+	agent, err := sealedCopy(agentBinary)
+	if err != nil {
+		self.Close()
+		return nil, err
+	}
+	return &Runtime{log: log, cgroups: cgroups, self: self, agent: agent}, nil
+}
+
+// sealedCopy copies the file at path into a memfd that nobody can change.
+func sealedCopy(path string) (*os.File, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open agent binary: %w", err)
+	}
+	defer src.Close()
+	fd, err := unix.MemfdCreate("warren-agent", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+	if errors.Is(err, unix.EINVAL) { // kernels before 6.3 know no MFD_EXEC
+		fd, err = unix.MemfdCreate("warren-agent", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memfd for agent: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "warren-agent")
+	if _, err := io.Copy(f, src); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("copy agent binary: %w", err)
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seal agent memfd: %w", err)
+	}
+	return f, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "container" }
+
+// Isolation implements runtime.Runtime.
+func (r *Runtime) Isolation() string { return Isolation }
+
+// Available implements runtime.Runtime: it needs root (to attach loop devices
+// and write uid maps) and user namespaces.
+func (r *Runtime) Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the container runtime needs root")
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return errors.New("user namespaces are disabled (user.max_user_namespaces = 0)")
+	}
+	return nil
+}
+
+// state is what Adopt needs to find a sandbox again after a daemon restart.
+type state struct {
+	PID int `json:"pid"`
+	// StartTime is field 22 of /proc/PID/stat: with the pid it names one
+	// process, never a later one that reused the pid.
+	StartTime uint64 `json:"start_time"`
+	Socket    string `json:"socket"`
+}
+
+// instance is one running container sandbox.
+type instance struct {
+	r    *Runtime
+	id   string
+	dir  string
+	st   state
+	done chan struct{}
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+func (in *instance) State() []byte {
+	b, _ := json.Marshal(in.st) // a struct of ints and strings always marshals
+	return b
+}
+
+func (in *instance) AgentSocket() string   { return in.st.Socket }
+func (in *instance) Done() <-chan struct{} { return in.done }
+
+// Stop kills every process in the sandbox's cgroup, waits for its init to
+// go, and removes the cgroup and the private directory. The root mount and
+// the loop device go away with the last process.
+func (in *instance) Stop(ctx context.Context) error {
+	in.stopOnce.Do(func() {
+		ctx := context.WithoutCancel(ctx)
+		in.stopErr = in.r.destroy(ctx, in.id, in.dir)
+		select {
+		case <-in.done:
+		case <-time.After(10 * time.Second):
+			in.stopErr = errors.Join(in.stopErr, fmt.Errorf("sandbox %s: init did not exit after kill", in.id))
+		}
+	})
+	return in.stopErr
+}
+
+// destroy kills and removes the sandbox's cgroup and its private directory.
+func (r *Runtime) destroy(ctx context.Context, id, dir string) error {
+	var errs []error
+	cg, err := r.cgroups.Open(id)
+	switch {
+	case err == nil:
+		killCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs = append(errs, cg.Destroy(killCtx))
+		cancel()
+	case !errors.Is(err, cgroup.ErrNotFound):
+		errs = append(errs, err)
+	}
+	if dir != "" {
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	var undo cleanups
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+
+	cg, err := r.cgroups.Create(spec.ID, cgroup.Limits{
+		CPUs:        spec.Limits.CPUs,
+		MemoryBytes: spec.Limits.MemoryBytes,
+		Pids:        spec.Limits.Pids,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	undo.add(func() { cg.Destroy(context.WithoutCancel(ctx)) })
+
+	loop, err := disk.AttachLoop(spec.Disk, false)
+	if err != nil {
+		return nil, fmt.Errorf("attach disk: %w", err)
+	}
+	// The mount holds the device from step 3 on; our fd only bridges until
+	// then, and closing it lets autoclear detach the device when the
+	// sandbox's mount namespace is gone.
+	defer loop.Close()
+
+	sock := filepath.Join(spec.Dir, "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen for agent: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent listener: %w", err)
+	}
+	defer lnFile.Close()
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	parentSync := os.NewFile(uintptr(fds[0]), "sync-parent")
+	childSync := os.NewFile(uintptr(fds[1]), "sync-child")
+	defer parentSync.Close()
+
+	logFile, err := os.OpenFile(filepath.Join(spec.Dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		childSync.Close()
+		return nil, fmt.Errorf("open console log: %w", err)
+	}
+	defer logFile.Close()
+
+	cfg, _ := json.Marshal(initConfig{Hostname: spec.Hostname})
+	hostUID := uidBase + spec.Slot*uidsPerSandbox
+	cmd := &exec.Cmd{
+		Path:       fmt.Sprintf("/proc/self/fd/%d", fdSelf),
+		Args:       []string{initArg0},
+		Env:        []string{initEnv + "=" + string(cfg)},
+		Stdout:     logFile,
+		Stderr:     logFile,
+		ExtraFiles: []*os.File{lnFile, childSync, r.agent, r.self}, // fds 3 to 6
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
+			GidMappingsEnableSetgroups: true,
+			// Root of the new user namespace: without it the child keeps
+			// host uid 0, which is unmapped there, and exec drops every
+			// capability it needs to build the sandbox.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:     true,
+		},
+	}
+	err = cmd.Start()
+	childSync.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start init: %w", err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	undo.add(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+
+	if err := cg.AddProc(pid); err != nil {
+		return nil, fmt.Errorf("join cgroup: %w", err)
+	}
+	mnt, err := idmappedMount(loop.Path(), fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return nil, err
+	}
+	err = sendFd(parentSync, mnt)
+	unix.Close(mnt)
+	if err != nil {
+		return nil, fmt.Errorf("hand root to init: %w", err)
+	}
+	if err := waitExec(ctx, parentSync); err != nil {
+		return nil, err
+	}
+
+	start, err := processStartTime(pid)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox init: %w", err)
+	}
+	r.log.Debug("container started", "sandbox", spec.ID, "pid", pid, "host_uid", hostUID)
+	return &instance{
+		r: r, id: spec.ID, dir: spec.Dir, done: done,
+		st: state{PID: pid, StartTime: start, Socket: sock},
+	}, nil
+}
+
+// idmappedMount mounts the ext4 device as a detached mount whose ownership is
+// seen through the user namespace at usernsPath: on-disk uid 0 is the
+// sandbox's root. It returns the mount's fd.
+func idmappedMount(dev, usernsPath string) (int, error) {
+	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen ext4: %w", err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigSetString(fsfd, "source", dev); err != nil {
+		return -1, fmt.Errorf("mount disk: source: %w", err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("mount disk: %w", err)
+	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount disk: %w", err)
+	}
+	userns, err := unix.Open(usernsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(mnt)
+		return -1, fmt.Errorf("open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(mnt)
+		return -1, fmt.Errorf("idmap root mount: %w", err)
+	}
+	return mnt, nil
+}
+
+// sendFd passes fd over the unix socket f.
+func sendFd(f *os.File, fd int) error {
+	return unix.Sendmsg(int(f.Fd()), []byte("mount"), unix.UnixRights(fd), nil, 0)
+}
+
+// waitExec waits for the init to exec the agent (EOF on the sync socket) or to
+// report why it could not.
+func waitExec(ctx context.Context, sync *os.File) error {
+	conn, err := net.FileConn(sync)
+	if err != nil {
+		return fmt.Errorf("sync with init: %w", err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	conn.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, 4096)
+	n, err := conn.Read(buf)
+	switch {
+	case errors.Is(err, io.EOF) || (err == nil && n == 0):
+		return nil
+	case err != nil:
+		return fmt.Errorf("wait for sandbox init: %w", err)
+	default:
+		return fmt.Errorf("sandbox init: %s", buf[:n])
+	}
+}
+
+// processStartTime reads field 22 (starttime) of /proc/PID/stat.
+func processStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces and parentheses: fields
+	// after it start after the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64) // field 22 is the 20th after the name
+}
+
+// Adopt implements runtime.Runtime.
+func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil || st.PID <= 0 {
+		r.destroy(ctx, spec.ID, spec.Dir)
+		return nil, runtime.ErrGone
+	}
+	start, err := processStartTime(st.PID)
+	if err != nil || start != st.StartTime {
+		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
+	}
+	pidfd, err := unix.PidfdOpen(st.PID, 0)
+	if err != nil {
+		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
+	}
+	// The pid could have been reused between the two reads above; reading the
+	// start time again after pidfd_open pins it to the process we checked.
+	if start2, err := processStartTime(st.PID); err != nil || start2 != st.StartTime {
+		unix.Close(pidfd)
+		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer unix.Close(pidfd)
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+				return
+			}
+		}
+	}()
+	return &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}, nil
+}
+
+// Sweep implements runtime.Runtime: it destroys every warren cgroup that no
+// kept sandbox owns, killing whatever still runs in it.
+func (r *Runtime) Sweep(ctx context.Context, keep map[string]bool) error {
+	names, err := r.cgroups.List()
+	if err != nil {
+		return fmt.Errorf("list cgroups: %w", err)
+	}
+	var errs []error
+	for _, name := range names {
+		if keep[name] {
+			continue
+		}
+		r.log.Info("removing leftover sandbox cgroup", "sandbox", name)
+		errs = append(errs, r.destroy(ctx, name, ""))
+	}
+	return errors.Join(errs...)
+}
+
+// cleanups is a stack of undo steps for a half-done setup, run in reverse.
+type cleanups []func()
+
+func (c *cleanups) add(f func()) { *c = append(*c, f) }
+
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+}

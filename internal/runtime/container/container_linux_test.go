@@ -1,0 +1,394 @@
+//go:build linux
+
+package container
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	controlpb "warren/internal/agent/pb/control"
+	processpb "warren/internal/agent/pb/process"
+	"warren/internal/agentconn"
+	"warren/internal/cgroup"
+	"warren/internal/disk"
+	"warren/internal/runtime"
+)
+
+// agentPath is the guest agent built once for this test binary.
+var agentPath string
+
+func TestMain(m *testing.M) {
+	MaybeInit()
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "warren-agent-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		agentPath = filepath.Join(dir, "warren-agent")
+		cmd := exec.Command("go", "build", "-o", agentPath, "warren/cmd/warren-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// miniImage builds a small ext4 image holding a few host binaries and their
+// libraries: enough to run commands in a sandbox without a template build.
+func miniImage(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, d := range []string{"proc", "sys", "dev", "run", "tmp", "etc", "root", "home/user"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bins := []string{"/bin/sh", "/bin/cat", "/bin/ls", "/bin/sleep", "/usr/bin/id", "/bin/hostname", "/usr/bin/stat"}
+	files := map[string]bool{}
+	for _, b := range bins {
+		files[b] = true
+		out, err := exec.Command("ldd", b).Output()
+		if err != nil {
+			t.Fatalf("ldd %s: %v", b, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") {
+				files[f] = true
+			}
+		}
+	}
+	for f := range files {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(real)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nuser:x:1000:\n"), 0o644)
+	os.Chown(filepath.Join(root, "home/user"), 1000, 1000)
+	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
+	img := filepath.Join(t.TempDir(), "disk.img")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "root_owner=0:0", "-d", root, img, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	return img
+}
+
+type fixture struct {
+	rt   *Runtime
+	cg   *cgroup.Hierarchy
+	spec runtime.Spec
+}
+
+func newFixture(t *testing.T, slot int) *fixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the container runtime needs root")
+	}
+	for _, tool := range []string{"mkfs.ext4", "ldd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cg, err := cgroup.Detect(log)
+	if err != nil {
+		t.Skipf("no usable cgroups: %v", err)
+	}
+	rt, err := New(log, cg, agentPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("ctest-%d-%d", os.Getpid(), slot)
+	dir := filepath.Join(t.TempDir(), id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{rt: rt, cg: cg, spec: runtime.Spec{
+		ID: id, Slot: slot, Disk: miniImage(t), Hostname: "box-" + id, Dir: dir,
+		Limits: runtime.Limits{CPUs: 1, MemoryBytes: 256 << 20, Pids: 64},
+	}}
+}
+
+func (f *fixture) start(t *testing.T) (runtime.Instance, *agentconn.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inst, err := f.rt.Start(ctx, f.spec)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	conn := agentconn.DialUnix(inst.AgentSocket())
+	t.Cleanup(conn.Close)
+	if err := conn.WaitReady(ctx); err != nil {
+		t.Fatalf("agent not ready: %v (console: %s)", err, f.console())
+	}
+	return inst, conn
+}
+
+func (f *fixture) console() string {
+	b, _ := os.ReadFile(filepath.Join(f.spec.Dir, "console.log"))
+	return string(b)
+}
+
+// run executes argv in the sandbox and returns stdout; it fails the test on a
+// non-zero exit.
+func run(t *testing.T, conn *agentconn.Conn, argv ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	end, _, err := conn.Run(context.Background(), &processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: argv[0], Args: argv[1:]},
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v: %v", argv, err)
+	}
+	if end.GetExitCode() != 0 {
+		t.Fatalf("%v: exit %d: %s", argv, end.GetExitCode(), stderr.String())
+	}
+	return stdout.String()
+}
+
+func TestContainerIsolation(t *testing.T) {
+	f := newFixture(t, 901)
+	inst, conn := f.start(t)
+
+	info, err := conn.Control.Info(context.Background(), connect.NewRequest(&controlpb.InfoRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Msg.GetPid() != 1 {
+		t.Errorf("agent pid = %d, want 1", info.Msg.GetPid())
+	}
+	if got := strings.TrimSpace(run(t, conn, "hostname")); got != f.spec.Hostname {
+		t.Errorf("hostname = %q, want %q", got, f.spec.Hostname)
+	}
+	if got := strings.TrimSpace(run(t, conn, "id", "-u")); got != "0" {
+		t.Errorf("uid in sandbox = %q, want 0", got)
+	}
+	hostUID := uidBase + f.spec.Slot*uidsPerSandbox
+	if got, want := strings.Fields(run(t, conn, "cat", "/proc/self/uid_map")), []string{"0", fmt.Sprint(hostUID), "65536"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("uid_map = %v, want %v", got, want)
+	}
+	// Root-owned files of the image are the sandbox root's own (idmapped mount).
+	if got := strings.TrimSpace(run(t, conn, "stat", "-c", "%u:%g", "/etc/passwd")); got != "0:0" {
+		t.Errorf("owner of /etc/passwd = %s, want 0:0", got)
+	}
+	run(t, conn, "sh", "-c", "echo hello > /root/new && test -w /etc/passwd")
+
+	status := run(t, conn, "cat", "/proc/self/status")
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", fmt.Sprintf("CapBnd:\t%016x", keptMask())} {
+		if !strings.Contains(status, want) {
+			t.Errorf("/proc/self/status lacks %q:\n%s", want, status)
+		}
+	}
+	// Only the sandbox's own processes are visible.
+	procs := 0
+	for _, name := range strings.Fields(run(t, conn, "ls", "/proc")) {
+		if name[0] >= '0' && name[0] <= '9' {
+			procs++
+		}
+	}
+	if procs > 3 {
+		t.Errorf("sandbox sees %d processes, want at most 3 (agent, ls, maybe a reaped child)", procs)
+	}
+	if dev := run(t, conn, "cat", "/proc/net/dev"); strings.Count(dev, ":") != 1 || !strings.Contains(dev, "lo:") {
+		t.Errorf("interfaces in sandbox:\n%s\nwant only lo", dev)
+	}
+	if mi := run(t, conn, "cat", "/proc/self/mountinfo"); strings.Contains(mi, f.spec.Dir) || strings.Contains(mi, "/work") {
+		t.Errorf("host paths visible in the sandbox's mounts:\n%s", mi)
+	}
+	if cg := run(t, conn, "cat", "/proc/self/cgroup"); strings.Contains(cg, "warren") {
+		t.Errorf("sandbox sees host cgroup paths (no cgroup namespace):\n%s", cg)
+	}
+
+	// The host's view: the init is an unprivileged host uid in the sandbox's cgroup.
+	pid := stateOf(t, inst).PID
+	hostStatus, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(hostStatus), fmt.Sprintf("Uid:\t%d\t%d", hostUID, hostUID)) {
+		t.Errorf("sandbox init does not run as host uid %d:\n%s", hostUID, hostStatus)
+	}
+	g, err := f.cg.Open(f.spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := g.Procs(); !contains(ps, pid) {
+		t.Errorf("init %d not in cgroup (procs %v)", pid, ps)
+	}
+}
+
+func keptMask() uint64 {
+	var m uint64
+	for _, c := range keptCaps {
+		m |= 1 << c
+	}
+	return m
+}
+
+func stateOf(t *testing.T, inst runtime.Instance) state {
+	t.Helper()
+	return inst.(*instance).st
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestContainerStopLeavesNothing(t *testing.T) {
+	f := newFixture(t, 902)
+	inst, conn := f.start(t)
+	run(t, conn, "sh", "-c", "sleep 1000 & sleep 1000 & echo started")
+	pid := stateOf(t, inst).PID
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	select {
+	case <-inst.Done():
+	default:
+		t.Error("Done not closed after Stop")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		t.Errorf("init %d still alive", pid)
+	}
+	if _, err := f.cg.Open(f.spec.ID); !errors.Is(err, cgroup.ErrNotFound) {
+		t.Errorf("cgroup still there after stop: %v", err)
+	}
+	if _, err := os.Stat(f.spec.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox dir still there: %v", err)
+	}
+	// The loop device detaches itself once the mount namespace is gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		loops, err := disk.StaleLoops(filepath.Dir(f.spec.Disk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(loops) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loop devices still attached to the disk: %v", loops)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestContainerAdoptAfterRestart(t *testing.T) {
+	f := newFixture(t, 903)
+	inst, conn := f.start(t)
+	run(t, conn, "sh", "-c", "echo kept > /root/state")
+	raw := inst.State()
+
+	// A new Runtime is what a restarted daemon has.
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rt2, err := New(log, f.cg, agentPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst2, err := rt2.Adopt(context.Background(), f.spec, raw)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	conn2 := agentconn.DialUnix(inst2.AgentSocket())
+	defer conn2.Close()
+	if got := run(t, conn2, "cat", "/root/state"); got != "kept\n" {
+		t.Errorf("state after adopt = %q", got)
+	}
+	if err := inst2.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-inst2.Done()
+	if _, err := rt2.Adopt(context.Background(), f.spec, raw); !errors.Is(err, runtime.ErrGone) {
+		t.Errorf("adopt of a stopped sandbox: err = %v, want ErrGone", err)
+	}
+}
+
+func TestContainerLimits(t *testing.T) {
+	f := newFixture(t, 904)
+	f.spec.Limits.Pids = 20
+	_, conn := f.start(t)
+	// A fork bomb in miniature: more sleeps than pids.max allows.
+	var stdout, stderr bytes.Buffer
+	end, _, err := conn.Run(context.Background(), &processpb.StartRequest{Process: &processpb.ProcessConfig{
+		Cmd: "sh", Args: []string{"-c", "i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done; wait"},
+		TimeoutMs: 20000,
+	}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "fork") && !strings.Contains(stderr.String(), "Resource temporarily unavailable") {
+		t.Errorf("forking past pids.max did not fail: exit %d, stderr %q", end.GetExitCode(), stderr.String())
+	}
+	// The agent is still there and works.
+	if got := strings.TrimSpace(run(t, conn, "id", "-u")); got != "0" {
+		t.Errorf("after the fork storm: id -u = %q", got)
+	}
+}
+
+func TestSweepRemovesOrphanCgroups(t *testing.T) {
+	f := newFixture(t, 905)
+	orphan := f.spec.ID + "-orphan"
+	g, err := f.cg.Create(orphan, cgroup.Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "100")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	if err := g.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rt.Sweep(context.Background(), map[string]bool{}); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("process in orphan cgroup survived the sweep")
+	}
+	if _, err := f.cg.Open(orphan); !errors.Is(err, cgroup.ErrNotFound) {
+		t.Errorf("orphan cgroup still there: %v", err)
+	}
+}

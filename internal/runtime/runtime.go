@@ -1,0 +1,80 @@
+// Package runtime defines what a sandbox runtime must do for the sandbox
+// manager: boot a sandbox from a disk image with its guest agent as PID 1,
+// hand back a way to reach the agent, survive a daemon restart, and tear
+// everything down without leaks. Each runtime lives in its own package
+// (runtime/container, later runtime/vm). This package does no I/O.
+package runtime
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrGone means a sandbox that an earlier daemon process started is no longer
+// alive; Adopt has cleaned up what it left.
+var ErrGone = errors.New("sandbox is gone")
+
+// Limits are the resources one sandbox may use.
+type Limits struct {
+	CPUs        float64 // cores; 0 = unlimited
+	MemoryBytes int64   // 0 = unlimited
+	Pids        int64   // 0 = unlimited
+}
+
+// Spec is everything a runtime needs to start one sandbox.
+type Spec struct {
+	ID string
+	// Slot is unique among the node's live sandboxes; the container runtime
+	// derives the sandbox's host uid range from it.
+	Slot int
+	// Disk is the sandbox's own root disk image (raw ext4), already cloned
+	// from its template. The runtime never deletes it.
+	Disk     string
+	Hostname string
+	Limits   Limits
+	// Dir is a directory private to the node (never visible inside the
+	// sandbox) for the runtime's sockets and logs; it exists and is empty.
+	Dir string
+}
+
+// Runtime starts sandboxes of one kind. Its methods may be called
+// concurrently for different sandboxes.
+type Runtime interface {
+	// Name is the runtime's name in the API: "container" or "vm".
+	Name() string
+	// Isolation describes the boundary honestly, e.g.
+	// "container (shared host kernel)".
+	Isolation() string
+	// Available returns nil if this node can run the runtime, else an error
+	// saying why not.
+	Available() error
+	// Start boots a sandbox and returns once its guest agent is listening
+	// (the caller still waits for it to answer). On error nothing is left
+	// behind.
+	Start(ctx context.Context, spec Spec) (Instance, error)
+	// Adopt reattaches to a sandbox started by an earlier daemon process from
+	// the state its Instance reported. If the sandbox is no longer alive it
+	// cleans up what it left and returns ErrGone.
+	Adopt(ctx context.Context, spec Spec, state []byte) (Instance, error)
+	// Sweep removes what sandboxes of this runtime left on the node (cgroups,
+	// processes, loop devices) except those whose ID is in keep. It runs once
+	// at daemon start, after every known sandbox was adopted or cleaned.
+	Sweep(ctx context.Context, keep map[string]bool) error
+}
+
+// Instance is one running sandbox.
+type Instance interface {
+	// State is what Adopt needs after a daemon restart; the manager persists
+	// it with the sandbox.
+	State() []byte
+	// AgentSocket is the host path of the unix socket its guest agent
+	// serves on.
+	AgentSocket() string
+	// Done is closed when the sandbox's init (the agent) has exited, whether
+	// asked to or not.
+	Done() <-chan struct{}
+	// Stop kills every process of the sandbox and releases everything the
+	// runtime holds for it (cgroup, mounts, loop device, sockets). It is
+	// idempotent and safe to call after Done.
+	Stop(ctx context.Context) error
+}

@@ -1,0 +1,666 @@
+// Package sandbox is the node's sandbox manager: it turns API requests into
+// sandboxes (clone the template's disk, start a runtime, wait for the agent),
+// keeps their records in the store, deletes them when their time is up, and
+// after a daemon restart reconciles what the store says with what is really
+// running, so no sandbox is left half-alive. It does not speak HTTP (that is
+// internal/server) and does not know how a runtime isolates (internal/runtime).
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"warren/api"
+	controlpb "warren/internal/agent/pb/control"
+	"warren/internal/agentconn"
+	"warren/internal/disk"
+	"warren/internal/runtime"
+	"warren/internal/store"
+	"warren/internal/template"
+)
+
+// Config holds the manager's defaults and bounds. Zero fields take the
+// values of DefaultConfig.
+type Config struct {
+	DefaultTemplate string
+	DefaultTTL      time.Duration
+	MaxTTL          time.Duration
+	DefaultCPUs     float64
+	DefaultMemoryMB int64
+	DefaultPids     int64
+	MaxMemoryMB     int64
+	MaxPids         int64
+	MaxDiskMB       int64
+	// KeepFinal is how long records of stopped and failed sandboxes stay
+	// visible before they are forgotten.
+	KeepFinal time.Duration
+	// ReapEvery is how often expired sandboxes are looked for.
+	ReapEvery time.Duration
+	// StartTimeout bounds a sandbox's start, agent readiness included.
+	StartTimeout time.Duration
+}
+
+// DefaultConfig is what a single node uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{
+		DefaultTemplate: "default",
+		DefaultTTL:      15 * time.Minute,
+		MaxTTL:          24 * time.Hour,
+		DefaultCPUs:     1,
+		DefaultMemoryMB: 512,
+		DefaultPids:     1024,
+		MaxMemoryMB:     64 << 10,
+		MaxPids:         65536,
+		MaxDiskMB:       256 << 10,
+		KeepFinal:       time.Hour,
+		ReapEvery:       time.Second,
+		StartTimeout:    30 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *int64, def int64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = d.DefaultTemplate
+	}
+	for _, p := range []struct{ v, def *time.Duration }{
+		{&c.DefaultTTL, &d.DefaultTTL}, {&c.MaxTTL, &d.MaxTTL}, {&c.KeepFinal, &d.KeepFinal},
+		{&c.ReapEvery, &d.ReapEvery}, {&c.StartTimeout, &d.StartTimeout},
+	} {
+		if *p.v == 0 {
+			*p.v = *p.def
+		}
+	}
+	if c.DefaultCPUs == 0 {
+		c.DefaultCPUs = d.DefaultCPUs
+	}
+	set(&c.DefaultMemoryMB, d.DefaultMemoryMB)
+	set(&c.DefaultPids, d.DefaultPids)
+	set(&c.MaxMemoryMB, d.MaxMemoryMB)
+	set(&c.MaxPids, d.MaxPids)
+	set(&c.MaxDiskMB, d.MaxDiskMB)
+	return c
+}
+
+// Deps are the subsystems the manager drives.
+type Deps struct {
+	Log       *slog.Logger
+	Store     *store.Store
+	Pool      *disk.Pool
+	Templates *template.Catalog
+	// Runtimes in order of strength, strongest first; "auto" picks the first
+	// available one.
+	Runtimes []runtime.Runtime
+	// StateDir holds one private directory per sandbox (sockets, logs).
+	StateDir string
+	// CgroupVersion is shown in node info.
+	CgroupVersion int
+	Version       string
+}
+
+// Manager runs the node's sandboxes. It is safe for concurrent use.
+type Manager struct {
+	log  *slog.Logger
+	deps Deps
+	cfg  Config
+
+	mu   sync.Mutex       // guards live
+	live map[string]*live // sandboxes this process runs, by ID
+
+	stop   context.CancelFunc // stops the reaper
+	reaper sync.WaitGroup
+}
+
+// live is a running sandbox.
+type live struct {
+	tenant string
+	rt     runtime.Runtime
+	inst   runtime.Instance
+	conn   *agentconn.Conn
+	// deleting is set (under Manager.mu) once Delete owns the teardown, so
+	// the exit watcher does not report the exit as a failure.
+	deleting bool
+}
+
+// New makes the manager, reconciles the store with what is running on the
+// node (after a daemon restart), and starts the reaper of expired sandboxes.
+func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
+	if err := os.MkdirAll(deps.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.MkdirAll(disksDir(deps.Pool), 0o700); err != nil {
+		return nil, fmt.Errorf("disks dir: %w", err)
+	}
+	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}}
+	if err := m.reconcile(ctx); err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	m.stop = cancel
+	m.reaper.Add(1)
+	go m.reap(rctx)
+	return m, nil
+}
+
+// Close stops the reaper. Running sandboxes keep running: the next daemon
+// process adopts them.
+func (m *Manager) Close() {
+	m.stop()
+	m.reaper.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range m.live {
+		l.conn.Close()
+	}
+}
+
+func disksDir(p *disk.Pool) string { return filepath.Join(p.Dir(), "sandboxes") }
+
+func (m *Manager) diskPath(id string) string { return filepath.Join(disksDir(m.deps.Pool), id+".img") }
+func (m *Manager) stateDir(id string) string { return filepath.Join(m.deps.StateDir, id) }
+
+// newID makes a sandbox ID: "sb-" and 20 base32 characters (100 random bits).
+func newID() string {
+	b := make([]byte, 13)
+	rand.Read(b)
+	enc := base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+	return "sb-" + enc.EncodeToString(b)[:20]
+}
+
+// Create starts a sandbox and returns once its agent answers.
+func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	rt, err := m.pickRuntime(req.Runtime)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	name := req.Template
+	if name == "" {
+		name = m.cfg.DefaultTemplate
+	}
+	tpl, err := m.deps.Templates.Get(name)
+	if errors.Is(err, template.ErrNotFound) {
+		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "template %q not found", name)
+	}
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("template %s: %w", name, err)
+	}
+	rec, err := m.validate(tenant, req, tpl)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	rec.Runtime = rt.Name()
+	rec.ID = newID()
+	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
+		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	log := m.log.With("sandbox", rec.ID)
+
+	if err := m.start(ctx, rt, &rec, tpl); err != nil {
+		log.Warn("sandbox failed to start", "err", err)
+		rec.State, rec.Error = api.StateFailed, "start failed: "+err.Error()
+		if uerr := m.deps.Store.UpdateSandbox(context.WithoutCancel(ctx), &rec); uerr != nil {
+			log.Error("record failed sandbox", "err", uerr)
+		}
+		if ctx.Err() != nil {
+			return api.Sandbox{}, api.Errorf(api.CodeTimeout, "sandbox start cancelled: %v", ctx.Err())
+		}
+		return api.Sandbox{}, err
+	}
+	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template)
+	return m.view(rec), nil
+}
+
+// start clones the disk and boots the sandbox; on failure it leaves nothing
+// behind but the record.
+func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, tpl template.Info) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
+	defer cancel()
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	diskPath := m.diskPath(rec.ID)
+	if err := m.deps.Pool.Clone(ctx, tpl.Path, diskPath); err != nil {
+		return fmt.Errorf("clone template disk: %w", err)
+	}
+	undo = append(undo, func() { os.Remove(diskPath) })
+	if want := rec.DiskMB << 20; want > tpl.SizeBytes {
+		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
+			return fmt.Errorf("grow disk: %w", err)
+		}
+	}
+	dir := m.stateDir(rec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("sandbox dir: %w", err)
+	}
+	undo = append(undo, func() { os.RemoveAll(dir) })
+
+	inst, err := rt.Start(ctx, m.spec(rec))
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() { inst.Stop(context.WithoutCancel(ctx)) })
+	conn := agentconn.DialUnix(inst.AgentSocket())
+	undo = append(undo, conn.Close)
+	if err := conn.WaitReady(ctx); err != nil {
+		return fmt.Errorf("agent did not answer: %w", err)
+	}
+	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
+		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
+	}))
+	if err != nil {
+		return fmt.Errorf("init agent: %w", err)
+	}
+
+	rec.State = api.StateRunning
+	rec.RuntimeState = inst.State()
+	if err := m.deps.Store.UpdateSandbox(ctx, rec); err != nil {
+		return fmt.Errorf("record running sandbox: %w", err)
+	}
+	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
+	m.mu.Lock()
+	m.live[rec.ID] = l
+	m.mu.Unlock()
+	go m.watch(rec.ID, l)
+	return nil
+}
+
+func (m *Manager) spec(rec *store.Sandbox) runtime.Spec {
+	return runtime.Spec{
+		ID:       rec.ID,
+		Slot:     rec.Slot,
+		Disk:     m.diskPath(rec.ID),
+		Hostname: rec.ID,
+		Dir:      m.stateDir(rec.ID),
+		Limits: runtime.Limits{
+			CPUs:        rec.CPUs,
+			MemoryBytes: rec.MemoryMB << 20,
+			Pids:        rec.Pids,
+		},
+	}
+}
+
+// watch marks a sandbox failed when its init exits without Delete asking.
+func (m *Manager) watch(id string, l *live) {
+	<-l.inst.Done()
+	m.mu.Lock()
+	if l.deleting || m.live[id] != l {
+		m.mu.Unlock()
+		return
+	}
+	l.deleting = true
+	delete(m.live, id)
+	m.mu.Unlock()
+	m.log.Warn("sandbox exited on its own", "sandbox", id)
+	m.teardown(context.Background(), id, l, api.StateFailed, "the sandbox's init (guest agent) exited")
+}
+
+// teardown stops the sandbox, removes its disk and directory, and records
+// the final state.
+func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reason string) error {
+	var errs []error
+	if l != nil {
+		l.conn.Close()
+		errs = append(errs, l.inst.Stop(ctx))
+	}
+	if err := os.Remove(m.diskPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(m.stateDir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if err == nil {
+		rec.State, rec.Error, rec.RuntimeState = state, reason, nil
+		err = m.deps.Store.UpdateSandbox(ctx, &rec)
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		m.log.Error("sandbox teardown", "sandbox", id, "err", err)
+		return err
+	}
+	return nil
+}
+
+// pickRuntime resolves the requested runtime name.
+func (m *Manager) pickRuntime(name string) (runtime.Runtime, error) {
+	if name == "" || name == "auto" {
+		var reasons []string
+		for _, rt := range m.deps.Runtimes {
+			if err := rt.Available(); err == nil {
+				return rt, nil
+			} else {
+				reasons = append(reasons, rt.Name()+": "+err.Error())
+			}
+		}
+		return nil, api.Errorf(api.CodeUnavailable, "no runtime available on this node (%s)", strings.Join(reasons, "; "))
+	}
+	for _, rt := range m.deps.Runtimes {
+		if rt.Name() == name {
+			if err := rt.Available(); err != nil {
+				return nil, api.Errorf(api.CodeUnavailable, "runtime %s is not available on this node: %v", name, err)
+			}
+			return rt, nil
+		}
+	}
+	var names []string
+	for _, rt := range m.deps.Runtimes {
+		names = append(names, rt.Name())
+	}
+	return nil, api.Errorf(api.CodeBadRequest, "unknown runtime %q (this node has: auto, %s)", name, strings.Join(names, ", "))
+}
+
+// validate checks a create request against the node's bounds and fills in
+// defaults; every refusal is a bad_request saying what is allowed.
+func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, tpl template.Info) (store.Sandbox, error) {
+	c := m.cfg
+	bad := func(format string, args ...any) (store.Sandbox, error) {
+		return store.Sandbox{}, api.Errorf(api.CodeBadRequest, format, args...)
+	}
+	maxCPUs := float64(goruntime.NumCPU())
+	cpus := req.CPUs
+	if cpus == 0 {
+		cpus = min(c.DefaultCPUs, maxCPUs)
+	}
+	if cpus < 0.01 || cpus > maxCPUs {
+		return bad("cpus must be between 0.01 and %g (this node's cores), got %g", maxCPUs, req.CPUs)
+	}
+	mem := req.MemoryMB
+	if mem == 0 {
+		mem = c.DefaultMemoryMB
+	}
+	if mem < 64 || mem > c.MaxMemoryMB {
+		return bad("memory_mb must be between 64 and %d, got %d", c.MaxMemoryMB, req.MemoryMB)
+	}
+	pids := req.Pids
+	if pids == 0 {
+		pids = c.DefaultPids
+	}
+	if pids < 16 || pids > c.MaxPids {
+		return bad("pids must be between 16 and %d, got %d", c.MaxPids, req.Pids)
+	}
+	tplMB := (tpl.SizeBytes + 1<<20 - 1) >> 20
+	diskMB := req.DiskMB
+	if diskMB == 0 {
+		diskMB = tplMB
+	}
+	if diskMB < tplMB || diskMB > c.MaxDiskMB {
+		return bad("disk_mb must be between %d (the template's disk) and %d, got %d", tplMB, c.MaxDiskMB, req.DiskMB)
+	}
+	ttl := time.Duration(req.TimeoutSeconds) * time.Second
+	if req.TimeoutSeconds == 0 {
+		ttl = c.DefaultTTL
+	}
+	if req.TimeoutSeconds < 0 || ttl > c.MaxTTL {
+		return bad("timeout_seconds must be between 1 and %d, got %d", int64(c.MaxTTL/time.Second), req.TimeoutSeconds)
+	}
+	if err := validEnv(req.Env); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := validMetadata(req.Metadata); err != nil {
+		return store.Sandbox{}, err
+	}
+	now := time.Now()
+	return store.Sandbox{
+		Tenant: tenant, Template: tpl.Name, State: api.StateStarting,
+		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB,
+		Env: req.Env, Metadata: req.Metadata,
+		CreatedAt: now, ExpiresAt: now.Add(ttl),
+	}, nil
+}
+
+func validEnv(env map[string]string) error {
+	if len(env) > 256 {
+		return api.Errorf(api.CodeBadRequest, "env has %d variables; at most 256", len(env))
+	}
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return api.Errorf(api.CodeBadRequest, "env variable %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+		if len(k)+len(v) > 32<<10 {
+			return api.Errorf(api.CodeBadRequest, "env variable %q is longer than 32 KiB", k)
+		}
+	}
+	return nil
+}
+
+func validMetadata(md map[string]string) error {
+	if len(md) > 64 {
+		return api.Errorf(api.CodeBadRequest, "metadata has %d entries; at most 64", len(md))
+	}
+	for k, v := range md {
+		if k == "" || len(k) > 128 || len(v) > 1024 {
+			return api.Errorf(api.CodeBadRequest, "metadata %q: keys must be 1-128 bytes, values at most 1024", k)
+		}
+	}
+	return nil
+}
+
+// record returns the sandbox's record if tenant may see it.
+func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox, error) {
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Tenant != tenant) {
+		return store.Sandbox{}, api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
+	}
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("get sandbox: %w", err)
+	}
+	return rec, nil
+}
+
+// Get returns one of the tenant's sandboxes.
+func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.view(rec), nil
+}
+
+// List returns the tenant's sandboxes, the recently ended ones included.
+func (m *Manager) List(ctx context.Context, tenant string) ([]api.Sandbox, error) {
+	recs, err := m.deps.Store.ListSandboxes(ctx, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	out := make([]api.Sandbox, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, m.view(r))
+	}
+	return out, nil
+}
+
+// Delete kills the sandbox and removes its disk. Deleting an ended sandbox
+// forgets its record.
+func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if rec.State == api.StateStopped || rec.State == api.StateFailed {
+		return m.deps.Store.DeleteSandbox(ctx, id)
+	}
+	return m.kill(ctx, id, "deleted")
+}
+
+// kill tears down a running sandbox and records it stopped.
+func (m *Manager) kill(ctx context.Context, id, reason string) error {
+	m.mu.Lock()
+	l := m.live[id]
+	if l != nil {
+		if l.deleting {
+			m.mu.Unlock()
+			return nil // someone else is tearing it down
+		}
+		l.deleting = true
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	// A cancelled request must not leave a sandbox half torn down.
+	err := m.teardown(context.WithoutCancel(ctx), id, l, api.StateStopped, reason)
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	m.log.Info("sandbox stopped", "sandbox", id, "reason", reason)
+	return nil
+}
+
+// SetTimeout makes the sandbox expire timeout from now.
+func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error) {
+	if timeout < time.Second || timeout > m.cfg.MaxTTL {
+		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "timeout_seconds must be between 1 and %d", int64(m.cfg.MaxTTL/time.Second))
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if rec.State != api.StateRunning && rec.State != api.StateStarting {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, rec.State)
+	}
+	rec.ExpiresAt = time.Now().Add(timeout)
+	if err := m.deps.Store.UpdateSandbox(ctx, &rec); err != nil {
+		return api.Sandbox{}, fmt.Errorf("set timeout: %w", err)
+	}
+	return m.view(rec), nil
+}
+
+// Agent returns the connection to a running sandbox's guest agent.
+func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l != nil && l.tenant == tenant && !l.deleting {
+		return l.conn, nil
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
+}
+
+// Info describes the node.
+func (m *Manager) Info(ctx context.Context) api.NodeInfo {
+	info := api.NodeInfo{
+		Version:       m.deps.Version,
+		Kernel:        kernelName(),
+		CloneMode:     m.deps.Pool.Mode().String(),
+		CgroupVersion: m.deps.CgroupVersion,
+	}
+	for _, rt := range m.deps.Runtimes {
+		ri := api.RuntimeInfo{Name: rt.Name(), Isolation: rt.Isolation(), Available: true}
+		if err := rt.Available(); err != nil {
+			ri.Available, ri.Reason = false, err.Error()
+		}
+		info.Runtimes = append(info.Runtimes, ri)
+	}
+	m.mu.Lock()
+	info.Sandboxes = len(m.live)
+	m.mu.Unlock()
+	return info
+}
+
+// Templates lists the node's templates.
+func (m *Manager) Templates(ctx context.Context) ([]api.Template, error) {
+	infos, err := m.deps.Templates.List()
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	out := make([]api.Template, 0, len(infos))
+	for _, t := range infos {
+		out = append(out, templateView(t))
+	}
+	return out, nil
+}
+
+// BuildTemplate builds (or rebuilds) a template, writing progress lines.
+func (m *Manager) BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error) {
+	if err := template.ValidName(name); err != nil {
+		return api.Template{}, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	info, err := m.deps.Templates.Build(ctx, name, progress)
+	if errors.Is(err, template.ErrUnknownRecipe) {
+		return api.Template{}, api.Errorf(api.CodeNotFound, "no recipe for template %q (known: %s)", name, strings.Join(template.Recipes(), ", "))
+	}
+	if err != nil {
+		return api.Template{}, api.Errorf(api.CodeInternal, "build template %s: %v", name, err)
+	}
+	return templateView(info), nil
+}
+
+func templateView(t template.Info) api.Template {
+	return api.Template{Name: t.Name, SizeBytes: t.SizeBytes, UsedBytes: t.UsedBytes, BuiltAt: t.BuiltAt}
+}
+
+// view is the API's picture of a record.
+func (m *Manager) view(r store.Sandbox) api.Sandbox {
+	iso := r.Runtime
+	for _, rt := range m.deps.Runtimes {
+		if rt.Name() == r.Runtime {
+			iso = rt.Isolation()
+		}
+	}
+	return api.Sandbox{
+		ID: r.ID, Template: r.Template, Runtime: r.Runtime, Isolation: iso,
+		State: r.State, Error: r.Error,
+		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
+		Env: r.Env, Metadata: r.Metadata,
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
+	}
+}
+
+// reap deletes expired sandboxes and forgets old ended ones until ctx ends.
+func (m *Manager) reap(ctx context.Context) {
+	defer m.reaper.Done()
+	t := time.NewTicker(m.cfg.ReapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		expired, err := m.deps.Store.ExpiredSandboxes(ctx, now)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Error("find expired sandboxes", "err", err)
+			}
+			continue
+		}
+		for _, rec := range expired {
+			if rec.State == api.StateStarting {
+				continue // Create owns it until it runs or fails
+			}
+			m.kill(ctx, rec.ID, "timeout expired")
+		}
+		if _, err := m.deps.Store.PurgeFinal(ctx, now.Add(-m.cfg.KeepFinal)); err != nil && ctx.Err() == nil {
+			m.log.Error("purge ended sandboxes", "err", err)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/api"
+	"warren/internal/agentconn"
+	"warren/internal/disk"
+	"warren/internal/runtime"
+)
+
+// reconcile makes the node match the store after a daemon (re)start: every
+// sandbox the store calls running is adopted if its agent still answers and
+// torn down otherwise; one caught starting is torn down (its Create died with
+// the old process); then whatever no live sandbox owns — cgroups, processes,
+// loop devices, disks, directories — is removed.
+func (m *Manager) reconcile(ctx context.Context) error {
+	recs, err := m.deps.Store.ListSandboxes(ctx, "")
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, rec := range recs {
+		if rec.State != api.StateRunning && rec.State != api.StateStarting {
+			continue
+		}
+		log := m.log.With("sandbox", rec.ID)
+		rt := m.runtimeNamed(rec.Runtime)
+		if rt == nil {
+			log.Error("sandbox of an unknown runtime; marking failed", "runtime", rec.Runtime)
+			m.teardown(ctx, rec.ID, nil, api.StateFailed, "its runtime is gone from this node")
+			continue
+		}
+		if rec.State == api.StateStarting {
+			if inst, err := rt.Adopt(ctx, m.spec(&rec), rec.RuntimeState); err == nil {
+				inst.Stop(ctx)
+			}
+			m.teardown(ctx, rec.ID, nil, api.StateFailed, "the daemon stopped while the sandbox was starting")
+			continue
+		}
+		inst, err := rt.Adopt(ctx, m.spec(&rec), rec.RuntimeState)
+		if err != nil {
+			reason := "the sandbox stopped while the daemon was down"
+			if !errors.Is(err, runtime.ErrGone) {
+				reason = "could not reattach after a daemon restart: " + err.Error()
+			}
+			log.Warn("sandbox not adopted", "err", err)
+			m.teardown(ctx, rec.ID, nil, api.StateFailed, reason)
+			continue
+		}
+		conn := agentconn.DialUnix(inst.AgentSocket())
+		readyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = conn.WaitReady(readyCtx)
+		cancel()
+		if err != nil {
+			log.Warn("adopted sandbox's agent does not answer; stopping it", "err", err)
+			l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
+			m.teardown(ctx, rec.ID, l, api.StateFailed, "its agent stopped answering while the daemon was down")
+			continue
+		}
+		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
+		m.live[rec.ID] = l
+		keep[rec.ID] = true
+		go m.watch(rec.ID, l)
+		log.Info("sandbox adopted after restart")
+	}
+	var errs []error
+	for _, rt := range m.deps.Runtimes {
+		errs = append(errs, rt.Sweep(ctx, keep))
+	}
+	errs = append(errs, m.sweepFiles(keep))
+	return errors.Join(errs...)
+}
+
+func (m *Manager) runtimeNamed(name string) runtime.Runtime {
+	for _, rt := range m.deps.Runtimes {
+		if rt.Name() == name {
+			return rt
+		}
+	}
+	return nil
+}
+
+// sweepFiles removes sandbox directories, disks and loop devices that no
+// kept sandbox owns.
+func (m *Manager) sweepFiles(keep map[string]bool) error {
+	var errs []error
+	loops, err := disk.StaleLoops(disksDir(m.deps.Pool))
+	errs = append(errs, err)
+	for _, dev := range loops {
+		if id, ok := loopSandbox(dev); ok && keep[id] {
+			continue
+		}
+		m.log.Info("detaching leftover loop device", "device", dev)
+		errs = append(errs, disk.DetachLoop(dev))
+	}
+	for _, d := range []struct{ dir, suffix string }{{m.deps.StateDir, ""}, {disksDir(m.deps.Pool), ".img"}} {
+		entries, err := os.ReadDir(d.dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range entries {
+			id := strings.TrimSuffix(e.Name(), d.suffix)
+			if keep[id] {
+				continue
+			}
+			m.log.Info("removing leftover sandbox file", "path", filepath.Join(d.dir, e.Name()))
+			errs = append(errs, os.RemoveAll(filepath.Join(d.dir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loopSandbox names the sandbox whose disk backs loop device dev.
+func loopSandbox(dev string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop/backing_file"))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSuffix(filepath.Base(strings.TrimSpace(string(b))), ".img"), true
+}
+
+// kernelName is the host kernel's name and release, e.g. "Linux 6.18.44".
+func kernelName() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
+}

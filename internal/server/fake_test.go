@@ -1,0 +1,311 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/internal/agentconn"
+	"warren/internal/store"
+)
+
+// fakeSandboxes is an in-memory Sandboxes: sandboxes are records only, and
+// every one of them is served by the same agent connection.
+//
+// Some requests trigger faults for the tests of error handling: template
+// "panic" makes Create panic, template "explode" makes it fail with an
+// internal error.
+type fakeSandboxes struct {
+	conn *agentconn.Conn
+	// build, when set, serves BuildTemplate.
+	build func(ctx context.Context, name string, progress io.Writer) (api.Template, error)
+
+	mu    sync.Mutex // guards the fields below
+	next  int
+	boxes map[string]fakeBox
+}
+
+type fakeBox struct {
+	tenant string
+	sb     api.Sandbox
+}
+
+var _ Sandboxes = (*fakeSandboxes)(nil)
+
+func (f *fakeSandboxes) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	switch req.Template {
+	case "panic":
+		panic("secret panic detail")
+	case "explode":
+		return api.Sandbox{}, errors.New("disk exploded at /var/lib/secret")
+	}
+	for name, v := range map[string]float64{
+		"cpus": req.CPUs, "memory_mb": float64(req.MemoryMB), "pids": float64(req.Pids),
+		"disk_mb": float64(req.DiskMB), "timeout_seconds": float64(req.TimeoutSeconds),
+	} {
+		if v < 0 {
+			return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "%s must not be negative", name)
+		}
+	}
+	if req.Template == "" {
+		req.Template = "default"
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	now := time.Now().UTC()
+	sb := api.Sandbox{
+		ID: fmt.Sprintf("sb-%d", f.next), Template: req.Template, Runtime: "container",
+		Isolation: "container (shared host kernel)", State: api.StateRunning,
+		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Env: req.Env, Metadata: req.Metadata,
+		CreatedAt: now.Add(time.Duration(f.next) * time.Millisecond), ExpiresAt: now.Add(time.Hour),
+	}
+	if f.boxes == nil {
+		f.boxes = map[string]fakeBox{}
+	}
+	f.boxes[sb.ID] = fakeBox{tenant: tenant, sb: sb}
+	return sb, nil
+}
+
+func (f *fakeSandboxes) lookup(tenant, id string) (api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.boxes[id]
+	if !ok || b.tenant != tenant {
+		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
+	}
+	return b.sb, nil
+}
+
+func (f *fakeSandboxes) Get(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return f.lookup(tenant, id)
+}
+
+func (f *fakeSandboxes) List(ctx context.Context, tenant string) ([]api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Sandbox
+	for _, b := range f.boxes {
+		if b.tenant == tenant {
+			out = append(out, b.sb)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+func (f *fakeSandboxes) Delete(ctx context.Context, tenant, id string) error {
+	if _, err := f.lookup(tenant, id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.boxes, id)
+	return nil
+}
+
+func (f *fakeSandboxes) SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error) {
+	sb, err := f.lookup(tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if timeout < time.Second || timeout > 24*time.Hour {
+		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "timeout_seconds must be between 1 and 86400")
+	}
+	sb.ExpiresAt = time.Now().Add(timeout).UTC()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.boxes[id] = fakeBox{tenant: tenant, sb: sb}
+	return sb, nil
+}
+
+func (f *fakeSandboxes) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error) {
+	if _, err := f.lookup(tenant, id); err != nil {
+		return nil, err
+	}
+	return f.conn, nil
+}
+
+func (f *fakeSandboxes) Info(ctx context.Context) api.NodeInfo {
+	return api.NodeInfo{Version: "test", Kernel: "6.18", CgroupVersion: 1,
+		Runtimes: []api.RuntimeInfo{{Name: "container", Isolation: "container (shared host kernel)", Available: true}}}
+}
+
+func (f *fakeSandboxes) Templates(ctx context.Context) ([]api.Template, error) {
+	return []api.Template{{Name: "default", SizeBytes: 1 << 30, UsedBytes: 300 << 20}}, nil
+}
+
+func (f *fakeSandboxes) BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error) {
+	if f.build != nil {
+		return f.build(ctx, name, progress)
+	}
+	fmt.Fprintf(progress, "building %s\n", name)
+	return api.Template{Name: name}, nil
+}
+
+// syncBuffer is a bytes.Buffer for a logger written by many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testEnv is a server on a real listener, over a fakeSandboxes and a real
+// key store holding keys for tenants "a" and "b" and an admin key.
+type testEnv struct {
+	t                 *testing.T
+	srv               *Server
+	fake              *fakeSandboxes
+	url               string
+	keyA, keyB, admin string
+	logs              *syncBuffer
+}
+
+func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "warren.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &testEnv{t: t, fake: &fakeSandboxes{conn: conn}, logs: &syncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", e.logs)
+		}
+	})
+	if e.keyA, err = st.CreateKey(ctx, "a", false); err != nil {
+		t.Fatal(err)
+	}
+	if e.keyB, err = st.CreateKey(ctx, "b", false); err != nil {
+		t.Fatal(err)
+	}
+	if e.admin, _, err = st.EnsureAdminKey(ctx, filepath.Join(t.TempDir(), "admin.key")); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.srv = New(e.fake, st, log, opts)
+	hs := httptest.NewServer(e.srv.Handler())
+	t.Cleanup(hs.Close)
+	e.url = hs.URL
+	return e
+}
+
+// do sends a request; body may be nil, a string, []byte, an io.Reader or a
+// value to encode as JSON.
+func (e *testEnv) do(method, path, key string, body any) *http.Response {
+	e.t.Helper()
+	return e.doCtx(context.Background(), method, path, key, body)
+}
+
+func (e *testEnv) doCtx(ctx context.Context, method, path, key string, body any) *http.Response {
+	e.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	case io.Reader:
+		r = b
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.url+path, r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// call sends a request, checks its status and decodes a JSON answer into
+// out (unless nil).
+func (e *testEnv) call(method, path, key string, body any, wantStatus int, out any) {
+	e.t.Helper()
+	resp := e.do(method, path, key, body)
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != wantStatus {
+		e.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, resp.StatusCode, wantStatus, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			e.t.Fatalf("%s %s: decode %s: %v", method, path, data, err)
+		}
+	}
+}
+
+// apiError reads an error answer and checks its status and code.
+func apiError(t *testing.T, resp *http.Response, wantStatus int, wantCode string) api.Error {
+	t.Helper()
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != wantStatus {
+		t.Fatalf("%s %s: status %d, want %d; body %s", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, wantStatus, data)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("error Content-Type %q, want application/json", ct)
+	}
+	var body api.ErrorBody
+	if err := json.Unmarshal(data, &body); err != nil {
+		t.Fatalf("error body %s: %v", data, err)
+	}
+	if body.Error.Code != wantCode || body.Error.Message == "" {
+		t.Errorf("error %+v, want code %s and a message", body.Error, wantCode)
+	}
+	return body.Error
+}
+
+// readEvents reads ndjson lines of T until EOF.
+func readEvents[T any](t *testing.T, r io.Reader) []T {
+	t.Helper()
+	var out []T
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var ev T
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("stream line %q: %v", sc.Text(), err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/internal/store"
+)
+
+// metaKey is the context key of a request's *requestMeta.
+type metaKey struct{}
+
+// requestMeta is what serve and the route wrapper learn about a request.
+// Only the request's own goroutine writes it, before the handler runs.
+type requestMeta struct {
+	id string
+	// key authenticated the request; zero on routes that need none.
+	key store.Key
+}
+
+// meta returns the request's metadata (zero outside serve).
+func meta(ctx context.Context) *requestMeta {
+	m, _ := ctx.Value(metaKey{}).(*requestMeta)
+	if m == nil {
+		return &requestMeta{}
+	}
+	return m
+}
+
+// requestID returns the id serve gave the request.
+func requestID(ctx context.Context) string { return meta(ctx).id }
+
+// caller returns the key that authenticated the request.
+func caller(r *http.Request) store.Key { return meta(r.Context()).key }
+
+// errPanic is what a recovered panic is reported as.
+var errPanic = errors.New("handler panicked")
+
+// serve gives the request an id, recovers a panicking handler into a JSON
+// 500 (or, when the response has begun, aborts the connection so the caller
+// sees a cut stream rather than a complete-looking one), and logs the
+// request.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &responseWriter{ResponseWriter: w}
+	m := &requestMeta{id: newRequestID()}
+	id := m.id
+	rw.Header().Set("X-Request-Id", id)
+	r = r.WithContext(context.WithValue(r.Context(), metaKey{}, m))
+	defer func() {
+		v := recover()
+		if v != nil && v != http.ErrAbortHandler {
+			s.log.Error("panic serving request", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if !rw.wroteHeader {
+				s.writeError(rw, r, errPanic)
+				v = nil
+			}
+		}
+		level := slog.LevelInfo
+		switch {
+		case v != nil || rw.status >= 500:
+			level = slog.LevelWarn
+		case r.URL.Path == "/healthz":
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
+			"status", rw.status, "bytes", rw.bytes, "duration", time.Since(start), "tenant", m.key.Tenant)
+		if v != nil {
+			panic(http.ErrAbortHandler)
+		}
+	}()
+	s.mux.ServeHTTP(rw, r)
+}
+
+// newRequestID returns 16 random hex digits.
+func newRequestID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// responseWriter records the status and size of a response, and whether it
+// has begun (after which an error can no longer change the status).
+type responseWriter struct {
+	http.ResponseWriter
+	status      int
+	bytes       int64
+	wroteHeader bool
+}
+
+// WriteHeader records the status; informational (1xx) headers do not begin
+// the response.
+func (w *responseWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.status = code
+		w.wroteHeader = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write begins the response with 200 if nothing else began it.
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// FlushError sends what is buffered; http.ResponseController calls it.
+func (w *responseWriter) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// began reports whether the response has begun, so an error can no longer
+// be sent as an error body.
+func began(w http.ResponseWriter) bool {
+	rw, ok := w.(*responseWriter)
+	return ok && rw.wroteHeader
+}
+
+// authenticate resolves the request's API key: "Authorization: Bearer KEY"
+// or "X-API-Key: KEY".
+func (s *Server) authenticate(r *http.Request) (store.Key, error) {
+	key := r.Header.Get("X-API-Key")
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, token, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return store.Key{}, api.Errorf(api.CodeUnauthorized, "the Authorization header must be \"Bearer <key>\"")
+		}
+		key = strings.TrimSpace(token)
+	}
+	if key == "" {
+		return store.Key{}, api.Errorf(api.CodeUnauthorized, "missing API key (Authorization: Bearer <key>)")
+	}
+	k, err := s.keys.LookupKey(r.Context(), key)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Key{}, api.Errorf(api.CodeUnauthorized, "invalid API key")
+	}
+	if err != nil {
+		return store.Key{}, fmt.Errorf("authenticate: %w", err)
+	}
+	return k, nil
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"time"
+
+	"warren/api"
+)
+
+// info answers GET /v1/info.
+func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, s.sb.Info(r.Context()))
+}
+
+// createSandbox answers POST /v1/sandboxes. An empty body asks for every
+// default.
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateSandboxRequest
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
+		return err
+	}
+	sb, err := s.sb.Create(r.Context(), caller(r).Tenant, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, sb)
+}
+
+// listSandboxes answers GET /v1/sandboxes.
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.sb.List(r.Context(), caller(r).Tenant)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []api.Sandbox{}
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Sandboxes []api.Sandbox `json:"sandboxes"`
+	}{list})
+}
+
+// getSandbox answers GET /v1/sandboxes/{id}.
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	sb, err := s.sb.Get(r.Context(), caller(r).Tenant, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+// deleteSandbox answers DELETE /v1/sandboxes/{id}.
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.sb.Delete(r.Context(), caller(r).Tenant, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// setTimeout answers POST /v1/sandboxes/{id}/timeout. The manager judges
+// the range; a value too large for a time.Duration is saturated so that it
+// is judged too long rather than wrapping around.
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	var req api.SetTimeoutRequest
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	timeout := time.Duration(math.MaxInt64)
+	if req.TimeoutSeconds < int64(math.MaxInt64/time.Second) {
+		timeout = time.Duration(req.TimeoutSeconds) * time.Second
+	}
+	sb, err := s.sb.SetTimeout(r.Context(), caller(r).Tenant, id, timeout)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+// listTemplates answers GET /v1/templates.
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.sb.Templates(r.Context())
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []api.Template{}
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Templates []api.Template `json:"templates"`
+	}{list})
+}
+
+// buildTemplate answers POST /v1/templates/{name}/build with a stream of
+// TemplateBuildEvent: one per line of progress, then the template or the
+// error. The build runs on the request's context: a caller that leaves
+// cancels it.
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	nd := newNDJSON(w)
+	progress := &lineWriter{emit: func(line string) {
+		nd.send(api.TemplateBuildEvent{Progress: line})
+	}}
+	t, err := s.sb.BuildTemplate(r.Context(), name, progress)
+	progress.close()
+	if err != nil {
+		var ae *api.Error
+		if !nd.began() && errors.As(err, &ae) && ae.Status() != http.StatusInternalServerError {
+			// Refused before anything was built: a plain error answer.
+			return err
+		}
+		msg := "internal error"
+		if errors.As(err, &ae) && ae.Status() != http.StatusInternalServerError {
+			msg = ae.Message
+		} else {
+			level := slog.LevelError
+			if r.Context().Err() != nil {
+				level = slog.LevelDebug
+			}
+			s.log.Log(r.Context(), level, "build template", "request_id", requestID(r.Context()), "template", name, "err", err)
+		}
+		return nd.send(api.TemplateBuildEvent{Error: msg})
+	}
+	return nd.send(api.TemplateBuildEvent{Template: &t})
+}

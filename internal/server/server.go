@@ -1,0 +1,220 @@
+// Package server is warren's HTTP/JSON API (docs/API.md): it authenticates
+// callers, decodes and validates requests, and turns them into calls on the
+// sandbox manager and on a sandbox's guest agent, streaming exec output and
+// file contents both ways.
+//
+// It holds no state of its own and makes no policy decision about sandboxes
+// (limits, timeouts, placement): the manager behind Sandboxes does, and
+// answers *api.Error for what a caller may see. Everything else becomes a 500
+// whose detail goes only to the log, under the request's id.
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/internal/agentconn"
+	"warren/internal/store"
+)
+
+// Sandboxes is what the API needs of the sandbox manager. Every method may be
+// called concurrently. Errors meant for the caller are *api.Error; any other
+// error is reported as an internal error. A sandbox of another tenant is
+// CodeNotFound, exactly like a missing one.
+type Sandboxes interface {
+	// Create starts a sandbox for tenant and returns it once its agent
+	// answers (state running). Zero fields of req take the manager's
+	// defaults; invalid ones are CodeBadRequest.
+	Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error)
+	// Get returns one of tenant's sandboxes; CodeNotFound if it has none
+	// with that id.
+	Get(ctx context.Context, tenant, id string) (api.Sandbox, error)
+	// List returns tenant's sandboxes, oldest first.
+	List(ctx context.Context, tenant string) ([]api.Sandbox, error)
+	// Delete stops and forgets one of tenant's sandboxes; CodeNotFound if it
+	// has none with that id.
+	Delete(ctx context.Context, tenant, id string) error
+	// SetTimeout makes the sandbox expire timeout from now and returns it;
+	// CodeBadRequest for a timeout out of the manager's range, CodeConflict
+	// for a sandbox in a final state.
+	SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error)
+	// Agent returns the connection to a running sandbox's guest agent; owned
+	// by the manager, never closed by the caller. CodeNotFound for an unknown
+	// sandbox, CodeConflict for one that is not running.
+	Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error)
+	// Info describes the node.
+	Info(ctx context.Context) api.NodeInfo
+	// Templates lists the templates built on the node.
+	Templates(ctx context.Context) ([]api.Template, error)
+	// BuildTemplate builds (or rebuilds) the template name, writing progress
+	// text to progress until it returns; CodeNotFound when no recipe has
+	// that name.
+	BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error)
+}
+
+// Keys resolves API keys. It may be called concurrently.
+type Keys interface {
+	// LookupKey returns the record of key; store.ErrNotFound for a key it
+	// does not know.
+	LookupKey(ctx context.Context, key string) (store.Key, error)
+}
+
+// Options tune the server. Zero values take the defaults.
+type Options struct {
+	// MaxOutputBytes bounds each of stdout and stderr kept for a foreground,
+	// non-streaming exec (default 16 MiB). Output beyond it is read and
+	// dropped, and the result says Truncated.
+	MaxOutputBytes int64
+	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
+	// is answered 413. File uploads and stdin are streams and have no bound.
+	MaxBodyBytes int64
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxOutputBytes = 16 << 20
+	DefaultMaxBodyBytes   = 1 << 20
+)
+
+// Server serves the API. Build it with New.
+type Server struct {
+	sb     Sandboxes
+	keys   Keys
+	log    *slog.Logger
+	opts   Options
+	routes []route
+	mux    *http.ServeMux
+}
+
+// access says who may call a route.
+type access int
+
+const (
+	public access = iota // anyone, no key
+	tenant               // any valid key
+	admin                // an admin key only
+)
+
+// route is one row of the route table in docs/API.md.
+type route struct {
+	method, path string
+	access       access
+	handle       handlerFunc
+}
+
+// handlerFunc serves one route. An error it returns is written as the
+// error body when nothing has been written yet, and only logged otherwise
+// (a stream that broke after its first line reports in-band).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// New returns a server over the given manager and key store.
+func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
+	if opts.MaxOutputBytes <= 0 {
+		opts.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux()}
+	s.routes = []route{
+		{"GET", "/healthz", public, s.healthz},
+		{"GET", "/openapi.json", tenant, s.openAPI},
+		{"GET", "/v1/info", tenant, s.info},
+		{"POST", "/v1/sandboxes", tenant, s.createSandbox},
+		{"GET", "/v1/sandboxes", tenant, s.listSandboxes},
+		{"GET", "/v1/sandboxes/{id}", tenant, s.getSandbox},
+		{"DELETE", "/v1/sandboxes/{id}", tenant, s.deleteSandbox},
+		{"POST", "/v1/sandboxes/{id}/timeout", tenant, s.setTimeout},
+		{"POST", "/v1/sandboxes/{id}/exec", tenant, s.exec},
+		{"GET", "/v1/sandboxes/{id}/processes", tenant, s.listProcesses},
+		{"GET", "/v1/sandboxes/{id}/processes/{pid}/stream", tenant, s.streamProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait", tenant, s.waitProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", tenant, s.processStdin},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", tenant, s.signalProcess},
+		{"GET", "/v1/sandboxes/{id}/files", tenant, s.readFile},
+		{"PUT", "/v1/sandboxes/{id}/files", tenant, s.writeFile},
+		{"DELETE", "/v1/sandboxes/{id}/files", tenant, s.removeFile},
+		{"GET", "/v1/sandboxes/{id}/files/stat", tenant, s.statFile},
+		{"GET", "/v1/sandboxes/{id}/files/list", tenant, s.listFiles},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", tenant, s.makeDir},
+		{"POST", "/v1/sandboxes/{id}/files/move", tenant, s.moveFile},
+		{"GET", "/v1/templates", tenant, s.listTemplates},
+		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
+	}
+	allowed := map[string][]string{}
+	var paths []string
+	for _, rt := range s.routes {
+		s.mux.Handle(rt.method+" "+rt.path, s.endpoint(rt))
+		if _, ok := allowed[rt.path]; !ok {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	// A pattern without a method is less specific than the same path with
+	// one, so these catch only the methods a path does not serve.
+	for _, p := range paths {
+		s.mux.Handle(p, methodNotAllowed(allowed[p]))
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: *api.Errorf(api.CodeNotFound, "no route %s %s", r.Method, r.URL.Path)})
+	})
+	return s
+}
+
+// Handler returns the HTTP handler of the API: every request gets an id
+// (X-Request-Id), an access log line, and a JSON 500 if its handler panics.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serve)
+}
+
+// methodNotAllowed answers 405 for a path served under other methods.
+func methodNotAllowed(methods []string) http.Handler {
+	allow := slices.Clone(methods)
+	if slices.Contains(allow, "GET") {
+		allow = append(allow, "HEAD")
+	}
+	header := strings.Join(allow, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", header)
+		writeJSON(w, http.StatusMethodNotAllowed, api.ErrorBody{Error: *api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, header)})
+	})
+}
+
+// endpoint wraps a route's handler with its access check and error writing.
+func (s *Server) endpoint(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.access != public {
+			key, err := s.authenticate(r)
+			if err == nil && rt.access == admin && !key.Admin {
+				err = api.Errorf(api.CodeForbidden, "this route needs an admin key")
+			}
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			meta(r.Context()).key = key
+		}
+		if err := rt.handle(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// healthz answers that the process serves; it needs no key.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// openAPI serves the OpenAPI document of this API.
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := io.WriteString(w, api.OpenAPI)
+	return err
+}

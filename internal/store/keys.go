@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// AdminTenant is the tenant of the admin key EnsureAdminKey creates.
+const AdminTenant = "admin"
+
+// keyPrefix starts every API key, so that a leaked key is recognizable
+// (secret scanners, logs).
+const keyPrefix = "wk_"
+
+// keyEncoding writes keys and key IDs in lower-case base32 without padding.
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// Key is an API key's record. The key itself is never stored, only its
+// SHA-256: whoever reads the database cannot use the keys in it.
+type Key struct {
+	// ID names the key in logs and listings; it is not secret.
+	ID     string
+	Tenant string
+	// Admin keys may also call the node's admin routes (template builds).
+	Admin     bool
+	CreatedAt time.Time
+}
+
+// CreateKey makes a new API key for tenant and returns it. It is shown only
+// now: the store keeps only its hash.
+func (s *Store) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
+	if tenant == "" {
+		return "", errors.New("create key: empty tenant")
+	}
+	key := keyPrefix + randomString(32)
+	hash := sha256.Sum256([]byte(key))
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO api_keys (id, hash, tenant, admin, created_at) VALUES (?, ?, ?, ?, ?)`,
+		"key-"+randomString(10), hash[:], tenant, admin, time.Now().UnixNano())
+	if err != nil {
+		return "", fmt.Errorf("create key: %w", err)
+	}
+	return key, nil
+}
+
+// LookupKey returns the record of key, or ErrNotFound when the store does
+// not know it. The lookup is by hash, so its timing tells nothing about how
+// close a guess was.
+func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
+	hash := sha256.Sum256([]byte(key))
+	var k Key
+	var created int64
+	err := s.db.QueryRowContext(ctx,
+		`SELECT id, tenant, admin, created_at FROM api_keys WHERE hash = ?`, hash[:]).
+		Scan(&k.ID, &k.Tenant, &k.Admin, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, ErrNotFound
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("lookup key: %w", err)
+	}
+	k.CreatedAt = fromNanos(created)
+	return k, nil
+}
+
+// EnsureAdminKey returns the admin key kept in the file at path. When the
+// file is missing, or holds a key that is not a known admin key, it creates
+// a new admin key for tenant AdminTenant, writes it to path (mode 0600,
+// atomically: a reader sees the old file or the new one) and reports
+// created. Calling it again returns the same key.
+func (s *Store) EnsureAdminKey(ctx context.Context, path string) (key string, created bool, err error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		old := strings.TrimSpace(string(b))
+		k, err := s.LookupKey(ctx, old)
+		if err == nil && k.Admin {
+			return old, false, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return "", false, fmt.Errorf("ensure admin key: %w", err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return "", false, fmt.Errorf("ensure admin key: %w", err)
+	}
+	key, err = s.CreateKey(ctx, AdminTenant, true)
+	if err != nil {
+		return "", false, fmt.Errorf("ensure admin key: %w", err)
+	}
+	if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", false, fmt.Errorf("ensure admin key: %w", err)
+	}
+	return key, true, nil
+}
+
+// writeFileAtomic writes data to a temporary file beside path and renames
+// it over path, syncing both, so that path is never seen half-written.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	committed := false
+	defer func() {
+		if !committed {
+			os.Remove(tmp)
+		}
+	}()
+	// CreateTemp makes the file 0600 already; Chmod states the mode asked
+	// for whatever the umask.
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	committed = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// randomString returns n random bytes in keyEncoding. crypto/rand.Read
+// never fails (it aborts the program if the kernel cannot supply entropy).
+func randomString(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return keyEncoding.EncodeToString(b)
+}

@@ -1,0 +1,308 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"warren/api"
+)
+
+// Sandbox is a sandbox's record. State is one of the api.State* constants
+// (see package api for the state machine); stopped and failed are final.
+type Sandbox struct {
+	ID       string
+	Tenant   string
+	Template string
+	Runtime  string
+	State    string
+	// Error says why a failed sandbox failed.
+	Error    string
+	CPUs     float64
+	MemoryMB int64
+	Pids     int64
+	DiskMB   int64
+	Env      map[string]string
+	Metadata map[string]string
+	// Slot is assigned by InsertSandbox: no two sandboxes that are not in a
+	// final state share one. It picks the sandbox's host uid range.
+	Slot int
+	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
+	RuntimeState []byte
+	CreatedAt    time.Time
+	// ExpiresAt is when the sandbox is to be deleted; zero means never.
+	ExpiresAt time.Time
+	// UpdatedAt is set by InsertSandbox and UpdateSandbox.
+	UpdatedAt time.Time
+}
+
+// sandboxColumns is the column list every query reads, in scanSandbox order.
+const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
+	env, metadata, slot, runtime_state, created_at, expires_at, updated_at`
+
+// finalStates is the SQL list of final states; it must match isFinal.
+const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
+
+// isFinal reports whether state is final: a sandbox in it holds no slot.
+func isFinal(state string) bool {
+	return state == api.StateStopped || state == api.StateFailed
+}
+
+// validState reports whether state is one of the api.State* constants.
+func validState(state string) bool {
+	switch state {
+	case api.StateStarting, api.StateRunning, api.StateStopped, api.StateFailed:
+		return true
+	}
+	return false
+}
+
+// InsertSandbox records a new sandbox and assigns its Slot: the lowest
+// non-negative integer no sandbox outside a final state holds. CreatedAt is
+// set to now when zero; UpdatedAt is set to now. Concurrent inserts never
+// get the same slot.
+func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
+	if sb.ID == "" || sb.Tenant == "" {
+		return errors.New("insert sandbox: empty id or tenant")
+	}
+	if !validState(sb.State) {
+		return fmt.Errorf("insert sandbox %s: invalid state %q", sb.ID, sb.State)
+	}
+	env, meta, err := encodeMaps(sb)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	now := time.Now()
+	created := sb.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	defer tx.Rollback()
+	slot, err := freeSlot(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
+		env, meta, slot, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	sb.Slot = slot
+	sb.CreatedAt = fromNanos(created.UnixNano())
+	sb.UpdatedAt = fromNanos(now.UnixNano())
+	return nil
+}
+
+// freeSlot returns the lowest slot no live sandbox holds. The caller's
+// transaction holds the write lock (IMMEDIATE), so the answer stays true
+// until it commits.
+func freeSlot(ctx context.Context, tx *sql.Tx) (int, error) {
+	rows, err := tx.QueryContext(ctx,
+		`SELECT slot FROM sandboxes WHERE state NOT IN `+finalStates+` ORDER BY slot`)
+	if err != nil {
+		return 0, fmt.Errorf("find free slot: %w", err)
+	}
+	defer rows.Close()
+	next := 0
+	for rows.Next() {
+		var used int
+		if err := rows.Scan(&used); err != nil {
+			return 0, fmt.Errorf("find free slot: %w", err)
+		}
+		if used > next {
+			break
+		}
+		next = used + 1
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("find free slot: %w", err)
+	}
+	return next, nil
+}
+
+// GetSandbox returns the sandbox with id, or ErrNotFound.
+func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, ErrNotFound
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns the sandboxes of tenant, or of every tenant when
+// tenant is "", oldest first.
+func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]Sandbox, error) {
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	var args []any
+	if tenant != "" {
+		q += ` WHERE tenant = ?`
+		args = append(args, tenant)
+	}
+	q += ` ORDER BY created_at, id`
+	return s.querySandboxes(ctx, "list sandboxes", q, args...)
+}
+
+// UpdateSandbox writes the sandbox's State, Error, ExpiresAt and
+// RuntimeState, and sets its UpdatedAt to now; the other fields are fixed at
+// insert. ErrNotFound when the sandbox does not exist. Moving a sandbox out
+// of a final state fails if another live sandbox took its slot meanwhile.
+func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
+	if !validState(sb.State) {
+		return fmt.Errorf("update sandbox %s: invalid state %q", sb.ID, sb.State)
+	}
+	now := time.Now()
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sandboxes SET state = ?, error = ?, expires_at = ?, runtime_state = ?, updated_at = ? WHERE id = ?`,
+		sb.State, sb.Error, nullNanos(sb.ExpiresAt), sb.RuntimeState, now.UnixNano(), sb.ID)
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	sb.UpdatedAt = fromNanos(now.UnixNano())
+	return nil
+}
+
+// DeleteSandbox forgets the sandbox with id; ErrNotFound when there is none.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// ExpiredSandboxes returns the sandboxes not in a final state whose
+// ExpiresAt is set and not after now, oldest first.
+func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
+	return s.querySandboxes(ctx, "expired sandboxes",
+		`SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE state NOT IN `+finalStates+` AND expires_at IS NOT NULL AND expires_at <= ?
+		ORDER BY created_at, id`, now.UnixNano())
+}
+
+// PurgeFinal deletes the sandboxes in a final state last updated before
+// olderThan and returns how many it deleted.
+func (s *Store) PurgeFinal(ctx context.Context, olderThan time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx,
+		`DELETE FROM sandboxes WHERE state IN `+finalStates+` AND updated_at < ?`, olderThan.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("purge sandboxes: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("purge sandboxes: %w", err)
+	}
+	return int(n), nil
+}
+
+// querySandboxes runs a query selecting sandboxColumns; op names it in
+// errors.
+func (s *Store) querySandboxes(ctx context.Context, op, query string, args ...any) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// scanSandbox reads one row of sandboxColumns.
+func scanSandbox(row scanner) (Sandbox, error) {
+	var sb Sandbox
+	var env, meta string
+	var created, updated int64
+	var expires sql.NullInt64
+	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
+		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Slot, &sb.RuntimeState,
+		&created, &expires, &updated)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+		return Sandbox{}, fmt.Errorf("decode env of %s: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
+		return Sandbox{}, fmt.Errorf("decode metadata of %s: %w", sb.ID, err)
+	}
+	sb.CreatedAt = fromNanos(created)
+	sb.UpdatedAt = fromNanos(updated)
+	if expires.Valid {
+		sb.ExpiresAt = fromNanos(expires.Int64)
+	}
+	return sb, nil
+}
+
+// encodeMaps returns the JSON of the sandbox's Env and Metadata; a nil map
+// is stored as null and read back as nil.
+func encodeMaps(sb *Sandbox) (env, meta string, err error) {
+	e, err := json.Marshal(sb.Env)
+	if err != nil {
+		return "", "", fmt.Errorf("encode env: %w", err)
+	}
+	m, err := json.Marshal(sb.Metadata)
+	if err != nil {
+		return "", "", fmt.Errorf("encode metadata: %w", err)
+	}
+	return string(e), string(m), nil
+}
+
+// Times are stored as Unix nanoseconds (UTC), which sort and compare in SQL
+// and keep full precision.
+
+// fromNanos is the UTC time of n Unix nanoseconds.
+func fromNanos(n int64) time.Time {
+	return time.Unix(0, n).UTC()
+}
+
+// nullNanos stores t, or NULL for the zero time.
+func nullNanos(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}
+}

@@ -1,0 +1,149 @@
+// Package store keeps a node's metadata in SQLite: API keys and sandbox
+// records. It is the single-machine store; the schema is plain SQL so that a
+// PostgreSQL store for a fleet can mirror it.
+//
+// It records what the rest of warren decides: it does not create sandboxes,
+// check quotas or validate the content of a record beyond what the schema
+// needs (the manager validates requests, the runtime owns RuntimeState).
+//
+// A Store is safe for concurrent use. Writes that read before they write
+// (slot assignment) run in one IMMEDIATE transaction, so concurrent callers,
+// even in other processes, are serialized by SQLite.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ErrNotFound is returned when a key or sandbox does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store is the SQLite metadata store of a node.
+type Store struct {
+	db *sql.DB
+}
+
+// busyTimeoutMs is how long a statement waits for another writer's lock
+// before it fails with SQLITE_BUSY.
+const busyTimeoutMs = 10000
+
+// migrations are the schema steps, applied in order. PRAGMA user_version
+// holds how many have been applied. Never edit a released step; append one.
+var migrations = []string{
+	`CREATE TABLE api_keys (
+		id         TEXT PRIMARY KEY,
+		hash       BLOB NOT NULL UNIQUE,
+		tenant     TEXT NOT NULL,
+		admin      INTEGER NOT NULL,
+		created_at INTEGER NOT NULL
+	);
+	CREATE TABLE sandboxes (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		template      TEXT NOT NULL,
+		runtime       TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		error         TEXT NOT NULL,
+		cpus          REAL NOT NULL,
+		memory_mb     INTEGER NOT NULL,
+		pids          INTEGER NOT NULL,
+		disk_mb       INTEGER NOT NULL,
+		env           TEXT NOT NULL,
+		metadata      TEXT NOT NULL,
+		slot          INTEGER NOT NULL,
+		runtime_state BLOB,
+		created_at    INTEGER NOT NULL,
+		expires_at    INTEGER,
+		updated_at    INTEGER NOT NULL
+	);
+	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
+	CREATE INDEX sandboxes_created ON sandboxes (created_at);
+	-- Two live sandboxes never share a slot: it picks their host uid range.
+	CREATE UNIQUE INDEX sandboxes_live_slot ON sandboxes (slot)
+		WHERE state NOT IN ('stopped', 'failed');`,
+}
+
+// Open opens (creating if needed) the database at path and brings its
+// schema up to date. The database runs in WAL mode with foreign keys on.
+func Open(ctx context.Context, path string) (*Store, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMs))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	// Every transaction takes the write lock at BEGIN: a read-then-write
+	// transaction cannot then fail half-way on a lock upgrade.
+	q.Set("_txlock", "immediate")
+	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the database. The Store must not be used afterwards.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
+	return nil
+}
+
+// migrate applies the migrations the database has not seen yet, each in its
+// own transaction together with the user_version that records it.
+func (s *Store) migrate(ctx context.Context) error {
+	for {
+		done, err := s.migrateOne(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateOne applies the next pending migration; done is true when none is
+// left.
+func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return false, fmt.Errorf("read schema version: %w", err)
+	}
+	switch {
+	case version > len(migrations):
+		return false, fmt.Errorf("schema version %d is newer than this binary knows (%d)", version, len(migrations))
+	case version == len(migrations):
+		return true, nil
+	}
+	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
+		return false, fmt.Errorf("migration %d: %w", version+1, err)
+	}
+	// PRAGMA takes no bound parameters; version is an int we computed.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
+		return false, fmt.Errorf("migration %d: %w", version+1, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("migration %d: %w", version+1, err)
+	}
+	return false, nil
+}

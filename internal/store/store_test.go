@@ -1,0 +1,451 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warren/api"
+)
+
+func openTest(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "warren.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func newSandbox(id, tenant string) *Sandbox {
+	return &Sandbox{
+		ID: id, Tenant: tenant, Template: "default", Runtime: "container", State: api.StateStarting,
+		CPUs: 1.5, MemoryMB: 512, Pids: 100, DiskMB: 1024,
+	}
+}
+
+func TestOpenSetsPragmas(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	var mode string
+	var fk, version int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || fk != 1 || version != len(migrations) {
+		t.Errorf("journal_mode=%q foreign_keys=%d user_version=%d, want wal 1 %d", mode, fk, version, len(migrations))
+	}
+}
+
+func TestOpenPathWithSpecialCharacters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a dir?#%", "w.db")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("database not at %s: %v", path, err)
+	}
+}
+
+func TestOpenRejectsNewerSchema(t *testing.T) {
+	s, path := openTest(t)
+	if _, err := s.db.Exec(fmt.Sprintf("PRAGMA user_version = %d", len(migrations)+1)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s2, err := Open(context.Background(), path); err == nil {
+		s2.Close()
+		t.Fatal("Open of a newer schema succeeded")
+	}
+}
+
+func TestKeys(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	key, err := s.CreateKey(ctx, "acme", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(key, "wk_") || len(key) < 40 {
+		t.Errorf("key %q: want wk_ and at least 256 bits", key)
+	}
+	k, err := s.LookupKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Tenant != "acme" || k.Admin || k.ID == "" || time.Since(k.CreatedAt) > time.Minute {
+		t.Errorf("LookupKey = %+v", k)
+	}
+	admin, err := s.CreateKey(ctx, "ops", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.LookupKey(ctx, admin); err != nil || !k.Admin || k.Tenant != "ops" {
+		t.Errorf("admin LookupKey = %+v, %v", k, err)
+	}
+	for _, bad := range []string{"", "wk_", key + "x", key[:len(key)-1], strings.ToUpper(key)} {
+		if _, err := s.LookupKey(ctx, bad); !errors.Is(err, ErrNotFound) {
+			t.Errorf("LookupKey(%q) err = %v, want ErrNotFound", bad, err)
+		}
+	}
+	if _, err := s.CreateKey(ctx, "", false); err == nil {
+		t.Error("CreateKey with empty tenant succeeded")
+	}
+	// Only the hash is kept.
+	hash := sha256.Sum256([]byte(key))
+	var stored []byte
+	if err := s.db.QueryRow(`SELECT hash FROM api_keys WHERE id = ?`, k.ID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, hash[:]) {
+		t.Errorf("stored hash %x, want sha256 of the key", stored)
+	}
+}
+
+func TestEnsureAdminKey(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys", "admin.key")
+	key, created, err := s.EnsureAdminKey(ctx, path)
+	if err != nil || !created {
+		t.Fatalf("first EnsureAdminKey = %q, %v, %v", key, created, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	k, err := s.LookupKey(ctx, key)
+	if err != nil || !k.Admin || k.Tenant != AdminTenant {
+		t.Errorf("LookupKey(admin) = %+v, %v", k, err)
+	}
+	again, created, err := s.EnsureAdminKey(ctx, path)
+	if err != nil || created || again != key {
+		t.Errorf("second EnsureAdminKey = %q, %v, %v; want %q, false", again, created, err, key)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the key file", len(entries))
+	}
+
+	// A file whose key the store does not know (a new database) is replaced.
+	if err := os.WriteFile(path, []byte("wk_stale\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh, created, err := s.EnsureAdminKey(ctx, path)
+	if err != nil || !created || fresh == key {
+		t.Errorf("EnsureAdminKey over a stale file = %q, %v, %v", fresh, created, err)
+	}
+	b, _ := os.ReadFile(path)
+	if strings.TrimSpace(string(b)) != fresh {
+		t.Errorf("file holds %q, want %q", b, fresh)
+	}
+
+	// A tenant key in the file is not promoted to admin.
+	user, _ := s.CreateKey(ctx, "acme", false)
+	if err := os.WriteFile(path, []byte(user), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, created, err := s.EnsureAdminKey(ctx, path); err != nil || !created || got == user {
+		t.Errorf("EnsureAdminKey over a tenant key = %q, %v, %v", got, created, err)
+	}
+}
+
+func TestSandboxRoundTrip(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	sb := newSandbox("sb-1", "acme")
+	sb.Env = map[string]string{"A": "1"}
+	sb.Metadata = map[string]string{"run": "42"}
+	sb.RuntimeState = []byte(`{"pid":7}`)
+	sb.ExpiresAt = time.Now().Add(time.Hour)
+	if err := s.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Slot != 0 || sb.CreatedAt.IsZero() || sb.UpdatedAt.IsZero() {
+		t.Errorf("after insert: slot %d created %v updated %v", sb.Slot, sb.CreatedAt, sb.UpdatedAt)
+	}
+	got, err := s.GetSandbox(ctx, "sb-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sandboxEqual(got, *sb) {
+		t.Errorf("GetSandbox = %+v\nwant %+v", got, *sb)
+	}
+	if _, err := s.GetSandbox(ctx, "sb-nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetSandbox(missing) err = %v, want ErrNotFound", err)
+	}
+	if err := s.InsertSandbox(ctx, newSandbox("sb-1", "acme")); err == nil {
+		t.Error("duplicate InsertSandbox succeeded")
+	}
+	bad := newSandbox("sb-2", "acme")
+	bad.State = "dancing"
+	if err := s.InsertSandbox(ctx, bad); err == nil {
+		t.Error("InsertSandbox with an invalid state succeeded")
+	}
+
+	got.State = api.StateFailed
+	got.Error = "boom"
+	got.ExpiresAt = time.Time{}
+	got.RuntimeState = []byte(`{"pid":8}`)
+	got.Template = "ignored"
+	before := got.UpdatedAt
+	if err := s.UpdateSandbox(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.UpdatedAt.After(before) {
+		t.Errorf("UpdatedAt %v not after %v", got.UpdatedAt, before)
+	}
+	again, _ := s.GetSandbox(ctx, "sb-1")
+	if again.State != api.StateFailed || again.Error != "boom" || !again.ExpiresAt.IsZero() ||
+		string(again.RuntimeState) != `{"pid":8}` || again.Template != "default" {
+		t.Errorf("after update: %+v", again)
+	}
+	missing := newSandbox("sb-missing", "acme")
+	if err := s.UpdateSandbox(ctx, missing); !errors.Is(err, ErrNotFound) {
+		t.Errorf("UpdateSandbox(missing) err = %v, want ErrNotFound", err)
+	}
+
+	if err := s.DeleteSandbox(ctx, "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(ctx, "sb-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second DeleteSandbox err = %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetSandbox(ctx, "sb-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetSandbox after delete err = %v", err)
+	}
+}
+
+func sandboxEqual(a, b Sandbox) bool {
+	ta := []time.Time{a.CreatedAt, a.ExpiresAt, a.UpdatedAt}
+	tb := []time.Time{b.CreatedAt, b.ExpiresAt, b.UpdatedAt}
+	for i := range ta {
+		if !ta[i].Equal(tb[i]) {
+			return false
+		}
+	}
+	a.CreatedAt, a.ExpiresAt, a.UpdatedAt = time.Time{}, time.Time{}, time.Time{}
+	b.CreatedAt, b.ExpiresAt, b.UpdatedAt = time.Time{}, time.Time{}, time.Time{}
+	return reflect.DeepEqual(a, b)
+}
+
+func TestListSandboxes(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	base := time.Now()
+	for i, tenant := range []string{"a", "b", "a", "b", "a"} {
+		sb := newSandbox(fmt.Sprintf("sb-%d", i), tenant)
+		// Inserted out of creation order: the list must sort.
+		sb.CreatedAt = base.Add(time.Duration(10-i) * time.Second)
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(list []Sandbox) []string {
+		var out []string
+		for _, sb := range list {
+			out = append(out, sb.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		tenant string
+		want   []string
+	}{
+		{"a", []string{"sb-4", "sb-2", "sb-0"}},
+		{"b", []string{"sb-3", "sb-1"}},
+		{"", []string{"sb-4", "sb-3", "sb-2", "sb-1", "sb-0"}},
+		{"nobody", nil},
+	} {
+		list, err := s.ListSandboxes(ctx, tc.tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(list); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ListSandboxes(%q) = %v, want %v", tc.tenant, got, tc.want)
+		}
+	}
+}
+
+func TestConcurrentInsertsGetDistinctSlots(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	slots := make([]int, n)
+	for i := range n {
+		wg.Go(func() {
+			sb := newSandbox(fmt.Sprintf("sb-%d", i), "acme")
+			if err := s.InsertSandbox(ctx, sb); err != nil {
+				errs <- err
+				return
+			}
+			slots[i] = sb.Slot
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("InsertSandbox: %v", err)
+	}
+	seen := map[int]bool{}
+	for _, slot := range slots {
+		if seen[slot] || slot < 0 || slot >= n {
+			t.Fatalf("slots %v: want a permutation of 0..%d", slots, n-1)
+		}
+		seen[slot] = true
+	}
+	list, _ := s.ListSandboxes(ctx, "")
+	for _, sb := range list {
+		var i int
+		fmt.Sscanf(sb.ID, "sb-%d", &i)
+		if sb.Slot != slots[i] {
+			t.Errorf("%s stored slot %d, insert returned %d", sb.ID, sb.Slot, slots[i])
+		}
+	}
+}
+
+func TestSlotReuse(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	var sbs []*Sandbox
+	for i := range 4 {
+		sb := newSandbox(fmt.Sprintf("sb-%d", i), "acme")
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if sb.Slot != i {
+			t.Fatalf("slot %d, want %d", sb.Slot, i)
+		}
+		sbs = append(sbs, sb)
+	}
+	// Running still holds its slot; stopped and failed free theirs.
+	sbs[0].State = api.StateRunning
+	sbs[1].State = api.StateStopped
+	sbs[2].State = api.StateFailed
+	for _, sb := range sbs[:3] {
+		if err := s.UpdateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []int{1, 2, 4} {
+		sb := newSandbox(fmt.Sprintf("sb-new%d", want), "acme")
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if sb.Slot != want {
+			t.Errorf("new sandbox got slot %d, want %d", sb.Slot, want)
+		}
+	}
+	// sb-1 cannot come back to life: its slot is taken by a live sandbox.
+	sbs[1].State = api.StateRunning
+	if err := s.UpdateSandbox(ctx, sbs[1]); err == nil {
+		t.Error("reviving a sandbox onto a taken slot succeeded")
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	s, path := openTest(t)
+	ctx := context.Background()
+	key, err := s.CreateKey(ctx, "acme", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandbox("sb-keep", "acme")
+	sb.Metadata = map[string]string{"k": "v"}
+	if err := s.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if k, err := s2.LookupKey(ctx, key); err != nil || k.Tenant != "acme" {
+		t.Errorf("LookupKey after reopen = %+v, %v", k, err)
+	}
+	got, err := s2.GetSandbox(ctx, "sb-keep")
+	if err != nil || !sandboxEqual(got, *sb) {
+		t.Errorf("GetSandbox after reopen = %+v, %v\nwant %+v", got, err, *sb)
+	}
+}
+
+func TestExpiredAndPurge(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	now := time.Now()
+	mk := func(id, state string, expires time.Time) *Sandbox {
+		sb := newSandbox(id, "acme")
+		sb.State = state
+		sb.ExpiresAt = expires
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	mk("sb-past", api.StateRunning, now.Add(-time.Minute))
+	mk("sb-now", api.StateStarting, now)
+	mk("sb-future", api.StateRunning, now.Add(time.Minute))
+	mk("sb-never", api.StateRunning, time.Time{})
+	mk("sb-stopped", api.StateStopped, now.Add(-time.Hour))
+	mk("sb-failed", api.StateFailed, now.Add(-time.Hour))
+
+	expired, err := s.ExpiredSandboxes(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sb := range expired {
+		got = append(got, sb.ID)
+	}
+	if want := []string{"sb-past", "sb-now"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ExpiredSandboxes = %v, want %v", got, want)
+	}
+
+	n, err := s.PurgeFinal(ctx, now.Add(-time.Hour))
+	if err != nil || n != 0 {
+		t.Errorf("PurgeFinal(an hour ago) = %d, %v; want 0", n, err)
+	}
+	n, err = s.PurgeFinal(ctx, time.Now().Add(time.Second))
+	if err != nil || n != 2 {
+		t.Errorf("PurgeFinal(now) = %d, %v; want 2", n, err)
+	}
+	list, _ := s.ListSandboxes(ctx, "")
+	if len(list) != 4 {
+		t.Errorf("%d sandboxes left, want 4", len(list))
+	}
+	for _, sb := range list {
+		if isFinal(sb.State) {
+			t.Errorf("%s in state %s survived the purge", sb.ID, sb.State)
+		}
+	}
+}

@@ -1,0 +1,227 @@
+//go:build linux
+
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// build makes the template name from r and publishes it. The caller holds
+// name's build lock. Everything is made in a work directory beside the
+// catalog (templates/.build-NAME-*), so that the final rename is atomic and
+// the image is on the pool's filesystem; the work directory is removed
+// whatever happens.
+func (c *Catalog) build(ctx context.Context, name string, r recipe, progress io.Writer) (Info, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	start := time.Now()
+	info, err := c.buildLocked(ctx, name, r, progress)
+	if err != nil {
+		return Info{}, fmt.Errorf("build template %s: %w", name, err)
+	}
+	c.log.Info("template built", "name", name, "duration", time.Since(start).Round(time.Millisecond),
+		"size", info.SizeBytes, "used", info.UsedBytes)
+	newLineWriter(progress, "done").Printf("%s: %d MiB image, %d MiB used, in %v",
+		info.Path, info.SizeBytes>>20, info.UsedBytes>>20, time.Since(start).Round(time.Second))
+	return info, nil
+}
+
+func (c *Catalog) buildLocked(ctx context.Context, name string, r recipe, progress io.Writer) (Info, error) {
+	if os.Geteuid() != 0 {
+		return Info{}, errors.New("building a template needs root (debootstrap, device nodes, file owners)")
+	}
+	if c.opts.AgentBinary == "" {
+		return Info{}, errors.New("no agent binary configured")
+	}
+	if _, err := os.Stat(c.opts.AgentBinary); err != nil {
+		return Info{}, fmt.Errorf("agent binary: %w", err)
+	}
+	c.removeStaleWork(name)
+	work, err := os.MkdirTemp(c.dir, ".build-"+name+"-")
+	if err != nil {
+		return Info{}, err
+	}
+	defer func() {
+		if err := os.RemoveAll(work); err != nil {
+			c.log.Warn("removing template build directory", "dir", work, "err", err)
+		}
+	}()
+
+	rootfs := filepath.Join(work, "rootfs")
+	if err := c.makeRootfs(ctx, r, rootfs, progress); err != nil {
+		return Info{}, err
+	}
+	newLineWriter(progress, "customize").Printf("installing the agent, user %q and sandbox config", sandboxUser)
+	if err := customize(rootfs, c.opts.AgentBinary, time.Now()); err != nil {
+		return Info{}, fmt.Errorf("customize: %w", err)
+	}
+	img := filepath.Join(work, name+".img")
+	if err := makeImage(ctx, rootfs, img, c.opts.ImageSize, progress); err != nil {
+		return Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+
+	// The old metadata goes first: a crash before the new metadata is
+	// written leaves "not found" (and a rebuild), never metadata that
+	// describes another image.
+	if err := os.Remove(c.metaPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Info{}, err
+	}
+	if err := os.Rename(img, c.imagePath(name)); err != nil {
+		return Info{}, err
+	}
+	info := Info{Name: name, BuiltAt: time.Now().UTC(), Recipe: r.name}
+	if err := statImage(&info, c.imagePath(name)); err != nil {
+		return Info{}, err
+	}
+	if err := c.writeMeta(info); err != nil {
+		return Info{}, fmt.Errorf("write metadata: %w", err)
+	}
+	return info, nil
+}
+
+// removeStaleWork removes work directories of earlier builds of name that
+// died without cleaning up. The caller holds name's build lock, so none of
+// them is in use. MkdirTemp suffixes are digits only, which keeps
+// .build-a-1-* (template "a-1") apart from .build-a-* (template "a").
+func (c *Catalog) removeStaleWork(name string) {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		c.log.Warn("listing template directory", "dir", c.dir, "err", err)
+		return
+	}
+	prefix := ".build-" + name + "-"
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" {
+			continue
+		}
+		path := filepath.Join(c.dir, e.Name())
+		c.log.Info("removing stale template build directory", "dir", path)
+		if err := os.RemoveAll(path); err != nil {
+			c.log.Warn("removing stale template build directory", "dir", path, "err", err)
+		}
+	}
+}
+
+// makeRootfs fills rootfs with r's root filesystem: unpacked from the cache
+// when r's package list was installed before, installed with debootstrap
+// (and then cached) otherwise.
+func (c *Catalog) makeRootfs(ctx context.Context, r recipe, rootfs string, progress io.Writer) error {
+	cacheDir := filepath.Join(c.dir, ".cache")
+	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+		return err
+	}
+	cache := filepath.Join(cacheDir, r.name+"-"+r.cacheKey()+".tar")
+	if _, err := os.Stat(cache); err == nil {
+		w := newLineWriter(progress, "rootfs")
+		w.Printf("unpacking cached root filesystem %s", filepath.Base(cache))
+		if err := os.Mkdir(rootfs, 0o755); err != nil {
+			return err
+		}
+		return run(ctx, w, "tar", "--extract", "--file", cache, "--directory", rootfs,
+			"--numeric-owner", "--same-owner", "--preserve-permissions", "--xattrs", "--xattrs-include=*")
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+
+	mirror := c.opts.Mirror
+	if mirror == "" {
+		mirror = aptMirror("/etc/apt", r.suite)
+	}
+	w := newLineWriter(progress, "debootstrap")
+	w.Printf("installing %s %s with %s from %s", r.suite, r.variant, strings.Join(r.include, ","), mirror)
+	if err := run(ctx, w, "debootstrap", r.debootstrapArgs(rootfs, mirror)...); err != nil {
+		return err
+	}
+	c.saveCache(ctx, r, rootfs, cache, progress)
+	return nil
+}
+
+// saveCache packs rootfs into the cache file for r, and drops the cache
+// files of r's earlier package lists. A cache that cannot be written costs
+// only time on the next build, so failures are logged, not returned.
+func (c *Catalog) saveCache(ctx context.Context, r recipe, rootfs, cache string, progress io.Writer) {
+	w := newLineWriter(progress, "cache")
+	w.Printf("saving root filesystem as %s", filepath.Base(cache))
+	tmp, err := os.CreateTemp(filepath.Dir(cache), "."+filepath.Base(cache)+"-")
+	if err == nil {
+		tmp.Close()
+		err = run(ctx, w, "tar", "--create", "--file", tmp.Name(), "--directory", rootfs,
+			"--numeric-owner", "--xattrs", "--xattrs-include=*", ".")
+		if err == nil {
+			err = os.Rename(tmp.Name(), cache)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}
+	if err != nil {
+		c.log.Warn("caching template root filesystem", "recipe", r.name, "err", err)
+		return
+	}
+	old, _ := filepath.Glob(filepath.Join(filepath.Dir(cache), r.name+"-*.tar"))
+	for _, p := range old {
+		if p != cache {
+			c.log.Info("removing outdated root filesystem cache", "path", p)
+			os.Remove(p)
+		}
+	}
+}
+
+// makeImage makes img, a sparse ext4 image of size bytes holding rootfs.
+func makeImage(ctx context.Context, rootfs, img string, size int64, progress io.Writer) error {
+	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	w := newLineWriter(progress, "mkfs")
+	w.Printf("making a %d MiB ext4 image", size>>20)
+	return run(ctx, w, "mkfs.ext4", "-q", "-F", "-L", "warren-root", "-E", "root_owner=0:0",
+		"-d", rootfs, img, fmt.Sprintf("%dk", size>>10))
+}
+
+// run runs a build command with its output going to out. The command gets
+// its own mount namespace, so that whatever it mounts (debootstrap mounts
+// /proc and /sys in the new root) disappears with it even if it is killed,
+// and removing the work directory can never reach into a mount. It gets its
+// own process group too, so that cancelling ctx kills its children as well.
+func run(ctx context.Context, out *lineWriter, name string, args ...string) error {
+	out.last = "" // only the command's own output explains its failure
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Run()
+	out.Flush()
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", name, ctx.Err())
+	case out.last != "":
+		return fmt.Errorf("%s: %w (last output: %s)", name, err, out.last)
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
