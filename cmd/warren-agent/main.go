@@ -44,6 +44,9 @@ var version = "dev"
 const termGrace = 5 * time.Second
 
 func main() {
+	// The container runtime executes the agent from a memfd, which the
+	// kernel names after its fd number; ps and top should say what it is.
+	os.WriteFile("/proc/self/comm", []byte("warren-agent"), 0)
 	os.Exit(run(os.Args[1:]))
 }
 

@@ -68,8 +68,12 @@ func (h controlService) Init(ctx context.Context, req *connect.Request[controlpb
 		if len(hn) > 64 || strings.ContainsRune(hn, 0) {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad hostname %q", hn))
 		}
-		if err := unix.Sethostname([]byte(hn)); err != nil {
-			return nil, connect.NewError(errnoCode(err), fmt.Errorf("set hostname: %w", err))
+		// The container runtime sets the hostname before it drops the
+		// capability to change it: setting the same name again is a no-op.
+		if cur, err := os.Hostname(); err != nil || cur != hn {
+			if err := unix.Sethostname([]byte(hn)); err != nil {
+				return nil, connect.NewError(errnoCode(err), fmt.Errorf("set hostname: %w", err))
+			}
 		}
 	}
 	h.s.mu.Lock()
