@@ -242,6 +242,7 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 		}
 	}()
 
+	t0 := time.Now()
 	diskPath := m.diskPath(rec.ID)
 	if err := m.deps.Pool.Clone(ctx, tpl.Path, diskPath); err != nil {
 		return fmt.Errorf("clone template disk: %w", err)
@@ -258,16 +259,19 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	}
 	undo = append(undo, func() { os.RemoveAll(dir) })
 
+	tClone := time.Now()
 	inst, err := rt.Start(ctx, m.spec(rec))
 	if err != nil {
 		return err
 	}
+	tStart := time.Now()
 	undo = append(undo, func() { inst.Stop(context.WithoutCancel(ctx)) })
 	conn := agentconn.DialUnix(inst.AgentSocket())
 	undo = append(undo, conn.Close)
 	if err := conn.WaitReady(ctx); err != nil {
 		return fmt.Errorf("agent did not answer: %w", err)
 	}
+	tReady := time.Now()
 	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
 		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
 	}))
@@ -285,6 +289,8 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	m.live[rec.ID] = l
 	m.mu.Unlock()
 	go m.watch(rec.ID, l)
+	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0),
+		"runtime", tStart.Sub(tClone), "agent_ready", tReady.Sub(tStart), "init_and_record", time.Since(tReady))
 	return nil
 }
 
