@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/agent"
+	"warren/internal/runtime/container/containerinit"
 )
 
 // version is set at build time: -ldflags '-X main.version=...'.
@@ -47,7 +48,10 @@ func main() {
 	// The container runtime executes the agent from a memfd, which the
 	// kernel names after its fd number; ps and top should say what it is.
 	os.WriteFile("/proc/self/comm", []byte("warren-agent"), 0)
-	os.Exit(run(os.Args[1:]))
+	// Started by the container runtime as a sandbox's init, the agent first
+	// sets the sandbox up; elsewhere this returns the arguments at once.
+	args := containerinit.Run()
+	os.Exit(run(args))
 }
 
 func run(args []string) int {

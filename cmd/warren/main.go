@@ -18,13 +18,9 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
-
-	"warren/internal/runtime/container"
 )
 
 func main() {
-	// A sandbox's init is this binary re-executed; it never returns.
-	container.MaybeInit()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

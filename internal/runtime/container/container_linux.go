@@ -10,15 +10,15 @@
 // is weaker than a microVM: sandboxed code talks to the host kernel directly,
 // so one kernel bug is an escape. It says so in Isolation.
 //
-// How a sandbox starts (parent = the daemon, child = this package's init,
-// re-executed from the daemon's own binary):
+// How a sandbox starts (parent = the daemon; child = the guest agent binary,
+// started as the sandbox's init; its half is package containerinit):
 //
 //  1. The parent creates the sandbox's cgroup, attaches the disk image to a
 //     loop device (autoclear) and binds the agent's unix socket in the
 //     sandbox's private host directory.
-//  2. It starts the child in new namespaces; the user namespace maps the
-//     sandbox's uids 0-65535 to a host range of its own (by slot), so root
-//     in the sandbox is an unprivileged, unique host uid.
+//  2. It starts the agent from a sealed memfd in new namespaces; the user
+//     namespace maps the sandbox's uids 0-65535 to a host range of its own
+//     (by slot), so root in the sandbox is an unprivileged, unique host uid.
 //  3. It puts the child in the cgroup, mounts the loop device as a detached
 //     ext4 mount, idmapped into the child's user namespace (files stay owned
 //     by uid 0 on disk, so the same image boots in a VM), and passes the mount
@@ -27,10 +27,10 @@
 //     (a tmpfs with a few host device nodes bound in), devpts, /dev/shm and
 //     /run, masks sensitive /proc files, pivots into the disk, sets the
 //     hostname, brings up loopback, enters a new cgroup namespace, drops
-//     capabilities, sets no_new_privs, installs seccomp and execs the agent
-//     from a sealed memfd, handing it the listening socket.
-//  5. The child's end of the socketpair is close-on-exec: the parent reads
-//     EOF on success, or the child's error message.
+//     capabilities, sets no_new_privs and installs seccomp, then closes its
+//     end of the socketpair and goes on as the agent (PID 1), serving on the
+//     inherited listening socket.
+//  5. The parent reads EOF on success, or the child's error message.
 //
 // The root mount lives only in the sandbox's mount namespace: when its last
 // process dies the mount goes, and the loop device detaches itself. Nothing
@@ -59,6 +59,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/disk"
 	"warren/internal/runtime"
+	"warren/internal/runtime/container/containerinit"
 )
 
 // Isolation is how this runtime describes its boundary, everywhere.
@@ -71,24 +72,15 @@ const (
 	uidsPerSandbox = 65536
 )
 
-// mountpoint is where each init attaches its sandbox's root, in its own
-// mount namespace only, before pivoting into it: one empty directory for all
-// sandboxes. It must be reachable by the init's unprivileged host uid (so
-// not inside the 0700 data directory); it never holds anything on the host.
-const mountpoint = "/run/warren/rootfs"
-
-// initArg0 is argv[0] of the re-executed init; MaybeInit recognizes it.
-const initArg0 = "warren-container-init"
-
 // Runtime is the container runtime. It is safe for concurrent use.
 type Runtime struct {
 	log     *slog.Logger
 	cgroups *cgroup.Hierarchy
-	// self is this binary, opened once and re-executed as the container init
-	// through /proc/self/fd: the init runs as an unprivileged host uid that
-	// may not traverse the directories the binary lives in.
-	self  *os.File
-	agent *os.File // the guest agent binary in a sealed memfd
+	// agent is the guest agent binary in a sealed memfd. Each sandbox's init
+	// is executed from it through /proc/self/fd (the init runs as an
+	// unprivileged host uid that may not traverse the directories the binary
+	// lives in) and, after setting the sandbox up, goes on as the agent.
+	agent *os.File
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -97,23 +89,14 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // into a sealed memfd that every sandbox executes, so the agent always
 // matches the daemon and no host path of it is visible in a sandbox.
 func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string) (*Runtime, error) {
-	if err := os.MkdirAll(mountpoint, 0o711); err != nil {
+	if err := os.MkdirAll(containerinit.Mountpoint, 0o711); err != nil {
 		return nil, fmt.Errorf("root mountpoint: %w", err)
-	}
-	path, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own binary: %w", err)
-	}
-	self, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open own binary: %w", err)
 	}
 	agent, err := sealedCopy(agentBinary)
 	if err != nil {
-		self.Close()
 		return nil, err
 	}
-	return &Runtime{log: log, cgroups: cgroups, self: self, agent: agent}, nil
+	return &Runtime{log: log, cgroups: cgroups, agent: agent}, nil
 }
 
 // sealedCopy copies the file at path into a memfd that nobody can change.
@@ -280,15 +263,18 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	defer logFile.Close()
 
-	cfg, _ := json.Marshal(initConfig{Hostname: spec.Hostname})
+	cfg, _ := json.Marshal(containerinit.Config{Hostname: spec.Hostname})
 	hostUID := uidBase + spec.Slot*uidsPerSandbox
 	cmd := &exec.Cmd{
-		Path:       fmt.Sprintf("/proc/self/fd/%d", fdSelf),
-		Args:       []string{initArg0},
-		Env:        []string{initEnv + "=" + string(cfg)},
+		Path: fmt.Sprintf("/proc/self/fd/%d", containerinit.FdSelf),
+		Args: []string{containerinit.Arg0, "--listen-fd", fmt.Sprint(containerinit.FdListener), "--mode", "container"},
+		Env: []string{
+			containerinit.ConfigEnv + "=" + string(cfg),
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		},
 		Stdout:     logFile,
 		Stderr:     logFile,
-		ExtraFiles: []*os.File{lnFile, childSync, r.agent, r.self}, // fds 3 to 6
+		ExtraFiles: []*os.File{lnFile, childSync, r.agent}, // containerinit.Fd*: 3, 4, 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,

@@ -24,13 +24,13 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/disk"
 	"warren/internal/runtime"
+	"warren/internal/runtime/container/containerinit"
 )
 
 // agentPath is the guest agent built once for this test binary.
 var agentPath string
 
 func TestMain(m *testing.M) {
-	MaybeInit()
 	os.Exit(runTests(m))
 }
 
@@ -213,6 +213,23 @@ func TestContainerIsolation(t *testing.T) {
 			t.Errorf("/proc/self/status lacks %q:\n%s", want, status)
 		}
 	}
+	// The agent itself went through the same lock-down on every thread (it
+	// sets up the sandbox and then serves, without an exec in between).
+	threads := run(t, conn, "sh", "-c", "for d in /proc/1/task/*; do cat $d/status $d/cgroup; echo ==; done")
+	blocks := strings.Split(strings.TrimSuffix(threads, "==\n"), "==\n")
+	if len(blocks) < 2 {
+		t.Fatalf("agent threads: %q", threads)
+	}
+	for i, b := range blocks {
+		for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", fmt.Sprintf("CapEff:\t%016x", keptMask()), fmt.Sprintf("CapBnd:\t%016x", keptMask())} {
+			if !strings.Contains(b, want) {
+				t.Errorf("agent thread %d lacks %q", i, want)
+			}
+		}
+		if strings.Contains(b, "/warren") {
+			t.Errorf("agent thread %d sees a host cgroup path:\n%s", i, b)
+		}
+	}
 	// Only the sandbox's own processes are visible.
 	procs := 0
 	for _, name := range strings.Fields(run(t, conn, "ls", "/proc")) {
@@ -253,7 +270,7 @@ func TestContainerIsolation(t *testing.T) {
 
 func keptMask() uint64 {
 	var m uint64
-	for _, c := range keptCaps {
+	for _, c := range containerinit.KeptCapabilities() {
 		m |= 1 << c
 	}
 	return m

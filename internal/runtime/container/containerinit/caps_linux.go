@@ -1,6 +1,6 @@
 //go:build linux
 
-package container
+package containerinit
 
 import (
 	"fmt"
@@ -27,8 +27,9 @@ var keptCaps = []uintptr{
 // for documentation and tests.
 func KeptCapabilities() []uintptr { return keptCaps }
 
-// dropCapabilities shrinks the bounding set to keptCaps and sets the
-// permitted, effective and inheritable sets to the same, and clears ambient.
+// dropCapabilities shrinks the bounding set to keptCaps, sets the permitted,
+// effective and inheritable sets to the same and clears ambient, on every
+// thread of the process.
 func dropCapabilities() error {
 	last, err := lastCap()
 	if err != nil {
@@ -44,11 +45,11 @@ func dropCapabilities() error {
 		if keep[c] {
 			continue
 		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err != nil {
 			return fmt.Errorf("drop capability %d: %w", c, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -57,7 +58,7 @@ func dropCapabilities() error {
 		v := uint32(mask >> (32 * i))
 		data[i] = unix.CapUserData{Effective: v, Permitted: v, Inheritable: v}
 	}
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
+	if err := capsetAllThreads(&hdr, &data); err != nil {
 		return fmt.Errorf("capset: %w", err)
 	}
 	return nil

@@ -1,0 +1,185 @@
+//go:build linux
+
+// Package containerinit is the half of the container runtime that runs
+// inside a new sandbox: the guest agent binary, started by the runtime in
+// fresh namespaces, calls Run first thing; it attaches the sandbox's root,
+// builds /proc, /sys and /dev, pivots into the disk, drops privileges and
+// installs seccomp, and then returns so the same process goes on as the
+// agent (PID 1). Doing the setup in the agent itself saves a second exec and
+// Go start-up per sandbox.
+//
+// It is imported by the agent, so it stays small: x/sys and internal/seccomp.
+// It is not for anything that runs on the host side (that is package
+// container).
+package containerinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/seccomp"
+)
+
+// Arg0 is argv[0] the runtime starts the agent with to ask for the setup.
+const Arg0 = "warren-container-init"
+
+// ConfigEnv carries the setup's Config as JSON.
+const ConfigEnv = "WARREN_CONTAINER_INIT"
+
+// Mountpoint is where each sandbox's init attaches its root, in its own
+// mount namespace only, before pivoting into it: one empty directory for all
+// sandboxes. It must be reachable by the init's unprivileged host uid (so
+// not inside the 0700 data directory); it never holds anything on the host.
+const Mountpoint = "/run/warren/rootfs"
+
+// File descriptors the runtime hands the init (exec.Cmd.ExtraFiles order).
+const (
+	FdListener = 3 // the agent's listening socket; the agent serves on it
+	FdSync     = 4 // socketpair to the runtime: the root mount comes in, an error or EOF goes out
+	FdSelf     = 5 // the agent binary (a sealed memfd) the init was executed from; closed at once
+)
+
+// Config is what the runtime tells the init.
+type Config struct {
+	Hostname string `json:"hostname"`
+}
+
+// Run does the sandbox setup if this process was started as a container
+// init, and returns the arguments the agent should run with. In any other
+// process it returns os.Args[1:] at once. On failure it reports the error to
+// the runtime and exits; it returns only when the sandbox is ready for the
+// agent to serve.
+func Run() []string {
+	if len(os.Args) == 0 || os.Args[0] != Arg0 {
+		return os.Args[1:]
+	}
+	unix.Close(FdSelf)
+	if err := setup(); err != nil {
+		unix.Write(FdSync, []byte(err.Error()))
+		os.Exit(1)
+	}
+	// EOF on the sync socket tells the runtime the sandbox is set up.
+	unix.Close(FdSync)
+	return os.Args[1:]
+}
+
+// setup builds the sandbox from inside its new namespaces.
+func setup() error {
+	var cfg Config
+	if err := json.Unmarshal([]byte(os.Getenv(ConfigEnv)), &cfg); err != nil {
+		return fmt.Errorf("init config: %w", err)
+	}
+	os.Unsetenv(ConfigEnv)
+	root, err := recvFd(FdSync)
+	if err != nil {
+		return fmt.Errorf("receive root mount: %w", err)
+	}
+	// Nothing mounted from here on may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.MoveMount(root, "", unix.AT_FDCWD, Mountpoint, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach root: %w", err)
+	}
+	if err := unix.Fchdir(root); err != nil {
+		return fmt.Errorf("enter root: %w", err)
+	}
+	unix.Close(root)
+	if err := mountSystem(); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	// The old root is stacked under the new one; detach it so nothing of the
+	// host's filesystem stays reachable.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach host root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir /: %w", err)
+	}
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	// The runtime moved us into the sandbox's cgroup before sending the root:
+	// a cgroup namespace made now shows that cgroup as "/". Namespaces,
+	// capabilities and no_new_privs belong to each thread, and the agent
+	// forks from any of its threads, so each step runs on every thread.
+	if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
+		return fmt.Errorf("cgroup namespace: %w", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	// Last: the filter forbids much of the above. TSYNC applies it to every
+	// thread.
+	if err := seccomp.Install(); err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	return nil
+}
+
+// allThreads makes the syscall on every OS thread of the process.
+func allThreads(trap, a1, a2, a3 uintptr) error {
+	if _, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, a3); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// recvFd receives one file descriptor sent with SCM_RIGHTS on fd.
+func recvFd(fd int) (int, error) {
+	buf := make([]byte, 16)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return -1, err
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err == nil && len(fds) == 1 {
+			return fds[0], nil
+		}
+	}
+	return -1, errors.New("no file descriptor in message")
+}
+
+// loopbackUp sets the loopback interface of the sandbox's network namespace
+// up; it is the only interface a sandbox has for now.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
