@@ -48,10 +48,7 @@ func main() {
 	// The container runtime executes the agent from a memfd, which the
 	// kernel names after its fd number; ps and top should say what it is.
 	os.WriteFile("/proc/self/comm", []byte("warren-agent"), 0)
-	// Started by the container runtime as a sandbox's init, the agent first
-	// sets the sandbox up; elsewhere this returns the arguments at once.
-	args := containerinit.Run()
-	os.Exit(run(args))
+	os.Exit(run(os.Args[1:]))
 }
 
 func run(args []string) int {
@@ -74,6 +71,14 @@ func run(args []string) int {
 	}
 	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(*mode, log)}, log)
 	defer srv.Close()
+	if containerinit.Started() {
+		// Started by the container runtime as a sandbox's init: page in the
+		// serving path while the runtime prepares the root (or, warm, before
+		// any sandbox exists), then set the sandbox up. Until Setup returns
+		// the root is the host's: nothing here may touch a file.
+		srv.Warm()
+		containerinit.Setup()
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -41,8 +41,11 @@ type Options struct {
 	// EnsureTemplate, when set, builds this template at start if it is
 	// missing, before the API listens.
 	EnsureTemplate string
-	Sandbox        sandbox.Config
-	Log            *slog.Logger
+	// Warm is how many sandbox inits the container runtime keeps started
+	// ahead of time.
+	Warm    int
+	Sandbox sandbox.Config
+	Log     *slog.Logger
 	// Out receives the first-start admin key and the listening address.
 	Out io.Writer
 	// Ready, when set, is called with the bound address once the API serves.
@@ -96,10 +99,14 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("cgroups: %w", err)
 	}
-	ctr, err := container.New(log.WithGroup("container"), cg, agentBin)
+	ctr, err := container.New(log.WithGroup("container"), cg, agentBin, container.Options{
+		Warm:    o.Warm,
+		WarmDir: filepath.Join(o.DataDir, "warm"),
+	})
 	if err != nil {
 		return fmt.Errorf("container runtime: %w", err)
 	}
+	defer ctr.Close()
 	templates, err := template.NewCatalog(pool, log.WithGroup("template"), template.Options{AgentBinary: agentBin})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)

@@ -239,7 +239,7 @@ func TestAttachLoop(t *testing.T) {
 	}
 	cleanupPoolMounts(t, dir)
 
-	l, err := AttachLoop(img, false)
+	l, err := AttachLoop(img, LoopOptions{DirectIO: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestAttachLoop(t *testing.T) {
 	waitNoLoops(t, dir)
 
 	// Read-only: the data written above is there, and the device refuses writes.
-	ro, err := AttachLoop(img, true)
+	ro, err := AttachLoop(img, LoopOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestAttachLoopConcurrent(t *testing.T) {
 		if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		wg.Go(func() { loops[i], errs[i] = AttachLoop(img, false) })
+		wg.Go(func() { loops[i], errs[i] = AttachLoop(img, LoopOptions{DirectIO: true}) })
 	}
 	wg.Wait()
 	seen := map[string]bool{}

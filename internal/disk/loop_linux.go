@@ -30,17 +30,27 @@ type Loop struct {
 	f    *os.File
 }
 
-// AttachLoop attaches image to a free loop device. A read-only device refuses
-// writes and needs only read access to image. Direct I/O to the image is
-// requested so that its data is not cached twice; the kernel drops the
-// request when the image's filesystem cannot do it.
-func AttachLoop(image string, readOnly bool) (*Loop, error) {
+// LoopOptions say how a loop device reaches its image.
+type LoopOptions struct {
+	// ReadOnly devices refuse writes and need only read access to the image.
+	ReadOnly bool
+	// DirectIO bypasses the page cache of the image file, so that data a
+	// filesystem on the device caches itself is not cached twice (the
+	// kernel drops the request when the image's filesystem cannot do it).
+	// Leave it off for an image whose cache is shared, like the XFS image
+	// holding reflink clones: blocks the clones share are then read from
+	// disk once for all of them.
+	DirectIO bool
+}
+
+// AttachLoop attaches image to a free loop device.
+func AttachLoop(image string, opts LoopOptions) (*Loop, error) {
 	abs, err := filepath.Abs(image)
 	if err != nil {
 		return nil, fmt.Errorf("attach loop: %w", err)
 	}
 	flag := os.O_RDWR
-	if readOnly {
+	if opts.ReadOnly {
 		flag = os.O_RDONLY
 	}
 	img, err := os.OpenFile(abs, flag, 0)
@@ -61,7 +71,7 @@ func AttachLoop(image string, readOnly bool) (*Loop, error) {
 			return nil, fmt.Errorf("attach loop: get free device: %w", err)
 		}
 		dev := fmt.Sprintf("/dev/loop%d", n)
-		l, err := configureLoop(dev, img, flag, abs)
+		l, err := configureLoop(dev, img, flag, opts.DirectIO, abs)
 		if errors.Is(err, unix.EBUSY) {
 			continue // another attacher won this device; ask for the next free one
 		}
@@ -74,21 +84,24 @@ func AttachLoop(image string, readOnly bool) (*Loop, error) {
 }
 
 // configureLoop binds img to the loop device dev, opened with flag.
-func configureLoop(dev string, img *os.File, flag int, name string) (*Loop, error) {
+func configureLoop(dev string, img *os.File, flag int, directIO bool, name string) (*Loop, error) {
 	f, err := os.OpenFile(dev, flag, 0)
 	if err != nil {
 		return nil, err
 	}
 	var cfg unix.LoopConfig
 	cfg.Fd = uint32(img.Fd())
-	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO
+	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+	if directIO {
+		cfg.Info.Flags |= unix.LO_FLAGS_DIRECT_IO
+	}
 	if flag == os.O_RDONLY {
 		cfg.Info.Flags |= unix.LO_FLAGS_READ_ONLY
 	}
 	// lo_file_name is informational (losetup shows it) and NUL-terminated.
 	copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], name)
 	err = unix.IoctlLoopConfigure(int(f.Fd()), &cfg)
-	if errors.Is(err, unix.EINVAL) {
+	if errors.Is(err, unix.EINVAL) && directIO {
 		// Older kernels reject direct I/O they cannot do instead of
 		// dropping the flag.
 		cfg.Info.Flags &^= unix.LO_FLAGS_DIRECT_IO

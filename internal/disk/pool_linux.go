@@ -165,7 +165,7 @@ func mountXFSImage(ctx context.Context, image, disks string, size int64, log *sl
 	} else if err != nil {
 		return nil, err
 	}
-	loop, err := AttachLoop(image, false)
+	loop, err := AttachLoop(image, LoopOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -24,9 +24,6 @@ type Limits struct {
 // Spec is everything a runtime needs to start one sandbox.
 type Spec struct {
 	ID string
-	// Slot is unique among the node's live sandboxes; the container runtime
-	// derives the sandbox's host uid range from it.
-	Slot int
 	// Disk is the sandbox's own root disk image (raw ext4), already cloned
 	// from its template. The runtime never deletes it.
 	Disk     string

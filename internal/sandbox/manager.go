@@ -268,16 +268,15 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	undo = append(undo, func() { inst.Stop(context.WithoutCancel(ctx)) })
 	conn := agentconn.DialUnix(inst.AgentSocket())
 	undo = append(undo, conn.Close)
-	if err := conn.WaitReady(ctx); err != nil {
-		return fmt.Errorf("agent did not answer: %w", err)
-	}
-	tReady := time.Now()
+	// The runtime returns once the agent is about to serve on a socket that
+	// is already listening: Init is also the readiness check.
 	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
 		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
 	}))
 	if err != nil {
 		return fmt.Errorf("init agent: %w", err)
 	}
+	tReady := time.Now()
 
 	rec.State = api.StateRunning
 	rec.RuntimeState = inst.State()
@@ -290,14 +289,13 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	m.mu.Unlock()
 	go m.watch(rec.ID, l)
 	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0),
-		"runtime", tStart.Sub(tClone), "agent_ready", tReady.Sub(tStart), "init_and_record", time.Since(tReady))
+		"runtime", tStart.Sub(tClone), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
 	return nil
 }
 
 func (m *Manager) spec(rec *store.Sandbox) runtime.Spec {
 	return runtime.Spec{
 		ID:       rec.ID,
-		Slot:     rec.Slot,
 		Disk:     m.diskPath(rec.ID),
 		Hostname: rec.ID,
 		Dir:      m.stateDir(rec.ID),

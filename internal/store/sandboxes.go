@@ -27,9 +27,6 @@ type Sandbox struct {
 	DiskMB   int64
 	Env      map[string]string
 	Metadata map[string]string
-	// Slot is assigned by InsertSandbox: no two sandboxes that are not in a
-	// final state share one. It picks the sandbox's host uid range.
-	Slot int
 	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
 	RuntimeState []byte
 	CreatedAt    time.Time
@@ -41,12 +38,12 @@ type Sandbox struct {
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
-	env, metadata, slot, runtime_state, created_at, expires_at, updated_at`
+	env, metadata, runtime_state, created_at, expires_at, updated_at`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
 
-// isFinal reports whether state is final: a sandbox in it holds no slot.
+// isFinal reports whether state is final.
 func isFinal(state string) bool {
 	return state == api.StateStopped || state == api.StateFailed
 }
@@ -60,10 +57,8 @@ func validState(state string) bool {
 	return false
 }
 
-// InsertSandbox records a new sandbox and assigns its Slot: the lowest
-// non-negative integer no sandbox outside a final state holds. CreatedAt is
-// set to now when zero; UpdatedAt is set to now. Concurrent inserts never
-// get the same slot.
+// InsertSandbox records a new sandbox. CreatedAt is set to now when zero;
+// UpdatedAt is set to now.
 func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return errors.New("insert sandbox: empty id or tenant")
@@ -80,56 +75,16 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if created.IsZero() {
 		created = now
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
-	}
-	defer tx.Rollback()
-	slot, err := freeSlot(ctx, tx)
-	if err != nil {
-		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
-		env, meta, slot, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+		env, meta, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
-	}
-	sb.Slot = slot
 	sb.CreatedAt = fromNanos(created.UnixNano())
 	sb.UpdatedAt = fromNanos(now.UnixNano())
 	return nil
-}
-
-// freeSlot returns the lowest slot no live sandbox holds. The caller's
-// transaction holds the write lock (IMMEDIATE), so the answer stays true
-// until it commits.
-func freeSlot(ctx context.Context, tx *sql.Tx) (int, error) {
-	rows, err := tx.QueryContext(ctx,
-		`SELECT slot FROM sandboxes WHERE state NOT IN `+finalStates+` ORDER BY slot`)
-	if err != nil {
-		return 0, fmt.Errorf("find free slot: %w", err)
-	}
-	defer rows.Close()
-	next := 0
-	for rows.Next() {
-		var used int
-		if err := rows.Scan(&used); err != nil {
-			return 0, fmt.Errorf("find free slot: %w", err)
-		}
-		if used > next {
-			break
-		}
-		next = used + 1
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("find free slot: %w", err)
-	}
-	return next, nil
 }
 
 // GetSandbox returns the sandbox with id, or ErrNotFound.
@@ -160,8 +115,7 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]Sandbox, er
 
 // UpdateSandbox writes the sandbox's State, Error, ExpiresAt and
 // RuntimeState, and sets its UpdatedAt to now; the other fields are fixed at
-// insert. ErrNotFound when the sandbox does not exist. Moving a sandbox out
-// of a final state fails if another live sandbox took its slot meanwhile.
+// insert. ErrNotFound when the sandbox does not exist.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
 	if !validState(sb.State) {
 		return fmt.Errorf("update sandbox %s: invalid state %q", sb.ID, sb.State)
@@ -258,7 +212,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var created, updated int64
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
-		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Slot, &sb.RuntimeState,
+		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.RuntimeState,
 		&created, &expires, &updated)
 	if err != nil {
 		return Sandbox{}, err

@@ -6,9 +6,8 @@
 // check quotas or validate the content of a record beyond what the schema
 // needs (the manager validates requests, the runtime owns RuntimeState).
 //
-// A Store is safe for concurrent use. Writes that read before they write
-// (slot assignment) run in one IMMEDIATE transaction, so concurrent callers,
-// even in other processes, are serialized by SQLite.
+// A Store is safe for concurrent use; SQLite serializes writers, even in
+// other processes.
 package store
 
 import (
@@ -57,17 +56,13 @@ var migrations = []string{
 		disk_mb       INTEGER NOT NULL,
 		env           TEXT NOT NULL,
 		metadata      TEXT NOT NULL,
-		slot          INTEGER NOT NULL,
 		runtime_state BLOB,
 		created_at    INTEGER NOT NULL,
 		expires_at    INTEGER,
 		updated_at    INTEGER NOT NULL
 	);
 	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
-	CREATE INDEX sandboxes_created ON sandboxes (created_at);
-	-- Two live sandboxes never share a slot: it picks their host uid range.
-	CREATE UNIQUE INDEX sandboxes_live_slot ON sandboxes (slot)
-		WHERE state NOT IN ('stopped', 'failed');`,
+	CREATE INDEX sandboxes_created ON sandboxes (created_at);`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

@@ -129,7 +129,7 @@ func TestBuildDefault(t *testing.T) {
 // rely on, running programs from it in a chroot.
 func checkImage(t *testing.T, img string) {
 	t.Helper()
-	l, err := disk.AttachLoop(img, true)
+	l, err := disk.AttachLoop(img, disk.LoopOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,12 +46,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -72,15 +69,36 @@ const (
 	uidsPerSandbox = 65536
 )
 
+// Options configure the runtime.
+type Options struct {
+	// Warm is how many inits are kept spawned ahead of time, so that a
+	// create skips process start-up (0: none).
+	Warm int
+	// WarmDir holds the warm inits' sockets and logs; it is emptied at New.
+	// Required when Warm > 0.
+	WarmDir string
+}
+
 // Runtime is the container runtime. It is safe for concurrent use.
 type Runtime struct {
 	log     *slog.Logger
 	cgroups *cgroup.Hierarchy
+	opts    Options
 	// agent is the guest agent binary in a sealed memfd. Each sandbox's init
-	// is executed from it through /proc/self/fd (the init runs as an
-	// unprivileged host uid that may not traverse the directories the binary
-	// lives in) and, after setting the sandbox up, goes on as the agent.
+	// is executed from it and, after setting the sandbox up, goes on as the
+	// agent.
 	agent *os.File
+
+	slotsMu sync.Mutex   // guards slots
+	slots   map[int]bool // uid ranges held by live sandboxes and spawned inits
+
+	warmMu    sync.Mutex  // guards warm
+	warm      []*initProc // spawned ahead of time, waiting for a sandbox
+	refill    chan struct{}
+	warmOnce  sync.Once
+	stopWarm  context.CancelFunc
+	warmWG    sync.WaitGroup
+	closeOnce sync.Once
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -88,15 +106,48 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // New makes the runtime. agentBinary is the static guest agent; it is copied
 // into a sealed memfd that every sandbox executes, so the agent always
 // matches the daemon and no host path of it is visible in a sandbox.
-func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string) (*Runtime, error) {
+//
+// Warm inits start being spawned after the first Sweep, once every sandbox
+// of an earlier daemon process has been adopted and its uid range is known.
+func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts Options) (*Runtime, error) {
 	if err := os.MkdirAll(containerinit.Mountpoint, 0o711); err != nil {
 		return nil, fmt.Errorf("root mountpoint: %w", err)
+	}
+	if opts.Warm > 0 {
+		if opts.WarmDir == "" {
+			return nil, errors.New("container runtime: warm inits need a WarmDir")
+		}
+		// Inits a previous daemon process left warm exit by themselves when
+		// their sync socket closes; their files go here.
+		if err := os.RemoveAll(opts.WarmDir); err != nil {
+			return nil, fmt.Errorf("warm dir: %w", err)
+		}
+		if err := os.MkdirAll(opts.WarmDir, 0o700); err != nil {
+			return nil, fmt.Errorf("warm dir: %w", err)
+		}
 	}
 	agent, err := sealedCopy(agentBinary)
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{log: log, cgroups: cgroups, agent: agent}, nil
+	return &Runtime{
+		log: log, cgroups: cgroups, opts: opts, agent: agent,
+		slots: map[int]bool{}, refill: make(chan struct{}, 1), stopWarm: func() {},
+	}, nil
+}
+
+// Close kills the warm inits. Running sandboxes are not touched: a later
+// Runtime adopts them.
+func (r *Runtime) Close() error {
+	r.closeOnce.Do(func() {
+		r.warmOnce.Do(func() {}) // a Sweep after Close starts nothing
+		r.warmMu.Lock()
+		stop := r.stopWarm
+		r.warmMu.Unlock()
+		stop()
+		r.warmWG.Wait()
+	})
+	return nil
 }
 
 // sealedCopy copies the file at path into a memfd that nobody can change.
@@ -151,6 +202,8 @@ type state struct {
 	// process, never a later one that reused the pid.
 	StartTime uint64 `json:"start_time"`
 	Socket    string `json:"socket"`
+	// Slot is the sandbox's host uid range (see uidBase).
+	Slot int `json:"slot"`
 }
 
 // instance is one running container sandbox.
@@ -182,7 +235,9 @@ func (in *instance) Stop(ctx context.Context) error {
 		in.stopErr = in.r.destroy(ctx, in.id, in.dir)
 		select {
 		case <-in.done:
+			in.r.freeSlot(in.st.Slot)
 		case <-time.After(10 * time.Second):
+			// Its uid range stays taken: something of it may still run.
 			in.stopErr = errors.Join(in.stopErr, fmt.Errorf("sandbox %s: init did not exit after kill", in.id))
 		}
 	})
@@ -216,6 +271,24 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		}
 	}()
 
+	// The disk and the init's cgroup do not depend on each other until the
+	// mount is idmapped into the init's user namespace: prepare them at once.
+	// Once the init has it (or the start failed), our fd of the mount goes.
+	mounted := make(chan diskMount, 1)
+	go func() { mounted <- mountDisk(spec.Disk) }()
+	diskMounted := sync.OnceValue(func() diskMount { return <-mounted })
+	defer func() {
+		if d := diskMounted(); d.err == nil {
+			unix.Close(d.fd)
+		}
+	}()
+
+	p, err := r.take(spec.Dir)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(p.kill)
+
 	cg, err := r.cgroups.Create(spec.ID, cgroup.Limits{
 		CPUs:        spec.Limits.CPUs,
 		MemoryBytes: spec.Limits.MemoryBytes,
@@ -225,153 +298,92 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
 	undo.add(func() { cg.Destroy(context.WithoutCancel(ctx)) })
-
-	loop, err := disk.AttachLoop(spec.Disk, false)
-	if err != nil {
-		return nil, fmt.Errorf("attach disk: %w", err)
-	}
-	// The mount holds the device from step 3 on; our fd only bridges until
-	// then, and closing it lets autoclear detach the device when the
-	// sandbox's mount namespace is gone.
-	defer loop.Close()
-
-	sock := filepath.Join(spec.Dir, "agent.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listen for agent: %w", err)
-	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return nil, fmt.Errorf("agent listener: %w", err)
-	}
-	defer lnFile.Close()
-
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
-	}
-	parentSync := os.NewFile(uintptr(fds[0]), "sync-parent")
-	childSync := os.NewFile(uintptr(fds[1]), "sync-child")
-	defer parentSync.Close()
-
-	logFile, err := os.OpenFile(filepath.Join(spec.Dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		childSync.Close()
-		return nil, fmt.Errorf("open console log: %w", err)
-	}
-	defer logFile.Close()
-
-	cfg, _ := json.Marshal(containerinit.Config{Hostname: spec.Hostname})
-	hostUID := uidBase + spec.Slot*uidsPerSandbox
-	cmd := &exec.Cmd{
-		Path: fmt.Sprintf("/proc/self/fd/%d", containerinit.FdSelf),
-		Args: []string{containerinit.Arg0, "--listen-fd", fmt.Sprint(containerinit.FdListener), "--mode", "container"},
-		Env: []string{
-			containerinit.ConfigEnv + "=" + string(cfg),
-			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		},
-		Stdout:     logFile,
-		Stderr:     logFile,
-		ExtraFiles: []*os.File{lnFile, childSync, r.agent}, // containerinit.Fd*: 3, 4, 5
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
-			GidMappingsEnableSetgroups: true,
-			// Root of the new user namespace: without it the child keeps
-			// host uid 0, which is unmapped there, and exec drops every
-			// capability it needs to build the sandbox.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0},
-			Setsid:     true,
-		},
-	}
-	err = cmd.Start()
-	childSync.Close()
-	if err != nil {
-		return nil, fmt.Errorf("start init: %w", err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	undo.add(func() {
-		cmd.Process.Kill()
-		<-done
-	})
-
-	if err := cg.AddProc(pid); err != nil {
+	if err := cg.AddProc(p.pid); err != nil {
 		return nil, fmt.Errorf("join cgroup: %w", err)
 	}
-	mnt, err := idmappedMount(loop.Path(), fmt.Sprintf("/proc/%d/ns/user", pid))
-	if err != nil {
+
+	d := diskMounted()
+	if d.err != nil {
+		return nil, d.err
+	}
+	mnt := d.fd
+	if err := idmap(mnt, fmt.Sprintf("/proc/%d/ns/user", p.pid)); err != nil {
 		return nil, err
 	}
-	err = sendFd(parentSync, mnt)
-	unix.Close(mnt)
-	if err != nil {
+	cfg, _ := json.Marshal(containerinit.Config{Hostname: spec.Hostname})
+	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(mnt), nil, 0); err != nil {
 		return nil, fmt.Errorf("hand root to init: %w", err)
 	}
-	if err := waitExec(ctx, parentSync); err != nil {
+	if err := waitSetup(ctx, p.sync); err != nil {
 		return nil, err
 	}
+	p.sync.Close()
 
-	start, err := processStartTime(pid)
+	start, err := processStartTime(p.pid)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
-	r.log.Debug("container started", "sandbox", spec.ID, "pid", pid, "host_uid", hostUID)
+	r.log.Debug("container started", "sandbox", spec.ID, "pid", p.pid, "host_uid", p.hostUID(), "warm", p.warm)
 	return &instance{
-		r: r, id: spec.ID, dir: spec.Dir, done: done,
-		st: state{PID: pid, StartTime: start, Socket: sock},
+		r: r, id: spec.ID, dir: spec.Dir, done: p.done,
+		st: state{PID: p.pid, StartTime: start, Socket: p.sock, Slot: p.slot},
 	}, nil
 }
 
-// idmappedMount mounts the ext4 device as a detached mount whose ownership is
-// seen through the user namespace at usernsPath: on-disk uid 0 is the
-// sandbox's root. It returns the mount's fd.
-func idmappedMount(dev, usernsPath string) (int, error) {
+// diskMount is a detached mount of a sandbox disk, or why there is none.
+type diskMount struct {
+	fd  int
+	err error
+}
+
+// mountDisk attaches the image to a loop device and mounts its ext4 as a
+// detached mount. The mount holds the device; our loop fd only bridges until
+// then, and with autoclear the device detaches itself once the mount is gone
+// (when the sandbox's mount namespace ends, or when the fd is closed
+// unattached).
+func mountDisk(image string) diskMount {
+	loop, err := disk.AttachLoop(image, disk.LoopOptions{DirectIO: true})
+	if err != nil {
+		return diskMount{err: fmt.Errorf("attach disk: %w", err)}
+	}
+	defer loop.Close()
 	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return -1, fmt.Errorf("fsopen ext4: %w", err)
+		return diskMount{err: fmt.Errorf("fsopen ext4: %w", err)}
 	}
 	defer unix.Close(fsfd)
-	if err := unix.FsconfigSetString(fsfd, "source", dev); err != nil {
-		return -1, fmt.Errorf("mount disk: source: %w", err)
+	if err := unix.FsconfigSetString(fsfd, "source", loop.Path()); err != nil {
+		return diskMount{err: fmt.Errorf("mount disk: source: %w", err)}
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return -1, fmt.Errorf("mount disk: %w", err)
+		return diskMount{err: fmt.Errorf("mount disk: %w", err)}
 	}
 	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
 	if err != nil {
-		return -1, fmt.Errorf("fsmount disk: %w", err)
+		return diskMount{err: fmt.Errorf("fsmount disk: %w", err)}
 	}
+	return diskMount{fd: mnt}
+}
+
+// idmap makes the detached mount show ownership through the user namespace
+// at usernsPath: on-disk uid 0 is the sandbox's root, so files stay owned by
+// uid 0 on disk and the same image boots in a VM.
+func idmap(mnt int, usernsPath string) error {
 	userns, err := unix.Open(usernsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		unix.Close(mnt)
-		return -1, fmt.Errorf("open sandbox user namespace: %w", err)
+		return fmt.Errorf("open sandbox user namespace: %w", err)
 	}
 	defer unix.Close(userns)
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
 	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		unix.Close(mnt)
-		return -1, fmt.Errorf("idmap root mount: %w", err)
+		return fmt.Errorf("idmap root mount: %w", err)
 	}
-	return mnt, nil
+	return nil
 }
 
-// sendFd passes fd over the unix socket f.
-func sendFd(f *os.File, fd int) error {
-	return unix.Sendmsg(int(f.Fd()), []byte("mount"), unix.UnixRights(fd), nil, 0)
-}
-
-// waitExec waits for the init to exec the agent (EOF on the sync socket) or to
-// report why it could not.
-func waitExec(ctx context.Context, sync *os.File) error {
+// waitSetup waits for the init to finish setting the sandbox up (EOF on the
+// sync socket) or to report why it could not.
+func waitSetup(ctx context.Context, sync *os.File) error {
 	conn, err := net.FileConn(sync)
 	if err != nil {
 		return fmt.Errorf("sync with init: %w", err)
@@ -436,6 +448,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		unix.Close(pidfd)
 		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
 	}
+	r.useSlot(st.Slot)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -451,8 +464,21 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 }
 
 // Sweep implements runtime.Runtime: it destroys every warren cgroup that no
-// kept sandbox owns, killing whatever still runs in it.
+// kept sandbox owns, killing whatever still runs in it. The first Sweep also
+// starts keeping warm inits: the adopted sandboxes' uid ranges are known by
+// then.
 func (r *Runtime) Sweep(ctx context.Context, keep map[string]bool) error {
+	r.warmOnce.Do(func() {
+		if r.opts.Warm <= 0 {
+			return
+		}
+		wctx, cancel := context.WithCancel(context.Background())
+		r.warmMu.Lock()
+		r.stopWarm = cancel
+		r.warmMu.Unlock()
+		r.warmWG.Add(1)
+		go r.keepWarm(wctx)
+	})
 	names, err := r.cgroups.List()
 	if err != nil {
 		return fmt.Errorf("list cgroups: %w", err)

@@ -111,7 +111,7 @@ type fixture struct {
 	spec runtime.Spec
 }
 
-func newFixture(t *testing.T, slot int) *fixture {
+func newFixture(t *testing.T, n int) *fixture {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the container runtime needs root")
@@ -126,17 +126,17 @@ func newFixture(t *testing.T, slot int) *fixture {
 	if err != nil {
 		t.Skipf("no usable cgroups: %v", err)
 	}
-	rt, err := New(log, cg, agentPath)
+	rt, err := New(log, cg, agentPath, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := fmt.Sprintf("ctest-%d-%d", os.Getpid(), slot)
+	id := fmt.Sprintf("ctest-%d-%d", os.Getpid(), n)
 	dir := filepath.Join(t.TempDir(), id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{rt: rt, cg: cg, spec: runtime.Spec{
-		ID: id, Slot: slot, Disk: miniImage(t), Hostname: "box-" + id, Dir: dir,
+		ID: id, Disk: miniImage(t), Hostname: "box-" + id, Dir: dir,
 		Limits: runtime.Limits{CPUs: 1, MemoryBytes: 256 << 20, Pids: 64},
 	}}
 }
@@ -197,7 +197,7 @@ func TestContainerIsolation(t *testing.T) {
 	if got := strings.TrimSpace(run(t, conn, "id", "-u")); got != "0" {
 		t.Errorf("uid in sandbox = %q, want 0", got)
 	}
-	hostUID := uidBase + f.spec.Slot*uidsPerSandbox
+	hostUID := uidBase + stateOf(t, inst).Slot*uidsPerSandbox
 	if got, want := strings.Fields(run(t, conn, "cat", "/proc/self/uid_map")), []string{"0", fmt.Sprint(hostUID), "65536"}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("uid_map = %v, want %v", got, want)
 	}
@@ -337,7 +337,7 @@ func TestContainerAdoptAfterRestart(t *testing.T) {
 
 	// A new Runtime is what a restarted daemon has.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt2, err := New(log, f.cg, agentPath)
+	rt2, err := New(log, f.cg, agentPath, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,5 +407,80 @@ func TestSweepRemovesOrphanCgroups(t *testing.T) {
 	}
 	if _, err := f.cg.Open(orphan); !errors.Is(err, cgroup.ErrNotFound) {
 		t.Errorf("orphan cgroup still there: %v", err)
+	}
+}
+
+// Warm inits are spawned ahead of time and handed out by Start; every
+// sandbox, warm or cold, gets a uid range of its own, and Close kills the
+// inits still waiting.
+func TestWarmInits(t *testing.T) {
+	f := newFixture(t, 906)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rt, err := New(log, f.cg, agentPath, Options{Warm: 2, WarmDir: filepath.Join(t.TempDir(), "warm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	f.rt = rt
+	if err := rt.Sweep(context.Background(), map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	warmCount := func() int {
+		rt.warmMu.Lock()
+		defer rt.warmMu.Unlock()
+		return len(rt.warm)
+	}
+	waitFor(t, "two warm inits", func() bool { return warmCount() == 2 })
+
+	slots := map[int]bool{}
+	var pids []int
+	for i := range 3 { // the third may find the pool empty and start cold
+		spec := f.spec
+		spec.ID = fmt.Sprintf("%s-%d", f.spec.ID, i)
+		spec.Dir = filepath.Join(t.TempDir(), spec.ID)
+		os.Mkdir(spec.Dir, 0o700)
+		f.spec = spec
+		inst, conn := f.start(t)
+		if got := strings.TrimSpace(run(t, conn, "hostname")); got != spec.Hostname {
+			t.Errorf("sandbox %d: hostname %q, want %q", i, got, spec.Hostname)
+		}
+		st := stateOf(t, inst)
+		if slots[st.Slot] {
+			t.Errorf("sandbox %d shares uid slot %d", i, st.Slot)
+		}
+		slots[st.Slot] = true
+		pids = append(pids, st.PID)
+	}
+	waitFor(t, "the pool to refill", func() bool { return warmCount() == 2 })
+	rt.warmMu.Lock()
+	var waiting []int
+	for _, p := range rt.warm {
+		waiting = append(waiting, p.pid)
+		if slots[p.slot] {
+			t.Errorf("warm init holds slot %d of a running sandbox", p.slot)
+		}
+	}
+	rt.warmMu.Unlock()
+	rt.Close()
+	for _, pid := range waiting {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("warm init %d alive after Close", pid)
+		}
+	}
+	for _, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			t.Errorf("sandbox init %d died with Close: sandboxes must outlive the runtime", pid)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

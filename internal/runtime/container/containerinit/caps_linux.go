@@ -27,31 +27,42 @@ var keptCaps = []uintptr{
 // for documentation and tests.
 func KeptCapabilities() []uintptr { return keptCaps }
 
-// dropCapabilities shrinks the bounding set to keptCaps, sets the permitted,
-// effective and inheritable sets to the same and clears ambient, on every
-// thread of the process.
-func dropCapabilities() error {
+// keptMask is keptCaps as a bit mask.
+func keptMask() uint64 {
+	var mask uint64
+	for _, c := range keptCaps {
+		mask |= 1 << c
+	}
+	return mask
+}
+
+// shrinkBoundingSet drops every capability but keptCaps from the bounding
+// set of every thread, so no exec can ever gain them.
+func shrinkBoundingSet() error {
 	last, err := lastCap()
 	if err != nil {
 		return err
 	}
-	keep := map[uintptr]bool{}
-	var mask uint64
-	for _, c := range keptCaps {
-		keep[c] = true
-		mask |= 1 << c
-	}
+	mask := keptMask()
 	for c := uintptr(0); c <= last; c++ {
-		if keep[c] {
+		if mask&(1<<c) != 0 {
 			continue
 		}
 		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err != nil {
-			return fmt.Errorf("drop capability %d: %w", c, err)
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}
+	return nil
+}
+
+// limitCapabilities sets the permitted, effective and inheritable sets of
+// every thread to keptCaps and clears the ambient set. With no_new_privs set
+// after it, no process of the sandbox can hold more.
+func limitCapabilities() error {
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
+	mask := keptMask()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	for i := range data {

@@ -2,7 +2,7 @@
 
 // Package containerinit is the half of the container runtime that runs
 // inside a new sandbox: the guest agent binary, started by the runtime in
-// fresh namespaces, calls Run first thing; it attaches the sandbox's root,
+// fresh namespaces, calls Setup before it serves; it attaches the sandbox's root,
 // builds /proc, /sys and /dev, pivots into the disk, drops privileges and
 // installs seccomp, and then returns so the same process goes on as the
 // agent (PID 1). Doing the setup in the agent itself saves a second exec and
@@ -28,9 +28,6 @@ import (
 // Arg0 is argv[0] the runtime starts the agent with to ask for the setup.
 const Arg0 = "warren-container-init"
 
-// ConfigEnv carries the setup's Config as JSON.
-const ConfigEnv = "WARREN_CONTAINER_INIT"
-
 // Mountpoint is where each sandbox's init attaches its root, in its own
 // mount namespace only, before pivoting into it: one empty directory for all
 // sandboxes. It must be reachable by the init's unprivileged host uid (so
@@ -40,24 +37,24 @@ const Mountpoint = "/run/warren/rootfs"
 // File descriptors the runtime hands the init (exec.Cmd.ExtraFiles order).
 const (
 	FdListener = 3 // the agent's listening socket; the agent serves on it
-	FdSync     = 4 // socketpair to the runtime: the root mount comes in, an error or EOF goes out
+	FdSync     = 4 // socketpair to the runtime: Config and the root mount come in, an error or EOF goes out
 	FdSelf     = 5 // the agent binary (a sealed memfd) the init was executed from; closed at once
 )
 
-// Config is what the runtime tells the init.
+// Config is what the runtime tells the init, as JSON in the message that
+// carries the root mount.
 type Config struct {
 	Hostname string `json:"hostname"`
 }
 
-// Run does the sandbox setup if this process was started as a container
-// init, and returns the arguments the agent should run with. In any other
-// process it returns os.Args[1:] at once. On failure it reports the error to
-// the runtime and exits; it returns only when the sandbox is ready for the
-// agent to serve.
-func Run() []string {
-	if len(os.Args) == 0 || os.Args[0] != Arg0 {
-		return os.Args[1:]
-	}
+// Started reports whether this process was started by the container runtime
+// as a sandbox's init; it must then call Setup before it serves.
+func Started() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
+
+// Setup sets the sandbox up from inside its new namespaces and returns when
+// it is ready for the agent to serve. On failure it reports the error to
+// the runtime and exits.
+func Setup() {
 	unix.Close(FdSelf)
 	if err := setup(); err != nil {
 		unix.Write(FdSync, []byte(err.Error()))
@@ -65,19 +62,24 @@ func Run() []string {
 	}
 	// EOF on the sync socket tells the runtime the sandbox is set up.
 	unix.Close(FdSync)
-	return os.Args[1:]
 }
 
 // setup builds the sandbox from inside its new namespaces.
 func setup() error {
-	var cfg Config
-	if err := json.Unmarshal([]byte(os.Getenv(ConfigEnv)), &cfg); err != nil {
-		return fmt.Errorf("init config: %w", err)
+	// The bounding set only limits what later execs may gain, not what this
+	// process holds now: shrink it before the root arrives, which for a
+	// warm init is before any sandbox waits for it.
+	if err := shrinkBoundingSet(); err != nil {
+		return err
 	}
-	os.Unsetenv(ConfigEnv)
-	root, err := recvFd(FdSync)
+	msg, root, err := recvFd(FdSync)
 	if err != nil {
 		return fmt.Errorf("receive root mount: %w", err)
+	}
+	var cfg Config
+	if err := json.Unmarshal(msg, &cfg); err != nil {
+		unix.Close(root)
+		return fmt.Errorf("init config: %w", err)
 	}
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -119,7 +121,7 @@ func setup() error {
 	if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
 		return fmt.Errorf("cgroup namespace: %w", err)
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := limitCapabilities(); err != nil {
 		return err
 	}
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
@@ -141,25 +143,26 @@ func allThreads(trap, a1, a2, a3 uintptr) error {
 	return nil
 }
 
-// recvFd receives one file descriptor sent with SCM_RIGHTS on fd.
-func recvFd(fd int) (int, error) {
-	buf := make([]byte, 16)
+// recvFd receives a message with one file descriptor (SCM_RIGHTS) on fd.
+// An empty message means the runtime went away (its process ended).
+func recvFd(fd int) ([]byte, int, error) {
+	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return -1, err
+		return nil, -1, err
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil {
-		return -1, err
+		return nil, -1, err
 	}
 	for _, m := range msgs {
 		fds, err := unix.ParseUnixRights(&m)
 		if err == nil && len(fds) == 1 {
-			return fds[0], nil
+			return buf[:n], fds[0], nil
 		}
 	}
-	return -1, errors.New("no file descriptor in message")
+	return nil, -1, errors.New("no root mount in message (the runtime went away)")
 }
 
 // loopbackUp sets the loopback interface of the sandbox's network namespace

@@ -1,0 +1,285 @@
+//go:build linux
+
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/runtime/container/containerinit"
+)
+
+// An init is started in two halves. spawn starts the agent binary in fresh
+// namespaces under a uid range of its own; it pages itself in and waits for
+// its root. Start then gives it a cgroup, the sandbox's disk and its
+// hostname. Warm inits are spawned ahead of time, so a create pays only the
+// second half; when none is ready, Start spawns one on the spot.
+
+// initProc is a spawned init waiting for its root.
+type initProc struct {
+	r    *Runtime
+	cmd  *exec.Cmd
+	pid  int
+	slot int
+	done chan struct{} // closed when the process has exited and been reaped
+	sync *os.File      // our end of the socketpair
+	sock string        // where its listening socket is bound
+	log  string        // its console log
+	warm bool          // spawned ahead of time
+}
+
+func (p *initProc) hostUID() int { return uidBase + p.slot*uidsPerSandbox }
+
+// kill ends a spawned init that will not become a sandbox and frees its slot.
+func (p *initProc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+	p.sync.Close()
+	p.r.freeSlot(p.slot)
+}
+
+// spawn starts an init whose socket and console log are dir/name.sock and
+// dir/name.log.
+func (r *Runtime) spawn(dir, name string) (_ *initProc, err error) {
+	slot := r.allocSlot()
+	defer func() {
+		if err != nil {
+			r.freeSlot(slot)
+		}
+	}()
+	sock := filepath.Join(dir, name+".sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen for agent: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent listener: %w", err)
+	}
+	defer lnFile.Close()
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	parentSync := os.NewFile(uintptr(fds[0]), "sync-parent")
+	childSync := os.NewFile(uintptr(fds[1]), "sync-child")
+	defer childSync.Close()
+
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		parentSync.Close()
+		return nil, fmt.Errorf("open console log: %w", err)
+	}
+	defer logFile.Close()
+
+	hostUID := uidBase + slot*uidsPerSandbox
+	cmd := &exec.Cmd{
+		// The init runs as an unprivileged host uid that may not traverse
+		// the directories the agent binary lives in: it is executed from
+		// the runtime's sealed memfd instead.
+		Path:       fmt.Sprintf("/proc/self/fd/%d", containerinit.FdSelf),
+		Args:       []string{containerinit.Arg0, "--listen-fd", fmt.Sprint(containerinit.FdListener), "--mode", "container"},
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Stdout:     logFile,
+		Stderr:     logFile,
+		ExtraFiles: []*os.File{lnFile, childSync, r.agent}, // containerinit.Fd*: 3, 4, 5
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
+			GidMappingsEnableSetgroups: true,
+			// Root of the new user namespace: without it the child keeps
+			// host uid 0, which is unmapped there, and exec drops every
+			// capability it needs to build the sandbox.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:     true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		parentSync.Close()
+		os.Remove(sock)
+		os.Remove(logPath)
+		return nil, fmt.Errorf("start init: %w", err)
+	}
+	p := &initProc{r: r, cmd: cmd, pid: cmd.Process.Pid, slot: slot, done: make(chan struct{}),
+		sync: parentSync, sock: sock, log: logPath}
+	go func() {
+		cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// take returns a warm init moved into dir (its socket becomes
+// dir/agent.sock, its log dir/console.log), or spawns one there.
+func (r *Runtime) take(dir string) (*initProc, error) {
+	for {
+		r.warmMu.Lock()
+		var p *initProc
+		if n := len(r.warm); n > 0 {
+			p, r.warm = r.warm[n-1], r.warm[:n-1]
+		}
+		r.warmMu.Unlock()
+		if p == nil {
+			return r.spawn(dir, "agent")
+		}
+		r.refillSoon()
+		select {
+		case <-p.done: // died while waiting: take another
+			p.kill()
+			os.Remove(p.sock)
+			os.Remove(p.log)
+			continue
+		default:
+		}
+		if err := setProcessClass(p.pid, false); err != nil {
+			p.kill()
+			return nil, fmt.Errorf("warm init priority: %w", err)
+		}
+		sock, logPath := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "console.log")
+		// A bound socket stays bound to its file when renamed: the agent
+		// keeps listening and the node dials the new path.
+		err := errors.Join(os.Rename(p.sock, sock), os.Rename(p.log, logPath))
+		p.sock, p.log = sock, logPath
+		if err != nil {
+			p.kill()
+			return nil, fmt.Errorf("move warm init: %w", err)
+		}
+		return p, nil
+	}
+}
+
+// refillSoon wakes the refiller without waiting for it.
+func (r *Runtime) refillSoon() {
+	select {
+	case r.refill <- struct{}{}:
+	default:
+	}
+}
+
+// keepWarm keeps opts.Warm inits spawned until ctx ends, then kills them.
+//
+// It spawns from an OS thread of scheduling class SCHED_IDLE, which the
+// inits inherit: starting and paging in a warm init only uses CPU nobody
+// else wants, so refilling the pool never slows the create that drained it.
+// take moves an init back to the normal class when it becomes a sandbox.
+func (r *Runtime) keepWarm(ctx context.Context) {
+	defer r.warmWG.Done()
+	goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
+	if err := setIdleClass(0, true); err != nil {
+		r.log.Warn("warm inits start at normal priority", "err", err)
+	}
+	seq := 0
+	for {
+		for {
+			r.warmMu.Lock()
+			short := len(r.warm) < r.opts.Warm
+			r.warmMu.Unlock()
+			if !short || ctx.Err() != nil {
+				break
+			}
+			seq++
+			p, err := r.spawn(r.opts.WarmDir, fmt.Sprintf("warm-%d", seq))
+			if err != nil {
+				r.log.Warn("spawn warm init", "err", err)
+				break // retried at the next tick
+			}
+			p.warm = true
+			r.warmMu.Lock()
+			r.warm = append(r.warm, p)
+			r.warmMu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			r.warmMu.Lock()
+			warm := r.warm
+			r.warm = nil
+			r.warmMu.Unlock()
+			for _, p := range warm {
+				p.kill()
+			}
+			return
+		case <-r.refill:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// allocSlot reserves the lowest free uid range.
+func (r *Runtime) allocSlot() int {
+	r.slotsMu.Lock()
+	defer r.slotsMu.Unlock()
+	for n := 0; ; n++ {
+		if !r.slots[n] {
+			r.slots[n] = true
+			return n
+		}
+	}
+}
+
+// useSlot marks an adopted sandbox's uid range as taken.
+func (r *Runtime) useSlot(n int) {
+	r.slotsMu.Lock()
+	r.slots[n] = true
+	r.slotsMu.Unlock()
+}
+
+func (r *Runtime) freeSlot(n int) {
+	r.slotsMu.Lock()
+	delete(r.slots, n)
+	r.slotsMu.Unlock()
+}
+
+// setIdleClass puts thread tid (0: the calling thread) in scheduling class
+// SCHED_IDLE, or back in SCHED_OTHER.
+func setIdleClass(tid int, idle bool) error {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 0} // SCHED_OTHER
+	if idle {
+		attr.Policy = unix.SCHED_IDLE
+	}
+	return unix.SchedSetAttr(tid, &attr, 0)
+}
+
+// setProcessClass sets the scheduling class of every thread of pid. The
+// class belongs to each thread and new threads inherit their creator's, so
+// it goes over the threads until a pass finds none it had not set.
+func setProcessClass(pid int, idle bool) error {
+	done := map[int]bool{}
+	for pass := 0; pass < 5; pass++ {
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		fresh := false
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || done[tid] {
+				continue
+			}
+			if err := setIdleClass(tid, idle); err != nil && !errors.Is(err, unix.ESRCH) {
+				return err
+			}
+			done[tid], fresh = true, true
+		}
+		if !fresh {
+			return nil
+		}
+	}
+	return nil
+}
