@@ -18,8 +18,9 @@ import (
 	"warren/api"
 )
 
-// Run with: sudo WARREN_TEST_TEMPLATE_CACHE=/var/cache/warren-test \
-//   go test ./e2e -run '^$' -bench . -benchtime 100x
+// Run with (see docs/BENCHMARKS.md for the exact commands and figures):
+//   sudo WARREN_TEST_TEMPLATE_CACHE=/var/cache/warren-test \
+//     go test ./e2e -run '^$' -bench 'Create|Unshare|Exec' -benchtime 100x
 // Each benchmark pairs with its baseline in the same run; docs/BENCHMARKS.md
 // records the figures as ratios.
 
@@ -37,8 +38,20 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 }
 
 // BenchmarkCreateToFirstExec: create a container sandbox from the default
-// template and run `true` in it; the delete is outside the timing.
+// template and run `true` in it, with a pause between creates (outside the
+// timing) in which the daemon refills its pool of warm inits: what a
+// harness that creates now and then sees.
 func BenchmarkCreateToFirstExec(b *testing.B) {
+	benchCreate(b, 300*time.Millisecond)
+}
+
+// BenchmarkCreateToFirstExecBackToBack: the same without pauses, so once the
+// pool is drained every create starts its init on the spot (cold).
+func BenchmarkCreateToFirstExecBackToBack(b *testing.B) {
+	benchCreate(b, 0)
+}
+
+func benchCreate(b *testing.B, pause time.Duration) {
 	need(b)
 	c := shared.client()
 	ctx := context.Background()
@@ -57,6 +70,7 @@ func BenchmarkCreateToFirstExec(b *testing.B) {
 		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
+		time.Sleep(pause)
 		b.StartTimer()
 	}
 	reportPercentiles(b, ds)

@@ -110,7 +110,11 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{dataDir: dataDir, log: &lockedBuffer{}, waited: make(chan struct{})}
-	d.cmd = exec.Command(filepath.Join(bin, "warren"), "server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl)
+	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl}
+	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
+		args = append(args, "--warm", n) // benchmarks compare pool sizes
+	}
+	d.cmd = exec.Command(filepath.Join(bin, "warren"), args...)
 	d.cmd.Stderr = d.log
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {

@@ -49,6 +49,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -95,6 +96,7 @@ type Runtime struct {
 	warmMu    sync.Mutex  // guards warm
 	warm      []*initProc // spawned ahead of time, waiting for a sandbox
 	refill    chan struct{}
+	lastStart atomic.Int64 // unix nanoseconds of the latest Start: refills wait for a pause
 	warmOnce  sync.Once
 	stopWarm  context.CancelFunc
 	warmWG    sync.WaitGroup
@@ -264,6 +266,8 @@ func (r *Runtime) destroy(ctx context.Context, id, dir string) error {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	r.lastStart.Store(time.Now().UnixNano())
+	defer r.refillSoon()
 	var undo cleanups
 	defer func() {
 		if err != nil {

@@ -66,10 +66,17 @@ func Setup() {
 
 // setup builds the sandbox from inside its new namespaces.
 func setup() error {
-	// The bounding set only limits what later execs may gain, not what this
-	// process holds now: shrink it before the root arrives, which for a
-	// warm init is before any sandbox waits for it.
+	// Work that needs neither the root nor the cgroup is done before the
+	// root arrives, which for a warm init is before any sandbox waits for
+	// it. The bounding set only limits what later execs may gain, not what
+	// this process holds now.
 	if err := shrinkBoundingSet(); err != nil {
+		return err
+	}
+	// Loopback belongs to the sandbox's own network namespace; bringing it up
+	// takes the kernel's global network lock, better taken now than while a
+	// create waits.
+	if err := loopbackUp(); err != nil {
 		return err
 	}
 	msg, root, err := recvFd(FdSync)
@@ -110,9 +117,6 @@ func setup() error {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
 		}
-	}
-	if err := loopbackUp(); err != nil {
-		return err
 	}
 	// The runtime moved us into the sandbox's cgroup before sending the root:
 	// a cgroup namespace made now shows that cgroup as "/". Namespaces,
