@@ -184,6 +184,8 @@ func TestBadInput(t *testing.T) {
 		{"negative memory", "POST", "/v1/sandboxes", `{"memory_mb":-5}`, true, 400, api.CodeBadRequest},
 		{"absurd memory", "POST", "/v1/sandboxes", `{"memory_mb":999999999999}`, true, 400, api.CodeBadRequest},
 		{"absurd cpus", "POST", "/v1/sandboxes", `{"cpus":1000}`, true, 400, api.CodeBadRequest},
+		// A regression test: this many seconds once overflowed a Duration and passed.
+		{"absurd timeout", "POST", "/v1/sandboxes", `{"timeout_seconds":99999999999999}`, true, 400, api.CodeBadRequest},
 		{"unknown template", "POST", "/v1/sandboxes", `{"template":"nope"}`, true, 404, api.CodeNotFound},
 		{"unknown runtime", "POST", "/v1/sandboxes", `{"runtime":"magic"}`, true, 400, api.CodeBadRequest},
 		{"path escape", "GET", "/v1/sandboxes/" + id + "/files?path=/../../etc/shadow", "", true, 400, api.CodeBadRequest},

@@ -416,12 +416,14 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, tpl temp
 	if diskMB < tplMB || diskMB > c.MaxDiskMB {
 		return bad("disk_mb must be between %d (the template's disk) and %d, got %d", tplMB, c.MaxDiskMB, req.DiskMB)
 	}
+	// Compared in seconds: a huge value would overflow a Duration.
+	maxSeconds := int64(c.MaxTTL / time.Second)
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxSeconds {
+		return bad("timeout_seconds must be between 1 and %d, got %d", maxSeconds, req.TimeoutSeconds)
+	}
 	ttl := time.Duration(req.TimeoutSeconds) * time.Second
 	if req.TimeoutSeconds == 0 {
 		ttl = c.DefaultTTL
-	}
-	if req.TimeoutSeconds < 0 || ttl > c.MaxTTL {
-		return bad("timeout_seconds must be between 1 and %d, got %d", int64(c.MaxTTL/time.Second), req.TimeoutSeconds)
 	}
 	if err := validEnv(req.Env); err != nil {
 		return store.Sandbox{}, err

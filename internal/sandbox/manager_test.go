@@ -1,0 +1,117 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/internal/runtime"
+	"warren/internal/template"
+)
+
+func TestValidate(t *testing.T) {
+	m := &Manager{cfg: Config{}.withDefaults()}
+	tpl := template.Info{Name: "default", SizeBytes: 4 << 30}
+	cpus := float64(goruntime.NumCPU())
+	cases := []struct {
+		name string
+		req  api.CreateSandboxRequest
+		want string // substring of the bad_request message; "" means valid
+	}{
+		{"defaults", api.CreateSandboxRequest{}, ""},
+		{"all set", api.CreateSandboxRequest{CPUs: 0.5, MemoryMB: 1024, Pids: 100, DiskMB: 8192, TimeoutSeconds: 60}, ""},
+		{"negative cpus", api.CreateSandboxRequest{CPUs: -1}, "cpus must be between"},
+		{"too many cpus", api.CreateSandboxRequest{CPUs: cpus + 1}, "cpus must be between"},
+		{"negative memory", api.CreateSandboxRequest{MemoryMB: -5}, "memory_mb must be between 64"},
+		{"tiny memory", api.CreateSandboxRequest{MemoryMB: 10}, "memory_mb must be between 64"},
+		{"absurd memory", api.CreateSandboxRequest{MemoryMB: 1 << 40}, "memory_mb must be between 64"},
+		{"few pids", api.CreateSandboxRequest{Pids: 3}, "pids must be between 16"},
+		{"disk below template", api.CreateSandboxRequest{DiskMB: 100}, "disk_mb must be between 4096"},
+		{"negative timeout", api.CreateSandboxRequest{TimeoutSeconds: -1}, "timeout_seconds must be between 1"},
+		{"timeout past max", api.CreateSandboxRequest{TimeoutSeconds: 1 << 40}, "timeout_seconds must be between 1"},
+		{"env name with =", api.CreateSandboxRequest{Env: map[string]string{"A=B": "c"}}, "env variable"},
+		{"env value with NUL", api.CreateSandboxRequest{Env: map[string]string{"A": "b\x00"}}, "env variable"},
+		{"empty metadata key", api.CreateSandboxRequest{Metadata: map[string]string{"": "x"}}, "metadata"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec, err := m.validate("acme", c.req, tpl)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("valid request refused: %v", err)
+				}
+				if rec.Tenant != "acme" || rec.State != api.StateStarting || rec.CPUs <= 0 || rec.MemoryMB < 64 ||
+					rec.DiskMB < 4096 || !rec.ExpiresAt.After(time.Now()) {
+					t.Errorf("record %+v lacks its defaults", rec)
+				}
+				return
+			}
+			if !api.IsCode(err, api.CodeBadRequest) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want bad_request containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// fakeRuntime is a runtime that is available or not; pickRuntime only asks.
+type fakeRuntime struct {
+	name string
+	err  error
+}
+
+func (f fakeRuntime) Name() string      { return f.name }
+func (f fakeRuntime) Isolation() string { return f.name }
+func (f fakeRuntime) Available() error  { return f.err }
+func (f fakeRuntime) Start(context.Context, runtime.Spec) (runtime.Instance, error) {
+	return nil, errors.New("not started in this test")
+}
+func (f fakeRuntime) Adopt(context.Context, runtime.Spec, []byte) (runtime.Instance, error) {
+	return nil, runtime.ErrGone
+}
+func (f fakeRuntime) Sweep(context.Context, map[string]bool) error { return nil }
+
+func TestPickRuntime(t *testing.T) {
+	vm := fakeRuntime{name: "vm", err: errors.New("no hardware virtualization")}
+	ctr := fakeRuntime{name: "container"}
+	m := &Manager{deps: Deps{Runtimes: []runtime.Runtime{vm, ctr}}}
+	cases := []struct {
+		ask, want, code string
+	}{
+		{"", "container", ""},
+		{"auto", "container", ""},
+		{"container", "container", ""},
+		{"vm", "", api.CodeUnavailable},
+		{"magic", "", api.CodeBadRequest},
+	}
+	for _, c := range cases {
+		rt, err := m.pickRuntime(c.ask)
+		switch {
+		case c.code != "" && !api.IsCode(err, c.code):
+			t.Errorf("runtime %q: err %v, want %s", c.ask, err, c.code)
+		case c.code == "" && (err != nil || rt.Name() != c.want):
+			t.Errorf("runtime %q: got %v, %v; want %s", c.ask, rt, err, c.want)
+		}
+	}
+	none := &Manager{deps: Deps{Runtimes: []runtime.Runtime{vm}}}
+	if _, err := none.pickRuntime("auto"); !api.IsCode(err, api.CodeUnavailable) || !strings.Contains(err.Error(), "no hardware virtualization") {
+		t.Errorf("auto with nothing available: %v, want unavailable with the reason", err)
+	}
+}
+
+func TestNewIDs(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newID()
+		if len(id) != 23 || !strings.HasPrefix(id, "sb-") || strings.Trim(id[3:], "abcdefghijklmnopqrstuvwxyz234567") != "" {
+			t.Fatalf("bad id %q", id)
+		}
+		if seen[id] {
+			t.Fatalf("duplicate id %q", id)
+		}
+		seen[id] = true
+	}
+}
