@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"warren/client"
 )
@@ -30,11 +29,7 @@ func runFilesWrite(ctx context.Context, c *cli, args []string) error {
 	var mode modeFlag
 	fs.Var(&mode, "mode", "the file's permission bits in octal, e.g. 0600 (default 0644)")
 	user := fs.String("user", "", "the file's owner (default root)")
-	rest, err := parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -44,11 +39,7 @@ func runFilesWrite(ctx context.Context, c *cli, args []string) error {
 
 func runFilesRead(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("files read", "ID PATH", "Write the file PATH of the sandbox ID to stdout, streamed byte for byte.")
-	rest, err := parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -82,30 +73,23 @@ func runFilesList(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(c.stdout, entries)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 1, ' ', 0)
-	for _, e := range entries {
-		name := e.Name
-		if *depth > 1 {
-			name = e.Path
+	return printTable(c.stdout, *asJSON, entries, 1, func(tw io.Writer) {
+		for _, e := range entries {
+			name := e.Name
+			if *depth > 1 {
+				name = e.Path
+			}
+			if e.SymlinkTarget != "" {
+				name += " -> " + e.SymlinkTarget
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", e.Permissions, e.Owner, e.Group, e.Size, when(e.ModifiedAt), name)
 		}
-		if e.SymlinkTarget != "" {
-			name += " -> " + e.SymlinkTarget
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", e.Permissions, e.Owner, e.Group, e.Size, when(e.ModifiedAt), name)
-	}
-	return tw.Flush()
+	})
 }
 
 func runFilesStat(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("files stat", "ID PATH", "Describe the file PATH of the sandbox ID as JSON.")
-	rest, err := parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -121,11 +105,7 @@ func runFilesMkdir(ctx context.Context, c *cli, args []string) error {
 	var mode modeFlag
 	fs.Var(&mode, "mode", "the permission bits in octal (default 0755)")
 	user := fs.String("user", "", "the directory's owner (default root)")
-	rest, err := parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -135,11 +115,7 @@ func runFilesMkdir(ctx context.Context, c *cli, args []string) error {
 
 func runFilesMove(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("files mv", "ID SRC DST", "Move or rename SRC to DST in the sandbox ID.")
-	rest, err := parse(fs, args, 3, 3)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
@@ -150,11 +126,7 @@ func runFilesMove(ctx context.Context, c *cli, args []string) error {
 func runFilesRemove(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("files rm", "[flags] ID PATH", "Remove the file or empty directory PATH in the sandbox ID.")
 	recursive := fs.Bool("r", false, "remove a directory and everything in it")
-	rest, err := parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}

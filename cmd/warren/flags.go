@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"warren/client"
 )
 
 // newFlags returns the flag set of the command name (e.g. "files write"),
@@ -47,6 +49,20 @@ func parse(fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
 		return nil, badUsage(fs, "too many arguments")
 	}
 	return rest, nil
+}
+
+// connect parses args as parse does and then makes the client of the server
+// the environment names: every command that calls the server begins so.
+func connect(fs *flag.FlagSet, args []string, least, most int) (*client.Client, []string, error) {
+	rest, err := parse(fs, args, least, most)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := client.FromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cl, rest, nil
 }
 
 // badUsage prints msg and the usage of fs and returns a usageError.

@@ -3,19 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
-
-	"warren/client"
+	"io"
 )
 
 func runInfo(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("info", "[flags]",
 		"Describe the node: its runtimes and the isolation each gives, how it clones\ndisks, its cgroup version.")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -23,25 +18,22 @@ func runInfo(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(c.stdout, info)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "version:\t%s\n", info.Version)
-	fmt.Fprintf(tw, "kernel:\t%s\n", info.Kernel)
-	fmt.Fprintf(tw, "clone mode:\t%s\n", info.CloneMode)
-	fmt.Fprintf(tw, "cgroup:\tv%d\n", info.CgroupVersion)
-	fmt.Fprintf(tw, "sandboxes:\t%d\n", info.Sandboxes)
-	fmt.Fprintln(tw, "runtimes:")
-	for _, r := range info.Runtimes {
-		state := "available"
-		if !r.Available {
-			state = "unavailable"
-			if r.Reason != "" {
-				state += ": " + r.Reason
+	return printTable(c.stdout, *asJSON, info, 2, func(tw io.Writer) {
+		fmt.Fprintf(tw, "version:\t%s\n", info.Version)
+		fmt.Fprintf(tw, "kernel:\t%s\n", info.Kernel)
+		fmt.Fprintf(tw, "clone mode:\t%s\n", info.CloneMode)
+		fmt.Fprintf(tw, "cgroup:\tv%d\n", info.CgroupVersion)
+		fmt.Fprintf(tw, "sandboxes:\t%d\n", info.Sandboxes)
+		fmt.Fprintln(tw, "runtimes:")
+		for _, r := range info.Runtimes {
+			state := "available"
+			if !r.Available {
+				state = "unavailable"
+				if r.Reason != "" {
+					state += ": " + r.Reason
+				}
 			}
+			fmt.Fprintf(tw, "  %s\tisolation: %s\t%s\n", r.Name, r.Isolation, state)
 		}
-		fmt.Fprintf(tw, "  %s\tisolation: %s\t%s\n", r.Name, r.Isolation, state)
-	}
-	return tw.Flush()
+	})
 }

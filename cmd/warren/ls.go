@@ -3,19 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
+	"io"
 	"time"
-
-	"warren/client"
 )
 
 func runList(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("ls", "[flags]", "List your sandboxes.")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -23,15 +18,12 @@ func runList(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(c.stdout, list)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTEMPLATE\tRUNTIME\tSTATE\tCREATED\tEXPIRES")
-	for _, sb := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.Runtime, sb.State, when(sb.CreatedAt), when(sb.ExpiresAt))
-	}
-	return tw.Flush()
+	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
+		fmt.Fprintln(tw, "ID\tTEMPLATE\tRUNTIME\tSTATE\tCREATED\tEXPIRES")
+		for _, sb := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.Runtime, sb.State, when(sb.CreatedAt), when(sb.ExpiresAt))
+		}
+	})
 }
 
 // when formats a time of the API for a table, in local time.

@@ -4,17 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"warren/client"
 )
 
 func runRemove(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("rm", "ID...", "Delete sandboxes. Exits 1 if any could not be deleted, naming them.")
-	ids, err := parse(fs, args, 1, -1)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, ids, err := connect(fs, args, 1, -1)
 	if err != nil {
 		return err
 	}

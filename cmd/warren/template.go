@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
-
-	"warren/client"
+	"io"
 )
 
 // templateCommands are the subcommands of `warren template`.
@@ -21,10 +19,7 @@ func runTemplate(ctx context.Context, c *cli, args []string) error {
 func runTemplateList(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("template ls", "[flags]", "List the templates sandboxes can be created from.")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -32,15 +27,12 @@ func runTemplateList(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(c.stdout, list)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSIZE\tUSED\tBUILT")
-	for _, t := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, mib(t.SizeBytes), mib(t.UsedBytes), when(t.BuiltAt))
-	}
-	return tw.Flush()
+	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
+		fmt.Fprintln(tw, "NAME\tSIZE\tUSED\tBUILT")
+		for _, t := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, mib(t.SizeBytes), mib(t.UsedBytes), when(t.BuiltAt))
+		}
+	})
 }
 
 // mib formats a byte count in MiB.
@@ -51,11 +43,7 @@ func mib(n int64) string {
 func runTemplateBuild(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("template build", "NAME",
 		"Build the template NAME (admin key only). Progress goes to stderr as it\ncomes; the template's name is printed on stdout when it is built.")
-	rest, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	cl, err := client.FromEnv()
+	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}

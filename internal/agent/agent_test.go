@@ -699,3 +699,28 @@ func TestEndNotHeldByBackgroundChild(t *testing.T) {
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 }
+
+// Warm serves one request to itself and must leave nothing behind: its
+// abstract socket is gone and the server still serves real callers.
+func TestWarmLeavesNoListener(t *testing.T) {
+	conn, srv := startAgent(t, agent.Options{})
+	srv.Warm()
+	prefix := fmt.Sprintf("@warren-agent-warm-%d-", os.Getpid())
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/net/unix")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), prefix) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warm-up socket %s* still open", prefix)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := conn.Control.Info(context.Background(), connect.NewRequest(&controlpb.InfoRequest{})); err != nil {
+		t.Fatalf("Info after Warm: %v", err)
+	}
+}

@@ -4,9 +4,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
-	"sync"
+	"os"
 	"time"
 
 	"connectrpc.com/connect"
@@ -15,47 +16,28 @@ import (
 	"warren/internal/agent/pb/control/controlpbconnect"
 )
 
-// Warm pages in the code a first request runs — the HTTP server, Connect,
-// protobuf — by sending one Info call to the server over an in-memory
-// connection. It touches no file and starts no process, so the container
+// Warm pages in the code a first request runs — accepting on a unix socket,
+// the HTTP server, Connect, protobuf — by sending one Info call to the
+// server through a socket in the abstract namespace of its own network
+// namespace. It touches no file and starts no process, so the container
 // init can run it before the sandbox's root exists; the first real request
-// then does not pay for the page faults.
+// then does not pay for the page faults. Warm is best effort: it reports
+// nothing.
 func (s *Server) Warm() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	clientEnd, serverEnd := net.Pipe()
-	l := &oneConn{conn: serverEnd, closed: make(chan struct{})}
-	go s.Serve(ctx, l)
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(context.Context, string, string) (net.Conn, error) { return clientEnd, nil },
-	}}
-	c := controlpbconnect.NewControlClient(hc, "http://warm")
-	c.Info(ctx, connect.NewRequest(&controlpb.InfoRequest{}))
-	hc.CloseIdleConnections()
-	cancel() // stops the serving goroutine
-}
-
-// oneConn is a listener that yields one connection, then blocks until closed.
-type oneConn struct {
-	once   sync.Once
-	conn   net.Conn
-	closed chan struct{}
-	close  sync.Once
-}
-
-func (l *oneConn) Accept() (net.Conn, error) {
-	var c net.Conn
-	l.once.Do(func() { c = l.conn })
-	if c != nil {
-		return c, nil
+	addr := fmt.Sprintf("@warren-agent-warm-%d-%d", os.Getpid(), time.Now().UnixNano())
+	l, err := net.Listen("unix", addr)
+	if err != nil {
+		return
 	}
-	<-l.closed
-	return nil, net.ErrClosed
+	go s.Serve(ctx, l) // stops when ctx is cancelled
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", addr)
+		},
+	}}
+	defer hc.CloseIdleConnections()
+	controlpbconnect.NewControlClient(hc, "http://warm").Info(ctx, connect.NewRequest(&controlpb.InfoRequest{}))
 }
-
-func (l *oneConn) Close() error {
-	l.close.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *oneConn) Addr() net.Addr { return &net.UnixAddr{Name: "warm", Net: "unix"} }

@@ -55,6 +55,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"warren/internal/mountinfo"
 )
 
 // Errors returned by this package, testable with errors.Is.
@@ -168,12 +170,7 @@ func Detect(log *slog.Logger) (*Hierarchy, error) {
 	if _, err := os.Stat(filepath.Join(unified, "cgroup.controllers")); err == nil {
 		return DetectAt(unified, 2, log)
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("detect cgroups: %w", err)
-	}
-	defer f.Close()
-	mounts, err := parseMountinfo(f)
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, fmt.Errorf("detect cgroups: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"warren/internal/mountinfo"
 )
 
 func TestValidateName(t *testing.T) {
@@ -84,7 +86,7 @@ func TestCPUQuota(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
+func TestV1Mounts(t *testing.T) {
 	const info = `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
 30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:5 master:2 - cgroup cgroup rw,cpu,cpuacct
@@ -95,15 +97,9 @@ func TestParseMountinfo(t *testing.T) {
 40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
 41 30 0:31 / /mnt/memory-again rw,relatime - cgroup cgroup rw,memory
 `
-	mounts, err := parseMountinfo(strings.NewReader(info))
+	mounts, err := mountinfo.Parse(strings.NewReader(info))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if len(mounts) != 9 {
-		t.Fatalf("parsed %d mounts, want 9", len(mounts))
-	}
-	if m := mounts[7]; m.point != "/sys/fs/cgroup/unified" || m.fstype != "cgroup2" {
-		t.Errorf("mount 7 = %+v", m)
 	}
 	got := v1Mounts(mounts)
 	want := map[string]string{
@@ -123,9 +119,6 @@ func TestParseMountinfo(t *testing.T) {
 	// cpu and cpuacct share a mount: one directory for both.
 	if got := len(h.parents()); got != 4 {
 		t.Errorf("%d parent dirs for 5 controllers on 4 mounts, want 4: %v", got, h.parents())
-	}
-	if _, err := parseMountinfo(strings.NewReader("1 2 3:4 / /x rw\n")); err == nil {
-		t.Error("parsed a line without the - separator")
 	}
 }
 

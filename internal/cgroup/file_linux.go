@@ -3,15 +3,15 @@
 package cgroup
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"warren/internal/mountinfo"
 )
 
 // writeFile writes v to an existing control file in one write(2), as
@@ -97,82 +97,22 @@ func poll(ctx context.Context, done func() (bool, error)) error {
 	}
 }
 
-// mount is one line of /proc/self/mountinfo, the fields warren reads.
-type mount struct {
-	point     string
-	fstype    string
-	superOpts []string
-}
-
-// parseMountinfo parses the proc(5) mountinfo format:
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// Optional fields end at the lone "-"; after it come the filesystem type,
-// the source and the superblock options.
-func parseMountinfo(r io.Reader) ([]mount, error) {
-	var mounts []mount
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fields) < 5 || sep < 0 || sep+3 >= len(fields) {
-			return nil, fmt.Errorf("parse mountinfo: malformed line %q", sc.Text())
-		}
-		mounts = append(mounts, mount{
-			point:     unescapeOctal(fields[4]),
-			fstype:    fields[sep+1],
-			superOpts: strings.Split(fields[sep+3], ","),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("parse mountinfo: %w", err)
-	}
-	return mounts, nil
-}
-
 // v1Mounts maps each v1 controller warren can use to the first place it is
 // mounted.
-func v1Mounts(mounts []mount) map[string]string {
+func v1Mounts(mounts []mountinfo.Mount) map[string]string {
 	m := make(map[string]string)
 	for _, mt := range mounts {
-		if mt.fstype != "cgroup" {
+		if mt.FSType != "cgroup" {
 			continue
 		}
-		for _, opt := range mt.superOpts {
+		for _, opt := range mt.SuperOptions {
 			if opt != "cpuset" && !slices.Contains(v1Controllers, opt) {
 				continue
 			}
 			if _, ok := m[opt]; !ok {
-				m[opt] = mt.point
+				m[opt] = mt.Point
 			}
 		}
 	}
 	return m
 }
-
-// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline
-// and backslash in mountinfo paths.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }

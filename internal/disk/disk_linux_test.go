@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/mountinfo"
 )
 
 func TestCloneModeString(t *testing.T) {
@@ -35,28 +37,6 @@ func TestCloneModeString(t *testing.T) {
 		if got := tc.mode.String(); got != tc.want {
 			t.Errorf("CloneMode(%d).String() = %q, want %q", tc.mode, got, tc.want)
 		}
-	}
-}
-
-func TestParseMountInfo(t *testing.T) {
-	const text = `22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
-98 22 7:3 / /data/my\040disks rw,nosuid,nodev shared:50 master:2 - xfs /dev/loop3 rw,attr2
-99 22 0:5 / /proc/x\134y rw - proc proc rw
-`
-	got, err := parseMountInfo(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []mount{
-		{point: "/", fsType: "ext4", source: "/dev/vda"},
-		{point: "/data/my disks", fsType: "xfs", source: "/dev/loop3"},
-		{point: `/proc/x\y`, fsType: "proc", source: "proc"},
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("parseMountInfo = %+v, want %+v", got, want)
-	}
-	if _, err := parseMountInfo(strings.NewReader("1 2 3:4 / /x rw no-separator\n")); err == nil {
-		t.Error("parseMountInfo accepted a line without the - separator")
 	}
 }
 
@@ -149,7 +129,7 @@ func TestOpenBuildsXFSLoopImage(t *testing.T) {
 	if want := filepath.Join(realPath(t, dataDir), "disks"); p.Dir() != want {
 		t.Errorf("Dir = %q, want %q", p.Dir(), want)
 	}
-	if m, ok, err := mountAt(p.Dir()); err != nil || !ok || m.fsType != "xfs" {
+	if m, ok, err := mountAt(p.Dir()); err != nil || !ok || m.FSType != "xfs" {
 		t.Fatalf("mount at %s = %+v, %v, %v; want an xfs mount", p.Dir(), m, ok, err)
 	}
 	loops, err := StaleLoops(dataDir)
@@ -442,20 +422,15 @@ func waitNoLoops(t *testing.T, dir string) {
 
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	mounts, err := parseMountInfo(f)
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := realPath(t, dir)
 	var points []string
 	for _, m := range mounts {
-		if isUnder(root, m.point) {
-			points = append(points, m.point)
+		if isUnder(root, m.Point) {
+			points = append(points, m.Point)
 		}
 	}
 	return points

@@ -11,9 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/mountinfo"
 )
 
 const (
@@ -106,20 +109,34 @@ func open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 	return &Pool{dir: disks, mode: CloneReflinkXFSLoop, loop: loop}, nil
 }
 
+// mountAt returns the topmost mount whose mount point is path, if any.
+func mountAt(path string) (mountinfo.Mount, bool, error) {
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return mountinfo.Mount{}, false, err
+	}
+	for _, m := range slices.Backward(mounts) {
+		if m.Point == path {
+			return m, true, nil
+		}
+	}
+	return mountinfo.Mount{}, false, nil
+}
+
 // adoptMount uses the filesystem already mounted on the image directory: the
 // XFS image after a daemon restart, or a filesystem the operator mounted there.
-func adoptMount(disks, image string, m mount, log *slog.Logger) (*Pool, error) {
+func adoptMount(disks, image string, m mountinfo.Mount, log *slog.Logger) (*Pool, error) {
 	ok, err := reflinkWorks(disks)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		log.Warn("image directory is a mount without reflink: clones will be full copies, slow and as large as their data",
-			"dir", disks, "fs", m.fsType, "source", m.source)
+			"dir", disks, "fs", m.FSType, "source", m.Source)
 		return &Pool{dir: disks, mode: CloneCopy}, nil
 	}
-	if loopBacking(m.source) == image {
-		log.Info("reusing mounted xfs image", "dir", disks, "device", m.source)
+	if loopBacking(m.Source) == image {
+		log.Info("reusing mounted xfs image", "dir", disks, "device", m.Source)
 		return &Pool{dir: disks, mode: CloneReflinkXFSLoop}, nil
 	}
 	return &Pool{dir: disks, mode: CloneReflink}, nil

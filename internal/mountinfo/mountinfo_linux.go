@@ -1,0 +1,16 @@
+//go:build linux
+
+package mountinfo
+
+import "os"
+
+// Read parses /proc/self/mountinfo: the mounts of the calling process's
+// mount namespace.
+func Read() ([]Mount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Parse(f)
+}
