@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/mountinfo"
 )
 
 // resources counts what sandboxes hold on the host, to find leaks.
@@ -42,14 +42,12 @@ func leaks(t testing.TB) resources {
 			r.loops++
 		}
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.Contains(fields[4], "/sandboxes/") {
+	for _, m := range mounts {
+		if strings.Contains(m.Point, "/sandboxes/") {
 			r.mounts++
 		}
 	}
@@ -140,4 +138,19 @@ func initPid(t *testing.T, id string) int {
 	}
 	t.Fatalf("no init process found for %s", id)
 	return 0
+}
+
+// A second server on the same data directory is refused: two would
+// reconcile each other's sandboxes away.
+func TestSecondServerRefused(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	_, err := startDaemon(shared.dataDir, "", 30*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "in use by another warren server") {
+		t.Fatalf("second server on %s: %v, want a refusal", shared.dataDir, err)
+	}
+	res, err := shared.client().Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"true"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Errorf("first server after the refusal: %+v %v", res, err)
+	}
 }

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warren/internal/cgroup"
 	"warren/internal/disk"
 	"warren/internal/runtime"
@@ -68,6 +70,11 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	unlock, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	agentBin, err := agentBinary(o.AgentBinary)
 	if err != nil {
 		return err
@@ -161,6 +168,24 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// lockDataDir makes sure one server at a time uses dataDir: two would
+// reconcile each other's sandboxes away. The lock goes with the process, so
+// a server killed with -9 does not leave it behind.
+func lockDataDir(dataDir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dataDir, "server.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another warren server", dataDir)
+		}
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // agentBinary finds the guest agent: the given path, or warren-agent beside
