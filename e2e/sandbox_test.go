@@ -293,3 +293,38 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// The rest of the CLI contract: ls, get, info, template ls and a rebuild of
+// the default template with its progress streamed (from the recipe cache, a
+// few seconds), while a sandbox made from the old image keeps working.
+func TestCLIListsAndTemplates(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t, "--meta", "run=42")
+	out, errOut, code := shared.cli(t, nil, "ls")
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "running") {
+		t.Errorf("warren ls: exit %d, %q %q", code, out, errOut)
+	}
+	out, _, code = shared.cli(t, nil, "get", id)
+	var sb api.Sandbox
+	if code != 0 || json.Unmarshal([]byte(out), &sb) != nil || sb.ID != id || sb.Metadata["run"] != "42" {
+		t.Errorf("warren get: exit %d, %q", code, out)
+	}
+	out, _, code = shared.cli(t, nil, "info")
+	if code != 0 || !strings.Contains(out, "container (shared host kernel)") {
+		t.Errorf("warren info: exit %d, %q", code, out)
+	}
+	out, _, code = shared.cli(t, nil, "template", "ls")
+	if code != 0 || !strings.Contains(out, "default") {
+		t.Errorf("warren template ls: exit %d, %q", code, out)
+	}
+	out, errOut, code = shared.cli(t, nil, "template", "build", "default")
+	if code != 0 || strings.TrimSpace(out) != "default" || len(strings.Split(strings.TrimSpace(errOut), "\n")) < 3 {
+		t.Errorf("warren template build: exit %d, stdout %q, progress %q", code, out, errOut)
+	}
+	if out, _, code := shared.cli(t, nil, "exec", id, "--", "echo", "still here"); code != 0 || out != "still here\n" {
+		t.Errorf("sandbox after its template was rebuilt: %q exit %d", out, code)
+	}
+	if _, errOut, code := shared.cli(t, nil, "template", "build", "no-such-recipe"); code == 0 || !strings.Contains(errOut, "no recipe") {
+		t.Errorf("building an unknown template: exit %d, %q", code, errOut)
+	}
+}
