@@ -1,0 +1,282 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/api"
+)
+
+// Escape attempts from inside a sandbox, as its root (and as its
+// unprivileged user where that is the point). Each must fail; the table in
+// docs/SECURITY.md lists them. Network probes only ever target loopback or
+// a test namespace this test builds, so nothing leaves the machine even if
+// isolation were broken.
+
+// inSandbox runs a shell command line in sandbox id and returns its result.
+func inSandbox(t *testing.T, id, user, script string) *api.ExecResult {
+	t.Helper()
+	res, err := shared.client().Exec(context.Background(), id, api.ExecRequest{
+		Shell: script, User: user, TimeoutMs: 20000,
+	})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return res
+}
+
+// python runs a python3 program in the sandbox as root.
+func python(t *testing.T, id, program string) *api.ExecResult {
+	t.Helper()
+	res, err := shared.client().Exec(context.Background(), id, api.ExecRequest{
+		Cmd: []string{"python3", "-c", program}, TimeoutMs: 20000,
+	})
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	return res
+}
+
+// syscallProbe is a python3 prelude: call(name, nr, *args) makes the raw
+// x86_64 syscall nr and prints name and its errno name, or "OK".
+const syscallProbe = `
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    e = ctypes.get_errno()
+    print(name, "OK" if r >= 0 else errno.errorcode.get(e, str(e)))
+`
+
+func TestEscapeFilesystem(t *testing.T) {
+	need(t)
+	victim := shared.newSandbox(t)
+	id := shared.newSandbox(t)
+	marker := randomHex(t)
+	hostFile := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(hostFile, []byte(marker), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The victim sandbox holds a secret of its own.
+	inSandbox(t, victim, "", "echo "+marker+" > /root/victim-secret")
+
+	paths := []string{
+		hostFile,
+		"/etc/shadow-of-the-host-is-not-here", // sanity: a path that exists nowhere
+		filepath.Join(shared.dataDir, "admin.key"),
+		filepath.Join(shared.dataDir, "warren.db"),
+		filepath.Join(shared.dataDir, "disks", "sandboxes", victim+".img"),
+		filepath.Join(shared.dataDir, "sandboxes", victim, "agent.sock"),
+		"/proc/1/root" + hostFile,
+	}
+	for _, p := range paths {
+		res := inSandbox(t, id, "", "cat "+p)
+		if res.ExitCode == 0 {
+			t.Errorf("sandbox read host path %s: %q", p, res.Stdout)
+		}
+	}
+	// Nothing reachable from the sandbox's root holds either secret.
+	res := inSandbox(t, id, "", "grep -rlI --exclude-dir=proc --exclude-dir=sys "+marker+" / 2>/dev/null; echo done")
+	if strings.TrimSpace(res.Stdout) != "done" {
+		t.Errorf("the host's or another sandbox's secret is reachable from the sandbox: %q", res.Stdout)
+	}
+	// Its /etc/shadow is its own disk's, not the host's.
+	host, _ := os.ReadFile("/etc/shadow")
+	res = inSandbox(t, id, "", "cat /etc/shadow")
+	if len(host) > 0 && res.Stdout == string(host) {
+		t.Error("the sandbox's /etc/shadow is the host's")
+	}
+	// No block devices, no /dev/kvm, and none can be made.
+	res = inSandbox(t, id, "", "ls /dev; ls /dev/kvm /dev/loop0 /dev/vda /dev/sda /dev/mem 2>&1 | grep -v 'No such' ; mknod /tmp/blk b 7 0 && head -c 1 /tmp/blk | wc -c; mknod /tmp/kvm c 10 232 && cat /tmp/kvm")
+	for _, dev := range []string{"kvm", "loop", "vda", "sda", "mem"} {
+		if strings.Contains(res.Stdout, dev) {
+			t.Errorf("device %s visible or reachable in the sandbox:\n%s%s", dev, res.Stdout, res.Stderr)
+		}
+	}
+	if !strings.Contains(res.Stderr, "mknod") {
+		t.Errorf("mknod of a block device did not fail: %q", res.Stderr)
+	}
+}
+
+func TestEscapeProcesses(t *testing.T) {
+	need(t)
+	other := shared.newSandbox(t)
+	id := shared.newSandbox(t)
+	inSandbox(t, other, "", "sleep 600 & echo")
+	res := inSandbox(t, id, "", "ps -eo comm --no-headers")
+	for _, comm := range strings.Fields(res.Stdout) {
+		if comm != "warren-agent" && comm != "sh" && comm != "ps" {
+			t.Errorf("sandbox sees a process that is not its own: %q (all: %q)", comm, res.Stdout)
+		}
+	}
+	// ptrace of the daemon (its host pid means nothing in the sandbox).
+	daemonPid := shared.cmd.Process.Pid
+	out := python(t, id, syscallProbe+fmt.Sprintf(`
+call("ptrace", 101, 16, %d, 0, 0)   # PTRACE_ATTACH
+call("kill", 62, %d, 0)
+`, daemonPid, daemonPid))
+	if strings.Contains(out.Stdout, "ptrace OK") {
+		t.Errorf("sandbox attached to host pid %d: %q", daemonPid, out.Stdout)
+	}
+}
+
+func TestEscapePrivileges(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	// A setuid-root copy of a shell made by the sandbox's root grants its
+	// unprivileged user nothing (no_new_privs).
+	inSandbox(t, id, "", "cp /bin/bash /tmp/rootsh && chmod 4755 /tmp/rootsh")
+	if res := inSandbox(t, id, "user", "/tmp/rootsh -p -c 'id -u'"); strings.TrimSpace(res.Stdout) != "1000" {
+		t.Errorf("setuid shell run by user: uid %q, want 1000", res.Stdout)
+	}
+	// No user namespace to become "root" in, and no mounts.
+	out := python(t, id, syscallProbe+`
+call("unshare(NEWUSER)", 272, 0x10000000)
+call("unshare(NEWNS)", 272, 0x00020000)
+call("mount", 165, b"none", b"/mnt", b"tmpfs", 0, None)
+call("umount2", 166, b"/proc", 2)
+call("init_module", 175, None, 0, b"")
+call("finit_module", 313, 0, b"", 0)
+call("kexec_load", 246, 0, 0, None, 0)
+call("bpf", 321, 0, None, 0)
+call("keyctl", 250, 0, 0, 0, 0, 0)
+call("syslog", 103, 3, None, 0)
+call("open_by_handle_at", 304, 0, None, 0)
+`)
+	for _, line := range strings.Split(strings.TrimSpace(out.Stdout), "\n") {
+		if strings.HasSuffix(line, " OK") {
+			t.Errorf("privileged syscall allowed in the sandbox: %s", line)
+		}
+	}
+	if strings.Count(out.Stdout, "\n") != 11 {
+		t.Errorf("probe did not run every call: %q %q", out.Stdout, out.Stderr)
+	}
+	// CVE-2022-0492: mount a cgroup v1 hierarchy and set release_agent.
+	res := inSandbox(t, id, "", "mkdir -p /tmp/cg && mount -t cgroup -o rdma cgroup /tmp/cg && echo /tmp/x > /tmp/cg/release_agent && echo ESCAPED")
+	if strings.Contains(res.Stdout, "ESCAPED") || res.ExitCode == 0 {
+		t.Errorf("cgroup release_agent escape got through: %+v", res)
+	}
+	// Kernel-wide capabilities are gone: CAP_SYS_ADMIN is bit 21, SYS_MODULE 16, SYS_PTRACE 19, SYS_TIME 25.
+	res = inSandbox(t, id, "", "grep CapEff /proc/self/status")
+	var capEff uint64
+	fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(res.Stdout, "CapEff:")), "%x", &capEff)
+	for _, bit := range []uint{16, 19, 21, 25} {
+		if capEff&(1<<bit) != 0 {
+			t.Errorf("sandbox root holds capability %d (CapEff %x)", bit, capEff)
+		}
+	}
+}
+
+func TestEscapeClockAndHostname(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	hostName, _ := os.Hostname()
+	before := time.Now()
+	res := inSandbox(t, id, "", "date -s '2001-01-01 00:00:00'; hostname pwned; echo")
+	if !strings.Contains(res.Stderr, "date") || !strings.Contains(res.Stderr, "hostname") {
+		t.Errorf("setting the clock and the hostname did not fail: %q", res.Stderr)
+	}
+	if now, _ := os.Hostname(); now != hostName {
+		t.Errorf("host hostname changed from %q to %q", hostName, now)
+	}
+	if time.Since(before) < 0 || time.Now().Year() < 2026 {
+		t.Error("host clock changed")
+	}
+}
+
+func TestEscapeNetwork(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	u, err := url.Parse(shared.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(u.Host)
+
+	// The metadata address is routed to a test namespace first: were the
+	// sandbox in the host's network, its packets would land there, never
+	// off this machine, and the listener there would see them.
+	ns := testNamespace(t, "169.254.169.254")
+	seen := make(chan string, 1)
+	go func() {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "timeout", "5", "python3", "-c", `
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("169.254.169.254", 80)); s.listen(1); s.settimeout(3)
+try:
+    c, a = s.accept(); print("CONNECTED", a)
+except Exception:
+    print("quiet")
+`).CombinedOutput()
+		seen <- string(out)
+	}()
+	time.Sleep(300 * time.Millisecond) // the listener binds
+	res := python(t, id, fmt.Sprintf(`
+import socket
+for host, port in (("127.0.0.1", %s), ("169.254.169.254", 80)):
+    s = socket.socket(); s.settimeout(1)
+    try:
+        s.connect((host, port)); print(host, "CONNECTED")
+    except OSError as e:
+        print(host, "refused:", e.__class__.__name__)
+`, port))
+	if strings.Contains(res.Stdout, "CONNECTED") {
+		t.Errorf("sandbox reached the daemon or the metadata address:\n%s", res.Stdout)
+	}
+	if got := <-seen; strings.Contains(got, "CONNECTED") {
+		t.Errorf("a connection from the sandbox reached the metadata test host: %s", got)
+	}
+}
+
+// testNamespace makes a network namespace holding addr and routes addr from
+// the host into it through a veth pair; all is removed when the test ends.
+func testNamespace(t *testing.T, addr string) string {
+	t.Helper()
+	name := "wtest-" + randomHex(t)[:8]
+	hostEnd, nsEnd := name+"h", name+"n"
+	steps := [][]string{
+		{"netns", "add", name},
+		{"link", "add", hostEnd, "type", "veth", "peer", "name", nsEnd},
+		{"link", "set", nsEnd, "netns", name},
+		{"addr", "add", "10.254.254.1/30", "dev", hostEnd},
+		{"link", "set", hostEnd, "up"},
+		{"-n", name, "addr", "add", "10.254.254.2/30", "dev", nsEnd},
+		{"-n", name, "addr", "add", addr + "/32", "dev", nsEnd},
+		{"-n", name, "link", "set", nsEnd, "up"},
+		{"-n", name, "link", "set", "lo", "up"},
+		{"route", "add", addr + "/32", "via", "10.254.254.2"},
+	}
+	t.Cleanup(func() {
+		exec.Command("ip", "route", "del", addr+"/32").Run()
+		exec.Command("ip", "link", "del", hostEnd).Run()
+		exec.Command("ip", "netns", "del", name).Run()
+	})
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", s, err, out)
+		}
+	}
+	return name
+}
+
+func randomHex(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
