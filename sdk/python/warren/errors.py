@@ -225,7 +225,7 @@ _CODE_BY_STATUS: Dict[int, str] = {
 _GONE = re.compile(r"^sandbox \S+ is (not running|stopped|failed)\b")
 
 
-def sandbox_gone(message: str) -> bool:
+def _sandbox_gone(message: str) -> bool:
     """Report whether a conflict's message says that the sandbox is not
     running."""
     return bool(_GONE.match(message))
@@ -256,6 +256,6 @@ def error_from_response(
     if not message:
         message = f"HTTP {status}"
     cls = _BY_CODE.get(code, WarrenError)
-    if cls is ConflictError and sandbox_gone(message):
+    if cls is ConflictError and _sandbox_gone(message):
         cls = SandboxGoneError
     return cls(message, code=code, status=status, request_id=request_id)

@@ -1,0 +1,333 @@
+"""Plain data the API returns, as frozen dataclasses.
+
+Each ``from_json`` builds an instance from the API's JSON object and ignores
+fields it does not know, so that a newer server does not break an older SDK.
+Times are timezone-aware :class:`datetime.datetime` in UTC; durations are
+seconds (float).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Dict, List, Mapping, Optional
+
+from .errors import CommandError, CommandTimeout
+
+__all__ = [
+    "SandboxInfo",
+    "ExecResult",
+    "ExecEvent",
+    "ProcessInfo",
+    "FileInfo",
+    "Template",
+    "RuntimeInfo",
+    "NodeInfo",
+    "parse_time",
+]
+
+_TIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))$"
+)
+
+
+def parse_time(value: Optional[str]) -> Optional[datetime]:
+    """Parse an RFC 3339 time as Go writes it (up to nanoseconds, ``Z`` or
+    an offset) into an aware datetime in UTC; None for an empty value or Go's
+    zero time."""
+    if not value:
+        return None
+    m = _TIME.match(value)
+    if m is None:
+        raise ValueError(f"not an RFC 3339 time: {value!r}")
+    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+    frac = (m.group(7) or "")[:6].ljust(6, "0")
+    t = datetime(year, month, day, hour, minute, second, int(frac), tzinfo=timezone.utc)
+    if m.group(9):
+        offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
+        t = t - offset if m.group(9) == "+" else t + offset
+    if t.year == 1 and t.month == 1 and t.day == 1 and t.hour == 0 and t.minute == 0:
+        return None
+    return t
+
+
+def _str_map(v: Any) -> Dict[str, str]:
+    return {str(k): str(x) for k, x in (v or {}).items()}
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A sandbox as the API shows it at one moment.
+
+    ``state`` is ``starting``, ``running``, ``stopped`` or ``failed`` (then
+    ``error`` says why). ``isolation`` says honestly what separates it from
+    the host, e.g. ``"container (shared host kernel)"``.
+    """
+
+    id: str
+    template: str
+    runtime: str
+    isolation: str
+    state: str
+    cpus: float
+    memory_mb: int
+    pids: int
+    disk_mb: int
+    created_at: Optional[datetime]
+    expires_at: Optional[datetime]
+    env: Dict[str, str] = field(default_factory=dict)
+    metadata: Dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        """Build from the API's Sandbox object."""
+        return cls(
+            id=str(d.get("id", "")),
+            template=str(d.get("template", "")),
+            runtime=str(d.get("runtime", "")),
+            isolation=str(d.get("isolation", "")),
+            state=str(d.get("state", "")),
+            cpus=float(d.get("cpus") or 0),
+            memory_mb=int(d.get("memory_mb") or 0),
+            pids=int(d.get("pids") or 0),
+            disk_mb=int(d.get("disk_mb") or 0),
+            created_at=parse_time(d.get("created_at")),
+            expires_at=parse_time(d.get("expires_at")),
+            env=_str_map(d.get("env")),
+            metadata=_str_map(d.get("metadata")),
+            error=str(d.get("error") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of a command.
+
+    Attributes:
+        stdout: its standard output as text (invalid UTF-8 as U+FFFD); empty
+            for :meth:`Process.wait`, whose output is read with
+            :meth:`Process.stream`.
+        stderr: its standard error, likewise.
+        exit_code: its exit code; 128 + N when killed by signal N (137 when
+            its timeout killed it); 127 when the command does not exist.
+        duration: how long it ran, in seconds.
+        timed_out: whether its own timeout killed it.
+        pid: its process id in the sandbox.
+        status: how it ended, e.g. ``"exit status 1"``, ``"signal: killed"``.
+        truncated: whether output beyond the server's limit (16 MiB a stream)
+            was dropped.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    duration: float
+    timed_out: bool = False
+    pid: int = 0
+    status: str = ""
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited with 0 before its timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def check(self) -> "ExecResult":
+        """Return self if the command succeeded; raise
+        :class:`~warren.CommandTimeout` if its timeout killed it and
+        :class:`~warren.CommandError` for a non-zero exit code."""
+        if self.timed_out:
+            raise CommandTimeout(f"command timed out after {self.duration:.3f}s ({self.status})")
+        if self.exit_code != 0:
+            detail = self.stderr.strip()[-500:]
+            msg = f"command failed with exit code {self.exit_code}"
+            raise CommandError(msg + (f": {detail}" if detail else ""), exit_code=self.exit_code)
+        return self
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ExecResult":
+        """Build from the API's ExecResult object."""
+        return cls(
+            stdout=str(d.get("stdout") or ""),
+            stderr=str(d.get("stderr") or ""),
+            exit_code=int(d.get("exit_code") or 0),
+            duration=float(d.get("duration_ms") or 0) / 1000.0,
+            timed_out=bool(d.get("timed_out")),
+            pid=int(d.get("pid") or 0),
+            status=str(d.get("status") or ""),
+            truncated=bool(d.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class ExecEvent:
+    """One event of a streamed command, in the order it happened.
+
+    ``type`` is ``"start"`` (``pid`` set), ``"stdout"`` or ``"stderr"``
+    (``data`` holds the exact bytes), or ``"end"`` (``exit_code``,
+    ``status``, ``timed_out`` and ``duration`` set). A stream that breaks
+    raises instead of yielding an event.
+    """
+
+    type: str
+    data: bytes = b""
+    pid: int = 0
+    exit_code: Optional[int] = None
+    status: str = ""
+    timed_out: bool = False
+    duration: float = 0.0
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ExecEvent":
+        """Build from one line of an ndjson event stream."""
+        import base64
+
+        data = d.get("data")
+        code = d.get("exit_code")
+        return cls(
+            type=str(d.get("type", "")),
+            data=base64.b64decode(data) if data else b"",
+            pid=int(d.get("pid") or 0),
+            exit_code=int(code) if code is not None else None,
+            status=str(d.get("status") or ""),
+            timed_out=bool(d.get("timed_out")),
+            duration=float(d.get("duration_ms") or 0) / 1000.0,
+            error=str(d.get("error") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process the sandbox's agent started: running, or ended with
+    ``exit_code``."""
+
+    pid: int
+    cmd: str
+    args: List[str]
+    running: bool
+    exit_code: Optional[int] = None
+    tag: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProcessInfo":
+        """Build from the API's Process object."""
+        code = d.get("exit_code")
+        return cls(
+            pid=int(d.get("pid") or 0),
+            cmd=str(d.get("cmd") or ""),
+            args=[str(a) for a in d.get("args") or []],
+            running=bool(d.get("running")),
+            exit_code=int(code) if code is not None else None,
+            tag=str(d.get("tag") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file or directory in a sandbox. ``type`` is ``file``, ``dir``,
+    ``symlink`` or ``other``; ``mode`` holds the permission bits (e.g.
+    ``0o644``)."""
+
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    permissions: str
+    owner: str
+    group: str
+    modified_at: Optional[datetime]
+    symlink_target: str = ""
+
+    @property
+    def is_dir(self) -> bool:
+        """Whether this is a directory."""
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        """Whether this is a regular file."""
+        return self.type == "file"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileInfo":
+        """Build from the API's FileInfo object."""
+        return cls(
+            name=str(d.get("name") or ""),
+            path=str(d.get("path") or ""),
+            type=str(d.get("type") or ""),
+            size=int(d.get("size") or 0),
+            mode=int(d.get("mode") or 0),
+            permissions=str(d.get("permissions") or ""),
+            owner=str(d.get("owner") or ""),
+            group=str(d.get("group") or ""),
+            modified_at=parse_time(d.get("modified_at")),
+            symlink_target=str(d.get("symlink_target") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Template:
+    """A built template: an immutable base disk image sandboxes start from."""
+
+    name: str
+    size_bytes: int
+    used_bytes: int
+    built_at: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Template":
+        """Build from the API's Template object."""
+        return cls(
+            name=str(d.get("name") or ""),
+            size_bytes=int(d.get("size_bytes") or 0),
+            used_bytes=int(d.get("used_bytes") or 0),
+            built_at=parse_time(d.get("built_at")),
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """A runtime a node offers, and whether it can run sandboxes now."""
+
+    name: str
+    isolation: str
+    available: bool
+    reason: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RuntimeInfo":
+        """Build from the API's RuntimeInfo object."""
+        return cls(
+            name=str(d.get("name") or ""),
+            isolation=str(d.get("isolation") or ""),
+            available=bool(d.get("available")),
+            reason=str(d.get("reason") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What :meth:`Client.info` reports about the node."""
+
+    version: str
+    kernel: str
+    runtimes: List[RuntimeInfo]
+    clone_mode: str
+    cgroup_version: int
+    sandboxes: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NodeInfo":
+        """Build from the API's NodeInfo object."""
+        return cls(
+            version=str(d.get("version") or ""),
+            kernel=str(d.get("kernel") or ""),
+            runtimes=[RuntimeInfo.from_json(r) for r in d.get("runtimes") or []],
+            clone_mode=str(d.get("clone_mode") or ""),
+            cgroup_version=int(d.get("cgroup_version") or 0),
+            sandboxes=int(d.get("sandboxes") or 0),
+        )
