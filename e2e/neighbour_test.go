@@ -56,7 +56,9 @@ func TestNoisyNeighbours(t *testing.T) {
 		{"fork bomb", "bomb() { bomb | bomb & }; bomb; sleep 8; echo survived",
 			func(res *api.ExecResult) bool { return strings.Contains(res.Stderr, "fork") }},
 		{"memory bomb", "python3 -c 'x = bytearray(4 << 30)'",
-			func(res *api.ExecResult) bool { return res.ExitCode == 137 || strings.Contains(res.Stderr, "MemoryError") }},
+			func(res *api.ExecResult) bool {
+				return res.ExitCode == 137 || strings.Contains(res.Stderr, "MemoryError")
+			}},
 		// fallocate reserves most of the disk without writing it, then dd
 		// writes the rest until the filesystem is full.
 		{"fill the disk", "i=0; while fallocate -l 256M /root/fill$i 2>/dev/null; do i=$((i+1)); done; dd if=/dev/zero of=/root/last bs=1M 2>&1; df -h /",

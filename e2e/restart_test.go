@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -152,5 +154,120 @@ func TestSecondServerRefused(t *testing.T) {
 	res, err := shared.client().Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"true"}})
 	if err != nil || res.ExitCode != 0 {
 		t.Errorf("first server after the refusal: %+v %v", res, err)
+	}
+}
+
+// Killing a sandbox's init (the agent) from the host gives a clear state,
+// not a hang: the sandbox is failed with a reason and its resources go.
+func TestInitKilled(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	before := countInCgroup(id)
+	if before == 0 {
+		t.Fatal("no process of the sandbox found")
+	}
+	syscall.Kill(initPid(t, id), syscall.SIGKILL)
+	c := shared.client()
+	eventually(t, 15*time.Second, "the sandbox to be failed", func() bool {
+		sb, err := c.GetSandbox(context.Background(), id)
+		return err == nil && sb.State == api.StateFailed && strings.Contains(sb.Error, "exited")
+	})
+	if _, err := c.Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
+		t.Errorf("exec in a sandbox whose init died: %v, want conflict", err)
+	}
+	eventually(t, 10*time.Second, "its processes and disk to go", func() bool {
+		_, err := os.Stat(filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img"))
+		return countInCgroup(id) == 0 && os.IsNotExist(err)
+	})
+}
+
+// kill -9 of the daemon in the middle of a create, an exec or a file upload,
+// then a restart: every sandbox the store calls running answers, and nothing
+// is left on the host that no running sandbox owns.
+func TestDaemonKilledMidOperation(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	ops := []struct {
+		name string
+		run  func(id string) error
+	}{
+		{"create", func(string) error {
+			_, err := shared.client().CreateSandbox(ctx, api.CreateSandboxRequest{})
+			return err
+		}},
+		{"exec", func(id string) error {
+			_, err := shared.client().Exec(ctx, id, api.ExecRequest{Shell: "sleep 0.2; echo done"})
+			return err
+		}},
+		{"upload", func(id string) error {
+			_, err := shared.client().WriteFile(ctx, id, "/root/big", io.LimitReader(zeroReader{}, 64<<20), 0o644, "")
+			return err
+		}},
+	}
+	for _, op := range ops {
+		for _, delay := range []time.Duration{5 * time.Millisecond, 40 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s after %v", op.name, delay), func(t *testing.T) {
+				sb, err := shared.client().CreateSandbox(ctx, api.CreateSandboxRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- op.run(sb.ID) }()
+				time.Sleep(delay)
+				shared.kill()
+				<-done // fails or finishes; either is fine
+				shared, err = startDaemon(shared.dataDir, "", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkConsistent(t)
+			})
+		}
+	}
+}
+
+// checkConsistent asserts that every running sandbox answers and that no
+// cgroup, loop device, disk or private directory exists without one.
+func checkConsistent(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	c := shared.client()
+	sbs, err := c.ListSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]bool{}
+	for _, sb := range sbs {
+		switch sb.State {
+		case api.StateRunning:
+			running[sb.ID] = true
+			if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+				t.Errorf("running sandbox %s does not answer: %v", sb.ID, err)
+			}
+		case api.StateStarting:
+			t.Errorf("sandbox %s left starting after a restart", sb.ID)
+		}
+	}
+	cgroups, _ := os.ReadDir("/sys/fs/cgroup/pids/warren")
+	for _, e := range cgroups {
+		if e.IsDir() && !running[e.Name()] {
+			t.Errorf("cgroup of %s left without a running sandbox", e.Name())
+		}
+	}
+	for _, dir := range []string{filepath.Join(shared.dataDir, "sandboxes"), filepath.Join(shared.dataDir, "disks", "sandboxes")} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if id := strings.TrimSuffix(e.Name(), ".img"); !running[id] {
+				t.Errorf("%s left in %s without a running sandbox", e.Name(), dir)
+			}
+		}
+	}
+	if r := leaks(t); r.loops > len(running) {
+		t.Errorf("%d sandbox loop devices for %d running sandboxes", r.loops, len(running))
+	}
+	for id := range running {
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
 	}
 }
