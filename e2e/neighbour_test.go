@@ -34,7 +34,9 @@ func p99(ds []time.Duration) time.Duration { return ds[len(ds)*99/100] }
 
 // A sandbox that spins every CPU, fork-bombs, memory-bombs or fills its disk
 // hits its own limit, inside itself; a quiet sandbox beside it keeps its
-// exec latency within 2x of its idle p99, and the daemon keeps serving.
+// exec latency within 2x of its idle p99, and the daemon keeps serving. The
+// offender gets half a core: on this 2-core node a full core is half the
+// machine, which is capacity planning, not isolation.
 func TestNoisyNeighbours(t *testing.T) {
 	need(t)
 	quiet := shared.newSandbox(t)
@@ -68,7 +70,7 @@ func TestNoisyNeighbours(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			bully := shared.newSandbox(t, "--cpus", "1", "--memory", "256", "--pids", "64")
+			bully := shared.newSandbox(t, "--cpus", "0.5", "--memory", "256", "--pids", "64")
 			c := shared.client()
 			ctx := context.Background()
 			p, err := c.StartProcess(ctx, bully, api.ExecRequest{Shell: a.script, TimeoutMs: 60000})

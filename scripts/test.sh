@@ -22,3 +22,6 @@ go vet ./...
 # -p 1: the end-to-end and runtime tests start real sandboxes and daemons;
 # running packages one at a time keeps their timing honest on 2 cores.
 go test -p 1 -count=1 -timeout 40m ./...
+# The Python SDK against a real daemon on the same data directory, after the
+# Go suite (one server per data directory at a time).
+python3 -m unittest discover -s sdk/python/tests -t sdk/python -v

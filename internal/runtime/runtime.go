@@ -53,10 +53,12 @@ type Runtime interface {
 	// the state its Instance reported. If the sandbox is no longer alive it
 	// cleans up what it left and returns ErrGone.
 	Adopt(ctx context.Context, spec Spec, state []byte) (Instance, error)
-	// Sweep removes what sandboxes of this runtime left on the node (cgroups,
-	// processes, loop devices) except those whose ID is in keep. It runs once
-	// at daemon start, after every known sandbox was adopted or cleaned.
-	Sweep(ctx context.Context, keep map[string]bool) error
+	// Sweep removes what sandboxes of this runtime left on the node
+	// (cgroups, processes) for every sandbox in known that is not in keep.
+	// It never touches a sandbox outside known: another warren server on the
+	// same host, with another data directory, may own it. It runs once at
+	// daemon start, after every known sandbox was adopted or cleaned.
+	Sweep(ctx context.Context, known, keep map[string]bool) error
 }
 
 // Instance is one running sandbox.

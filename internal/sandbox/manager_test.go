@@ -72,7 +72,7 @@ func (f fakeRuntime) Start(context.Context, runtime.Spec) (runtime.Instance, err
 func (f fakeRuntime) Adopt(context.Context, runtime.Spec, []byte) (runtime.Instance, error) {
 	return nil, runtime.ErrGone
 }
-func (f fakeRuntime) Sweep(context.Context, map[string]bool) error { return nil }
+func (f fakeRuntime) Sweep(context.Context, map[string]bool, map[string]bool) error { return nil }
 
 func TestPickRuntime(t *testing.T) {
 	vm := fakeRuntime{name: "vm", err: errors.New("no hardware virtualization")}

@@ -19,15 +19,18 @@ import (
 // reconcile makes the node match the store after a daemon (re)start: every
 // sandbox the store calls running is adopted if its agent still answers and
 // torn down otherwise; one caught starting is torn down (its Create died with
-// the old process); then whatever no live sandbox owns — cgroups, processes,
-// loop devices, disks, directories — is removed.
+// the old process); then what this node's sandboxes left and no live one
+// owns — cgroups, processes, loop devices, disks, directories — is removed.
+// Sandboxes this store does not know are left alone: another warren server
+// on the host (another data directory) owns them.
 func (m *Manager) reconcile(ctx context.Context) error {
 	recs, err := m.deps.Store.ListSandboxes(ctx, "")
 	if err != nil {
 		return err
 	}
-	keep := map[string]bool{}
+	known, keep := map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
+		known[rec.ID] = true
 		if rec.State != api.StateRunning && rec.State != api.StateStarting {
 			continue
 		}
@@ -73,7 +76,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	var errs []error
 	for _, rt := range m.deps.Runtimes {
-		errs = append(errs, rt.Sweep(ctx, keep))
+		errs = append(errs, rt.Sweep(ctx, known, keep))
 	}
 	errs = append(errs, m.sweepFiles(keep))
 	return errors.Join(errs...)

@@ -467,11 +467,11 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 	return &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}, nil
 }
 
-// Sweep implements runtime.Runtime: it destroys every warren cgroup that no
-// kept sandbox owns, killing whatever still runs in it. The first Sweep also
-// starts keeping warm inits: the adopted sandboxes' uid ranges are known by
-// then.
-func (r *Runtime) Sweep(ctx context.Context, keep map[string]bool) error {
+// Sweep implements runtime.Runtime: it destroys the cgroup of every known
+// sandbox that is not kept, killing whatever still runs in it. The first
+// Sweep also starts keeping warm inits: the adopted sandboxes' uid ranges
+// are known by then.
+func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
 	r.warmOnce.Do(func() {
 		if r.opts.Warm <= 0 {
 			return
@@ -489,7 +489,7 @@ func (r *Runtime) Sweep(ctx context.Context, keep map[string]bool) error {
 	}
 	var errs []error
 	for _, name := range names {
-		if keep[name] {
+		if !known[name] || keep[name] {
 			continue
 		}
 		r.log.Info("removing leftover sandbox cgroup", "sandbox", name)

@@ -381,6 +381,9 @@ func TestContainerLimits(t *testing.T) {
 	}
 }
 
+// Sweep removes the cgroup (and processes) of a sandbox this node knows but
+// does not keep, and leaves alone one it does not know: another server's
+// (a regression test: every server used to sweep every warren cgroup).
 func TestSweepRemovesOrphanCgroups(t *testing.T) {
 	f := newFixture(t, 905)
 	orphan := f.spec.ID + "-orphan"
@@ -388,6 +391,12 @@ func TestSweepRemovesOrphanCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	foreign := f.spec.ID + "-foreign"
+	fg, err := f.cg.Create(foreign, cgroup.Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fg.Destroy(context.Background())
 	cmd := exec.Command("sleep", "100")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -397,8 +406,12 @@ func TestSweepRemovesOrphanCgroups(t *testing.T) {
 	if err := g.AddProc(cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rt.Sweep(context.Background(), map[string]bool{}); err != nil {
+	known := map[string]bool{orphan: true, f.spec.ID: true}
+	if err := f.rt.Sweep(context.Background(), known, map[string]bool{f.spec.ID: true}); err != nil {
 		t.Fatalf("sweep: %v", err)
+	}
+	if _, err := f.cg.Open(foreign); err != nil {
+		t.Errorf("sweep removed a cgroup it does not know: %v", err)
 	}
 	select {
 	case <-done:
@@ -422,7 +435,7 @@ func TestWarmInits(t *testing.T) {
 	}
 	defer rt.Close()
 	f.rt = rt
-	if err := rt.Sweep(context.Background(), map[string]bool{}); err != nil {
+	if err := rt.Sweep(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	warmCount := func() int {

@@ -337,7 +337,7 @@ class Transport:
         """Send a call, repeating it as retry allows; the connection and
         response of a 2xx answer, or None for a 404 that gone_is_done makes a
         success."""
-        read_timeout = self.timeout if timeout == "default" else timeout
+        read_timeout: Optional[float] = self.timeout if isinstance(timeout, str) else timeout
         target = self.url(path, query)
         headers: Dict[str, str] = {"User-Agent": self._user_agent, "Accept": accept}
         if self._key:
@@ -405,8 +405,10 @@ class Transport:
         try:
             if conn.sock is None:
                 conn.connect()
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.sock.settimeout(read_timeout)
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # type: ignore[attr-defined]
+            sock = conn.sock
+            assert sock is not None
+            sock.settimeout(read_timeout)
             try:
                 conn.request(method, target, body=payload, headers=headers)
             except (BrokenPipeError, ConnectionResetError) as send_err:

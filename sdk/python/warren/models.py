@@ -8,6 +8,7 @@ seconds (float).
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -183,8 +184,6 @@ class ExecEvent:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ExecEvent":
         """Build from one line of an ndjson event stream."""
-        import base64
-
         data = d.get("data")
         code = d.get("exit_code")
         return cls(

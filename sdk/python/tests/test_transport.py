@@ -1,0 +1,440 @@
+"""The SDK's HTTP behaviour against a local stub server: retries only for
+calls safe to repeat, error mapping, keep-alive reuse, streamed uploads and
+key discovery. Needs no warren daemon."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import unittest
+from typing import Callable, List, Optional, Tuple
+from unittest import mock
+
+import warren
+from warren import Client, Sandbox
+
+SANDBOX = {
+    "id": "sb-stub1",
+    "template": "default",
+    "runtime": "container",
+    "isolation": "container (shared host kernel)",
+    "state": "running",
+    "cpus": 1,
+    "memory_mb": 512,
+    "pids": 256,
+    "disk_mb": 4096,
+    "created_at": "2026-11-29T10:00:00.123456789Z",
+    "expires_at": "2026-11-29T10:15:00Z",
+}
+
+# A reply: (status, JSON-able body or raw bytes), or None to drop the
+# connection without answering.
+Reply = Optional[Tuple[int, object]]
+
+
+class Seen:
+    """A request the stub received."""
+
+    def __init__(self, method: str, path: str, headers: dict, body: bytes, peer: Tuple[str, int]) -> None:
+        self.method, self.path, self.headers, self.body, self.peer = method, path, headers, body, peer
+
+
+class Stub:
+    """A local HTTP/1.1 server that answers with a script."""
+
+    def __init__(self, script: Callable[[Seen, int], Reply], port: int = 0) -> None:
+        self.script = script
+        self.seen: List[Seen] = []
+        self.lock = threading.Lock()
+        self.conns: List[socket.socket] = []
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                with stub.lock:
+                    stub.conns.append(self.connection)
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        size = int(self.rfile.readline().strip(), 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            return out
+                        out += self.rfile.read(size)
+                        self.rfile.readline()
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _serve(self) -> None:
+                seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
+                            self._body(), self.client_address)
+                with stub.lock:
+                    stub.seen.append(seen)
+                    n = sum(1 for s in stub.seen if s.method == seen.method and s.path == seen.path)
+                reply = stub.script(seen, n)
+                if reply is None:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, body = reply
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("X-Request-Id", "req-%d" % len(stub.seen))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    def count(self, method: str, path_prefix: str) -> int:
+        with self.lock:
+            return sum(1 for s in self.seen if s.method == method and s.path.startswith(path_prefix))
+
+    def close(self) -> None:
+        """Stop serving and close every connection, idle keep-alive ones
+        included (as a server that exits does)."""
+        self.server.shutdown()
+        self.server.server_close()
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def error(status: int, code: str, message: str) -> Tuple[int, object]:
+    return status, {"error": {"code": code, "message": message}}
+
+
+class StubCase(unittest.TestCase):
+    def stub(self, script: Callable[[Seen, int], Reply]) -> Stub:
+        s = Stub(script)
+        self.addCleanup(s.close)
+        return s
+
+    def client(self, stub: Stub, **kw: object) -> Client:
+        kw.setdefault("retries", 4)
+        kw.setdefault("backoff", 0.01)
+        c = Client(stub.url, "key-1", **kw)  # type: ignore[arg-type]
+        self.addCleanup(c.close)
+        return c
+
+    def sandbox(self, client: Client) -> Sandbox:
+        return Sandbox(warren.SandboxInfo.from_json(SANDBOX), client)
+
+
+class RetryTest(StubCase):
+    def test_get_retried_on_503(self) -> None:
+        def script(seen: Seen, n: int) -> Reply:
+            return error(503, "unavailable", "busy") if n < 3 else (200, SANDBOX)
+
+        s = self.stub(script)
+        sb = Sandbox.get("sb-stub1", client=self.client(s))
+        self.assertEqual(sb.id, "sb-stub1")
+        self.assertEqual(s.count("GET", "/v1/sandboxes/sb-stub1"), 3)
+
+    def test_get_gives_up_after_its_attempts(self) -> None:
+        s = self.stub(lambda seen, n: error(503, "unavailable", "no capacity"))
+        with self.assertRaises(warren.UnavailableError) as cm:
+            self.client(s, retries=3).info()
+        self.assertEqual(s.count("GET", "/v1/info"), 3)
+        self.assertEqual(cm.exception.status, 503)
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.assertEqual(cm.exception.message, "no capacity")
+
+    def test_exec_not_retried(self) -> None:
+        s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
+        sb = self.sandbox(self.client(s))
+        with self.assertRaises(warren.UnavailableError):
+            sb.exec(["true"])
+        with self.assertRaises(warren.UnavailableError):
+            sb.exec("true", on_stdout=lambda b: None)
+        with self.assertRaises(warren.UnavailableError):
+            sb.start(["sleep", "1"])
+        self.assertEqual(s.count("POST", "/v1/sandboxes/sb-stub1/exec"), 3)
+
+    def test_exec_not_retried_on_broken_connection(self) -> None:
+        s = self.stub(lambda seen, n: None)
+        sb = self.sandbox(self.client(s))
+        with self.assertRaises(warren.NetworkError):
+            sb.exec(["true"])
+        self.assertEqual(s.count("POST", "/v1/sandboxes/sb-stub1/exec"), 1)
+
+    def test_create_stdin_and_upload_not_retried(self) -> None:
+        s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
+        c = self.client(s)
+        with self.assertRaises(warren.UnavailableError):
+            Sandbox.create(client=c)
+        sb = self.sandbox(c)
+        with self.assertRaises(warren.UnavailableError):
+            sb.process(7).send_stdin(b"x")
+        with self.assertRaises(warren.UnavailableError):
+            sb.files.write("/root/x", b"data")
+        with self.assertRaises(warren.UnavailableError):
+            sb.files.write("/root/x", io.BytesIO(b"data"))
+        self.assertEqual(len(s.seen), 4)
+
+    def test_broken_connection_retried_for_get(self) -> None:
+        s = self.stub(lambda seen, n: None if n == 1 else (200, {"sandboxes": [SANDBOX]}))
+        self.assertEqual([sb.id for sb in Sandbox.list(client=self.client(s))], ["sb-stub1"])
+        self.assertEqual(s.count("GET", "/v1/sandboxes"), 2)
+
+    def test_refused_connection_retried_until_the_server_listens(self) -> None:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        c = Client("http://127.0.0.1:%d" % port, "key-1", retries=12, backoff=0.05)
+        self.addCleanup(c.close)
+        started: List[Stub] = []
+
+        def later() -> None:
+            time.sleep(0.3)
+            started.append(Stub(lambda seen, n: (200, {"templates": []}), port=port))
+
+        t = threading.Thread(target=later)
+        t.start()
+        try:
+            self.assertEqual(c.templates(), [])
+        finally:
+            t.join()
+            for st in started:
+                st.close()
+
+    def test_refused_exec_is_not_retried(self) -> None:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        c = Client("http://127.0.0.1:%d" % port, "key-1", retries=5, backoff=0.5)
+        self.addCleanup(c.close)
+        sb = self.sandbox(c)
+        t0 = time.monotonic()
+        with self.assertRaises(warren.NetworkError):
+            sb.exec(["true"])
+        self.assertLess(time.monotonic() - t0, 0.25, "exec slept for a retry")
+
+    def test_repeated_delete_that_finds_the_sandbox_gone_succeeds(self) -> None:
+        # The first DELETE's answer is lost: the repeat's 404 means done.
+        s = self.stub(lambda seen, n: None if n == 1 else error(404, "not_found", "sandbox sb-stub1 not found"))
+        sb = self.sandbox(self.client(s))
+        sb.delete()
+        self.assertEqual(s.count("DELETE", "/v1/sandboxes/sb-stub1"), 2)
+        # A 404 at the first attempt is an error.
+        with self.assertRaises(warren.NotFoundError):
+            sb.delete()
+
+    def test_backoff_is_bounded(self) -> None:
+        c = Client("http://127.0.0.1:1", "k", backoff=0.1)
+        delays = [c.transport.delay(a) for a in range(1, 20)]
+        self.assertTrue(all(0 <= d <= 1.6 for d in delays), delays)
+        self.assertGreaterEqual(max(delays[4:]), 0.8)
+
+
+class ErrorMappingTest(StubCase):
+    @staticmethod
+    def always(reply: Tuple[int, object]) -> Callable[[Seen, int], Reply]:
+        def script(seen: Seen, n: int) -> Reply:
+            return reply
+
+        return script
+
+    def test_codes(self) -> None:
+        cases = [
+            (error(400, "bad_request", "path climbs above /"), warren.BadRequestError),
+            (error(401, "unauthorized", "invalid API key"), warren.UnauthorizedError),
+            (error(403, "forbidden", "admin only"), warren.ForbiddenError),
+            (error(404, "not_found", "sandbox sb-x not found"), warren.NotFoundError),
+            (error(409, "conflict", "directory not empty"), warren.ConflictError),
+            (error(409, "conflict", "sandbox sb-x is not running (state stopped)"), warren.SandboxGoneError),
+            (error(413, "payload_too_large", "too big"), warren.PayloadTooLargeError),
+            (error(500, "internal", "internal error"), warren.InternalError),
+            (error(504, "timeout", "slow"), warren.RequestTimeout),
+            ((502, b"<html>bad gateway</html>"), warren.UnavailableError),
+            ((418, b"teapot"), warren.BadRequestError),
+        ]
+        for reply, cls in cases:
+            with self.subTest(cls=cls.__name__, reply=reply):
+                s = self.stub(self.always(reply))
+                sb = self.sandbox(self.client(s, retries=1))
+                with self.assertRaises(cls) as cm:
+                    sb.files.remove("/root/x")
+                e = cm.exception
+                self.assertIsInstance(e, warren.WarrenError)
+                self.assertEqual(e.status, reply[0])
+                self.assertTrue(e.request_id and e.request_id.startswith("req-"))
+        self.assertTrue(issubclass(warren.SandboxGoneError, warren.ConflictError))
+        self.assertTrue(issubclass(warren.RequestTimeout, TimeoutError))
+        self.assertTrue(issubclass(warren.CommandTimeout, TimeoutError))
+
+    def test_wait_timeout_is_a_command_timeout(self) -> None:
+        s = self.stub(lambda seen, n: error(504, "timeout", "process 7 has not ended after 100ms"))
+        with self.assertRaises(warren.CommandTimeout):
+            self.sandbox(self.client(s)).process(7).wait(0.1)
+
+    def test_stream_error_event(self) -> None:
+        lines = [
+            {"type": "start", "pid": 9},
+            {"type": "stdout", "data": "aGk="},
+            {"type": "error", "error": "sandbox sb-stub1 is not running (its agent does not answer)"},
+        ]
+        body = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+        s = self.stub(lambda seen, n: (200, body))
+        got: List[bytes] = []
+        with self.assertRaises(warren.SandboxGoneError):
+            self.sandbox(self.client(s)).exec("echo hi", on_stdout=got.append)
+        self.assertEqual(got, [b"hi"])
+
+    def test_stream_cut_before_its_end(self) -> None:
+        body = json.dumps({"type": "start", "pid": 9}).encode() + b"\n"
+        s = self.stub(lambda seen, n: (200, body))
+        with self.assertRaises(warren.StreamBrokenError):
+            list(self.sandbox(self.client(s)).exec_stream(["sleep", "9"]))
+
+
+class ConnectionTest(StubCase):
+    def test_keep_alive_reuses_one_connection(self) -> None:
+        s = self.stub(lambda seen, n: (200, SANDBOX))
+        c = self.client(s)
+        for _ in range(5):
+            Sandbox.get("sb-stub1", client=c)
+        self.assertEqual(len({seen.peer for seen in s.seen}), 1)
+
+    def test_dropped_idle_connection_is_not_reused(self) -> None:
+        s = self.stub(lambda seen, n: (200, SANDBOX))
+        c = self.client(s)
+        sb = Sandbox.get("sb-stub1", client=c)
+        # The server closes its side of the idle connection (as at a
+        # restart); the next call, even one never retried, must not fail.
+        s.close()
+        s2 = Stub(lambda seen, n: (200, {"pid": 1, "exit_code": 0, "stdout": "fresh", "stderr": "", "duration_ms": 1}),
+                  port=int(s.url.rsplit(":", 1)[1]))
+        self.addCleanup(s2.close)
+        time.sleep(0.05)
+        self.assertEqual(sb.exec(["true"]).stdout, "fresh")
+        self.assertEqual(len(s2.seen), 1)
+
+    def test_uploads_are_streamed_in_chunks(self) -> None:
+        s = self.stub(lambda seen, n: (200, {"name": "x", "path": "/root/x", "type": "file", "size": 3}))
+        sb = self.sandbox(self.client(s))
+        reads: List[int] = []
+
+        class Recording(io.BytesIO):
+            def read(self, n: Optional[int] = -1) -> bytes:  # type: ignore[override]
+                reads.append(-1 if n is None else n)
+                return super().read(n)
+
+        data = os.urandom(300 << 10)
+        sb.files.write("/root/x", Recording(data), mode=0o600, user="nobody")
+        sb.files.write("/root/y", b"abc")
+        sb.files.write("/root/z", io.StringIO("h\u00e9llo"))
+        up, small, text = s.seen
+        self.assertEqual(up.headers.get("transfer-encoding"), "chunked")
+        self.assertEqual(up.body, data)
+        self.assertTrue(all(0 < n <= 64 << 10 for n in reads), reads)
+        self.assertIn("mode=0600", up.path)
+        self.assertIn("user=nobody", up.path)
+        self.assertEqual(small.headers.get("content-length"), "3")
+        self.assertEqual(text.body, "h\u00e9llo".encode())
+
+    def test_many_threads_share_a_client(self) -> None:
+        s = self.stub(lambda seen, n: (200, SANDBOX))
+        c = self.client(s)
+        errors: List[BaseException] = []
+
+        def work() -> None:
+            try:
+                for _ in range(20):
+                    self.assertEqual(Sandbox.get("sb-stub1", client=c).id, "sb-stub1")
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len(s.seen), 160)
+        self.assertLessEqual(len({seen.peer for seen in s.seen}), 8)
+
+
+class ConfigTest(StubCase):
+    def test_key_from_argument_and_environment(self) -> None:
+        s = self.stub(lambda seen, n: (200, {"templates": []}))
+        Client(s.url, "arg-key").templates()
+        with mock.patch.dict(os.environ, {"WARREN_URL": s.url, "WARREN_API_KEY": "env-key"}):
+            Client().templates()
+        self.assertEqual([x.headers["authorization"] for x in s.seen], ["Bearer arg-key", "Bearer env-key"])
+
+    def test_admin_key_file_only_for_loopback(self) -> None:
+        s = self.stub(lambda seen, n: (200, {"templates": []}))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "admin.key"), "w") as f:
+                f.write("admin-key\n")
+            env = {"WARREN_DATA_DIR": d, "WARREN_URL": s.url}
+            with mock.patch.dict(os.environ, env):
+                os.environ.pop("WARREN_API_KEY", None)
+                Client().templates()
+                self.assertEqual(s.seen[-1].headers["authorization"], "Bearer admin-key")
+                with self.assertRaises(warren.ConfigurationError):
+                    Client("http://warren.example.com:7777")
+            with mock.patch.dict(os.environ, {"WARREN_DATA_DIR": os.path.join(d, "missing")}):
+                os.environ.pop("WARREN_API_KEY", None)
+                with self.assertRaises(warren.ConfigurationError):
+                    Client("http://localhost:7777")
+
+    def test_bad_url(self) -> None:
+        for url in ("ftp://127.0.0.1", "http://", "http://127.0.0.1:99999"):
+            with self.subTest(url=url), self.assertRaises(warren.ConfigurationError):
+                Client(url, "k")
+
+    def test_health_needs_no_key_and_does_not_raise(self) -> None:
+        s = self.stub(lambda seen, n: (200, {"status": "ok"}))
+        self.assertTrue(Client(s.url, "").health())
+        self.assertNotIn("authorization", s.seen[-1].headers)
+        self.assertFalse(Client("http://127.0.0.1:1", "").health())
+
+
+class ModelTest(unittest.TestCase):
+    def test_times(self) -> None:
+        info = warren.SandboxInfo.from_json(SANDBOX)
+        self.assertEqual(info.created_at.microsecond, 123456)  # type: ignore[union-attr]
+        self.assertEqual(warren.models.parse_time("2026-11-29T12:00:00+02:00").hour, 10)  # type: ignore[union-attr]
+        self.assertIsNone(warren.models.parse_time("0001-01-01T00:00:00Z"))
+
+    def test_exec_result_check(self) -> None:
+        ok = warren.ExecResult("a", "", 0, 0.1)
+        self.assertIs(ok.check(), ok)
+        with self.assertRaises(warren.CommandError) as cm:
+            warren.ExecResult("", "boom", 3, 0.1).check()
+        self.assertEqual(cm.exception.exit_code, 3)
+        with self.assertRaises(warren.CommandTimeout):
+            warren.ExecResult("", "", 137, 1.0, timed_out=True).check()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,103 @@
+"""warren: the Python SDK of the warren agent sandbox cloud.
+
+Create a Linux sandbox, run untrusted code in it, move files in and out,
+delete it::
+
+    from warren import Sandbox
+
+    with Sandbox.create() as sb:
+        result = sb.exec(["python3", "-c", "print(3 + 3)"])
+        print(result.stdout)          # 6
+
+The server and key come from $WARREN_URL and $WARREN_API_KEY (or a
+:class:`Client` built with arguments); see the package README.
+Standard library only, Python 3.9 or later.
+"""
+
+from __future__ import annotations
+
+from .client import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_URL,
+    ENV_API_KEY,
+    ENV_DATA_DIR,
+    ENV_URL,
+    Client,
+    __version__,
+    default_client,
+    set_default_client,
+)
+from .errors import (
+    BadRequestError,
+    CommandError,
+    CommandTimeout,
+    ConfigurationError,
+    ConflictError,
+    ForbiddenError,
+    InternalError,
+    MethodNotAllowedError,
+    NetworkError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestTimeout,
+    SandboxGoneError,
+    StreamBrokenError,
+    UnauthorizedError,
+    UnavailableError,
+    WarrenError,
+)
+from .files import Files
+from .models import (
+    ExecEvent,
+    ExecResult,
+    FileInfo,
+    NodeInfo,
+    ProcessInfo,
+    RuntimeInfo,
+    SandboxInfo,
+    Template,
+)
+from .sandbox import Command, ExecStream, OutputCallback, Process, Sandbox
+
+__all__ = [
+    "__version__",
+    "Client",
+    "default_client",
+    "set_default_client",
+    "DEFAULT_URL",
+    "DEFAULT_DATA_DIR",
+    "ENV_URL",
+    "ENV_API_KEY",
+    "ENV_DATA_DIR",
+    "Sandbox",
+    "Process",
+    "ExecStream",
+    "Files",
+    "Command",
+    "OutputCallback",
+    "SandboxInfo",
+    "ExecResult",
+    "ExecEvent",
+    "ProcessInfo",
+    "FileInfo",
+    "Template",
+    "RuntimeInfo",
+    "NodeInfo",
+    "WarrenError",
+    "ConfigurationError",
+    "NetworkError",
+    "BadRequestError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "NotFoundError",
+    "MethodNotAllowedError",
+    "ConflictError",
+    "SandboxGoneError",
+    "PayloadTooLargeError",
+    "RequestTimeout",
+    "CommandTimeout",
+    "CommandError",
+    "UnavailableError",
+    "InternalError",
+    "StreamBrokenError",
+]

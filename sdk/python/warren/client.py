@@ -1,0 +1,249 @@
+"""The connection to a warren server: :class:`Client`."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import ssl
+import threading
+import urllib.parse
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+from ._transport import IDEMPOTENT, NEVER, Transport, path_of
+from .errors import ConfigurationError, StreamBrokenError, WarrenError
+from .models import NodeInfo, Template
+
+__all__ = [
+    "Client",
+    "default_client",
+    "set_default_client",
+    "DEFAULT_URL",
+    "DEFAULT_DATA_DIR",
+    "ENV_URL",
+    "ENV_API_KEY",
+    "ENV_DATA_DIR",
+]
+
+__version__ = "0.1.0"
+
+#: Environment variable holding the server's base URL.
+ENV_URL = "WARREN_URL"
+#: Environment variable holding the API key.
+ENV_API_KEY = "WARREN_API_KEY"
+#: Environment variable naming the local server's data directory.
+ENV_DATA_DIR = "WARREN_DATA_DIR"
+#: The URL used when neither an argument nor WARREN_URL gives one.
+DEFAULT_URL = "http://127.0.0.1:7777"
+#: The local server's data directory when WARREN_DATA_DIR is unset.
+DEFAULT_DATA_DIR = "/var/lib/warren"
+_ADMIN_KEY_FILE = "admin.key"
+
+
+def _loopback(host: str) -> bool:
+    """Report whether host names this machine's loopback interface."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _resolve_key(url: str, api_key: Optional[str]) -> str:
+    """The API key: the argument, else $WARREN_API_KEY, else - for a server
+    on a loopback address only - the local server's admin key file."""
+    if api_key is not None:
+        return api_key
+    key = os.environ.get(ENV_API_KEY, "")
+    if key:
+        return key
+    data_dir = os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR
+    path = os.path.join(data_dir, _ADMIN_KEY_FILE)
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if not _loopback(host):
+        raise ConfigurationError(
+            f"no API key: pass api_key= or set {ENV_API_KEY} (the admin key in {path} "
+            f"is used only for a server on this machine, not {host})"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.read().strip()
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"no API key: pass api_key= or set {ENV_API_KEY}, or run where the server's "
+            f"admin key {path} exists (set {ENV_DATA_DIR} for another data directory)"
+        ) from None
+    except OSError as e:
+        raise ConfigurationError(f"no API key: {ENV_API_KEY} is unset and {path}: {e}") from e
+    if not key:
+        raise ConfigurationError(f"no API key: {ENV_API_KEY} is unset and {path} is empty")
+    return key
+
+
+class Client:
+    """A connection to one warren server, shared by the sandboxes made
+    through it.
+
+    Safe to use from many threads at once: calls reuse keep-alive
+    connections from a small pool. Calls that are safe to repeat (reads,
+    deleting a sandbox) are retried on a refused or broken connection and on
+    502/503, with a bounded exponential backoff; calls with effects (create,
+    exec, stdin, file upload) are sent once.
+
+    Args:
+        url: the server's base URL; default $WARREN_URL, else
+            ``http://127.0.0.1:7777``.
+        api_key: the API key; default $WARREN_API_KEY, else, only when the
+            URL is a loopback address, the local server's admin key
+            (``admin.key`` in $WARREN_DATA_DIR, default ``/var/lib/warren``).
+        timeout: socket timeout in seconds of ordinary calls (default 120).
+            Commands and streams are bounded by their own timeouts instead.
+        connect_timeout: seconds to establish a connection (default 10).
+        retries: attempts of a call that is safe to repeat, the first
+            included (default 5; 1 disables retries).
+        backoff: seconds before the first retry (default 0.1); it doubles
+            after each attempt, up to 16 times itself, with jitter.
+        max_idle_connections: idle connections kept for reuse (default 32).
+        ssl_context: the SSL context for an https URL.
+
+    Raises:
+        ConfigurationError: the URL is not http(s), or no API key is found.
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: Optional[float] = 120.0,
+        connect_timeout: float = 10.0,
+        retries: int = 5,
+        backoff: float = 0.1,
+        max_idle_connections: int = 32,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        url = url or os.environ.get(ENV_URL) or DEFAULT_URL
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ConfigurationError(f"bad server URL {url!r}: want a URL like {DEFAULT_URL}")
+        self.url: str = url.rstrip("/")
+        key = _resolve_key(self.url, api_key)
+        try:
+            self._transport = Transport(
+                self.url,
+                key,
+                connect_timeout=connect_timeout,
+                timeout=timeout,
+                attempts=retries,
+                backoff=backoff,
+                max_idle=max_idle_connections,
+                ssl_context=ssl_context,
+                user_agent=f"warren-python/{__version__}",
+            )
+        except ValueError as e:  # e.g. a port out of range
+            raise ConfigurationError(f"bad server URL {url!r}: {e}") from None
+        # A client dropped without close() still closes its idle sockets.
+        weakref.finalize(self, self._transport.close)
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the idle connections. The client stays usable: later calls
+        open new connections."""
+        self._transport.close()
+
+    @property
+    def transport(self) -> Transport:
+        """The HTTP transport (for the SDK's own modules)."""
+        return self._transport
+
+    def health(self) -> bool:
+        """Report whether the server answers ``/healthz`` with ok. Needs no
+        key, makes one attempt, and returns False rather than raising when
+        the server cannot be reached or answers otherwise."""
+        t = self._transport
+        try:
+            answer = t.request("GET", "/healthz", retry=NEVER, timeout=min(t.timeout or 10.0, 10.0))
+            return bool(answer.json().get("status") == "ok")
+        except (WarrenError, ValueError, AttributeError):
+            return False
+
+    def info(self) -> NodeInfo:
+        """Describe the node: version, kernel, runtimes and their isolation,
+        how disks are cloned, cgroup version, running sandboxes."""
+        return NodeInfo.from_json(self._get("/v1/info"))
+
+    def templates(self) -> List[Template]:
+        """The templates built on the node."""
+        doc = self._get("/v1/templates")
+        return [Template.from_json(t) for t in doc.get("templates") or []]
+
+    def openapi(self) -> Dict[str, Any]:
+        """The server's OpenAPI 3.1 document of the HTTP API."""
+        doc = self._get("/openapi.json")
+        if not isinstance(doc, dict):
+            raise WarrenError("the OpenAPI document is not a JSON object", code="bad_answer")
+        return doc
+
+    def build_template(self, name: str, on_progress: Optional[Callable[[str], None]] = None) -> Template:
+        """Build (or rebuild) template ``name`` on the node and return it;
+        needs the admin key. Each line of progress is passed to on_progress
+        as it comes. A first build can take minutes. Never retried.
+
+        Raises:
+            ForbiddenError: the key is not the admin key.
+            NotFoundError: no recipe has that name.
+            WarrenError: the build failed (its message says why).
+        """
+        stream = self._transport.stream("POST", path_of("v1", "templates", name, "build"), retry=NEVER)
+        try:
+            while True:
+                line = stream.readline()
+                if not line:
+                    raise StreamBrokenError(f"build of template {name}: the stream ended without a result")
+                if not line.strip():
+                    continue
+                ev = json.loads(line.decode("utf-8"))
+                if ev.get("progress") is not None and on_progress is not None:
+                    on_progress(str(ev["progress"]))
+                if ev.get("error"):
+                    raise WarrenError(f"build of template {name}: {ev['error']}", code="build_failed")
+                if ev.get("template"):
+                    return Template.from_json(ev["template"])
+        finally:
+            stream.close()
+
+    def _get(self, path: str, query: Optional[Dict[str, Any]] = None) -> Any:
+        """GET a JSON document, retried as reads are."""
+        return self._transport.request("GET", path, query=query, retry=IDEMPOTENT).json()
+
+
+_default_lock = threading.Lock()
+_default: Optional[Client] = None
+
+
+def default_client() -> Client:
+    """The client used when none is given: made on first use from
+    $WARREN_URL and $WARREN_API_KEY (see :class:`Client`), then shared."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def set_default_client(client: Optional[Client]) -> None:
+    """Make client the one used when none is given; None makes the next use
+    build a new one from the environment."""
+    global _default
+    with _default_lock:
+        _default = client

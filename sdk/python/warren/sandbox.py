@@ -1,0 +1,653 @@
+"""Sandboxes, their commands and background processes."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+import signal as _signal
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from ._body import Data, request_body
+from ._transport import IDEMPOTENT, NEVER, REFUSED, RawStream, Transport, path_of
+from .client import Client, default_client
+from .errors import (
+    CommandTimeout,
+    NotFoundError,
+    RequestTimeout,
+    SandboxGoneError,
+    StreamBrokenError,
+    WarrenError,
+    _sandbox_gone,
+)
+from .files import Files
+from .models import ExecEvent, ExecResult, ProcessInfo, SandboxInfo
+
+__all__ = ["Sandbox", "Process", "ExecStream", "Command", "OutputCallback"]
+
+#: A command: a list of arguments run directly (argv), or a string run as a
+#: shell command line by ``/bin/sh -c``.
+Command = Union[Sequence[str], str]
+
+#: A callback that receives output bytes exactly as the command wrote them.
+OutputCallback = Callable[[bytes], None]
+
+# Extra seconds a command's socket waits beyond the command's own timeout:
+# the agent may take a while to start it, and the answer must still arrive.
+_TIMEOUT_MARGIN = 60.0
+
+# How much of each output stream a streamed exec keeps for its result, as the
+# server does for a collected one.
+_MAX_OUTPUT = 16 << 20
+
+
+def _millis(seconds: Optional[float], what: str) -> Optional[int]:
+    """Seconds as whole milliseconds, rounded up (at least 1); None stays
+    None."""
+    if seconds is None:
+        return None
+    if seconds <= 0:
+        raise ValueError(f"{what} must be positive, not {seconds}")
+    return max(1, math.ceil(seconds * 1000))
+
+
+def _exec_body(
+    cmd: Command,
+    *,
+    stdin: Union[bytes, str, None],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    user: Optional[str],
+    timeout: Optional[float],
+    tag: Optional[str],
+) -> Dict[str, Any]:
+    """The ExecRequest of a command."""
+    body: Dict[str, Any] = {}
+    if isinstance(cmd, str):
+        if not cmd:
+            raise ValueError("empty shell command")
+        body["shell"] = cmd
+    else:
+        argv = [str(a) for a in cmd]
+        if not argv or not argv[0]:
+            raise ValueError("empty command: want a program name first")
+        body["cmd"] = argv
+    if stdin is not None:
+        raw = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+        body["stdin"] = base64.b64encode(raw).decode("ascii")
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if cwd:
+        body["cwd"] = cwd
+    if user:
+        body["user"] = user
+    ms = _millis(timeout, "timeout")
+    if ms is not None:
+        body["timeout_ms"] = ms
+    if tag:
+        body["tag"] = tag
+    return body
+
+
+def _stream_error(message: str) -> WarrenError:
+    """The exception of an error event in a stream."""
+    if _sandbox_gone(message):
+        return SandboxGoneError(message, code="conflict")
+    return StreamBrokenError(message)
+
+
+class ExecStream:
+    """The events of a command as they happen: iterate over it for
+    :class:`~warren.ExecEvent` objects (``start``, then ``stdout`` and
+    ``stderr`` with exact bytes, then ``end``).
+
+    Use it as a context manager, or read it to its end, so that its
+    connection is released. Closing a streamed exec before its end kills the
+    command; closing a process's stream leaves the process running. Not safe
+    for concurrent use by several threads.
+
+    Raises (while iterating):
+        SandboxGoneError: the sandbox stopped under the command.
+        StreamBrokenError: the stream ended before the end event.
+    """
+
+    def __init__(self, raw: RawStream, what: str) -> None:
+        self._raw = raw
+        self._what = what
+        self._done = False
+        #: The command's pid, once the start event was read.
+        self.pid: int = 0
+        #: The outcome (without output), once the end event was read.
+        self.result: Optional[ExecResult] = None
+
+    def __iter__(self) -> "ExecStream":
+        return self
+
+    def __next__(self) -> ExecEvent:
+        if self._done:
+            raise StopIteration
+        while True:
+            try:
+                line = self._raw.readline()
+            except WarrenError:
+                self._fail()
+                raise
+            if not line:
+                self._fail()
+                raise StreamBrokenError(f"{self._what}: the stream ended before the command's end")
+            if line.strip():
+                break
+        try:
+            ev = ExecEvent.from_json(json.loads(line.decode("utf-8")))
+        except (ValueError, TypeError) as e:
+            self._fail()
+            raise StreamBrokenError(f"{self._what}: bad event {line[:200]!r}: {e}") from e
+        if ev.type == "error":
+            self._fail()
+            raise _stream_error(ev.error or "the stream broke")
+        if ev.pid:
+            self.pid = ev.pid
+        if ev.type == "end":
+            self._done = True
+            self.result = ExecResult(
+                stdout="", stderr="", exit_code=ev.exit_code if ev.exit_code is not None else -1,
+                duration=ev.duration, timed_out=ev.timed_out, pid=self.pid, status=ev.status,
+            )
+            try:
+                self._raw.read()  # the answer ends right after: keep its connection
+            except WarrenError:
+                pass
+            self._raw.close()
+        return ev
+
+    def _fail(self) -> None:
+        self._done = True
+        self._raw.close()
+
+    def close(self) -> None:
+        """Stop reading; idempotent."""
+        self._done = True
+        self._raw.close()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Output:
+    """Output kept for a result, up to a limit."""
+
+    def __init__(self) -> None:
+        self.parts: List[bytes] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, data: bytes) -> None:
+        room = _MAX_OUTPUT - self.size
+        if len(data) > room:
+            data = data[: max(room, 0)]
+            self.truncated = True
+        if data:
+            self.parts.append(data)
+            self.size += len(data)
+
+    def text(self) -> str:
+        return b"".join(self.parts).decode("utf-8", "replace")
+
+
+class Process:
+    """A command started in the background with :meth:`Sandbox.start`.
+
+    Its output is kept by the sandbox's agent: :meth:`stream` with replay
+    returns all of it, even what was written before the call.
+    """
+
+    def __init__(self, sandbox: "Sandbox", pid: int, tag: str = "") -> None:
+        #: The sandbox the process runs in.
+        self.sandbox: Sandbox = sandbox
+        #: Its process id in the sandbox.
+        self.pid: int = pid
+        #: The tag it was started with, if any.
+        self.tag: str = tag
+
+    def __repr__(self) -> str:
+        return f"<Process {self.pid} in {self.sandbox.id}>"
+
+    def _path(self, *elems: str) -> str:
+        return self.sandbox._path("processes", str(self.pid), *elems)
+
+    def wait(self, timeout: Optional[float] = None) -> ExecResult:
+        """Wait for the process to end and return its exit code, status and
+        duration (stdout and stderr are empty: read them with
+        :meth:`stream`).
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it runs.
+
+        Raises:
+            CommandTimeout: it has not ended within timeout (it goes on).
+        """
+        ms = _millis(timeout, "timeout")
+        sock_timeout = None if timeout is None else timeout + _TIMEOUT_MARGIN
+        try:
+            answer = self.sandbox._transport.request(
+                "POST", self._path("wait"), query={"timeout_ms": ms}, retry=REFUSED, timeout=sock_timeout
+            )
+        except RequestTimeout as e:
+            if e.status == 504:
+                raise CommandTimeout(
+                    f"process {self.pid} has not ended after {timeout}s", code=e.code,
+                    status=e.status, request_id=e.request_id,
+                ) from None
+            raise
+        return ExecResult.from_json(answer.json())
+
+    def send_stdin(self, data: Data, close: bool = False) -> None:
+        """Write to the process's stdin, streamed in order (a file object
+        is read in chunks, never whole); with close, then close its stdin
+        (EOF). Never retried."""
+        self.sandbox._transport.request(
+            "POST", self._path("stdin"), query={"close": True if close else None},
+            body=request_body(data), retry=NEVER,
+        )
+
+    def close_stdin(self) -> None:
+        """Close the process's stdin (it reads EOF)."""
+        self.send_stdin(b"", close=True)
+
+    def signal(self, sig: Union[str, int, _signal.Signals]) -> None:
+        """Send a signal: a name (``"TERM"``, ``"SIGINT"``, any case) or a
+        number. The server accepts TERM, KILL, INT, HUP, QUIT, USR1, USR2,
+        STOP and CONT."""
+        if isinstance(sig, int):
+            name = _signal.Signals(sig).name
+        else:
+            name = str(sig)
+        self.sandbox._transport.request(
+            "POST", self._path("signal"), json_body={"signal": name}, retry=REFUSED
+        )
+
+    def kill(self) -> None:
+        """Send SIGKILL."""
+        self.signal("KILL")
+
+    def stream(self, replay: bool = True) -> ExecStream:
+        """The process's events until it ends: with replay, first the output
+        it has written so far, so that nothing is missed. Closing the stream
+        early leaves the process running."""
+        raw = self.sandbox._transport.stream(
+            "GET", self._path("stream"), query={"replay": True if replay else None}, retry=IDEMPOTENT
+        )
+        return ExecStream(raw, f"process {self.pid}")
+
+    def output(self, timeout: Optional[float] = None) -> ExecResult:
+        """Wait for the process to end and return its result with all of
+        its output (replayed from its start).
+
+        Raises:
+            CommandTimeout: it has not ended within timeout seconds.
+        """
+        if timeout is not None:
+            self.wait(timeout)
+        out, err = _Output(), _Output()
+        with self.stream(replay=True) as events:
+            for ev in events:
+                if ev.type == "stdout":
+                    out.add(ev.data)
+                elif ev.type == "stderr":
+                    err.add(ev.data)
+            end = events.result
+        assert end is not None
+        return dataclasses.replace(
+            end, stdout=out.text(), stderr=err.text(), truncated=out.truncated or err.truncated
+        )
+
+    def info(self) -> ProcessInfo:
+        """The process as the sandbox's process list shows it.
+
+        Raises:
+            NotFoundError: the agent no longer lists it.
+        """
+        for p in self.sandbox.processes():
+            if p.pid == self.pid:
+                return p
+        raise NotFoundError(f"process {self.pid} not found in sandbox {self.sandbox.id}")
+
+
+class Sandbox:
+    """A running Linux computer in warren. Make one with :meth:`create`
+    (or find one with :meth:`get` / :meth:`list`); use it as a context
+    manager to delete it at the end of the block.
+
+    A Sandbox is safe to share between threads: each call is one API
+    request. Its :attr:`info` is a snapshot as of the last call that
+    returned it (create, get, refresh, set_timeout).
+
+    Example::
+
+        with Sandbox.create(memory_mb=512) as sb:
+            print(sb.exec(["python3", "-c", "print(3 + 3)"]).stdout)
+    """
+
+    def __init__(self, info: SandboxInfo, client: Client) -> None:
+        self._info = info
+        #: The client the sandbox's calls go through.
+        self.client: Client = client
+        self._transport: Transport = client.transport
+        #: The sandbox's filesystem.
+        self.files: Files = Files(self)
+
+    # -- finding and making sandboxes ---------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        template: Optional[str] = None,
+        *,
+        runtime: Optional[str] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        disk_mb: Optional[int] = None,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        client: Optional[Client] = None,
+    ) -> "Sandbox":
+        """Create a sandbox and return it once it is running. Arguments left
+        None take the server's defaults.
+
+        Args:
+            template: the template to start from (default ``"default"``).
+            runtime: ``"container"``, or ``"auto"`` for the strongest
+                available (default).
+            cpus: CPU limit, in cores (e.g. 0.5).
+            memory_mb: memory limit in MiB.
+            pids: limit on the number of processes.
+            disk_mb: root disk size in MiB.
+            timeout: time to live in seconds; the sandbox is deleted after
+                it unless :meth:`set_timeout` extends it.
+            env: environment variables of every command run in it.
+            metadata: your own labels, kept with the sandbox.
+            client: the client to use (default: :func:`default_client`).
+
+        Never retried: a failed create may or may not have made a sandbox.
+        """
+        client = client or default_client()
+        body: Dict[str, Any] = {}
+        for key, value in (
+            ("template", template), ("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb),
+            ("pids", pids), ("disk_mb", disk_mb),
+        ):
+            if value is not None:
+                body[key] = value
+        if timeout is not None:
+            if timeout <= 0:
+                raise ValueError(f"timeout must be positive, not {timeout}")
+            body["timeout_seconds"] = max(1, math.ceil(timeout))
+        if env:
+            body["env"] = {str(k): str(v) for k, v in env.items()}
+        if metadata:
+            body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+        answer = client.transport.request("POST", "/v1/sandboxes", json_body=body, retry=NEVER)
+        return cls(SandboxInfo.from_json(answer.json()), client)
+
+    @classmethod
+    def get(cls, sandbox_id: str, *, client: Optional[Client] = None) -> "Sandbox":
+        """The sandbox with this id (running or recently ended).
+
+        Raises:
+            NotFoundError: there is none (or it belongs to another tenant).
+        """
+        client = client or default_client()
+        if not sandbox_id:
+            raise ValueError("empty sandbox id")
+        answer = client.transport.request("GET", path_of("v1", "sandboxes", sandbox_id), retry=IDEMPOTENT)
+        return cls(SandboxInfo.from_json(answer.json()), client)
+
+    @classmethod
+    def list(cls, *, client: Optional[Client] = None) -> List["Sandbox"]:
+        """Your sandboxes, oldest first; recently ended ones included (see
+        each one's ``state``)."""
+        client = client or default_client()
+        doc = client.transport.request("GET", "/v1/sandboxes", retry=IDEMPOTENT).json()
+        return [cls(SandboxInfo.from_json(d), client) for d in doc.get("sandboxes") or []]
+
+    # -- what it is ----------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The sandbox's id, e.g. ``sb-...``."""
+        return self._info.id
+
+    @property
+    def info(self) -> SandboxInfo:
+        """The sandbox as of the last call that returned it."""
+        return self._info
+
+    @property
+    def state(self) -> str:
+        """The state as of the last call that returned it (see
+        :meth:`refresh`)."""
+        return self._info.state
+
+    @property
+    def isolation(self) -> str:
+        """What separates it from the host, e.g. ``"container (shared host
+        kernel)"``."""
+        return self._info.isolation
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} {self._info.state} ({self._info.isolation})>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sandbox) and other.id == self.id and other.client is self.client
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def refresh(self) -> SandboxInfo:
+        """Fetch the sandbox's current state and return it."""
+        answer = self._transport.request("GET", self._path(), retry=IDEMPOTENT)
+        self._info = SandboxInfo.from_json(answer.json())
+        return self._info
+
+    def is_running(self) -> bool:
+        """Fetch the state and report whether it is running."""
+        try:
+            return self.refresh().state == "running"
+        except NotFoundError:
+            return False
+
+    # -- its life ------------------------------------------------------------
+
+    def set_timeout(self, seconds: float) -> SandboxInfo:
+        """Make the sandbox expire this many seconds from now (at least 1)
+        and return its updated info.
+
+        Raises:
+            SandboxGoneError: it is not running any more.
+        """
+        if seconds <= 0:
+            raise ValueError(f"timeout must be positive, not {seconds}")
+        answer = self._transport.request(
+            "POST", self._path("timeout"), json_body={"timeout_seconds": max(1, math.ceil(seconds))}, retry=REFUSED
+        )
+        self._info = SandboxInfo.from_json(answer.json())
+        return self._info
+
+    def delete(self) -> None:
+        """Stop the sandbox and delete its disk. Deleting an ended sandbox
+        forgets it. Retried, since repeating it is harmless.
+
+        Raises:
+            NotFoundError: there is no such sandbox (any more).
+        """
+        self._transport.request("DELETE", self._path(), retry=IDEMPOTENT, gone_is_done=True)
+        self._info = dataclasses.replace(self._info, state="stopped")
+
+    def kill(self) -> None:
+        """Same as :meth:`delete`."""
+        self.delete()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.delete()
+        except NotFoundError:
+            pass
+
+    # -- commands ------------------------------------------------------------
+
+    def exec(
+        self,
+        cmd: Command,
+        *,
+        stdin: Union[bytes, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        tag: Optional[str] = None,
+    ) -> ExecResult:
+        """Run a command and return its result once it has ended.
+
+        Args:
+            cmd: a list of arguments run directly (``["python3", "-c",
+                "print(1)"]``), or a string run by ``/bin/sh -c``.
+            stdin: input written to the command, then closed (bytes, or
+                text as UTF-8). It travels in the JSON request, whose size
+                the server bounds (1 MiB); stream larger input with
+                :meth:`start` and :meth:`Process.send_stdin`.
+            env: environment variables, over the sandbox's.
+            cwd: working directory (default the user's home).
+            user: the user to run as (default root).
+            timeout: seconds after which the command is killed; the result
+                then has ``timed_out`` set and exit code 137.
+            on_stdout: called with each piece of stdout, exact bytes, as it
+                comes (in the calling thread). Setting either callback
+                streams the command's events.
+            on_stderr: likewise for stderr.
+            tag: a label shown in :meth:`processes`.
+
+        Returns:
+            The result: stdout, stderr (text), exit_code, duration (seconds),
+            timed_out. A non-zero exit code is not an error; use
+            ``result.check()`` to make it one.
+
+        Never retried.
+        """
+        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag)
+        if on_stdout is None and on_stderr is None:
+            answer = self._transport.request(
+                "POST", self._path("exec"), json_body=body, retry=NEVER, timeout=self._command_timeout(timeout)
+            )
+            return ExecResult.from_json(answer.json())
+        out, err = _Output(), _Output()
+        with self._exec_stream(body, timeout) as events:
+            for ev in events:
+                if ev.type == "stdout":
+                    out.add(ev.data)
+                    if on_stdout is not None:
+                        on_stdout(ev.data)
+                elif ev.type == "stderr":
+                    err.add(ev.data)
+                    if on_stderr is not None:
+                        on_stderr(ev.data)
+            end = events.result
+        assert end is not None
+        return dataclasses.replace(
+            end, stdout=out.text(), stderr=err.text(), truncated=out.truncated or err.truncated
+        )
+
+    def exec_stream(
+        self,
+        cmd: Command,
+        *,
+        stdin: Union[bytes, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        tag: Optional[str] = None,
+    ) -> ExecStream:
+        """Run a command and return its events as they happen (see
+        :class:`ExecStream`); arguments as for :meth:`exec`. After the end
+        event, the stream's ``result`` holds the outcome.
+
+        Example::
+
+            with sb.exec_stream("make test") as events:
+                for ev in events:
+                    if ev.type == "stdout":
+                        sys.stdout.buffer.write(ev.data)
+            print(events.result.exit_code)
+
+        Closing the stream before the end kills the command. Never retried.
+        """
+        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag)
+        return self._exec_stream(body, timeout)
+
+    def _exec_stream(self, body: Dict[str, Any], timeout: Optional[float]) -> ExecStream:
+        body = dict(body, stream=True)
+        raw = self._transport.stream(
+            "POST", self._path("exec"), json_body=body, retry=NEVER, timeout=self._command_timeout(timeout)
+        )
+        return ExecStream(raw, f"exec in {self.id}")
+
+    @staticmethod
+    def _command_timeout(timeout: Optional[float]) -> Optional[float]:
+        """The socket timeout of a command's call: none for a command
+        without a timeout, which may run for as long as it likes."""
+        return None if timeout is None else timeout + _TIMEOUT_MARGIN
+
+    def start(
+        self,
+        cmd: Command,
+        *,
+        stdin: Union[bytes, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        tag: Optional[str] = None,
+    ) -> Process:
+        """Start a command in the background and return at once with its
+        :class:`Process`; arguments as for :meth:`exec`. Its stdin stays
+        open (after the optional initial ``stdin``) until
+        :meth:`Process.send_stdin` closes it.
+
+        Raises:
+            BadRequestError: the command cannot be started (e.g. it does
+                not exist).
+
+        Never retried.
+        """
+        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag)
+        body["background"] = True
+        doc = self._transport.request("POST", self._path("exec"), json_body=body, retry=NEVER).json()
+        return Process(self, int(doc.get("pid") or 0), str(doc.get("tag") or ""))
+
+    def processes(self) -> List[ProcessInfo]:
+        """The processes the sandbox's agent started, running or ended."""
+        doc = self._get(self._path("processes"))
+        return [ProcessInfo.from_json(p) for p in doc.get("processes") or []]
+
+    def process(self, pid: int) -> Process:
+        """A handle on a process this sandbox runs (or ran), by pid."""
+        return Process(self, pid)
+
+    # -- helpers of the SDK's modules ---------------------------------------
+
+    def _path(self, *elems: str) -> str:
+        return path_of("v1", "sandboxes", self.id, *elems)
+
+    def _get(self, path: str, query: Optional[Mapping[str, Any]] = None) -> Any:
+        return self._transport.request("GET", path, query=query, retry=IDEMPOTENT).json()
