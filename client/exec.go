@@ -134,6 +134,9 @@ type EventStream struct {
 	// failed is set once an error event was read: the server may close the
 	// stream after it without an end event.
 	failed bool
+	// err is the first error reading the stream; every later Next returns
+	// it (a JSON decoder goes on after a type error, the stream must not).
+	err error
 }
 
 func newEventStream(body io.ReadCloser) *EventStream {
@@ -151,6 +154,9 @@ func (s *EventStream) Next() (*api.ExecEvent, error) {
 	if s.ended {
 		return nil, io.EOF
 	}
+	if s.err != nil {
+		return nil, s.err
+	}
 	var ev api.ExecEvent
 	if err := s.dec.Decode(&ev); err != nil {
 		if err == io.EOF {
@@ -159,7 +165,8 @@ func (s *EventStream) Next() (*api.ExecEvent, error) {
 			}
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, fmt.Errorf("read event: %w", err)
+		s.err = fmt.Errorf("read event: %w", err)
+		return nil, s.err
 	}
 	switch ev.Type {
 	case api.EventEnd:

@@ -23,7 +23,9 @@ func resolvePath(p, home string) (string, error) {
 		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("path contains a NUL byte"))
 	}
 	if !strings.HasPrefix(p, "/") {
-		if home == "" {
+		// home comes from the sandbox's own /etc/passwd: one that is not an
+		// absolute path without NUL bytes counts as "/".
+		if !strings.HasPrefix(home, "/") || strings.IndexByte(home, 0) >= 0 {
 			home = "/"
 		}
 		p = strings.TrimSuffix(home, "/") + "/" + p

@@ -38,20 +38,33 @@ func readString(path string) (string, error) {
 	return strings.TrimSpace(string(data)), nil
 }
 
-// readInt reads a control file holding one integer.
+// parseCount parses a counter or a limit the kernel wrote: a non-negative
+// integer.
+func parseCount(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("negative count %d", n)
+	}
+	return n, nil
+}
+
+// readInt reads a control file holding one non-negative integer.
 func readInt(path string) (int64, error) {
 	s, err := readString(path)
 	if err != nil {
 		return 0, err
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	n, err := parseCount(s)
 	if err != nil {
 		return 0, fmt.Errorf("parse %s: %w", path, err)
 	}
 	return n, nil
 }
 
-// readKeyed reads the integer after key in a flat-keyed control file
+// readKeyed reads the non-negative integer after key in a flat-keyed control file
 // ("key value" lines, such as memory.events); a missing key reads as 0,
 // as the kernel leaves out counters it has never had.
 func readKeyed(path, key string) (int64, error) {
@@ -64,7 +77,7 @@ func readKeyed(path, key string) (int64, error) {
 		if !ok || k != key {
 			continue
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		n, err := parseCount(strings.TrimSpace(v))
 		if err != nil {
 			return 0, fmt.Errorf("parse %s in %s: %w", key, path, err)
 		}

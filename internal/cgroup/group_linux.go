@@ -91,6 +91,9 @@ func (g *Group) Procs() ([]int, error) {
 		}
 		for _, f := range strings.Fields(string(data)) {
 			pid, err := strconv.Atoi(f)
+			if err == nil && pid <= 0 {
+				err = fmt.Errorf("bad pid %d", pid)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("list procs of cgroup %s: %w", g.name, err)
 			}
@@ -350,7 +353,7 @@ func (g *Group) statsV2() (Stats, error) {
 		return s, err
 	}
 	if limit != "max" {
-		if s.MemoryLimit, err = strconv.ParseInt(limit, 10, 64); err != nil {
+		if s.MemoryLimit, err = parseCount(limit); err != nil {
 			return s, fmt.Errorf("parse memory.max: %w", err)
 		}
 	}
@@ -360,6 +363,9 @@ func (g *Group) statsV2() (Stats, error) {
 	usec, err := readKeyed(filepath.Join(d, "cpu.stat"), "usage_usec")
 	if err != nil {
 		return s, err
+	}
+	if usec > math.MaxInt64/1000 {
+		return s, fmt.Errorf("cpu.stat usage_usec %d out of range", usec)
 	}
 	s.CPUUsageNanos = usec * 1000
 	s.OOMKills, err = readKeyed(filepath.Join(d, "memory.events"), "oom_kill")

@@ -8,6 +8,7 @@ package mountinfo
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -35,14 +36,18 @@ type Mount struct {
 //
 //	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
 //
-// A line without the lone "-" ending the optional fields, or without the
-// filesystem type, source and superblock options after it, is an error.
+// A line without the lone "-" ending the optional fields, without the
+// filesystem type, source and superblock options after it, or with an empty
+// mount point, type or options, is an error.
 func Parse(r io.Reader) ([]Mount, error) {
 	var mounts []Mount
 	sc := bufio.NewScanner(r)
 	// Superblock options can be long (overlayfs layer lists); the default
 	// 64 KiB limit would fail on them.
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	// Lines end at '\n' only: the kernel does not escape '\r' inside
+	// options, which bufio.ScanLines would strip from a line's end.
+	sc.Split(lines)
 	for sc.Scan() {
 		// The kernel writes one space between fields and escapes whitespace
 		// inside them, so an empty field (a mount whose source is "") is two
@@ -56,7 +61,7 @@ func Parse(r io.Reader) ([]Mount, error) {
 				break
 			}
 		}
-		if sep < 0 || sep+3 >= len(fields) {
+		if sep < 0 || sep+3 >= len(fields) || fields[4] == "" || fields[sep+1] == "" || fields[sep+3] == "" {
 			return nil, fmt.Errorf("parse mountinfo: malformed line %q", sc.Text())
 		}
 		mounts = append(mounts, Mount{
@@ -70,6 +75,17 @@ func Parse(r io.Reader) ([]Mount, error) {
 		return nil, fmt.Errorf("parse mountinfo: %w", err)
 	}
 	return mounts, nil
+}
+
+// lines is a bufio.SplitFunc that splits at '\n' and keeps everything else.
+func lines(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
 }
 
 // unescape undoes the kernel's octal escapes in a mountinfo field: \040 for

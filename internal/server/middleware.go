@@ -79,6 +79,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 	}()
+	// ServeMux answers these two itself, in plain text, before any route:
+	// keep every answer JSON.
+	switch {
+	case r.Method == http.MethodConnect:
+		s.writeError(rw, r, api.Errorf(api.CodeMethodNotAllowed, "method CONNECT is not allowed"))
+		return
+	case r.RequestURI == "*":
+		s.writeError(rw, r, api.Errorf(api.CodeBadRequest, "request target * is not supported"))
+		return
+	}
 	s.mux.ServeHTTP(rw, r)
 }
 

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"warren/api"
+)
+
+// rowFunc is a scanner whose Scan is a function.
+type rowFunc func(dest ...any) error
+
+func (f rowFunc) Scan(dest ...any) error { return f(dest...) }
+
+// storedRow is a sandboxes row as the database holds it.
+type storedRow struct {
+	env, meta          string
+	created, updated   int64
+	expires            sql.NullInt64
+	runtimeState       []byte
+	id, tenant, status string
+}
+
+// scan serves the row to scanSandbox in sandboxColumns order.
+func (r storedRow) scan(dest ...any) error {
+	if len(dest) != 16 {
+		return fmt.Errorf("scan of %d columns, want 16", len(dest))
+	}
+	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
+	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
+	*dest[12].(*[]byte) = r.runtimeState
+	*dest[13].(*int64), *dest[15].(*int64) = r.created, r.updated
+	*dest[14].(*sql.NullInt64) = r.expires
+	return nil
+}
+
+// FuzzScanSandbox feeds scanSandbox arbitrary stored env and metadata JSON
+// and timestamps. It never panics; it refuses exactly the JSON that is
+// neither null nor an object of strings; what it reads back stores again
+// (encodeMaps, nullNanos) as the same row, and decodes from that to the
+// same maps; its times are UTC and keep every nanosecond.
+func FuzzScanSandbox(f *testing.F) {
+	f.Add(`{"PATH":"/bin","A":""}`, `null`, int64(1_700_000_000_123_456_789), int64(0), false, int64(1))
+	f.Add(`null`, `{"owner":"me"}`, int64(0), int64(1_800_000_000_000_000_000), true, int64(-1))
+	f.Add(`{}`, `{}`, int64(math.MinInt64), int64(math.MaxInt64), true, int64(math.MaxInt64))
+	f.Add(`{"a":"\u0000\ud800"}`, `{"":"x"}`, int64(-1), int64(0), true, int64(0))
+	f.Add(`{"a":1}`, `null`, int64(0), int64(0), false, int64(0))
+	f.Add(`[]`, `null`, int64(0), int64(0), false, int64(0))
+	f.Add(``, `null`, int64(0), int64(0), false, int64(0))
+	f.Add(`{"a":"b"} trailing`, `null`, int64(0), int64(0), false, int64(0))
+	f.Add(`{"a":"b","a":"c"}`, `{"k":null}`, int64(0), int64(0), false, int64(0))
+	f.Fuzz(func(t *testing.T, env, meta string, created, expires int64, expiresSet bool, updated int64) {
+		row := storedRow{
+			id: "sb-fuzz", tenant: "t", status: api.StateRunning, env: env, meta: meta,
+			created: created, updated: updated, expires: sql.NullInt64{Int64: expires, Valid: expiresSet},
+			runtimeState: []byte(`{"pid":1}`),
+		}
+		sb, err := scanSandbox(rowFunc(row.scan))
+		envOK, metaOK := stringMap(env), stringMap(meta)
+		if err != nil {
+			if envOK && metaOK {
+				t.Fatalf("env %q, metadata %q: refused: %v", env, meta, err)
+			}
+			if !strings.Contains(err.Error(), row.id) {
+				t.Fatalf("env %q, metadata %q: error %q does not name the sandbox", env, meta, err)
+			}
+			return
+		}
+		if !envOK || !metaOK {
+			t.Fatalf("env %q, metadata %q: accepted as %v, %v", env, meta, sb.Env, sb.Metadata)
+		}
+		if sb.ID != row.id || sb.Tenant != row.tenant || sb.State != row.status || string(sb.RuntimeState) != string(row.runtimeState) {
+			t.Fatalf("scanSandbox = %+v, columns out of place", sb)
+		}
+		for name, tm := range map[string]time.Time{"created": sb.CreatedAt, "updated": sb.UpdatedAt, "expires": sb.ExpiresAt} {
+			if tm.Location() != time.UTC {
+				t.Fatalf("%s time %v is not UTC", name, tm)
+			}
+		}
+		if sb.CreatedAt.UnixNano() != created || sb.UpdatedAt.UnixNano() != updated {
+			t.Fatalf("times %d, %d read as %v, %v", created, updated, sb.CreatedAt, sb.UpdatedAt)
+		}
+		if got := nullNanos(sb.ExpiresAt); got != row.expires && (expiresSet || got.Valid) {
+			t.Fatalf("expires %v read as %v, stored again as %v", row.expires, sb.ExpiresAt, got)
+		}
+		env2, meta2, err := encodeMaps(&sb)
+		if err != nil {
+			t.Fatalf("encodeMaps(%v, %v): %v", sb.Env, sb.Metadata, err)
+		}
+		again := row
+		again.env, again.meta = env2, meta2
+		sb2, err := scanSandbox(rowFunc(again.scan))
+		if err != nil {
+			t.Fatalf("env %q, metadata %q: stored again as %q, %q, refused: %v", env, meta, env2, meta2, err)
+		}
+		if !reflect.DeepEqual(sb2.Env, sb.Env) || !reflect.DeepEqual(sb2.Metadata, sb.Metadata) {
+			t.Fatalf("env %q, metadata %q: read %v, %v; stored again and read %v, %v", env, meta, sb.Env, sb.Metadata, sb2.Env, sb2.Metadata)
+		}
+	})
+}
+
+// stringMap reports whether s is stored JSON the store can read: null, or
+// one object of strings.
+func stringMap(s string) bool {
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return false
+	}
+	m, isMap := v.(map[string]any)
+	if v != nil && !isMap {
+		return false
+	}
+	for _, x := range m {
+		// A null member decodes as "" into a map of strings.
+		if _, ok := x.(string); !ok && x != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzSandboxRoundTrip inserts a sandbox with fuzzed fields into a real
+// database and reads it back: what InsertSandbox accepts, GetSandbox returns
+// unchanged (map text as JSON can carry it: valid UTF-8), and one row that
+// cannot be read back must never be written.
+func FuzzSandboxRoundTrip(f *testing.F) {
+	f.Add("default", "container", "", 1.5, int64(512), "PATH", "/bin", "owner", "me", []byte(`{"pid":42}`), int64(1_800_000_000_000_000_000))
+	f.Add("", "", "oom: killed", 0.0, int64(0), "", "", "", "", []byte(nil), int64(0))
+	f.Add("t\x00x", "\xff", "line1\nline2", -1.0, int64(math.MinInt64), "A", "\x00", "k", "ü", []byte{0, 0xff}, int64(-1))
+	f.Add("default", "container", "", math.MaxFloat64, int64(math.MaxInt64), "k", "v", "k", "v", []byte{}, int64(math.MaxInt64))
+	s, err := Open(context.Background(), filepath.Join(f.TempDir(), "warren.db"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	n := 0
+	f.Fuzz(func(t *testing.T, template, runtime, errText string, cpus float64, memoryMB int64,
+		envKey, envValue, metaKey, metaValue string, runtimeState []byte, expiresNanos int64) {
+		for _, s := range []string{envKey, envValue, metaKey, metaValue} {
+			if !utf8.ValidString(s) {
+				return
+			}
+		}
+		n++
+		in := Sandbox{
+			ID: fmt.Sprintf("sb-fuzz%d", n), Tenant: "t", Template: template, Runtime: runtime,
+			State: api.StateFailed, Error: errText, CPUs: cpus, MemoryMB: memoryMB, Pids: -memoryMB, DiskMB: memoryMB / 3,
+			Env: map[string]string{envKey: envValue}, Metadata: map[string]string{metaKey: metaValue},
+			RuntimeState: runtimeState, CreatedAt: time.Unix(0, expiresNanos/2),
+		}
+		if expiresNanos != 0 {
+			in.ExpiresAt = time.Unix(0, expiresNanos)
+		}
+		ins := in
+		if err := s.InsertSandbox(ctx, &ins); err != nil {
+			return
+		}
+		defer s.DeleteSandbox(ctx, in.ID)
+		got, err := s.GetSandbox(ctx, in.ID)
+		if err != nil {
+			t.Fatalf("InsertSandbox(%+v) succeeded, GetSandbox: %v", in, err)
+		}
+		want := in
+		want.CreatedAt, want.UpdatedAt = ins.CreatedAt, ins.UpdatedAt
+		if !want.ExpiresAt.IsZero() {
+			want.ExpiresAt = want.ExpiresAt.UTC()
+		}
+		if len(want.RuntimeState) == 0 && len(got.RuntimeState) == 0 {
+			want.RuntimeState, got.RuntimeState = nil, nil
+		}
+		if !reflect.DeepEqual(got, want) && !(math.IsNaN(cpus) && math.IsNaN(got.CPUs)) {
+			t.Fatalf("stored %+v\nread   %+v", want, got)
+		}
+	})
+}
