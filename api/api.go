@@ -210,3 +210,17 @@ type NodeInfo struct {
 	CgroupVersion int           `json:"cgroup_version"`
 	Sandboxes     int           `json:"sandboxes"` // running on this node
 }
+
+// CreateKeyRequest is the body of POST /v1/keys (admin key only): a new API
+// key for a tenant. Tenant names are 1-63 characters of a-z, 0-9, '_' and
+// '-', starting with a letter or digit; "admin" is the admin key's own.
+type CreateKeyRequest struct {
+	Tenant string `json:"tenant"`
+}
+
+// Key is a new API key. The key itself is shown this once: the server keeps
+// only its hash.
+type Key struct {
+	Key    string `json:"key"`
+	Tenant string `json:"tenant"`
+}

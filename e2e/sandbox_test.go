@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/client"
 )
 
 // The two questions the whole field starts from, answered by running code in
@@ -326,5 +327,60 @@ func TestCLIListsAndTemplates(t *testing.T) {
 	}
 	if _, errOut, code := shared.cli(t, nil, "template", "build", "no-such-recipe"); code == 0 || !strings.Contains(errOut, "no recipe") {
 		t.Errorf("building an unknown template: exit %d, %q", code, errOut)
+	}
+}
+
+// Tenants: keys made by the admin (through the CLI) see only their own
+// sandboxes; another tenant's sandbox is 404 on every route, not 403.
+func TestTenants(t *testing.T) {
+	need(t)
+	key := func(tenant string) string {
+		out, errOut, code := shared.cli(t, nil, "key", "create", tenant)
+		if code != 0 || !strings.HasPrefix(out, "wk_") {
+			t.Fatalf("warren key create %s: exit %d, %q %q", tenant, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	a := client.New(shared.url, key("tenant-a"))
+	b := client.New(shared.url, key("tenant-b"))
+	ctx := context.Background()
+	sb, err := a.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.DeleteSandbox(ctx, sb.ID)
+	if _, err := a.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo mine > /root/f"}); err != nil {
+		t.Fatal(err)
+	}
+	notFound := func(what string, err error) {
+		if !api.IsCode(err, api.CodeNotFound) {
+			t.Errorf("tenant b, %s of tenant a's sandbox: %v, want not_found", what, err)
+		}
+	}
+	_, err = b.GetSandbox(ctx, sb.ID)
+	notFound("get", err)
+	_, err = b.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}})
+	notFound("exec", err)
+	_, err = b.ReadFile(ctx, sb.ID, "/root/f")
+	notFound("read file", err)
+	_, err = b.WriteFile(ctx, sb.ID, "/root/f", strings.NewReader("theirs"), 0o644, "")
+	notFound("write file", err)
+	notFound("delete", b.DeleteSandbox(ctx, sb.ID))
+	list, err := b.ListSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if s.ID == sb.ID {
+			t.Error("tenant b lists tenant a's sandbox")
+		}
+	}
+	// Tenant a's file is untouched and its sandbox alive.
+	res, err := a.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat", "/root/f"}})
+	if err != nil || res.Stdout != "mine\n" {
+		t.Errorf("tenant a's sandbox after b's attempts: %+v %v", res, err)
+	}
+	if _, err := b.CreateKey(ctx, "tenant-c"); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("a tenant key made a key: %v, want forbidden", err)
 	}
 }

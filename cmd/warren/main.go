@@ -51,6 +51,7 @@ var commands = []command{
 	{"rm", "delete sandboxes", runRemove},
 	{"template", "list and build templates", runTemplate},
 	{"info", "describe the node: runtimes, isolation, disks, cgroups", runInfo},
+	{"key", "make API keys for tenants (admin)", runKey},
 	{"server", "run the warren server (control plane and node)", runServer},
 }
 

@@ -219,6 +219,12 @@ func (k fuzzKeys) LookupKey(ctx context.Context, key string) (store.Key, error) 
 	return store.Key{}, store.ErrNotFound
 }
 
+func (k fuzzKeys) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
+	key := "wk_fuzz_new_" + tenant
+	k[key] = store.Key{Tenant: tenant, Admin: admin}
+	return key, nil
+}
+
 var _ Keys = fuzzKeys(nil)
 
 // fuzzAuth are the ways a fuzzed request authenticates, chosen by a byte of

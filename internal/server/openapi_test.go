@@ -164,6 +164,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"MoveRequest":          reflect.TypeFor[api.MoveRequest](),
 		"Template":             reflect.TypeFor[api.Template](),
 		"TemplateBuildEvent":   reflect.TypeFor[api.TemplateBuildEvent](),
+		"CreateKeyRequest":     reflect.TypeFor[api.CreateKeyRequest](),
+		"Key":                  reflect.TypeFor[api.Key](),
 		"SandboxList": reflect.TypeFor[struct {
 			Sandboxes []api.Sandbox `json:"sandboxes"`
 		}](),

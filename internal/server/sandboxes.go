@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"regexp"
 	"time"
 
 	"warren/api"
+	"warren/internal/store"
 )
 
 // info answers GET /v1/info.
@@ -137,4 +139,26 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 		return nd.send(api.TemplateBuildEvent{Error: msg})
 	}
 	return nd.send(api.TemplateBuildEvent{Template: &t})
+}
+
+// tenantName is what a tenant may be called.
+var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// createKey answers POST /v1/keys: a new key for a tenant, shown once.
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateKeyRequest
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if !tenantName.MatchString(req.Tenant) {
+		return api.Errorf(api.CodeBadRequest, "tenant must be 1-63 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got %q", req.Tenant)
+	}
+	if req.Tenant == store.AdminTenant {
+		return api.Errorf(api.CodeBadRequest, "tenant %q is the admin key's own", req.Tenant)
+	}
+	key, err := s.keys.CreateKey(r.Context(), req.Tenant, false)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, api.Key{Key: key, Tenant: req.Tenant})
 }

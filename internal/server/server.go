@@ -58,11 +58,14 @@ type Sandboxes interface {
 	BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error)
 }
 
-// Keys resolves API keys. It may be called concurrently.
+// Keys resolves and makes API keys. It may be called concurrently.
 type Keys interface {
 	// LookupKey returns the record of key; store.ErrNotFound for a key it
 	// does not know.
 	LookupKey(ctx context.Context, key string) (store.Key, error)
+	// CreateKey makes a new key of tenant and returns it; the tenant's name
+	// is already valid.
+	CreateKey(ctx context.Context, tenant string, admin bool) (string, error)
 }
 
 // Options tune the server. Zero values take the defaults.
@@ -146,6 +149,7 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"POST", "/v1/sandboxes/{id}/files/move", tenant, s.moveFile},
 		{"GET", "/v1/templates", tenant, s.listTemplates},
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
+		{"POST", "/v1/keys", admin, s.createKey},
 	}
 	allowed := map[string][]string{}
 	var paths []string

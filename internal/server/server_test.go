@@ -41,6 +41,8 @@ func concrete(rt route, id string) (path string, body any) {
 		body = `{"path":"/tmp/x"}`
 	case strings.HasSuffix(rt.path, "/move"):
 		body = `{"source":"/tmp/x","destination":"/tmp/y"}`
+	case rt.path == "/v1/keys":
+		body = `{"tenant":"t1"}`
 	}
 	return path, body
 }
@@ -114,7 +116,7 @@ func TestAdminOnlyRoutes(t *testing.T) {
 		apiError(t, e.do(rt.method, path, e.keyA, body), http.StatusForbidden, api.CodeForbidden)
 		resp := e.do(rt.method, path, e.admin, body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 			t.Errorf("%s %s with the admin key: status %d", rt.method, path, resp.StatusCode)
 		}
 	}
@@ -514,5 +516,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A key made by the admin works for its tenant only, and bad tenant names
+// are refused.
+func TestCreateKey(t *testing.T) {
+	e := newTestEnv(t, deadAgent(t), Options{})
+	var k api.Key
+	e.call("POST", "/v1/keys", e.admin, `{"tenant":"c"}`, http.StatusCreated, &k)
+	if k.Tenant != "c" || !strings.HasPrefix(k.Key, "wk_") {
+		t.Fatalf("new key %+v", k)
+	}
+	var sb api.Sandbox
+	e.call("POST", "/v1/sandboxes", k.Key, "{}", http.StatusCreated, &sb)
+	apiError(t, e.do("GET", "/v1/sandboxes/"+sb.ID, e.keyA, nil), http.StatusNotFound, api.CodeNotFound)
+	e.call("GET", "/v1/sandboxes/"+sb.ID, k.Key, nil, http.StatusOK, nil)
+	for _, body := range []string{`{"tenant":""}`, `{"tenant":"Upper"}`, `{"tenant":"a/b"}`, `{"tenant":"admin"}`, `{}`} {
+		apiError(t, e.do("POST", "/v1/keys", e.admin, body), http.StatusBadRequest, api.CodeBadRequest)
 	}
 }
