@@ -54,7 +54,11 @@ SEED = 7
 
 # The hidden tests: the grader knows the digits, the policy does not.
 GRADER = r'''
-import importlib.util, json
+import importlib.util, json, sys
+# No bytecode cache: a fork copies the workspace, and an edit that keeps the
+# file's size within the same second would be graded from the parent's
+# stale .pyc.
+sys.dont_write_bytecode = True
 DIGITS = "14159265"
 failed = []
 try:
