@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
+
+	"warren/api"
 )
 
 func runList(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("ls", "[flags]", "List your sandboxes.")
+	fs := c.newFlags("ls", "[flags]", "List your live sandboxes (starting or running).")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	all := fs.Bool("all", false, "also list ended sandboxes (stopped or failed; the server keeps them for a while)")
 	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
 		return err
@@ -17,6 +21,11 @@ func runList(ctx context.Context, c *cli, args []string) error {
 	list, err := cl.ListSandboxes(ctx)
 	if err != nil {
 		return err
+	}
+	if !*all {
+		list = slices.DeleteFunc(list, func(sb api.Sandbox) bool {
+			return sb.State == api.StateStopped || sb.State == api.StateFailed
+		})
 	}
 	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
 		fmt.Fprintln(tw, "ID\tTEMPLATE\tRUNTIME\tSTATE\tCREATED\tEXPIRES")

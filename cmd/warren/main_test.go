@@ -233,6 +233,20 @@ func TestSandboxCommands(t *testing.T) {
 	if code, stdout, _ := runCLI(t, nil, "ls", "--json"); code != 0 || json.Unmarshal([]byte(stdout), &list) != nil || len(list) != 1 || list[0].ID != sb.ID {
 		t.Errorf("ls --json: exit %d stdout %q", code, stdout)
 	}
+	// An ended sandbox shows only with --all.
+	gone := f.addSandbox(api.CreateSandboxRequest{Template: "default"})
+	f.with(func() {
+		s := f.sandboxes[gone.ID]
+		s.State = api.StateStopped
+		f.sandboxes[gone.ID] = s
+	})
+	if _, stdout, _ := runCLI(t, nil, "ls"); strings.Contains(stdout, gone.ID) {
+		t.Errorf("ls lists a stopped sandbox: %q", stdout)
+	}
+	if _, stdout, _ := runCLI(t, nil, "ls", "--all"); !strings.Contains(stdout, gone.ID) || !strings.Contains(stdout, sb.ID) {
+		t.Errorf("ls --all: %q, want both sandboxes", stdout)
+	}
+	f.with(func() { delete(f.sandboxes, gone.ID) })
 	var got api.Sandbox
 	if code, stdout, _ := runCLI(t, nil, "get", sb.ID); code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || !reflect.DeepEqual(got, sb) {
 		t.Errorf("get: exit %d stdout %q", code, stdout)
