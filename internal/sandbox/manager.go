@@ -26,6 +26,7 @@ import (
 	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agentconn"
+	"warren/internal/cleanup"
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/store"
@@ -233,21 +234,15 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, tpl template.Info) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
 	defer cancel()
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
+	var undo cleanup.Stack
+	defer undo.RunIf(&err)
 
 	t0 := time.Now()
 	diskPath := m.diskPath(rec.ID)
 	if err := m.deps.Pool.Clone(ctx, tpl.Path, diskPath); err != nil {
 		return fmt.Errorf("clone template disk: %w", err)
 	}
-	undo = append(undo, func() { os.Remove(diskPath) })
+	undo.Add(func() { os.Remove(diskPath) })
 	if want := rec.DiskMB << 20; want > tpl.SizeBytes {
 		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
 			return fmt.Errorf("grow disk: %w", err)
@@ -257,7 +252,7 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("sandbox dir: %w", err)
 	}
-	undo = append(undo, func() { os.RemoveAll(dir) })
+	undo.Add(func() { os.RemoveAll(dir) })
 
 	tClone := time.Now()
 	inst, err := rt.Start(ctx, m.spec(rec))
@@ -265,9 +260,9 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 		return err
 	}
 	tStart := time.Now()
-	undo = append(undo, func() { inst.Stop(context.WithoutCancel(ctx)) })
+	undo.Add(func() { inst.Stop(context.WithoutCancel(ctx)) })
 	conn := agentconn.DialUnix(inst.AgentSocket())
-	undo = append(undo, conn.Close)
+	undo.Add(conn.Close)
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
 	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{

@@ -55,6 +55,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/cgroup"
+	"warren/internal/cleanup"
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
@@ -268,12 +269,8 @@ func (r *Runtime) destroy(ctx context.Context, id, dir string) error {
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
 	r.lastStart.Store(time.Now().UnixNano())
 	defer r.refillSoon()
-	var undo cleanups
-	defer func() {
-		if err != nil {
-			undo.run()
-		}
-	}()
+	var undo cleanup.Stack
+	defer undo.RunIf(&err)
 
 	// The disk and the init's cgroup do not depend on each other until the
 	// mount is idmapped into the init's user namespace: prepare them at once.
@@ -291,7 +288,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err != nil {
 		return nil, err
 	}
-	undo.add(p.kill)
+	undo.Add(p.kill)
 
 	cg, err := r.cgroups.Create(spec.ID, cgroup.Limits{
 		CPUs:        spec.Limits.CPUs,
@@ -301,7 +298,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
-	undo.add(func() { cg.Destroy(context.WithoutCancel(ctx)) })
+	undo.Add(func() { cg.Destroy(context.WithoutCancel(ctx)) })
 	if err := cg.AddProc(p.pid); err != nil {
 		return nil, fmt.Errorf("join cgroup: %w", err)
 	}
@@ -496,15 +493,4 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 		errs = append(errs, r.destroy(ctx, name, ""))
 	}
 	return errors.Join(errs...)
-}
-
-// cleanups is a stack of undo steps for a half-done setup, run in reverse.
-type cleanups []func()
-
-func (c *cleanups) add(f func()) { *c = append(*c, f) }
-
-func (c *cleanups) run() {
-	for i := len(*c) - 1; i >= 0; i-- {
-		(*c)[i]()
-	}
 }

@@ -115,7 +115,9 @@ class LifecycleTest(unittest.TestCase):
         sb.delete()
 
 
-class ExecTest(unittest.TestCase):
+class SandboxTestCase(unittest.TestCase):
+    """Tests sharing one sandbox, made for the class and deleted after it."""
+
     sb: Sandbox
 
     @classmethod
@@ -126,6 +128,8 @@ class ExecTest(unittest.TestCase):
     def tearDownClass(cls) -> None:
         cls.sb.delete()
 
+
+class ExecTest(SandboxTestCase):
     def test_result_fields(self) -> None:
         r = self.sb.exec(["echo", "hi"])
         self.assertEqual(r.stdout, "hi\n")
@@ -300,17 +304,7 @@ class ProcessTest(unittest.TestCase):
             sb.start(["no-such-command-here"])
 
 
-class FilesTest(unittest.TestCase):
-    sb: Sandbox
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.sb = Sandbox.create(client=client(), timeout=600)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.sb.delete()
-
+class FilesTest(SandboxTestCase):
     def test_text_round_trip(self) -> None:
         f = self.sb.files
         info = f.write("/root/hello.txt", "h\u00e9llo\n")
