@@ -31,14 +31,16 @@ type Sandbox struct {
 	Isolation string `json:"isolation"` // e.g. "container (shared host kernel)": never more than it is
 	State     string `json:"state"`
 	// Error says why a failed sandbox failed.
-	Error     string            `json:"error,omitempty"`
-	CPUs      float64           `json:"cpus"`
-	MemoryMB  int64             `json:"memory_mb"`
-	Pids      int64             `json:"pids"`
-	DiskMB    int64             `json:"disk_mb"`
-	Env       map[string]string `json:"env,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
+	Error    string            `json:"error,omitempty"`
+	CPUs     float64           `json:"cpus"`
+	MemoryMB int64             `json:"memory_mb"`
+	Pids     int64             `json:"pids"`
+	DiskMB   int64             `json:"disk_mb"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Origin is the snapshot the sandbox was restored from, if any.
+	Origin    string    `json:"origin,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when the sandbox is deleted unless its timeout is extended.
 	ExpiresAt time.Time `json:"expires_at"`
 }
@@ -223,4 +225,93 @@ type CreateKeyRequest struct {
 type Key struct {
 	Key    string `json:"key"`
 	Tenant string `json:"tenant"`
+}
+
+// Snapshot states. A snapshot is pending from the moment its disk is cloned
+// (the API answers then) until every chunk and its manifest are stored and
+// verified in the blob store: then it is durable, and it survives the loss of
+// the node. An upload that keeps failing past its retries ends failed, with
+// the reason. Only durable snapshots can be restored on another node; a
+// pending one can already be restored on the node that took it.
+const (
+	SnapshotPending = "pending"
+	SnapshotDurable = "durable"
+	SnapshotFailed  = "failed"
+)
+
+// Snapshot is a saved disk of a sandbox.
+type Snapshot struct {
+	ID        string `json:"id"`
+	SandboxID string `json:"sandbox_id"`
+	// Parent is the snapshot this one's layer is stored against: the
+	// sandbox's previous snapshot, or the snapshot it was restored from;
+	// empty when the layer is against the template.
+	Parent string `json:"parent,omitempty"`
+	// Lineage is every ancestor, oldest first, Parent last.
+	Lineage  []string `json:"lineage"`
+	Template string   `json:"template"`
+	State    string   `json:"state"`
+	// Error says why a failed snapshot failed.
+	Error string `json:"error,omitempty"`
+	// DiskBytes is the size of the saved disk.
+	DiskBytes int64 `json:"disk_bytes"`
+	// ChangedBytes is the data in this snapshot's layer: what differs from
+	// its parent (known once durable).
+	ChangedBytes int64 `json:"changed_bytes"`
+	// StoredBytes is what the layer added to the blob store, compressed and
+	// without the chunks it already had (known once durable).
+	StoredBytes int64     `json:"stored_bytes"`
+	CreatedAt   time.Time `json:"created_at"`
+	// DurableAt is when the snapshot became durable.
+	DurableAt *time.Time `json:"durable_at,omitempty"`
+	// AckMs is how long the sandbox's disk was frozen to take it.
+	AckMs float64 `json:"ack_ms"`
+	// UploadMs is how long the upload took, once durable.
+	UploadMs float64 `json:"upload_ms,omitempty"`
+}
+
+// CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type CreateSnapshotRequest struct {
+	// Wait answers only once the snapshot is durable (or failed), within
+	// WaitTimeoutSeconds (default 600); otherwise the answer comes as soon as
+	// the disk is cloned, with the snapshot pending.
+	Wait               bool  `json:"wait,omitempty"`
+	WaitTimeoutSeconds int64 `json:"wait_timeout_seconds,omitempty"`
+}
+
+// RestoreRequest is the body of POST /v1/snapshots/{id}/restore: start
+// Count sandboxes (default 1), each with the snapshot's disk and a fresh
+// identity. The other fields are as in CreateSandboxRequest (the runtime
+// defaults to auto, the strongest available); the disk size is the
+// snapshot's.
+type RestoreRequest struct {
+	Count          int               `json:"count,omitempty"`
+	Runtime        string            `json:"runtime,omitempty"`
+	CPUs           float64           `json:"cpus,omitempty"`
+	MemoryMB       int64             `json:"memory_mb,omitempty"`
+	Pids           int64             `json:"pids,omitempty"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+}
+
+// RestoreResult is the answer to a restore: the new sandboxes, running.
+type RestoreResult struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// GCRequest is the body of POST /v1/gc (admin key only).
+type GCRequest struct {
+	// GraceSeconds spares objects younger than this (default: the server's,
+	// an hour), for uploads in flight on other nodes sharing the blob store.
+	// 0 is for a blob store that only this node writes.
+	GraceSeconds *int64 `json:"grace_seconds,omitempty"`
+}
+
+// GCResult is the answer to POST /v1/gc.
+type GCResult struct {
+	ManifestsDeleted int   `json:"manifests_deleted"`
+	ChunksDeleted    int   `json:"chunks_deleted"`
+	BytesFreed       int64 `json:"bytes_freed"`
+	ChunksKept       int   `json:"chunks_kept"`
 }

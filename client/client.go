@@ -242,10 +242,16 @@ func statusText(status int) string {
 // followed by elems. An empty ID gives an empty path, which send refuses
 // before anything is sent.
 func sandboxPath(id string, elems ...string) string {
+	return idPath("sandboxes", id, elems...)
+}
+
+// idPath is the escaped path of the resource id in collection, and of elems
+// under it; "" when id is empty.
+func idPath(collection, id string, elems ...string) string {
 	if id == "" {
 		return ""
 	}
-	p := "/v1/sandboxes/" + url.PathEscape(id)
+	p := "/v1/" + collection + "/" + url.PathEscape(id)
 	for _, e := range elems {
 		p += "/" + url.PathEscape(e)
 	}

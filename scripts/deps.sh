@@ -26,3 +26,5 @@ command -v go >/dev/null || { echo "warren: Go 1.21 or later is needed on PATH" 
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/warren-agent ./cmd/warren-agent
 go build -trimpath -o bin/warren ./cmd/warren
+# The S3 blob-store tests run against versitygw, built from the Go module proxy.
+[[ -x bin/versitygw ]] || GOBIN="$PWD/bin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0

@@ -21,6 +21,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	tpl := fs.String("template", "default", "template to build at start if missing (empty: none)")
 	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
+	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
 	debug := fs.Bool("debug", false, "log debug messages")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -37,6 +38,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 		AgentBinary:    *agent,
 		EnsureTemplate: *tpl,
 		Warm:           *warm,
+		BlobStore:      *blobs,
 		Sandbox:        cfg,
 		Log:            slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
 		Out:            c.stdout,

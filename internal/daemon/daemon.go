@@ -16,16 +16,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/blob"
+	fileblob "warren/internal/blob/file"
+	s3blob "warren/internal/blob/s3"
 	"warren/internal/cgroup"
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container"
 	"warren/internal/sandbox"
 	"warren/internal/server"
+	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/template"
 )
@@ -45,9 +50,14 @@ type Options struct {
 	EnsureTemplate string
 	// Warm is how many sandbox inits the container runtime keeps started
 	// ahead of time.
-	Warm    int
-	Sandbox sandbox.Config
-	Log     *slog.Logger
+	Warm int
+	// BlobStore is where snapshots are stored: a directory path or
+	// file:// URL, or an s3:// URL (credentials from the AWS_* environment).
+	// Default: the directory blobs in the data directory.
+	BlobStore string
+	Sandbox   sandbox.Config
+	Snapshot  snapshot.Config
+	Log       *slog.Logger
 	// Out receives the first-start admin key and the listening address.
 	Out io.Writer
 	// Ready, when set, is called with the bound address once the API serves.
@@ -124,11 +134,23 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
+	blobs, err := openBlobStore(ctx, o.BlobStore, o.DataDir, log.WithGroup("blob"))
+	if err != nil {
+		return err
+	}
+	defer blobs.Close()
+	snaps, err := snapshot.Open(ctx, log.WithGroup("snapshot"), st, pool, blobs, o.Snapshot)
+	if err != nil {
+		return err
+	}
+	defer snaps.Close()
+
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
 		Log:           log.WithGroup("sandbox"),
 		Store:         st,
 		Pool:          pool,
 		Templates:     templates,
+		Snapshots:     snaps,
 		Runtimes:      []runtime.Runtime{ctr},
 		StateDir:      filepath.Join(o.DataDir, "sandboxes"),
 		CgroupVersion: cg.Version(),
@@ -151,7 +173,8 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(o.Out, "warren %s serving on http://%s (data dir %s, isolation %s)\n", Version, ln.Addr(), o.DataDir, ctr.Isolation())
-	log.Info("serving", "addr", ln.Addr().String(), "clone_mode", pool.Mode().String(), "cgroup_version", cg.Version())
+	log.Info("serving", "addr", ln.Addr().String(), "clone_mode", pool.Mode().String(), "cgroup_version", cg.Version(),
+		"blob_store", blobs.String())
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())
 	}
@@ -168,6 +191,29 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// openBlobStore opens the snapshot blob store named by spec (see
+// Options.BlobStore), with retries on every call.
+func openBlobStore(ctx context.Context, spec, dataDir string, log *slog.Logger) (blob.Store, error) {
+	var b blob.Store
+	var err error
+	switch {
+	case spec == "":
+		b, err = fileblob.Open(filepath.Join(dataDir, "blobs"))
+	case strings.HasPrefix(spec, "s3://"):
+		b, err = s3blob.Open(ctx, spec)
+	case strings.HasPrefix(spec, "file://"):
+		b, err = fileblob.Open(strings.TrimPrefix(spec, "file://"))
+	case strings.Contains(spec, "://"):
+		err = fmt.Errorf("unknown scheme in %q (want a directory, file:// or s3://)", spec)
+	default:
+		b, err = fileblob.Open(spec)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob store: %w", err)
+	}
+	return blob.Retry{Store: b, Attempts: 6, Base: 200 * time.Millisecond, Max: 5 * time.Second, Log: log}, nil
 }
 
 // lockDataDir makes sure one server at a time uses dataDir: two would

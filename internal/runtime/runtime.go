@@ -72,6 +72,11 @@ type Instance interface {
 	// Done is closed when the sandbox's init (the agent) has exited, whether
 	// asked to or not.
 	Done() <-chan struct{}
+	// Freeze flushes the sandbox's root filesystem and blocks writes to it
+	// until thaw is called, so that the node can clone a consistent disk.
+	// Processes keep running. The runtime decides who freezes: the host for
+	// a container (the sandbox may not), the guest agent for a VM.
+	Freeze(ctx context.Context) (thaw func() error, err error)
 	// Stop kills every process of the sandbox and releases everything the
 	// runtime holds for it (cgroup, mounts, loop device, sockets). It is
 	// idempotent and safe to call after Done.

@@ -8,8 +8,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +26,9 @@ import (
 	"warren/internal/agentconn"
 	"warren/internal/cleanup"
 	"warren/internal/disk"
+	"warren/internal/ident"
 	"warren/internal/runtime"
+	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/template"
 )
@@ -107,6 +107,7 @@ type Deps struct {
 	Store     *store.Store
 	Pool      *disk.Pool
 	Templates *template.Catalog
+	Snapshots *snapshot.Engine
 	// Runtimes in order of strength, strongest first; "auto" picks the first
 	// available one.
 	Runtimes []runtime.Runtime
@@ -178,14 +179,6 @@ func disksDir(p *disk.Pool) string { return filepath.Join(p.Dir(), "sandboxes") 
 func (m *Manager) diskPath(id string) string { return filepath.Join(disksDir(m.deps.Pool), id+".img") }
 func (m *Manager) stateDir(id string) string { return filepath.Join(m.deps.StateDir, id) }
 
-// newID makes a sandbox ID: "sb-" and 20 base32 characters (100 random bits).
-func newID() string {
-	b := make([]byte, 13)
-	rand.Read(b)
-	enc := base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-	return "sb-" + enc.EncodeToString(b)[:20]
-}
-
 // Create starts a sandbox and returns once its agent answers.
 func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	rt, err := m.pickRuntime(req.Runtime)
@@ -203,18 +196,34 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("template %s: %w", name, err)
 	}
-	rec, err := m.validate(tenant, req, tpl)
+	src := source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes}
+	rec, err := m.validate(tenant, req, src)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	return m.launch(ctx, rt, rec, src)
+}
+
+// source is the disk a new sandbox starts from: its template's image, or a
+// snapshot's disk in the snapshot cache.
+type source struct {
+	template string
+	image    string
+	size     int64
+	origin   string // the snapshot, if any
+}
+
+// launch records a validated sandbox and starts it.
+func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (api.Sandbox, error) {
 	rec.Runtime = rt.Name()
-	rec.ID = newID()
+	rec.ID = ident.New("sb-")
+	rec.Origin = src.origin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
 		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	log := m.log.With("sandbox", rec.ID)
 
-	if err := m.start(ctx, rt, &rec, tpl); err != nil {
+	if err := m.start(ctx, rt, &rec, src); err != nil {
 		log.Warn("sandbox failed to start", "err", err)
 		rec.State, rec.Error = api.StateFailed, "start failed: "+err.Error()
 		if uerr := m.deps.Store.UpdateSandbox(context.WithoutCancel(ctx), &rec); uerr != nil {
@@ -225,13 +234,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		}
 		return api.Sandbox{}, err
 	}
-	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template)
+	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template, "origin", rec.Origin)
 	return m.view(rec), nil
 }
 
 // start clones the disk and boots the sandbox; on failure it leaves nothing
 // behind but the record.
-func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, tpl template.Info) (err error) {
+func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
 	defer cancel()
 	var undo cleanup.Stack
@@ -239,11 +248,11 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 
 	t0 := time.Now()
 	diskPath := m.diskPath(rec.ID)
-	if err := m.deps.Pool.Clone(ctx, tpl.Path, diskPath); err != nil {
-		return fmt.Errorf("clone template disk: %w", err)
+	if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
+		return fmt.Errorf("clone disk: %w", err)
 	}
 	undo.Add(func() { os.Remove(diskPath) })
-	if want := rec.DiskMB << 20; want > tpl.SizeBytes {
+	if want := rec.DiskMB << 20; want > src.size {
 		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
 			return fmt.Errorf("grow disk: %w", err)
 		}
@@ -376,7 +385,7 @@ func (m *Manager) pickRuntime(name string) (runtime.Runtime, error) {
 
 // validate checks a create request against the node's bounds and fills in
 // defaults; every refusal is a bad_request saying what is allowed.
-func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, tpl template.Info) (store.Sandbox, error) {
+func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src source) (store.Sandbox, error) {
 	c := m.cfg
 	bad := func(format string, args ...any) (store.Sandbox, error) {
 		return store.Sandbox{}, api.Errorf(api.CodeBadRequest, format, args...)
@@ -403,13 +412,13 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, tpl temp
 	if pids < 16 || pids > c.MaxPids {
 		return bad("pids must be between 16 and %d, got %d", c.MaxPids, req.Pids)
 	}
-	tplMB := (tpl.SizeBytes + 1<<20 - 1) >> 20
+	srcMB := (src.size + 1<<20 - 1) >> 20
 	diskMB := req.DiskMB
 	if diskMB == 0 {
-		diskMB = tplMB
+		diskMB = srcMB
 	}
-	if diskMB < tplMB || diskMB > c.MaxDiskMB {
-		return bad("disk_mb must be between %d (the template's disk) and %d, got %d", tplMB, c.MaxDiskMB, req.DiskMB)
+	if diskMB < srcMB || diskMB > c.MaxDiskMB {
+		return bad("disk_mb must be between %d (the disk it starts from) and %d, got %d", srcMB, c.MaxDiskMB, req.DiskMB)
 	}
 	// Compared in seconds: a huge value would overflow a Duration.
 	maxSeconds := int64(c.MaxTTL / time.Second)
@@ -428,7 +437,7 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, tpl temp
 	}
 	now := time.Now()
 	return store.Sandbox{
-		Tenant: tenant, Template: tpl.Name, State: api.StateStarting,
+		Tenant: tenant, Template: src.template, State: api.StateStarting,
 		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB,
 		Env: req.Env, Metadata: req.Metadata,
 		CreatedAt: now, ExpiresAt: now.Add(ttl),
@@ -552,11 +561,21 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 
 // Agent returns the connection to a running sandbox's guest agent.
 func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error) {
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return l.conn, nil
+}
+
+// running returns one of tenant's running sandboxes; not_found or conflict
+// otherwise.
+func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error) {
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
 	if l != nil && l.tenant == tenant && !l.deleting {
-		return l.conn, nil
+		return l, nil
 	}
 	rec, err := m.record(ctx, tenant, id)
 	if err != nil {
@@ -630,7 +649,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		ID: r.ID, Template: r.Template, Runtime: r.Runtime, Isolation: iso,
 		State: r.State, Error: r.Error,
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
-		Env: r.Env, Metadata: r.Metadata,
+		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
 	}
 }

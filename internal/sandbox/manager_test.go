@@ -10,12 +10,11 @@ import (
 
 	"warren/api"
 	"warren/internal/runtime"
-	"warren/internal/template"
 )
 
 func TestValidate(t *testing.T) {
 	m := &Manager{cfg: Config{}.withDefaults()}
-	tpl := template.Info{Name: "default", SizeBytes: 4 << 30}
+	src := source{template: "default", size: 4 << 30}
 	cpus := float64(goruntime.NumCPU())
 	cases := []struct {
 		name string
@@ -39,7 +38,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rec, err := m.validate("acme", c.req, tpl)
+			rec, err := m.validate("acme", c.req, src)
 			if c.want == "" {
 				if err != nil {
 					t.Fatalf("valid request refused: %v", err)
@@ -99,19 +98,5 @@ func TestPickRuntime(t *testing.T) {
 	none := &Manager{deps: Deps{Runtimes: []runtime.Runtime{vm}}}
 	if _, err := none.pickRuntime("auto"); !api.IsCode(err, api.CodeUnavailable) || !strings.Contains(err.Error(), "no hardware virtualization") {
 		t.Errorf("auto with nothing available: %v, want unavailable with the reason", err)
-	}
-}
-
-func TestNewIDs(t *testing.T) {
-	seen := map[string]bool{}
-	for range 1000 {
-		id := newID()
-		if len(id) != 23 || !strings.HasPrefix(id, "sb-") || strings.Trim(id[3:], "abcdefghijklmnopqrstuvwxyz234567") != "" {
-			t.Fatalf("bad id %q", id)
-		}
-		if seen[id] {
-			t.Fatalf("duplicate id %q", id)
-		}
-		seen[id] = true
 	}
 }

@@ -37,6 +37,7 @@ type fakeSandboxes struct {
 	mu    sync.Mutex // guards the fields below
 	next  int
 	boxes map[string]fakeBox
+	snaps map[string]fakeSnapshot
 }
 
 type fakeBox struct {
@@ -308,4 +309,92 @@ func readEvents[T any](t *testing.T, r io.Reader) []T {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// fakeSnapshot is a snapshot the fake keeps: every snapshot is durable at
+// once.
+type fakeSnapshot struct {
+	tenant string
+	sn     api.Snapshot
+}
+
+func (f *fakeSandboxes) Snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	sb, err := f.lookup(tenant, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	now := time.Now().UTC()
+	sn := api.Snapshot{
+		ID: fmt.Sprintf("sn-%d", f.next), SandboxID: id, Template: sb.Template, State: api.SnapshotDurable,
+		Lineage: []string{}, CreatedAt: now, DurableAt: &now,
+	}
+	if f.snaps == nil {
+		f.snaps = map[string]fakeSnapshot{}
+	}
+	f.snaps[sn.ID] = fakeSnapshot{tenant: tenant, sn: sn}
+	return sn, nil
+}
+
+func (f *fakeSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.snaps[id]
+	if !ok || s.tenant != tenant {
+		return api.Snapshot{}, api.Errorf(api.CodeNotFound, "snapshot %s not found", id)
+	}
+	return s.sn, nil
+}
+
+func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error) {
+	if sandboxID != "" {
+		if _, err := f.lookup(tenant, sandboxID); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Snapshot
+	for _, s := range f.snaps {
+		if s.tenant == tenant && (sandboxID == "" || s.sn.SandboxID == sandboxID) {
+			out = append(out, s.sn)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, tenant, id string) error {
+	if _, err := f.GetSnapshot(ctx, tenant, id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.snaps, id)
+	return nil
+}
+
+func (f *fakeSandboxes) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
+	sn, err := f.GetSnapshot(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if req.Count < 0 || req.Count > 256 {
+		return nil, api.Errorf(api.CodeBadRequest, "count must be between 1 and 256, got %d", req.Count)
+	}
+	var out []api.Sandbox
+	for range max(req.Count, 1) {
+		sb, err := f.Create(ctx, tenant, api.CreateSandboxRequest{Template: sn.Template, Env: req.Env, Metadata: req.Metadata})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+func (f *fakeSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error) {
+	return api.GCResult{}, nil
 }

@@ -326,6 +326,30 @@ func (s *fuzzSandboxes) BuildTemplate(ctx context.Context, name string, progress
 	return fake.BuildTemplate(ctx, name, progress)
 }
 
+func (s *fuzzSandboxes) Snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	return s.calledFor(tenant).Snapshot(ctx, tenant, id, req)
+}
+
+func (s *fuzzSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error) {
+	return s.calledFor(tenant).GetSnapshot(ctx, tenant, id)
+}
+
+func (s *fuzzSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error) {
+	return s.calledFor(tenant).ListSnapshots(ctx, tenant, sandboxID)
+}
+
+func (s *fuzzSandboxes) DeleteSnapshot(ctx context.Context, tenant, id string) error {
+	return s.calledFor(tenant).DeleteSnapshot(ctx, tenant, id)
+}
+
+func (s *fuzzSandboxes) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
+	return s.calledFor(tenant).Restore(ctx, tenant, id, req)
+}
+
+func (s *fuzzSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error) {
+	return s.current().GCSnapshots(ctx, grace)
+}
+
 // FuzzHandler sends arbitrary requests (method, target, auth, extra
 // headers, body) through a real http.Server serving Handler, over a unix
 // socket, with a dead agent behind every sandbox. For every request the

@@ -146,6 +146,15 @@ func resolves(doc map[string]any, ref string) bool {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	types := map[string]reflect.Type{
+		"Snapshot":              reflect.TypeFor[api.Snapshot](),
+		"CreateSnapshotRequest": reflect.TypeFor[api.CreateSnapshotRequest](),
+		"RestoreRequest":        reflect.TypeFor[api.RestoreRequest](),
+		"RestoreResult":         reflect.TypeFor[api.RestoreResult](),
+		"GCRequest":             reflect.TypeFor[api.GCRequest](),
+		"GCResult":              reflect.TypeFor[api.GCResult](),
+		"SnapshotList": reflect.TypeFor[struct {
+			Snapshots []api.Snapshot `json:"snapshots"`
+		}](),
 		"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
 		"Error":                reflect.TypeFor[api.Error](),
 		"RuntimeInfo":          reflect.TypeFor[api.RuntimeInfo](),

@@ -56,6 +56,24 @@ type Sandboxes interface {
 	// text to progress until it returns; CodeNotFound when no recipe has
 	// that name.
 	BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error)
+
+	// Snapshot saves a running sandbox's disk and returns the snapshot,
+	// pending unless req.Wait; CodeConflict for a sandbox not running,
+	// CodeTimeout when a wait ran out.
+	Snapshot(ctx context.Context, tenant, sandboxID string, req api.CreateSnapshotRequest) (api.Snapshot, error)
+	// GetSnapshot returns one of tenant's snapshots; CodeNotFound otherwise.
+	GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error)
+	// ListSnapshots returns tenant's snapshots (of one sandbox when
+	// sandboxID is not ""), oldest first.
+	ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error)
+	// DeleteSnapshot deletes one of tenant's snapshots.
+	DeleteSnapshot(ctx context.Context, tenant, id string) error
+	// Restore starts sandboxes from one of tenant's snapshots and returns
+	// them running.
+	Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error)
+	// GCSnapshots collects what no snapshot needs; grace < 0 is the
+	// default grace.
+	GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error)
 }
 
 // Keys resolves and makes API keys. It may be called concurrently.
@@ -147,6 +165,13 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"GET", "/v1/sandboxes/{id}/files/list", tenant, s.listFiles},
 		{"POST", "/v1/sandboxes/{id}/files/mkdir", tenant, s.makeDir},
 		{"POST", "/v1/sandboxes/{id}/files/move", tenant, s.moveFile},
+		{"POST", "/v1/sandboxes/{id}/snapshots", tenant, s.createSnapshot},
+		{"GET", "/v1/sandboxes/{id}/snapshots", tenant, s.listSandboxSnapshots},
+		{"GET", "/v1/snapshots", tenant, s.listSnapshots},
+		{"POST", "/v1/gc", admin, s.gcSnapshots},
+		{"GET", "/v1/snapshots/{id}", tenant, s.getSnapshot},
+		{"DELETE", "/v1/snapshots/{id}", tenant, s.deleteSnapshot},
+		{"POST", "/v1/snapshots/{id}/restore", tenant, s.restoreSnapshot},
 		{"GET", "/v1/templates", tenant, s.listTemplates},
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},

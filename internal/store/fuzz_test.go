@@ -32,14 +32,14 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 16 {
-		return fmt.Errorf("scan of %d columns, want 16", len(dest))
+	if len(dest) != 17 {
+		return fmt.Errorf("scan of %d columns, want 17", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
-	*dest[12].(*[]byte) = r.runtimeState
-	*dest[13].(*int64), *dest[15].(*int64) = r.created, r.updated
-	*dest[14].(*sql.NullInt64) = r.expires
+	*dest[13].(*[]byte) = r.runtimeState
+	*dest[14].(*int64), *dest[16].(*int64) = r.created, r.updated
+	*dest[15].(*sql.NullInt64) = r.expires
 	return nil
 }
 

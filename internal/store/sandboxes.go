@@ -27,6 +27,9 @@ type Sandbox struct {
 	DiskMB   int64
 	Env      map[string]string
 	Metadata map[string]string
+	// Origin is the snapshot the sandbox's disk was restored from; "" when
+	// it was cloned from its template.
+	Origin string
 	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
 	RuntimeState []byte
 	CreatedAt    time.Time
@@ -38,7 +41,7 @@ type Sandbox struct {
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
-	env, metadata, runtime_state, created_at, expires_at, updated_at`
+	env, metadata, origin, runtime_state, created_at, expires_at, updated_at`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -76,9 +79,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		created = now
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
-		env, meta, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+		env, meta, sb.Origin, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
@@ -127,12 +130,8 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	if n == 0 {
-		return ErrNotFound
+	if err := affectedOne(res, "update sandbox "+sb.ID); err != nil {
+		return err
 	}
 	sb.UpdatedAt = fromNanos(now.UnixNano())
 	return nil
@@ -144,14 +143,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("delete sandbox %s: %w", id, err)
-	}
-	if n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return affectedOne(res, "delete sandbox "+id)
 }
 
 // ExpiredSandboxes returns the sandboxes not in a final state whose
@@ -212,7 +204,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var created, updated int64
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
-		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.RuntimeState,
+		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.RuntimeState,
 		&created, &expires, &updated)
 	if err != nil {
 		return Sandbox{}, err

@@ -1,5 +1,5 @@
-// Package store keeps a node's metadata in SQLite: API keys and sandbox
-// records. It is the single-machine store; the schema is plain SQL so that a
+// Package store keeps a node's metadata in SQLite: API keys, sandbox
+// records and snapshot records. It is the single-machine store; the schema is plain SQL so that a
 // PostgreSQL store for a fleet can mirror it.
 //
 // It records what the rest of warren decides: it does not create sandboxes,
@@ -63,6 +63,26 @@ var migrations = []string{
 	);
 	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
 	CREATE INDEX sandboxes_created ON sandboxes (created_at);`,
+	`ALTER TABLE sandboxes ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+	CREATE TABLE snapshots (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		sandbox_id    TEXT NOT NULL,
+		parent        TEXT NOT NULL,
+		template      TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		error         TEXT NOT NULL,
+		disk_bytes    INTEGER NOT NULL,
+		changed_bytes INTEGER NOT NULL,
+		stored_bytes  INTEGER NOT NULL,
+		ack_ns        INTEGER NOT NULL,
+		upload_ns     INTEGER NOT NULL,
+		created_at    INTEGER NOT NULL,
+		durable_at    INTEGER
+	);
+	CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
+	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);
+	CREATE INDEX snapshots_parent ON snapshots (parent);`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

@@ -461,7 +461,13 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 			}
 		}
 	}()
-	return &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}, nil
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}
+	// A daemon that died between a freeze and its thaw left the sandbox's
+	// filesystem frozen.
+	if err := in.thaw(); err != nil {
+		r.log.Warn("thaw adopted sandbox", "sandbox", spec.ID, "err", err)
+	}
+	return in, nil
 }
 
 // Sweep implements runtime.Runtime: it destroys the cgroup of every known

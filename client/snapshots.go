@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"warren/api"
+)
+
+// snapshotPath is the escaped path of snapshot id and elems under it.
+func snapshotPath(id string, elems ...string) string {
+	return idPath("snapshots", id, elems...)
+}
+
+// Snapshot saves the sandbox's disk and returns the snapshot: pending, or
+// with req.Wait durable (or failed). Never retried: a repeat would take a
+// second snapshot.
+func (c *Client) Snapshot(ctx context.Context, sandboxID string, req api.CreateSnapshotRequest) (*api.Snapshot, error) {
+	var sn api.Snapshot
+	cl := &call{op: "snapshot", method: http.MethodPost, path: sandboxPath(sandboxID, "snapshots"), in: req, retry: retryNever}
+	if err := c.do(ctx, cl, &sn); err != nil {
+		return nil, err
+	}
+	return &sn, nil
+}
+
+// GetSnapshot returns the snapshot id; an unknown one is an *api.Error with
+// code not_found.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (*api.Snapshot, error) {
+	var sn api.Snapshot
+	cl := &call{op: "get snapshot", method: http.MethodGet, path: snapshotPath(id), retry: retryIdempotent}
+	if err := c.do(ctx, cl, &sn); err != nil {
+		return nil, err
+	}
+	return &sn, nil
+}
+
+// ListSnapshots returns the caller's snapshots on the node, of one sandbox
+// when sandboxID is not "", oldest first.
+func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
+	var list struct {
+		Snapshots []api.Snapshot `json:"snapshots"`
+	}
+	path := "/v1/snapshots"
+	if sandboxID != "" {
+		path = sandboxPath(sandboxID, "snapshots")
+	}
+	cl := &call{op: "list snapshots", method: http.MethodGet, path: path, retry: retryIdempotent}
+	if err := c.do(ctx, cl, &list); err != nil {
+		return nil, err
+	}
+	return list.Snapshots, nil
+}
+
+// DeleteSnapshot deletes the snapshot id; retried, and a 404 after a lost
+// answer counts as done.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	cl := &call{op: "delete snapshot", method: http.MethodDelete, path: snapshotPath(id), retry: retryIdempotent, goneIsDone: true}
+	return c.do(ctx, cl, nil)
+}
+
+// Restore starts sandboxes from the snapshot id (req.Count, default 1) and
+// returns them running. Never retried: a repeat would start more.
+func (c *Client) Restore(ctx context.Context, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
+	var res api.RestoreResult
+	cl := &call{op: "restore", method: http.MethodPost, path: snapshotPath(id, "restore"), in: req, retry: retryNever}
+	if err := c.do(ctx, cl, &res); err != nil {
+		return nil, err
+	}
+	return res.Sandboxes, nil
+}
+
+// GC collects the snapshot layers and chunks nothing needs (admin key
+// only); a nil grace takes the server's.
+func (c *Client) GC(ctx context.Context, req api.GCRequest) (*api.GCResult, error) {
+	var res api.GCResult
+	cl := &call{op: "gc", method: http.MethodPost, path: "/v1/gc", in: req, retry: retryRefused}
+	if err := c.do(ctx, cl, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"warren/api"
+)
+
+func runRestore(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("restore", "[flags] SNAPSHOT",
+		"Start sandboxes from a snapshot, each with its disk and a fresh identity,\n"+
+			"and print their IDs, one a line, once they all run. All or nothing: if\n"+
+			"one cannot start, none is left running.")
+	var req api.RestoreRequest
+	fs.IntVar(&req.Count, "count", 1, "how many sandboxes to start")
+	fs.StringVar(&req.Runtime, "runtime", "", "container, or auto for the strongest available (default auto)")
+	fs.Float64Var(&req.CPUs, "cpus", 0, "CPUs, fractions allowed (default: the server's)")
+	fs.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in `MB`")
+	fs.Int64Var(&req.Pids, "pids", 0, "process limit")
+	ttl := fs.Duration("timeout", 0, "delete the sandboxes after this long, e.g. 30m (default: the server's)")
+	env, meta := kvFlag{}, kvFlag{}
+	fs.Var(env, "env", "set `K=V` in the environment of every command (repeatable)")
+	fs.Var(meta, "meta", "attach the metadata `K=V` (repeatable)")
+	cl, rest, err := connect(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *ttl < 0 {
+		return badUsage(fs, "negative -timeout")
+	}
+	if req.Count < 1 {
+		return badUsage(fs, "-count must be at least 1")
+	}
+	req.TimeoutSeconds = int64((*ttl + time.Second - 1) / time.Second)
+	req.Env, req.Metadata = env.orNil(), meta.orNil()
+	sbs, err := cl.Restore(ctx, rest[0], req)
+	if err != nil {
+		return err
+	}
+	for _, sb := range sbs {
+		if _, err := fmt.Fprintln(c.stdout, sb.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runGC(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("gc", "[flags]",
+		"Collect the snapshot layers and chunks no snapshot needs (admin key only),\nand print what was freed as JSON.")
+	grace := fs.Duration("grace", -1, "spare objects younger than this, for uploads of other nodes sharing the\nblob store (default: the server's, 1h); 0 when no other node writes to it")
+	cl, _, err := connect(fs, args, 0, 0)
+	if err != nil {
+		return err
+	}
+	var req api.GCRequest
+	if *grace >= 0 {
+		secs := int64(*grace / time.Second)
+		req.GraceSeconds = &secs
+	}
+	res, err := cl.GC(ctx, req)
+	if err != nil {
+		return err
+	}
+	return printJSON(c.stdout, res)
+}

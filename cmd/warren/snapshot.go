@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"warren/api"
+)
+
+// snapshotCommands are the subcommands of `warren snapshot`; any other
+// first argument is a sandbox to snapshot.
+var snapshotCommands = []command{
+	{"ls", "list snapshots, as a tree of parents and children", runSnapshotList},
+	{"get", "print a snapshot as JSON", runSnapshotGet},
+	{"rm", "delete snapshots", runSnapshotRemove},
+}
+
+func runSnapshot(ctx context.Context, c *cli, args []string) error {
+	if len(args) > 0 && lookup(snapshotCommands, args[0]) != nil {
+		return runGroup(ctx, c, "snapshot", snapshotCommands, args)
+	}
+	fs := c.newFlags("snapshot", "[flags] SANDBOX | ls | get | rm",
+		"Snapshot the sandbox's disk and print the snapshot's ID, alone, on stdout.\n"+
+			"It answers as soon as the disk is cloned (the snapshot is pending);\n"+
+			"--wait answers once it is durable in the blob store.\n\n"+
+			"  warren snapshot ls [SANDBOX]   list snapshots as a tree\n"+
+			"  warren snapshot get SNAPSHOT   print one as JSON\n"+
+			"  warren snapshot rm SNAPSHOT... delete snapshots")
+	var req api.CreateSnapshotRequest
+	fs.BoolVar(&req.Wait, "wait", false, "return once the snapshot is durable (or failed)")
+	wait := fs.Duration("wait-timeout", 0, "give up waiting after this long (default: the server's, 10m)")
+	asJSON := fs.Bool("json", false, "print the snapshot as JSON instead of its ID")
+	cl, rest, err := connect(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return badUsage(fs, "negative -wait-timeout")
+	}
+	req.WaitTimeoutSeconds = int64((*wait + time.Second - 1) / time.Second)
+	sn, err := cl.Snapshot(ctx, rest[0], req)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(c.stdout, sn)
+	}
+	if sn.State == api.SnapshotFailed {
+		return fmt.Errorf("snapshot %s failed: %s", sn.ID, sn.Error)
+	}
+	_, err = fmt.Fprintln(c.stdout, sn.ID)
+	return err
+}
+
+func runSnapshotList(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("snapshot ls", "[flags] [SANDBOX]",
+		"List your snapshots on this node, or one sandbox's, as a tree: each is\nindented under its parent.")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	cl, rest, err := connect(fs, args, 0, 1)
+	if err != nil {
+		return err
+	}
+	sandbox := ""
+	if len(rest) == 1 {
+		sandbox = rest[0]
+	}
+	list, err := cl.ListSnapshots(ctx, sandbox)
+	if err != nil {
+		return err
+	}
+	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
+		fmt.Fprintln(tw, "ID\tSANDBOX\tSTATE\tDISK\tCHANGED\tSTORED\tCREATED")
+		for _, n := range snapshotTree(list) {
+			sn := n.sn
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.Repeat("  ", n.depth), sn.ID, sn.SandboxID,
+				sn.State, mib(sn.DiskBytes), mib(sn.ChangedBytes), mib(sn.StoredBytes), when(sn.CreatedAt))
+		}
+	})
+}
+
+// treeNode is a snapshot and its depth in the listed tree.
+type treeNode struct {
+	sn    api.Snapshot
+	depth int
+}
+
+// snapshotTree orders snapshots depth first, children after their parent
+// in the order listed; a snapshot whose parent is not listed is a root.
+func snapshotTree(list []api.Snapshot) []treeNode {
+	listed := map[string]bool{}
+	children := map[string][]api.Snapshot{}
+	for _, sn := range list {
+		listed[sn.ID] = true
+	}
+	var roots []api.Snapshot
+	for _, sn := range list {
+		if sn.Parent != "" && listed[sn.Parent] {
+			children[sn.Parent] = append(children[sn.Parent], sn)
+		} else {
+			roots = append(roots, sn)
+		}
+	}
+	var out []treeNode
+	var walk func(sn api.Snapshot, depth int)
+	walk = func(sn api.Snapshot, depth int) {
+		out = append(out, treeNode{sn, depth})
+		for _, ch := range children[sn.ID] {
+			walk(ch, depth+1)
+		}
+	}
+	for _, r := range roots {
+		walk(r, 0)
+	}
+	return out
+}
+
+func runSnapshotGet(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("snapshot get", "SNAPSHOT", "Print the snapshot as JSON.")
+	cl, rest, err := connect(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	sn, err := cl.GetSnapshot(ctx, rest[0])
+	if err != nil {
+		return err
+	}
+	return printJSON(c.stdout, sn)
+}
+
+func runSnapshotRemove(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("snapshot rm", "SNAPSHOT...",
+		"Delete snapshots: they can no longer be restored. Their layers stay in the\nblob store while a descendant needs them; `warren gc` collects the rest.")
+	cl, ids, err := connect(fs, args, 1, -1)
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := cl.DeleteSnapshot(ctx, id); err != nil {
+			fmt.Fprintf(c.stderr, "warren: snapshot rm %s: %v\n", id, err)
+			failed = append(failed, id)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("could not delete %s", strings.Join(failed, ", "))
+	}
+	return nil
+}

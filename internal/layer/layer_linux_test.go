@@ -1,0 +1,664 @@
+//go:build linux
+
+package layer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/disk"
+)
+
+const MiB = 1 << 20
+
+func TestFiemapLayout(t *testing.T) {
+	if got := unsafe.Sizeof(fiemapHeader{}); got != 32 {
+		t.Errorf("sizeof(struct fiemap) = %d, want 32", got)
+	}
+	if got := unsafe.Sizeof(fiemapExtent{}); got != 56 {
+		t.Errorf("sizeof(struct fiemap_extent) = %d, want 56", got)
+	}
+}
+
+// env is a directory for images and how to clone in it: by reflink, or by
+// a sparse copy that shares nothing (as on a file system without reflink).
+type env struct {
+	name    string
+	dir     string
+	reflink bool
+	pool    *disk.Pool
+}
+
+func (e env) clone(t *testing.T, src, name string) string {
+	t.Helper()
+	dst := filepath.Join(e.dir, name)
+	if e.pool != nil {
+		if err := e.pool.Clone(context.Background(), src, dst); err != nil {
+			t.Fatal(err)
+		}
+		return dst
+	}
+	copySparse(t, src, dst)
+	return dst
+}
+
+// copyEnv needs no root: images in a temp dir, cloned by copying.
+func copyEnv(t *testing.T) env { return env{name: "copy", dir: t.TempDir()} }
+
+// reflinkEnv is a disk pool with reflink: the temp dir's own, or an XFS
+// loop image that disk.Open mounts (as root) and the test's cleanup
+// unmounts.
+func reflinkEnv(t *testing.T) env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: builds a loop-mounted xfs image for reflink clones")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skipf("needs loop devices for the xfs image: %v", err)
+	}
+	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
+		t.Skipf("needs mkfs.xfs: %v", err)
+	}
+	dataDir := t.TempDir()
+	pool, err := disk.Open(context.Background(), dataDir, nil, disk.Options{XFSImageSize: 4 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pool.Close(); err != nil {
+			t.Error(err)
+		}
+		if pool.Mode() != disk.CloneReflinkXFSLoop {
+			return
+		}
+		if err := unix.Unmount(pool.Dir(), 0); err != nil {
+			t.Errorf("unmount %s: %v", pool.Dir(), err)
+		}
+		// Autoclear detaches the device asynchronously.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			left, err := disk.StaleLoops(dataDir)
+			if err == nil && len(left) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("loop devices left under %s: %v (%v)", dataDir, left, err)
+				return
+			}
+		}
+	})
+	if pool.Mode() == disk.CloneCopy {
+		t.Skip("no reflink available: clones would be full copies")
+	}
+	return env{name: "reflink", dir: pool.Dir(), reflink: true, pool: pool}
+}
+
+// bothEnvs runs f with reflink clones (root only) and with full copies.
+func bothEnvs(t *testing.T, f func(t *testing.T, e env)) {
+	t.Run("reflink", func(t *testing.T) { f(t, reflinkEnv(t)) })
+	t.Run("copy", func(t *testing.T) { f(t, copyEnv(t)) })
+}
+
+// memChunks is an in-memory Chunks.
+type memChunks struct {
+	mu sync.Mutex
+	m  map[string][]byte // guarded by mu
+}
+
+var _ Chunks = (*memChunks)(nil)
+
+var errNoChunk = errors.New("no such chunk")
+
+func newMemChunks() *memChunks { return &memChunks{m: make(map[string][]byte)} }
+
+func (c *memChunks) Put(ctx context.Context, hash string, compressed []byte) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[hash]; ok {
+		return false, nil
+	}
+	c.m[hash] = bytes.Clone(compressed)
+	return true, nil
+}
+
+func (c *memChunks) Get(ctx context.Context, hash string) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[hash]
+	if !ok {
+		return nil, errNoChunk
+	}
+	return bytes.Clone(b), nil
+}
+
+func (c *memChunks) set(hash string, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[hash] = b
+}
+
+// image builds a sparse image of size bytes at dir/name with random data in
+// runs, each {offset, length}.
+func image(t *testing.T, dir, name string, size int64, seed byte, runs ...[2]int64) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.NewChaCha8([32]byte{seed})
+	for _, r := range runs {
+		if _, err := f.Seek(r[0], io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.CopyN(f, rng, r[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+func writeAt(t *testing.T, path string, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAt(t *testing.T, path string, off, n int64) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func punch(t *testing.T, path string, off, n int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func truncate(t *testing.T, path string, size int64) {
+	t.Helper()
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func randBytes(rng *rand.ChaCha8, n int) []byte {
+	b := make([]byte, n)
+	rng.Read(b)
+	return b
+}
+
+// copySparse copies src's non-zero blocks to a new file dst of its size:
+// the same content, sharing no extent.
+func copySparse(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(len(b))); err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(b); off += BlockSize {
+		blk := b[off:min(off+BlockSize, len(b))]
+		if bytes.Equal(blk, zeroBlock[:len(blk)]) {
+			continue
+		}
+		if _, err := f.WriteAt(blk, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// naiveChanged is the reference diff: read both files whole, compare every
+// block.
+func naiveChanged(t *testing.T, parent, child string) []Range {
+	t.Helper()
+	c, err := os.ReadFile(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p []byte
+	if parent != "" {
+		if p, err = os.ReadFile(parent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmp := comparer{}
+	for off := 0; off < len(c); off += BlockSize {
+		pb := make([]byte, BlockSize)
+		copy(pb, p[min(off, len(p)):min(off+BlockSize, len(p))])
+		cb := c[off : off+BlockSize]
+		if !bytes.Equal(cb, pb) {
+			cmp.add(int64(off), bytes.Equal(cb, zeroBlock[:]))
+		}
+	}
+	return cmp.ranges
+}
+
+func fileHash(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// diffChecked runs Changed, checks it against naiveChanged and the stats'
+// invariants, and returns its result.
+func diffChecked(t *testing.T, parent, child string) ([]Range, DiffStats) {
+	t.Helper()
+	start := time.Now()
+	got, stats, err := Changed(context.Background(), parent, child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Changed: %d ranges in %v; %+v", len(got), time.Since(start), stats)
+	if want := naiveChanged(t, parent, child); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Changed = %v\nreference diff = %v", got, want)
+	}
+	checkStats(t, got, stats)
+	return got, stats
+}
+
+func checkStats(t *testing.T, ranges []Range, s DiffStats) {
+	t.Helper()
+	if s.Shared+s.Holes+s.Compared != s.Size {
+		t.Errorf("stats %+v: shared + holes + compared != size", s)
+	}
+	var n int64
+	for _, r := range ranges {
+		n += r.Len
+	}
+	if s.Changed != n || s.Read > 2*s.Compared {
+		t.Errorf("stats %+v: want changed %d and read <= 2 * compared", s, n)
+	}
+}
+
+// layerOf makes the layer id: the diff of child against parent (path and
+// layer ID, both empty for an empty disk) written to chunks, its manifest
+// through Marshal and ParseManifest.
+func layerOf(t *testing.T, id, parentID, parent, child string, chunks Chunks) (Manifest, DiffStats, WriteStats) {
+	t.Helper()
+	ctx := context.Background()
+	ranges, ds, err := Changed(ctx, parent, child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extents, ws, err := Write(ctx, child, ranges, chunks, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Manifest{Version: 1, ID: id, Parent: parentID, DiskSize: fileSize(t, child), Extents: extents, Labels: map[string]string{"test": t.Name()}}
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = ParseManifest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ds, ws
+}
+
+func TestChangedEmptyParent(t *testing.T) {
+	dir := t.TempDir()
+	img := image(t, dir, "a.img", 64*MiB, 1, [2]int64{MiB, MiB}, [2]int64{32 * MiB, 3 * MiB})
+	writeAt(t, img, 10*MiB, make([]byte, MiB)) // data blocks of zeros: no change from an empty disk
+	ranges, stats := diffChecked(t, "", img)
+	want := []Range{{Off: MiB, Len: MiB}, {Off: 32 * MiB, Len: 3 * MiB}}
+	if !reflect.DeepEqual(ranges, want) {
+		t.Errorf("ranges = %v, want %v", ranges, want)
+	}
+	if stats.Read != 5*MiB || stats.Holes != 59*MiB || stats.Shared != 0 {
+		t.Errorf("stats = %+v, want 5 MiB read (data only), 59 MiB of holes", stats)
+	}
+}
+
+func TestChangedRefusesUnalignedSize(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "odd.img")
+	if err := os.WriteFile(img, []byte("odd"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Changed(context.Background(), "", img); err == nil || !strings.Contains(err.Error(), "not a multiple of 4096") {
+		t.Errorf("Changed of a 3-byte image = %v, want a size error", err)
+	}
+}
+
+func TestChanged(t *testing.T) {
+	bothEnvs(t, func(t *testing.T, e env) {
+		// A 64 MiB sparse image with 16 MiB of data in four runs.
+		parent := image(t, e.dir, "parent.img", 64*MiB, 2,
+			[2]int64{0, 4 * MiB}, [2]int64{8 * MiB, 4 * MiB}, [2]int64{20 * MiB, 4 * MiB}, [2]int64{40 * MiB, 4*MiB + 8192})
+		rng := rand.NewChaCha8([32]byte{3})
+		for _, tc := range []struct {
+			name   string
+			change func(t *testing.T, child string)
+			want   []Range
+		}{
+			{"unchanged", func(t *testing.T, child string) {}, nil},
+			{"one byte", func(t *testing.T, child string) {
+				b := readAt(t, child, 9*MiB+5000, 1)
+				writeAt(t, child, 9*MiB+5000, []byte{b[0] ^ 1})
+			}, []Range{{Off: 9*MiB + 4096, Len: 4096}}},
+			{"same bytes", func(t *testing.T, child string) {
+				writeAt(t, child, 8*MiB, readAt(t, child, 8*MiB, MiB))
+			}, nil},
+			{"zeroed block", func(t *testing.T, child string) {
+				writeAt(t, child, 20*MiB, make([]byte, BlockSize))
+			}, []Range{{Off: 20 * MiB, Len: 4096, Zero: true}}},
+			{"punched hole", func(t *testing.T, child string) {
+				punch(t, child, 40*MiB, MiB)
+			}, []Range{{Off: 40 * MiB, Len: MiB, Zero: true}}},
+			{"hole filled", func(t *testing.T, child string) {
+				writeAt(t, child, 30*MiB+100, []byte("hello"))
+				writeAt(t, child, 31*MiB, make([]byte, MiB)) // zeros over a hole: no change
+			}, []Range{{Off: 30 * MiB, Len: 4096}}},
+			{"grown", func(t *testing.T, child string) {
+				truncate(t, child, 96*MiB)
+				writeAt(t, child, 80*MiB, []byte("x"))
+				writeAt(t, child, 90*MiB, make([]byte, MiB))
+			}, []Range{{Off: 80 * MiB, Len: 4096}}},
+			{"merged", func(t *testing.T, child string) {
+				for _, off := range []int64{MiB + 1, MiB + 4097, MiB + 8193} {
+					writeAt(t, child, off, []byte{^readAt(t, child, off, 1)[0]})
+				}
+				writeAt(t, child, MiB+3*4096, make([]byte, 2*4096))
+				writeAt(t, child, MiB+5*4096, []byte{^readAt(t, child, MiB+5*4096, 1)[0]})
+			}, []Range{{Off: MiB, Len: 3 * 4096}, {Off: MiB + 3*4096, Len: 2 * 4096, Zero: true}, {Off: MiB + 5*4096, Len: 4096}}},
+			{"scattered", func(t *testing.T, child string) {
+				for range 300 {
+					off := rng.Uint64() % (63 * MiB)
+					writeAt(t, child, int64(off), randBytes(rng, 1+int(rng.Uint64()%20000)))
+				}
+			}, nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				child := e.clone(t, parent, strings.ReplaceAll(tc.name, " ", "-")+".img")
+				tc.change(t, child)
+				ranges, stats := diffChecked(t, parent, child)
+				// diffChecked compared every case with the reference diff;
+				// scattered changes are too many to spell out.
+				if tc.name != "scattered" && (len(ranges) != 0 || len(tc.want) != 0) && !reflect.DeepEqual(ranges, tc.want) {
+					t.Errorf("ranges = %v, want %v", ranges, tc.want)
+				}
+				if !e.reflink {
+					if stats.Shared != 0 {
+						t.Errorf("copies share %d bytes", stats.Shared)
+					}
+					return
+				}
+				// Clones read only around what changed.
+				if tc.name == "unchanged" && stats.Read != 0 {
+					t.Errorf("unchanged clone: read %d bytes", stats.Read)
+				}
+				if tc.name == "one byte" && stats.Read > 2*MiB {
+					t.Errorf("one changed byte: read %d bytes", stats.Read)
+				}
+			})
+		}
+	})
+}
+
+// TestChangedLargeSparse: a 16 GiB clone with a few changes costs a few
+// blocks' reads, not the disk's.
+func TestChangedLargeSparse(t *testing.T) {
+	e := reflinkEnv(t)
+	const size = 16 << 30
+	var runs [][2]int64
+	for i := range int64(8) {
+		runs = append(runs, [2]int64{i * 2 << 30, 8 * MiB})
+	}
+	parent := image(t, e.dir, "parent.img", size, 4, runs...)
+	child := e.clone(t, parent, "child.img")
+	offsets := []int64{12345, 2<<30 + 7*MiB, 6<<30 + 100, 9 << 30, 14<<30 + 3*MiB + 4096} // 9 GiB is a hole
+	for _, off := range offsets {
+		writeAt(t, child, off, []byte{0xaa})
+	}
+	start := time.Now()
+	ranges, stats, err := Changed(context.Background(), parent, child)
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("diff of a 16 GiB clone with %d changed bytes: %v, %+v", len(offsets), elapsed, stats)
+	checkStats(t, ranges, stats)
+	if len(ranges) != len(offsets) {
+		t.Errorf("ranges = %v, want %d single blocks", ranges, len(offsets))
+	}
+	for i, r := range ranges {
+		if i < len(offsets) && (r.Len != BlockSize || r.Off != alignDown(offsets[i])) {
+			t.Errorf("range %d = %+v, want the block at %d", i, r, alignDown(offsets[i]))
+		}
+	}
+	if stats.Read > 16*MiB {
+		t.Errorf("read %d bytes for %d changed bytes, want at most 16 MiB", stats.Read, len(offsets))
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	bothEnvs(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		parent := image(t, e.dir, "parent.img", 64*MiB, 5, [2]int64{0, 10 * MiB}, [2]int64{30 * MiB, 9*MiB + 4096})
+		child := e.clone(t, parent, "child.img")
+		rng := rand.NewChaCha8([32]byte{6})
+		writeAt(t, child, 2*MiB+17, randBytes(rng, 9*MiB)) // over MaxChunk: several chunks
+		writeAt(t, child, 50*MiB, randBytes(rng, 3*4096))
+		writeAt(t, child, 31*MiB, make([]byte, 5*MiB)) // zeros over data: zero extents over MaxChunk
+		punch(t, child, 38*MiB, MiB)
+		truncate(t, child, 80*MiB)
+		writeAt(t, child, 79*MiB, bytes.Repeat([]byte("compressible "), 1000))
+
+		chunks := newMemChunks()
+		m, ds, ws := layerOf(t, "child", "parent", parent, child, chunks)
+		t.Logf("diff %+v; write %+v", ds, ws)
+		if ws.Chunks == 0 || ws.Zero != 6*MiB || ws.NewChunks != len(chunks.m) || ws.Compressed < ws.Stored {
+			t.Errorf("write stats %+v: want chunks, 6 MiB zeros, %d new chunks", ws, len(chunks.m))
+		}
+
+		target := e.clone(t, parent, "target.img")
+		if err := Apply(ctx, target, m, chunks, 4); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fileHash(t, target), fileHash(t, child); got != want {
+			t.Fatalf("applied image hashes to %s, child to %s", got, want)
+		}
+		if fileSize(t, target) != 80*MiB {
+			t.Errorf("applied image size %d, want %d", fileSize(t, target), 80*MiB)
+		}
+
+		// A second layer with nothing new stores nothing.
+		_, _, ws2 := layerOf(t, "child-again", "parent", parent, child, chunks)
+		if ws2.Stored != 0 || ws2.NewChunks != 0 || ws2.Chunks != ws.Chunks {
+			t.Errorf("same diff again: %+v, want nothing stored", ws2)
+		}
+	})
+}
+
+// TestLineage rebuilds a disk from an empty file by applying three layers
+// from the root down.
+func TestLineage(t *testing.T) {
+	bothEnvs(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		rng := rand.NewChaCha8([32]byte{7})
+		disk0 := image(t, e.dir, "0.img", 32*MiB, 8, [2]int64{0, 2 * MiB}, [2]int64{16 * MiB, 6 * MiB})
+		disk1 := e.clone(t, disk0, "1.img")
+		writeAt(t, disk1, 5*MiB, randBytes(rng, MiB))
+		writeAt(t, disk1, 17*MiB, make([]byte, MiB))
+		disk2 := e.clone(t, disk1, "2.img")
+		truncate(t, disk2, 40*MiB)
+		writeAt(t, disk2, 5*MiB+4096, []byte("third"))
+		punch(t, disk2, 16*MiB, 4096)
+		writeAt(t, disk2, 39*MiB, randBytes(rng, 4096))
+
+		chunks := newMemChunks()
+		l0, _, _ := layerOf(t, "l0", "", "", disk0, chunks)
+		l1, _, _ := layerOf(t, "l1", "l0", disk0, disk1, chunks)
+		l2, _, _ := layerOf(t, "l2", "l1", disk1, disk2, chunks)
+
+		target := filepath.Join(e.dir, "rebuilt.img")
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for i, step := range []struct {
+			m    Manifest
+			want string
+		}{{l0, disk0}, {l1, disk1}, {l2, disk2}} {
+			if err := Apply(ctx, target, step.m, chunks, 3); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := fileHash(t, target), fileHash(t, step.want); got != want {
+				t.Fatalf("after layer %d: image hashes to %s, want %s", i, got, want)
+			}
+		}
+	})
+}
+
+func TestApplyCorrupt(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	img := image(t, dir, "a.img", 8*MiB, 9, [2]int64{0, 8 * MiB})
+	chunks := newMemChunks()
+	m, _, _ := layerOf(t, "a", "", "", img, chunks)
+	if len(m.Extents) != 2 {
+		t.Fatalf("extents = %+v, want two 4 MiB chunks", m.Extents)
+	}
+	hash := m.Extents[1].Chunk
+	good, _ := chunks.Get(ctx, hash)
+	other := randBytes(rand.NewChaCha8([32]byte{10}), MaxChunk)
+	for _, tc := range []struct {
+		name    string
+		stored  []byte
+		corrupt bool
+	}{
+		{"flipped byte", func() []byte { b := bytes.Clone(good); b[len(b)/2] ^= 1; return b }(), true},
+		{"other content", encoder().EncodeAll(other, nil), true},
+		{"too long", encoder().EncodeAll(append(bytes.Clone(other), 1), nil), true},
+		{"too short", encoder().EncodeAll(other[:MaxChunk-4096], nil), true},
+		{"two frames", encoder().EncodeAll(other[:4096], encoder().EncodeAll(other, nil)), true},
+		{"not zstd", []byte("hello"), true},
+		{"empty", []byte{}, true},
+		{"oversized", make([]byte, MaxStored+1), true},
+		{"missing", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.stored == nil {
+				chunks.mu.Lock()
+				delete(chunks.m, hash)
+				chunks.mu.Unlock()
+			} else {
+				chunks.set(hash, tc.stored)
+			}
+			target := filepath.Join(dir, "target.img")
+			if err := os.WriteFile(target, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := Apply(ctx, target, m, chunks, 2)
+			t.Log(err)
+			if err == nil || !strings.Contains(err.Error(), hash) {
+				t.Fatalf("Apply = %v, want an error naming chunk %s", err, hash)
+			}
+			if errors.Is(err, ErrCorrupt) != tc.corrupt || (!tc.corrupt && !errors.Is(err, errNoChunk)) {
+				t.Errorf("Apply = %v; want ErrCorrupt %v", err, tc.corrupt)
+			}
+		})
+	}
+	chunks.set(hash, good)
+	if err := Apply(ctx, filepath.Join(dir, "missing-dir", "x.img"), m, chunks, 2); err == nil {
+		t.Error("Apply to a missing image succeeded")
+	}
+	m.Version = 2
+	if err := Apply(ctx, img, m, chunks, 2); err == nil || !strings.Contains(err.Error(), "version 2") {
+		t.Errorf("Apply of an invalid manifest = %v, want a version error", err)
+	}
+}
+
+// TestWriteAmplification: a layer stores about what changed, not what the
+// file system copied on write.
+func TestWriteAmplification(t *testing.T) {
+	bothEnvs(t, func(t *testing.T, e env) {
+		parent := image(t, e.dir, "parent.img", 128*MiB, 11, [2]int64{0, 128 * MiB})
+		chunks := newMemChunks()
+		// 8 MiB of random data in 128 writes of 64 KiB, in distinct slots.
+		rng := rand.NewChaCha8([32]byte{12})
+		child := e.clone(t, parent, "scattered.img")
+		slots := rand.New(rng).Perm(128 * MiB / (64 << 10))[:128]
+		for _, s := range slots {
+			writeAt(t, child, int64(s)*(64<<10), randBytes(rng, 64<<10))
+		}
+		_, ds, ws := layerOf(t, "scattered", "parent", parent, child, chunks)
+		t.Logf("8 MiB scattered: diff %+v; write %+v", ds, ws)
+		if ws.Changed != 8*MiB || ws.Stored > 8*MiB*105/100 {
+			t.Errorf("8 MiB changed: layer holds %d bytes, stores %d; want 8 MiB, at most 5%% more stored", ws.Changed, ws.Stored)
+		}
+
+		child = e.clone(t, parent, "one-byte.img")
+		writeAt(t, child, 77*MiB+3, []byte{^readAt(t, child, 77*MiB+3, 1)[0]})
+		_, ds, ws = layerOf(t, "one-byte", "parent", parent, child, chunks)
+		t.Logf("1 byte: diff %+v; write %+v", ds, ws)
+		if ws.Changed != BlockSize || ws.Stored > 16<<10 {
+			t.Errorf("1 byte changed: layer holds %d bytes, stores %d; want one block, at most 16 KiB", ws.Changed, ws.Stored)
+		}
+	})
+}

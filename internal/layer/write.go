@@ -1,0 +1,142 @@
+package layer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// WriteStats says what Write produced and stored.
+type WriteStats struct {
+	Changed    int64 // uncompressed bytes of the data extents
+	Zero       int64 // bytes of the zero extents
+	Compressed int64 // compressed bytes of the data extents (the sum of Stored)
+	Stored     int64 // compressed bytes Put newly stored
+	Chunks     int   // data extents
+	NewChunks  int   // chunks Put newly stored
+}
+
+// encoder compresses chunks; EncodeAll may be called concurrently, and the
+// encoder keeps its state between calls.
+var encoder = sync.OnceValue(func() *zstd.Encoder {
+	e, err := zstd.NewWriter(nil)
+	if err != nil {
+		panic(err) // only bad options fail, and there are none
+	}
+	return e
+})
+
+// Write stores the ranges of the image child as chunks and returns the
+// layer's extents in offset order. ranges must be sorted, non-overlapping,
+// block-aligned and inside child (Changed's result is). Each range is cut
+// into extents of at most MaxChunk bytes from its start; a data extent's
+// bytes are hashed with sha256, compressed with zstd and Put, with up to
+// parallel chunks in flight (each holding two MaxChunk buffers); zero
+// ranges become zero extents and store nothing. child must not change
+// during the call.
+func Write(ctx context.Context, child string, ranges []Range, chunks Chunks, parallel int) ([]Extent, WriteStats, error) {
+	extents, err := split(ranges)
+	if err != nil {
+		return nil, WriteStats{}, fmt.Errorf("write layer: %w", err)
+	}
+	f, err := os.Open(child)
+	if err != nil {
+		return nil, WriteStats{}, fmt.Errorf("write layer: %w", err)
+	}
+	defer f.Close()
+
+	w := writer{f: f, chunks: chunks, extents: extents, claimed: make(map[string]bool)}
+	w.bufs = make([]writeBufs, max(1, parallel))
+	if err := forEach(ctx, len(extents), parallel, w.write); err != nil {
+		return nil, WriteStats{}, fmt.Errorf("write layer: %w", err)
+	}
+	for _, e := range extents {
+		if e.Zero {
+			w.stats.Zero += e.Length
+			continue
+		}
+		w.stats.Changed += e.Length
+		w.stats.Compressed += e.Stored
+		w.stats.Chunks++
+	}
+	return extents, w.stats, nil
+}
+
+// split checks ranges and cuts them into extents of at most MaxChunk bytes,
+// data extents without their chunk yet.
+func split(ranges []Range) ([]Extent, error) {
+	var extents []Extent
+	var end int64
+	for i, r := range ranges {
+		if r.Off < end || r.Len <= 0 || r.Off%BlockSize != 0 || r.Len%BlockSize != 0 {
+			return nil, fmt.Errorf("range %d (%d+%d): not sorted, block-aligned and non-empty", i, r.Off, r.Len)
+		}
+		for off := r.Off; off < r.End(); off += MaxChunk {
+			extents = append(extents, Extent{Offset: off, Length: min(MaxChunk, r.End()-off), Zero: r.Zero})
+		}
+		end = r.End()
+	}
+	return extents, nil
+}
+
+// writer is the state of one Write.
+type writer struct {
+	f       *os.File
+	chunks  Chunks
+	extents []Extent    // each worker fills in the ones it is given
+	bufs    []writeBufs // per worker
+
+	mu      sync.Mutex
+	claimed map[string]bool // guarded by mu: hashes this Write has Put or is putting
+	stats   WriteStats      // guarded by mu: Stored and NewChunks
+}
+
+// writeBufs are one worker's buffers, reused from chunk to chunk.
+type writeBufs struct {
+	data, compressed []byte
+}
+
+// write stores extent i's chunk, unless another worker of this Write
+// already stores the same bytes.
+func (w *writer) write(ctx context.Context, worker, i int) error {
+	e := &w.extents[i]
+	if e.Zero {
+		return nil
+	}
+	b := &w.bufs[worker]
+	if b.data == nil {
+		b.data = make([]byte, MaxChunk)
+	}
+	data := b.data[:e.Length]
+	if _, err := w.f.ReadAt(data, e.Offset); err != nil {
+		return fmt.Errorf("read %s at %d: %w", w.f.Name(), e.Offset, err)
+	}
+	sum := sha256.Sum256(data)
+	hash := hex.EncodeToString(sum[:])
+	b.compressed = encoder().EncodeAll(data, b.compressed[:0])
+	e.Chunk, e.Stored = hash, int64(len(b.compressed))
+
+	w.mu.Lock()
+	dup := w.claimed[hash]
+	w.claimed[hash] = true
+	w.mu.Unlock()
+	if dup {
+		return nil
+	}
+	stored, err := w.chunks.Put(ctx, hash, b.compressed)
+	if err != nil {
+		return fmt.Errorf("put chunk %s: %w", hash, err)
+	}
+	if stored {
+		w.mu.Lock()
+		w.stats.Stored += e.Stored
+		w.stats.NewChunks++
+		w.mu.Unlock()
+	}
+	return nil
+}

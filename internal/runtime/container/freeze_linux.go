@@ -1,0 +1,92 @@
+//go:build linux
+
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// FIFREEZE and FITHAW, _IOWR('X', 119/120, int).
+const (
+	ioctlFIFREEZE = 0xC0045877
+	ioctlFITHAW   = 0xC0045878
+)
+
+// Freeze implements runtime.Instance. The freeze is done by the host: it
+// needs CAP_SYS_ADMIN over the filesystem, which the sandbox's root does not
+// have (its user namespace does not own the mount). The host reaches the
+// sandbox's root directory through its init's /proc/PID/root.
+//
+// A frozen filesystem whose thaw never comes (the daemon dies in between)
+// is thawed when the next daemon process adopts the sandbox.
+func (in *instance) Freeze(ctx context.Context) (func() error, error) {
+	root, err := in.openRoot()
+	if err != nil {
+		return nil, fmt.Errorf("freeze: %w", err)
+	}
+	if err := unix.IoctlSetInt(int(root.Fd()), ioctlFIFREEZE, 0); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("freeze: %w", err)
+	}
+	return func() error {
+		defer root.Close()
+		if err := unix.IoctlSetInt(int(root.Fd()), ioctlFITHAW, 0); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
+		return nil
+	}, nil
+}
+
+// thaw thaws the sandbox's root filesystem if it is frozen.
+func (in *instance) thaw() error {
+	root, err := in.openRoot()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	err = unix.IoctlSetInt(int(root.Fd()), ioctlFITHAW, 0)
+	if errors.Is(err, unix.EINVAL) {
+		return nil // not frozen
+	}
+	return err
+}
+
+// openRoot opens the root directory of the sandbox's init. It makes sure
+// the pid still names that init, and that the directory is not on the
+// host's root filesystem: freezing that would hang the host.
+func (in *instance) openRoot() (*os.File, error) {
+	select {
+	case <-in.done:
+		return nil, errors.New("the sandbox's init has exited")
+	default:
+	}
+	root, err := os.Open(fmt.Sprintf("/proc/%d/root", in.st.PID))
+	if err != nil {
+		return nil, err
+	}
+	// Checked after the open: if the pid was reused before it, the start
+	// time differs now.
+	if start, err := processStartTime(in.st.PID); err != nil || start != in.st.StartTime {
+		root.Close()
+		return nil, errors.New("the sandbox's init has exited")
+	}
+	var st, host unix.Stat_t
+	if err := unix.Fstat(int(root.Fd()), &st); err != nil {
+		root.Close()
+		return nil, err
+	}
+	if err := unix.Stat("/", &host); err != nil {
+		root.Close()
+		return nil, err
+	}
+	if st.Dev == host.Dev {
+		root.Close()
+		return nil, errors.New("the sandbox's root is on the host's root filesystem")
+	}
+	return root, nil
+}

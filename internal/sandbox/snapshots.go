@@ -1,0 +1,148 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"warren/api"
+	"warren/internal/snapshot"
+	"warren/internal/template"
+)
+
+// Snapshot limits.
+const (
+	defaultSnapshotWait = 10 * time.Minute
+	maxRestoreCount     = 256
+)
+
+// Snapshot saves a running sandbox's disk. It answers once the disk is
+// cloned (pending), or with req.Wait once the snapshot is durable or failed.
+func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	snaps := m.deps.Snapshots
+	wait := defaultSnapshotWait
+	if req.WaitTimeoutSeconds < 0 || req.WaitTimeoutSeconds > int64(m.cfg.MaxTTL/time.Second) {
+		return api.Snapshot{}, api.Errorf(api.CodeBadRequest, "wait_timeout_seconds must be between 0 (the default, 600) and %d, got %d",
+			int64(m.cfg.MaxTTL/time.Second), req.WaitTimeoutSeconds)
+	}
+	if req.WaitTimeoutSeconds > 0 {
+		wait = time.Duration(req.WaitTimeoutSeconds) * time.Second
+	}
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	src := snapshot.Source{
+		Tenant: tenant, SandboxID: id, Image: m.diskPath(id), Origin: rec.Origin, Template: rec.Template,
+	}
+	// The template is needed only for a sandbox's first snapshot, and only
+	// when it was not restored from one.
+	if tpl, err := m.deps.Templates.Get(rec.Template); err == nil {
+		src.TemplateImage, src.TemplateBuilt = tpl.Path, tpl.BuiltAt
+	} else if !errors.Is(err, template.ErrNotFound) {
+		return api.Snapshot{}, fmt.Errorf("template %s: %w", rec.Template, err)
+	}
+	sn, err := snaps.Take(ctx, src, l.inst.Freeze)
+	if err != nil {
+		return api.Snapshot{}, api.Errorf(api.CodeInternal, "snapshot of %s: %v", id, err)
+	}
+	if req.Wait {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		waited, err := snaps.Wait(wctx, sn.ID)
+		if err != nil {
+			return api.Snapshot{}, api.Errorf(api.CodeTimeout, "snapshot %s is not durable yet: %v", sn.ID, err)
+		}
+		sn = waited
+	}
+	return snaps.View(ctx, sn), nil
+}
+
+// GetSnapshot returns one of the tenant's snapshots, from this node or from
+// the shared blob store.
+func (m *Manager) GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error) {
+	sn, err := m.deps.Snapshots.Lookup(ctx, tenant, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	return m.deps.Snapshots.View(ctx, sn), nil
+}
+
+// ListSnapshots returns the tenant's snapshots on this node, of one sandbox
+// when sandboxID is not "" (which must then be the tenant's).
+func (m *Manager) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error) {
+	if sandboxID != "" {
+		if _, err := m.record(ctx, tenant, sandboxID); err != nil {
+			return nil, err
+		}
+	}
+	return m.deps.Snapshots.List(ctx, tenant, sandboxID)
+}
+
+// DeleteSnapshot deletes one of the tenant's snapshots.
+func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
+	return m.deps.Snapshots.Delete(ctx, tenant, id)
+}
+
+// Restore starts req.Count sandboxes from a snapshot, each with a fresh
+// identity, in parallel. It returns them all running, or an error and none:
+// the ones that did start are deleted again.
+func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
+	count := req.Count
+	if count == 0 {
+		count = 1
+	}
+	if count < 1 || count > maxRestoreCount {
+		return nil, api.Errorf(api.CodeBadRequest, "count must be between 1 and %d, got %d", maxRestoreCount, req.Count)
+	}
+	rt, err := m.pickRuntime(req.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := m.deps.Snapshots.Lookup(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID}
+	rec, err := m.validate(tenant, api.CreateSandboxRequest{
+		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutSeconds: req.TimeoutSeconds,
+		Env: req.Env, Metadata: req.Metadata,
+	}, src)
+	if err != nil {
+		return nil, err
+	}
+	if src.image, err = m.deps.Snapshots.Materialize(ctx, sn); err != nil {
+		return nil, api.Errorf(api.CodeInternal, "restore %s: %v", id, err)
+	}
+	out := make([]api.Sandbox, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() { out[i], errs[i] = m.launch(ctx, rt, rec, src) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		for _, sb := range out {
+			if sb.ID != "" {
+				m.kill(context.WithoutCancel(ctx), sb.ID, "restore failed")
+			}
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// GCSnapshots collects unreferenced layers and chunks; grace < 0 takes the
+// engine's default.
+func (m *Manager) GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error) {
+	return m.deps.Snapshots.GC(ctx, grace)
+}

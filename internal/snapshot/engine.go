@@ -1,0 +1,238 @@
+// Package snapshot is the node's snapshot engine: it saves a sandbox's disk
+// as a copy-on-write clone in the node's cache (the moment the API answers),
+// uploads the clone's layer — the blocks that differ from its parent's — to
+// the blob store in the background until it is durable, materializes any
+// durable snapshot back into the cache (from the deepest ancestor already
+// there, fetching the rest), deletes snapshots and collects the chunks no
+// snapshot needs any more.
+//
+// It does not freeze filesystems or start sandboxes (the sandbox manager
+// does, through the guest agent and a runtime), and it does not know the
+// layer format (internal/layer) or the storage backend (internal/blob).
+//
+// # Names in the blob store
+//
+//	chunks/<sha256>            a zstd-compressed chunk (internal/layer)
+//	manifests/<snapshot>.json  a layer's manifest; present only once every
+//	                           chunk it lists is stored and verified
+//	intents/<snapshot>.json    an upload in progress: its chunks and parent
+//	                           are live for the collector
+//	deleted/<snapshot>         a deleted snapshot, kept while a descendant
+//	                           needs its layer
+//
+// # Lineage
+//
+// The root of every lineage is a template base layer ("tb-…"), the
+// template's image as a layer over an empty disk, uploaded once per template
+// build. A sandbox's first snapshot is stored against the base of its
+// template or against the snapshot it was restored from; each later one
+// against the sandbox's previous snapshot.
+//
+// # Locks
+//
+// Engine.gcMu is taken after waiting for a parent, never while holding
+// Engine.mu. An upload or materialization holds gcMu shared from its intent
+// until its manifest is stored; the collector holds it exclusively, so on
+// one node it never collects what an upload in flight is about to reference.
+package snapshot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"warren/api"
+	"warren/internal/blob"
+	"warren/internal/disk"
+	"warren/internal/ident"
+	"warren/internal/layer"
+	"warren/internal/store"
+)
+
+// Config tunes the engine. Zero fields take DefaultConfig's values.
+type Config struct {
+	// Parallel is how many chunks one upload or materialization moves at
+	// once.
+	Parallel int
+	// Attempts is how many times an upload is tried before it is failed;
+	// every blob call inside one attempt has its own retries.
+	Attempts int
+	// RetryBase is the wait before the second attempt; it doubles after.
+	RetryBase time.Duration
+	// GCGrace protects objects younger than it from the collector, for
+	// uploads running on other nodes that share the blob store.
+	GCGrace time.Duration
+}
+
+// DefaultConfig is what a node uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{Parallel: 8, Attempts: 3, RetryBase: time.Second, GCGrace: time.Hour}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Parallel <= 0 {
+		c.Parallel = d.Parallel
+	}
+	if c.Attempts <= 0 {
+		c.Attempts = d.Attempts
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = d.RetryBase
+	}
+	if c.GCGrace <= 0 {
+		c.GCGrace = d.GCGrace
+	}
+	return c
+}
+
+// Engine runs a node's snapshots. It is safe for concurrent use.
+type Engine struct {
+	log   *slog.Logger
+	store *store.Store
+	pool  *disk.Pool
+	blobs blob.Store
+	cfg   Config
+	dir   string // the cache: <id>.img per snapshot, in the pool's directory
+
+	ctx    context.Context // ends on Close; uploads run under it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // uploads in flight
+
+	mu        sync.Mutex
+	uploading map[string]chan struct{}  // guarded by mu; closed when the upload ends
+	fetching  map[string]*fetch         // guarded by mu; materializations in flight
+	manifests map[string]layer.Manifest // guarded by mu; parsed manifests (immutable)
+
+	gcMu sync.RWMutex // see the package comment
+}
+
+// fetch is one materialization in flight; waiters read err after done.
+type fetch struct {
+	done chan struct{}
+	err  error
+}
+
+// Open makes the engine and resumes the uploads a previous daemon process
+// left pending. Snapshots whose disk was never cloned are failed; cache files
+// no record owns are removed.
+func Open(ctx context.Context, log *slog.Logger, st *store.Store, pool *disk.Pool, blobs blob.Store, cfg Config) (*Engine, error) {
+	dir := filepath.Join(pool.Dir(), "snapshots")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	ectx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		log: log.With("subsystem", "snapshot"), store: st, pool: pool, blobs: blobs, cfg: cfg.withDefaults(),
+		dir: dir, ctx: ectx, cancel: cancel,
+		uploading: map[string]chan struct{}{}, fetching: map[string]*fetch{}, manifests: map[string]layer.Manifest{},
+	}
+	if err := e.resume(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close stops the uploads in flight and waits for them; they stay pending
+// and the next Open resumes them.
+func (e *Engine) Close() {
+	e.cancel()
+	e.wg.Wait()
+}
+
+// BlobStore names the blob store for node info.
+func (e *Engine) BlobStore() string { return e.blobs.String() }
+
+// resume restarts pending uploads and clears what an interrupted daemon left
+// in the cache.
+func (e *Engine) resume(ctx context.Context) error {
+	pending, err := e.store.PendingSnapshots(ctx)
+	if err != nil {
+		return fmt.Errorf("resume snapshots: %w", err)
+	}
+	entries, err := os.ReadDir(e.dir)
+	if err != nil {
+		return fmt.Errorf("resume snapshots: %w", err)
+	}
+	for _, ent := range entries {
+		name := ent.Name()
+		id, ok := strings.CutSuffix(name, ".img")
+		if ok {
+			if _, err := e.store.GetSnapshot(ctx, id); err == nil {
+				continue
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("resume snapshots: %w", err)
+			}
+		}
+		e.log.Info("removing leftover cache file", "file", name)
+		if err := os.Remove(filepath.Join(e.dir, name)); err != nil {
+			return fmt.Errorf("resume snapshots: %w", err)
+		}
+	}
+	for _, sn := range pending {
+		if _, err := os.Stat(e.image(sn.ID)); err != nil {
+			sn.State, sn.Error = api.SnapshotFailed, "the node stopped before the disk was cloned"
+			if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+				return fmt.Errorf("resume snapshots: %w", err)
+			}
+			continue
+		}
+		e.log.Info("resuming snapshot upload", "snapshot", sn.ID)
+		e.startUpload(sn.ID)
+	}
+	return nil
+}
+
+func (e *Engine) image(id string) string { return filepath.Join(e.dir, id+".img") }
+
+// tempImage is a cache path no record owns, removed by the next Open if the
+// daemon dies while it exists.
+func (e *Engine) tempImage(id string) string {
+	return filepath.Join(e.dir, ident.New(id+".tmp-"))
+}
+
+// baseID names the base layer of one build of a template.
+func baseID(template string, built time.Time) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", template, built.UnixNano()))
+	return "tb-" + hex.EncodeToString(h[:10])
+}
+
+// isBase reports whether id is a template base layer.
+func isBase(id string) bool { return strings.HasPrefix(id, "tb-") }
+
+// Blob keys, see the package comment.
+func manifestKey(id string) string { return "manifests/" + id + ".json" }
+func intentKey(id string) string   { return "intents/" + id + ".json" }
+func deletedKey(id string) string  { return "deleted/" + id }
+func chunkKey(hash string) string  { return "chunks/" + hash }
+
+// chunks adapts the blob store to layer.Chunks.
+type chunks struct{ b blob.Store }
+
+var _ layer.Chunks = chunks{}
+
+// Put stores a chunk unless the store has it already: chunks are named by
+// their content, so forks and similar sandboxes share them.
+func (c chunks) Put(ctx context.Context, hash string, compressed []byte) (bool, error) {
+	_, err := c.b.Stat(ctx, chunkKey(hash))
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, blob.ErrNotFound) {
+		return false, err
+	}
+	return true, c.b.Put(ctx, chunkKey(hash), compressed)
+}
+
+func (c chunks) Get(ctx context.Context, hash string) ([]byte, error) {
+	return c.b.Get(ctx, chunkKey(hash))
+}

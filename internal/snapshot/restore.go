@@ -1,0 +1,199 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"warren/api"
+	"warren/internal/blob"
+	"warren/internal/ident"
+	"warren/internal/layer"
+	"warren/internal/store"
+)
+
+// maxLineage bounds a lineage walk, against a cycle in corrupt manifests.
+const maxLineage = 100000
+
+// manifest returns a snapshot's parsed manifest from the blob store (errors
+// wrap blob.ErrNotFound when it has none), remembering it: manifests never
+// change once written.
+func (e *Engine) manifest(ctx context.Context, id string) (layer.Manifest, error) {
+	e.mu.Lock()
+	m, ok := e.manifests[id]
+	e.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	data, err := e.blobs.Get(ctx, manifestKey(id))
+	if err != nil {
+		return layer.Manifest{}, fmt.Errorf("manifest of %s: %w", id, err)
+	}
+	m, err = layer.ParseManifest(data)
+	if err != nil {
+		return layer.Manifest{}, fmt.Errorf("manifest of %s: %w", id, err)
+	}
+	if m.ID != id {
+		return layer.Manifest{}, fmt.Errorf("manifest of %s: it names snapshot %s", id, m.ID)
+	}
+	e.remember(m)
+	return m, nil
+}
+
+func (e *Engine) remember(m layer.Manifest) {
+	e.mu.Lock()
+	e.manifests[m.ID] = m
+	e.mu.Unlock()
+}
+
+// Lookup returns the snapshot with id if tenant may see it: this node's
+// record, or else a durable snapshot another node stored in the shared blob
+// store. A snapshot of another tenant, or deleted, is api not_found.
+func (e *Engine) Lookup(ctx context.Context, tenant, id string) (store.Snapshot, error) {
+	notFound := api.Errorf(api.CodeNotFound, "snapshot %s not found", id)
+	if !ident.Valid(id, "sn-") {
+		return store.Snapshot{}, notFound
+	}
+	sn, err := e.store.GetSnapshot(ctx, id)
+	if err == nil {
+		if sn.Tenant != tenant || sn.Tenant == "" {
+			return store.Snapshot{}, notFound
+		}
+		return sn, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return store.Snapshot{}, err
+	}
+	m, err := e.manifest(ctx, id)
+	if errors.Is(err, blob.ErrNotFound) {
+		return store.Snapshot{}, notFound
+	}
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if m.Labels["tenant"] != tenant || m.Labels["tenant"] == "" {
+		return store.Snapshot{}, notFound
+	}
+	if gone, err := e.exists(ctx, deletedKey(id)); err != nil || gone {
+		if err == nil {
+			err = notFound
+		}
+		return store.Snapshot{}, err
+	}
+	return fromManifest(m), nil
+}
+
+// fromManifest is the record of a durable snapshot known only by its
+// manifest.
+func fromManifest(m layer.Manifest) store.Snapshot {
+	sn := store.Snapshot{
+		ID: m.ID, Tenant: m.Labels["tenant"], SandboxID: m.Labels["sandbox"], Parent: m.Parent,
+		Template: m.Labels["template"], State: api.SnapshotDurable, DiskBytes: m.DiskSize,
+	}
+	for _, x := range m.Extents {
+		if !x.Zero {
+			sn.ChangedBytes += x.Length
+		}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, m.Labels["created_at"]); err == nil {
+		sn.CreatedAt = t
+	}
+	return sn
+}
+
+// Materialize makes sure the snapshot's disk is in the node's cache and
+// returns its path, which the caller clones (never writes). A snapshot this
+// node took is there already; any other is rebuilt from the deepest ancestor
+// in the cache, fetching the layers below it, and recorded here.
+func (e *Engine) Materialize(ctx context.Context, sn store.Snapshot) (string, error) {
+	path, err := e.materialize(ctx, sn.ID)
+	if err != nil {
+		return "", err
+	}
+	if _, err := e.store.GetSnapshot(ctx, sn.ID); errors.Is(err, store.ErrNotFound) {
+		if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
+			return "", fmt.Errorf("record restored snapshot: %w", err)
+		}
+	}
+	return path, nil
+}
+
+// materialize brings id's disk into the cache once, however many callers
+// ask at the same time.
+func (e *Engine) materialize(ctx context.Context, id string) (string, error) {
+	path := e.image(id)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	e.mu.Lock()
+	f := e.fetching[id]
+	if f == nil {
+		f = &fetch{done: make(chan struct{})}
+		e.fetching[id] = f
+		e.mu.Unlock()
+		// Run under the engine's context: a caller that gives up must not
+		// fail the others waiting for the same disk.
+		f.err = e.build(e.ctx, id)
+		e.mu.Lock()
+		delete(e.fetching, id)
+		close(f.done)
+	}
+	e.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if f.err != nil {
+		return "", f.err
+	}
+	return path, nil
+}
+
+// build rebuilds id's disk in the cache from its lineage.
+func (e *Engine) build(ctx context.Context, id string) error {
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	t0 := time.Now()
+	var chain []layer.Manifest // id first, then its ancestors up to one in the cache
+	from := ""
+	for cur := id; cur != ""; {
+		if _, err := os.Stat(e.image(cur)); err == nil {
+			from = cur
+			break
+		}
+		if len(chain) == maxLineage {
+			return fmt.Errorf("materialize %s: lineage longer than %d", id, maxLineage)
+		}
+		m, err := e.manifest(ctx, cur)
+		if err != nil {
+			return fmt.Errorf("materialize %s: %w", id, err)
+		}
+		chain = append(chain, m)
+		cur = m.Parent
+	}
+	tmp := e.tempImage(id)
+	var err error
+	if from != "" {
+		err = e.pool.Clone(ctx, e.image(from), tmp)
+	} else {
+		var f *os.File
+		if f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			err = f.Close()
+		}
+	}
+	for i := len(chain) - 1; i >= 0 && err == nil; i-- {
+		err = layer.Apply(ctx, tmp, chain[i], chunks{e.blobs}, e.cfg.Parallel)
+	}
+	if err == nil {
+		err = os.Rename(tmp, e.image(id))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("materialize %s: %w", id, err)
+	}
+	e.log.Info("snapshot materialized", "snapshot", id, "from", from, "layers", len(chain), "took", time.Since(t0))
+	return nil
+}

@@ -1,0 +1,156 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"warren/api"
+	"warren/internal/ident"
+	"warren/internal/store"
+)
+
+// Source is the sandbox a snapshot is taken of.
+type Source struct {
+	Tenant    string
+	SandboxID string
+	// Image is the sandbox's disk image.
+	Image string
+	// Origin is the snapshot the sandbox was restored from, "" if none.
+	Origin string
+	// Template, TemplateImage and TemplateBuilt name the template the
+	// sandbox (or its lineage) started from, for the base layer.
+	Template      string
+	TemplateImage string
+	TemplateBuilt time.Time
+}
+
+// Freeze flushes the sandbox's filesystem and blocks writes to it until
+// thaw is called (runtime.Instance.Freeze).
+type Freeze func(ctx context.Context) (thaw func() error, err error)
+
+// Take snapshots the sandbox: it records the snapshot, freezes the
+// sandbox's filesystem, clones its disk into the cache, thaws, and returns
+// the pending snapshot while the upload goes on in the background.
+func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Snapshot, error) {
+	parent, err := e.parentFor(ctx, src)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	sn := store.Snapshot{
+		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Parent: parent,
+		Template: src.Template, State: api.SnapshotPending,
+	}
+	if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
+		return store.Snapshot{}, fmt.Errorf("take snapshot: %w", err)
+	}
+	log := e.log.With("snapshot", sn.ID, "sandbox", src.SandboxID)
+	// From here on a failure must be recorded, even if the caller has gone.
+	ctx = context.WithoutCancel(ctx)
+	fail := func(err error) (store.Snapshot, error) {
+		sn.State, sn.Error = api.SnapshotFailed, err.Error()
+		if uerr := e.store.UpdateSnapshot(ctx, &sn); uerr != nil {
+			log.Error("record failed snapshot", "err", uerr)
+		}
+		return sn, err
+	}
+	t0 := time.Now()
+	size, err := e.cloneFrozen(ctx, src.Image, sn.ID, freeze)
+	if err != nil {
+		return fail(fmt.Errorf("take snapshot: %w", err))
+	}
+	sn.Ack, sn.DiskBytes = time.Since(t0), size
+	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+		return fail(fmt.Errorf("take snapshot: %w", err))
+	}
+	log.Info("snapshot taken", "parent", parent, "ack", sn.Ack)
+	e.startUpload(sn.ID)
+	return sn, nil
+}
+
+// cloneFrozen clones image into the cache as id while the filesystem in it
+// is frozen, and returns the image's size. The clone gets its final name
+// only once complete, so a crash never leaves a partial image under it.
+func (e *Engine) cloneFrozen(ctx context.Context, image, id string, freeze Freeze) (int64, error) {
+	thaw, err := freeze(ctx)
+	if err != nil {
+		return 0, err
+	}
+	tmp := e.tempImage(id)
+	err = e.pool.Clone(ctx, image, tmp)
+	if terr := thaw(); terr != nil && err == nil {
+		err = terr
+	}
+	if err == nil {
+		err = os.Rename(tmp, e.image(id))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, err
+	}
+	st, err := os.Stat(e.image(id))
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// parentFor picks the parent of a new snapshot of src: its previous
+// snapshot, else the snapshot it was restored from, else its template's base
+// layer (recorded, and cloned into the cache, the first time).
+func (e *Engine) parentFor(ctx context.Context, src Source) (string, error) {
+	prev, err := e.store.LatestSnapshot(ctx, src.SandboxID)
+	if err == nil {
+		return prev.ID, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("take snapshot: %w", err)
+	}
+	if src.Origin != "" {
+		return src.Origin, nil
+	}
+	return e.ensureBase(ctx, src.Template, src.TemplateImage, src.TemplateBuilt)
+}
+
+// ensureBase records the base layer of a template build and starts its
+// upload, unless that was done before.
+func (e *Engine) ensureBase(ctx context.Context, template, image string, built time.Time) (string, error) {
+	id := baseID(template, built)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sn, err := e.store.GetSnapshot(ctx, id)
+	switch {
+	case err == nil && sn.State != api.SnapshotFailed:
+		return id, nil
+	case err == nil: // failed before: try again
+		sn.State, sn.Error = api.SnapshotPending, ""
+		if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+			return "", fmt.Errorf("template base: %w", err)
+		}
+	case errors.Is(err, store.ErrNotFound):
+		if _, err := os.Stat(e.image(id)); err != nil {
+			tmp := e.tempImage(id)
+			if err := e.pool.Clone(ctx, image, tmp); err != nil {
+				return "", fmt.Errorf("template base: %w", err)
+			}
+			if err := os.Rename(tmp, e.image(id)); err != nil {
+				os.Remove(tmp)
+				return "", fmt.Errorf("template base: %w", err)
+			}
+		}
+		st, err := os.Stat(e.image(id))
+		if err != nil {
+			return "", fmt.Errorf("template base: %w", err)
+		}
+		sn = store.Snapshot{ID: id, Template: template, State: api.SnapshotPending, DiskBytes: st.Size()}
+		if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
+			return "", fmt.Errorf("template base: %w", err)
+		}
+	default:
+		return "", fmt.Errorf("template base: %w", err)
+	}
+	e.startUploadLocked(id)
+	return id, nil
+}

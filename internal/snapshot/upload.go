@@ -1,0 +1,262 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"warren/api"
+	"warren/internal/blob"
+	"warren/internal/layer"
+	"warren/internal/store"
+)
+
+// startUpload runs the snapshot's upload in the background unless it is
+// already running.
+func (e *Engine) startUpload(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.startUploadLocked(id)
+}
+
+func (e *Engine) startUploadLocked(id string) {
+	if _, ok := e.uploading[id]; ok || e.ctx.Err() != nil {
+		return
+	}
+	done := make(chan struct{})
+	e.uploading[id] = done
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.upload(id)
+		e.mu.Lock()
+		delete(e.uploading, id)
+		e.mu.Unlock()
+		close(done)
+	}()
+}
+
+// waitUpload returns once the snapshot's upload (if one runs) has ended.
+func (e *Engine) waitUpload(ctx context.Context, id string) error {
+	e.mu.Lock()
+	done := e.uploading[id]
+	e.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait returns the snapshot once it is no longer pending, or when ctx ends.
+func (e *Engine) Wait(ctx context.Context, id string) (store.Snapshot, error) {
+	if err := e.waitUpload(ctx, id); err != nil {
+		return store.Snapshot{}, err
+	}
+	return e.store.GetSnapshot(ctx, id)
+}
+
+// upload makes a pending snapshot durable, trying Config.Attempts times
+// before it records the snapshot failed. When the engine closes it leaves the
+// snapshot pending for the next daemon process.
+func (e *Engine) upload(id string) {
+	ctx := e.ctx
+	log := e.log.With("snapshot", id)
+	wait := e.cfg.RetryBase
+	var err error
+	for attempt := 1; attempt <= e.cfg.Attempts; attempt++ {
+		if err = e.uploadOnce(ctx, id); err == nil || ctx.Err() != nil {
+			break
+		}
+		log.Warn("snapshot upload failed", "attempt", attempt, "of", e.cfg.Attempts, "err", err)
+		if attempt == e.cfg.Attempts {
+			break
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait *= 2
+	}
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	sn, gerr := e.store.GetSnapshot(ctx, id)
+	if gerr != nil {
+		log.Error("record failed snapshot", "err", gerr)
+		return
+	}
+	sn.State, sn.Error = api.SnapshotFailed, fmt.Sprintf("upload failed after %d attempts: %v", e.cfg.Attempts, err)
+	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+		log.Error("record failed snapshot", "err", err)
+	}
+}
+
+// intent is what an upload in progress leaves in the blob store.
+type intent struct {
+	ID     string    `json:"id"`
+	Parent string    `json:"parent,omitempty"`
+	Start  time.Time `json:"start"`
+}
+
+// uploadOnce is one attempt at making the snapshot durable: every step may
+// repeat after a crash or a failed attempt.
+func (e *Engine) uploadOnce(ctx context.Context, id string) error {
+	sn, err := e.store.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sn.State != api.SnapshotPending {
+		return nil
+	}
+	if sn.Parent, err = e.durableParent(ctx, sn.Parent); err != nil {
+		return err
+	}
+	parentImage := ""
+	if sn.Parent != "" {
+		if parentImage, err = e.materialize(ctx, sn.Parent); err != nil {
+			return fmt.Errorf("parent %s: %w", sn.Parent, err)
+		}
+	}
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	start := time.Now()
+	in, err := json.Marshal(intent{ID: id, Parent: sn.Parent, Start: start.UTC()})
+	if err != nil {
+		return err
+	}
+	if err := e.blobs.Put(ctx, intentKey(id), in); err != nil {
+		return fmt.Errorf("record intent: %w", err)
+	}
+	ranges, _, err := layer.Changed(ctx, parentImage, e.image(id))
+	if err != nil {
+		return fmt.Errorf("diff: %w", err)
+	}
+	extents, ws, err := layer.Write(ctx, e.image(id), ranges, chunks{e.blobs}, e.cfg.Parallel)
+	if err != nil {
+		return fmt.Errorf("write layer: %w", err)
+	}
+	m := layer.Manifest{
+		Version: 1, ID: id, Parent: sn.Parent, DiskSize: sn.DiskBytes, Extents: extents,
+		Labels: map[string]string{
+			"tenant": sn.Tenant, "sandbox": sn.SandboxID, "template": sn.Template,
+			"created_at": sn.CreatedAt.Format(time.RFC3339Nano),
+		},
+	}
+	if err := e.verifyChunks(ctx, m); err != nil {
+		return err
+	}
+	data, err := m.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := e.blobs.Put(ctx, manifestKey(id), data); err != nil {
+		return fmt.Errorf("store manifest: %w", err)
+	}
+	back, err := e.blobs.Get(ctx, manifestKey(id))
+	if err != nil {
+		return fmt.Errorf("verify manifest: %w", err)
+	}
+	if !bytes.Equal(back, data) {
+		return fmt.Errorf("verify manifest: the blob store returned different bytes")
+	}
+	sn.State, sn.Error = api.SnapshotDurable, ""
+	sn.ChangedBytes, sn.StoredBytes = ws.Changed, ws.Stored
+	sn.Upload, sn.DurableAt = time.Since(start), time.Now()
+	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+		return err
+	}
+	e.remember(m)
+	if err := e.blobs.Delete(ctx, intentKey(id)); err != nil {
+		// Harmless: the collector only keeps this layer a little longer.
+		e.log.Warn("remove upload intent", "snapshot", id, "err", err)
+	}
+	e.log.Info("snapshot durable", "snapshot", id, "parent", sn.Parent, "changed", sn.ChangedBytes,
+		"stored", sn.StoredBytes, "upload", sn.Upload)
+	return nil
+}
+
+// verifyChunks checks that every chunk the manifest lists is in the blob
+// store with the size it was stored with: the manifest is written only then.
+func (e *Engine) verifyChunks(ctx context.Context, m layer.Manifest) error {
+	sizes := map[string]int64{}
+	for _, x := range m.Extents {
+		if !x.Zero {
+			sizes[x.Chunk] = x.Stored
+		}
+	}
+	for hash, size := range sizes {
+		info, err := e.blobs.Stat(ctx, chunkKey(hash))
+		if err != nil {
+			return fmt.Errorf("verify chunk %s: %w", hash, err)
+		}
+		if info.Size != size {
+			return fmt.Errorf("verify chunk %s: stored %d bytes, want %d", hash, info.Size, size)
+		}
+	}
+	return nil
+}
+
+// durableParent waits for the intended parent's upload and returns the
+// nearest durable snapshot up its lineage: a child whose parent failed is
+// stored against the grandparent. A base layer whose manifest the blob store
+// no longer has (collected while no snapshot needed it) is uploaded again.
+func (e *Engine) durableParent(ctx context.Context, id string) (string, error) {
+	for id != "" {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if err := e.waitUpload(ctx, id); err != nil {
+			return "", err
+		}
+		p, err := e.store.GetSnapshot(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			// Deleted here, or never here: its manifest is the truth. If
+			// the collector took it too, the layer is stored whole.
+			_, err := e.manifest(ctx, id)
+			if errors.Is(err, blob.ErrNotFound) {
+				e.log.Warn("parent snapshot is gone: storing the whole disk", "parent", id)
+				return "", nil
+			}
+			if err != nil {
+				return "", fmt.Errorf("parent %s: %w", id, err)
+			}
+			return id, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		switch p.State {
+		case api.SnapshotDurable:
+			if !isBase(id) {
+				return id, nil
+			}
+			_, err := e.blobs.Stat(ctx, manifestKey(id))
+			if err == nil {
+				return id, nil
+			}
+			if !errors.Is(err, blob.ErrNotFound) {
+				return "", err
+			}
+			p.State = api.SnapshotPending
+			if err := e.store.UpdateSnapshot(ctx, &p); err != nil {
+				return "", err
+			}
+			e.startUpload(id)
+		case api.SnapshotFailed:
+			id = p.Parent
+		case api.SnapshotPending:
+			// Its upload is not running (ended by a failed attempt that
+			// has not been recorded yet): start it and wait again.
+			e.startUpload(id)
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,193 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"warren/api"
+)
+
+// Snapshot is a snapshot's record on this node: the ones it took, and the
+// ones it restored from another node's manifests. State is one of the
+// api.Snapshot* constants (see package api for the state machine).
+type Snapshot struct {
+	ID        string
+	Tenant    string
+	SandboxID string
+	// Parent is the snapshot (or template base layer) this one's layer is
+	// stored against; "" for a base layer. Until the snapshot is durable it
+	// is the intended parent, which the upload may move up the lineage if
+	// the intended one failed.
+	Parent   string
+	Template string
+	State    string
+	Error    string
+	// Sizes in bytes: the disk, the layer's data, what the upload added to
+	// the blob store.
+	DiskBytes    int64
+	ChangedBytes int64
+	StoredBytes  int64
+	// Ack is how long taking the snapshot held the sandbox frozen; Upload
+	// how long the upload took.
+	Ack       time.Duration
+	Upload    time.Duration
+	CreatedAt time.Time
+	DurableAt time.Time // zero until durable
+}
+
+const snapshotColumns = `id, tenant, sandbox_id, parent, template, state, error,
+	disk_bytes, changed_bytes, stored_bytes, ack_ns, upload_ns, created_at, durable_at`
+
+func validSnapshotState(state string) bool {
+	switch state {
+	case api.SnapshotPending, api.SnapshotDurable, api.SnapshotFailed:
+		return true
+	}
+	return false
+}
+
+// InsertSnapshot records a new snapshot; CreatedAt is set to now when zero.
+// A record with the same ID is an error.
+func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
+	if sn.ID == "" {
+		return errors.New("insert snapshot: empty id")
+	}
+	if !validSnapshotState(sn.State) {
+		return fmt.Errorf("insert snapshot %s: invalid state %q", sn.ID, sn.State)
+	}
+	if sn.CreatedAt.IsZero() {
+		sn.CreatedAt = time.Now()
+	}
+	sn.CreatedAt = fromNanos(sn.CreatedAt.UnixNano())
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.Tenant, sn.SandboxID, sn.Parent, sn.Template, sn.State, sn.Error,
+		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
+		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt))
+	if err != nil {
+		return fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
+	}
+	return nil
+}
+
+// UpdateSnapshot writes every field but ID, Tenant, SandboxID, Template and
+// CreatedAt. ErrNotFound when there is no such snapshot.
+func (s *Store) UpdateSnapshot(ctx context.Context, sn *Snapshot) error {
+	if !validSnapshotState(sn.State) {
+		return fmt.Errorf("update snapshot %s: invalid state %q", sn.ID, sn.State)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET parent = ?, state = ?, error = ?,
+		disk_bytes = ?, changed_bytes = ?, stored_bytes = ?, ack_ns = ?, upload_ns = ?, durable_at = ?
+		WHERE id = ?`,
+		sn.Parent, sn.State, sn.Error, sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes,
+		int64(sn.Ack), int64(sn.Upload), nullNanos(sn.DurableAt), sn.ID)
+	if err != nil {
+		return fmt.Errorf("update snapshot %s: %w", sn.ID, err)
+	}
+	return affectedOne(res, "update snapshot "+sn.ID)
+}
+
+// GetSnapshot returns the snapshot with id, or ErrNotFound.
+func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	sns, err := s.querySnapshots(ctx, "get snapshot "+id,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if len(sns) == 0 {
+		return Snapshot{}, ErrNotFound
+	}
+	return sns[0], nil
+}
+
+// ListSnapshots returns tenant's snapshots, of one sandbox when sandboxID is
+// not "", oldest first. Template base layers belong to no tenant.
+func (s *Store) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]Snapshot, error) {
+	q := `SELECT ` + snapshotColumns + ` FROM snapshots WHERE tenant = ?`
+	args := []any{tenant}
+	if sandboxID != "" {
+		q += ` AND sandbox_id = ?`
+		args = append(args, sandboxID)
+	}
+	return s.querySnapshots(ctx, "list snapshots", q+` ORDER BY created_at, id`, args...)
+}
+
+// PendingSnapshots returns every pending snapshot, oldest first: the
+// uploads a restarted daemon resumes.
+func (s *Store) PendingSnapshots(ctx context.Context) ([]Snapshot, error) {
+	return s.querySnapshots(ctx, "pending snapshots",
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE state = ? ORDER BY created_at, id`, api.SnapshotPending)
+}
+
+// LatestSnapshot returns the sandbox's newest snapshot that has not failed,
+// or ErrNotFound.
+func (s *Store) LatestSnapshot(ctx context.Context, sandboxID string) (Snapshot, error) {
+	sns, err := s.querySnapshots(ctx, "latest snapshot of "+sandboxID,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE sandbox_id = ? AND state != ?
+		ORDER BY created_at DESC, id DESC LIMIT 1`, sandboxID, api.SnapshotFailed)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if len(sns) == 0 {
+		return Snapshot{}, ErrNotFound
+	}
+	return sns[0], nil
+}
+
+// SnapshotChildren returns the snapshots whose parent is id.
+func (s *Store) SnapshotChildren(ctx context.Context, id string) ([]Snapshot, error) {
+	return s.querySnapshots(ctx, "children of snapshot "+id,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE parent = ? ORDER BY created_at, id`, id)
+}
+
+// DeleteSnapshot forgets the snapshot with id; ErrNotFound when there is
+// none.
+func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	return affectedOne(res, "delete snapshot "+id)
+}
+
+func affectedOne(res sql.Result, op string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (s *Store) querySnapshots(ctx context.Context, op, query string, args ...any) ([]Snapshot, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		var sn Snapshot
+		var ack, upload, created int64
+		var durable sql.NullInt64
+		if err := rows.Scan(&sn.ID, &sn.Tenant, &sn.SandboxID, &sn.Parent, &sn.Template, &sn.State, &sn.Error,
+			&sn.DiskBytes, &sn.ChangedBytes, &sn.StoredBytes, &ack, &upload, &created, &durable); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		sn.Ack, sn.Upload = time.Duration(ack), time.Duration(upload)
+		sn.CreatedAt = fromNanos(created)
+		if durable.Valid {
+			sn.DurableAt = fromNanos(durable.Int64)
+		}
+		out = append(out, sn)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
