@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warren/client"
 )
 
@@ -106,6 +108,12 @@ var serving = regexp.MustCompile(`serving on (http://[^ ]+)`)
 // and waits until it serves; building template tpl may take minutes the
 // first time.
 func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
+	return startDaemonWith(dataDir, tpl, wait, nil)
+}
+
+// startDaemonWith is startDaemon with more environment variables and
+// server flags.
+func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flags ...string) (*daemon, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -114,7 +122,8 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}
-	d.cmd = exec.Command(filepath.Join(bin, "warren"), args...)
+	d.cmd = exec.Command(filepath.Join(bin, "warren"), append(args, flags...)...)
+	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stderr = d.log
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
@@ -148,6 +157,22 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 	}
 	d.key = strings.TrimSpace(string(key))
 	return d, nil
+}
+
+// startNode starts a second node for the test on a fresh data directory,
+// with no template, and stops it when the test ends, after the test's other
+// cleanups (which may still delete sandboxes through it), then unmounts the
+// reflink image it mounted in its data directory.
+func startNode(t *testing.T, env []string, flags ...string) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "disks"), unix.MNT_DETACH) })
+	d, err := startDaemonWith(dir, "", time.Minute, env, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	return d
 }
 
 // stop asks the daemon to exit (SIGTERM) and waits.
@@ -208,6 +233,17 @@ func (d *daemon) newSandbox(t testing.TB, args ...string) string {
 	}
 	t.Cleanup(func() { d.client().DeleteSandbox(context.Background(), id) })
 	return id
+}
+
+// tenantClient makes a key for tenant on the shared daemon and returns a
+// client that uses it.
+func tenantClient(t testing.TB, tenant string) *client.Client {
+	t.Helper()
+	k, err := shared.client().CreateKey(context.Background(), tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.New(shared.url, k.Key)
 }
 
 // lockedBuffer collects a process's output safely across goroutines.

@@ -1,0 +1,340 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/internal/blob/s3test"
+)
+
+// snapshotState is what the check command prints in a sandbox: the files
+// of the work tree and their checksums.
+const checkState = `cd /root/work && ls && cat *.txt && md5sum rand`
+
+var snapshotIDRe = regexp.MustCompile(`^sn-[a-z0-9]+$`)
+
+// snapshot takes a snapshot of sandbox id through the CLI, waiting until it
+// is durable, and returns its ID.
+func (d *daemon) snapshot(t *testing.T, id string) string {
+	t.Helper()
+	out, errOut, code := d.cli(t, nil, "snapshot", "--wait", id)
+	if code != 0 {
+		t.Fatalf("warren snapshot --wait %s: exit %d: %s\ndaemon log:\n%s", id, code, errOut, d.log.tail(30))
+	}
+	sn := strings.TrimSuffix(out, "\n")
+	if !snapshotIDRe.MatchString(sn) {
+		t.Fatalf("warren snapshot printed %q, want the snapshot ID alone", out)
+	}
+	return sn
+}
+
+// restore starts count sandboxes from snapshot sn through the CLI and
+// deletes them when the test ends.
+func (d *daemon) restore(t *testing.T, sn string, count int) []string {
+	t.Helper()
+	out, errOut, code := d.cli(t, nil, "restore", "--count", fmt.Sprint(count), sn)
+	if code != 0 {
+		t.Fatalf("warren restore %s: exit %d: %s\ndaemon log:\n%s", sn, code, errOut, d.log.tail(30))
+	}
+	ids := strings.Fields(out)
+	if len(ids) != count {
+		t.Fatalf("warren restore --count %d printed %q", count, out)
+	}
+	for _, id := range ids {
+		t.Cleanup(func() { d.client().DeleteSandbox(context.Background(), id) })
+	}
+	return ids
+}
+
+// sh runs a shell command in sandbox id and returns its stdout; a non-zero
+// exit fails the test.
+func (d *daemon) sh(t *testing.T, id, cmd string) string {
+	t.Helper()
+	res, err := d.client().Exec(context.Background(), id, api.ExecRequest{Shell: cmd})
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", cmd, id, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: exit %d: %s", cmd, id, res.ExitCode, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// treeSearch builds a snapshot tree on daemon a: S0 of a sandbox; three
+// sandboxes restored from S0, each changed its own way and snapshotted (S1,
+// S2, S3); one restored from S1, changed and snapshotted again (S1a). It
+// returns what checkState printed in each sandbox when it was snapshotted.
+func treeSearch(t *testing.T, a *daemon) map[string]string {
+	want := map[string]string{}
+	root := a.newSandbox(t)
+	a.sh(t, root, `mkdir -p /root/work && cd /root/work && echo base > base.txt &&
+		head -c 3000000 /dev/urandom > rand`)
+	s0 := a.snapshot(t, root)
+	want[s0] = a.sh(t, root, checkState)
+	// The sandbox goes on after its snapshot; S0 must not see this.
+	a.sh(t, root, `echo later > /root/work/base.txt`)
+
+	kids := a.restore(t, s0, 3)
+	changes := []string{
+		`echo one > branch.txt && printf 'AAAA' | dd of=rand bs=1 seek=100 conv=notrunc 2>/dev/null`,
+		`echo two > branch.txt && rm base.txt && head -c 1000000 /dev/urandom >> rand`,
+		`echo three > branch.txt && truncate -s 4096 rand`,
+	}
+	var branches []string
+	for i, kid := range kids {
+		a.sh(t, kid, "cd /root/work && "+changes[i])
+		sn := a.snapshot(t, kid)
+		want[sn] = a.sh(t, kid, checkState)
+		branches = append(branches, sn)
+	}
+	grandkid := a.restore(t, branches[0], 1)[0]
+	a.sh(t, grandkid, `cd /root/work && echo deeper > deeper.txt && head -c 500000 /dev/urandom > rand`)
+	s1a := a.snapshot(t, grandkid)
+	want[s1a] = a.sh(t, grandkid, checkState)
+
+	// Lineage: S0 → S1 → S1a.
+	c := a.client()
+	sn, err := c.GetSnapshot(context.Background(), s1a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Parent != branches[0] || !slices.Equal(sn.Lineage, []string{s0, branches[0]}) || sn.State != api.SnapshotDurable {
+		t.Errorf("S1a = %+v, want parent %s and lineage [%s %s], durable", sn, branches[0], s0, branches[0])
+	}
+	return want
+}
+
+// checkRestores restores every snapshot in want on daemon d and compares
+// the restored sandbox's files with what they were when it was taken.
+func checkRestores(t *testing.T, d *daemon, want map[string]string) {
+	t.Helper()
+	for sn, state := range want {
+		id := d.restore(t, sn, 1)[0]
+		if got := d.sh(t, id, checkState); got != state {
+			t.Errorf("restored %s on %s:\n%s\nwant:\n%s", sn, d.dataDir, got, state)
+		}
+		sb, err := d.client().GetSandbox(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Origin != sn {
+			t.Errorf("sandbox %s restored from %s has origin %q", id, sn, sb.Origin)
+		}
+		if host := d.sh(t, id, "hostname"); host != id+"\n" {
+			t.Errorf("sandbox %s restored from %s has hostname %q, want its own ID", id, sn, host)
+		}
+	}
+}
+
+// The issue's tree search: snapshot, branch three ways, change and
+// snapshot each branch and one grandchild; every snapshot restores with
+// every file right, on this node and on a second node (another data
+// directory) that shares only the blob store.
+func TestSnapshotTreeSearch(t *testing.T) {
+	need(t)
+	want := treeSearch(t, shared)
+	checkRestores(t, shared, want)
+
+	// The second node has its own admin key, of the same tenant.
+	other := startNode(t, nil, "--blob-store", filepath.Join(shared.dataDir, "blobs"))
+	checkRestores(t, other, want)
+}
+
+// The same tree search through an S3-compatible server (versitygw): the
+// shared node, restarted to store its snapshots there, builds the tree; a
+// second node restores it from S3 alone.
+func TestSnapshotTreeSearchS3(t *testing.T) {
+	need(t)
+	srv := s3test.Start(t)
+	shared.stop()
+	a, err := startDaemonWith(shared.dataDir, "", time.Minute, srv.Env, "--blob-store", srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the sandboxes' own cleanups, which delete them through a.
+	t.Cleanup(func() {
+		a.stop()
+		var err error
+		if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want := treeSearch(t, a)
+	checkRestores(t, startNode(t, srv.Env, "--blob-store", srv.URL), want)
+}
+
+// A snapshot acknowledged as pending becomes durable even when the daemon
+// is killed (-9) right after it answered: the next daemon resumes the
+// upload. A restore killed half-way leaves nothing behind.
+func TestSnapshotSurvivesDaemonKill(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	id := shared.newSandbox(t)
+	shared.sh(t, id, `mkdir -p /root/work && cd /root/work && echo x > a.txt && head -c 40000000 /dev/urandom > rand`)
+	want := shared.sh(t, id, checkState)
+	sn, err := shared.client().Snapshot(ctx, id, api.CreateSnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.State != api.SnapshotPending {
+		t.Logf("snapshot already %s when acknowledged", sn.State)
+	}
+	shared.kill()
+	if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the snapshot to become durable after a restart", func() bool {
+		got, err := shared.client().GetSnapshot(ctx, sn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == api.SnapshotFailed {
+			t.Fatalf("snapshot failed after a restart: %s", got.Error)
+		}
+		return got.State == api.SnapshotDurable
+	})
+	checkRestores(t, shared, map[string]string{sn.ID: want})
+
+	for _, delay := range []time.Duration{10 * time.Millisecond, 60 * time.Millisecond} {
+		t.Run(fmt.Sprintf("restore killed after %v", delay), func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := shared.client().Restore(ctx, sn.ID, api.RestoreRequest{Count: 4})
+				done <- err
+			}()
+			time.Sleep(delay)
+			shared.kill()
+			<-done
+			var err error
+			if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			checkConsistent(t)
+			// Restored sandboxes that made it are adopted: clean them up.
+			sbs, _ := shared.client().ListSandboxes(ctx)
+			for _, sb := range sbs {
+				if sb.Origin == sn.ID {
+					shared.client().DeleteSandbox(ctx, sb.ID)
+				}
+			}
+		})
+	}
+}
+
+// Deleted snapshots cannot be restored; the collector frees what only they
+// used and keeps what a remaining snapshot needs.
+func TestSnapshotDeleteAndGC(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	c := shared.client()
+	id := shared.newSandbox(t)
+	shared.sh(t, id, `mkdir -p /root/work && cd /root/work && echo keep > a.txt && head -c 2000000 /dev/urandom > rand`)
+	parent := shared.snapshot(t, id)
+	shared.sh(t, id, `head -c 5000000 /dev/urandom > /root/work/only-in-child`)
+	child := shared.snapshot(t, id)
+
+	// Deleting the parent hides it but keeps its layer: the child needs it.
+	if _, errOut, code := shared.cli(t, nil, "snapshot", "rm", parent); code != 0 {
+		t.Fatalf("snapshot rm: %s", errOut)
+	}
+	if _, err := c.Restore(ctx, parent, api.RestoreRequest{}); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("restore of a deleted snapshot: %v, want not_found", err)
+	}
+	if _, errOut, code := shared.cli(t, nil, "gc", "--grace", "0"); code != 0 {
+		t.Fatalf("gc: %s", errOut)
+	}
+	kid := shared.restore(t, child, 1)[0]
+	if got := shared.sh(t, kid, "cd /root/work && cat a.txt && md5sum rand && wc -c < only-in-child"); !strings.HasPrefix(got, "keep\n") || !strings.HasSuffix(got, "5000000\n") {
+		t.Errorf("child restored after its parent was deleted and collected: %q", got)
+	}
+
+	// Deleting the child too frees at least its own 5 MB of chunks.
+	if err := c.DeleteSnapshot(ctx, child); err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	res, err := c.GC(ctx, api.GCRequest{GraceSeconds: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ManifestsDeleted < 2 || res.BytesFreed < 5000000 {
+		t.Errorf("gc after deleting both: %+v, want at least 2 manifests and 5 MB freed", res)
+	}
+	if _, err := c.GetSnapshot(ctx, child); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("get of a deleted snapshot: %v, want not_found", err)
+	}
+	// A tenant key cannot collect.
+	if _, err := tenantClient(t, "gc-tenant").GC(ctx, api.GCRequest{}); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("gc with a tenant key: %v, want forbidden", err)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(shared.dataDir, "disks", "snapshots", "*.tmp-*"))
+	if len(leftovers) > 0 {
+		t.Errorf("temporary cache files left: %v", leftovers)
+	}
+	if _, err := os.Stat(filepath.Join(shared.dataDir, "disks", "snapshots", child+".img")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cache image of a deleted snapshot: %v, want it gone", err)
+	}
+}
+
+// Tenant b can neither see nor touch tenant a's snapshots (404, as for a
+// missing one), nor snapshot a's sandbox.
+func TestSnapshotTenants(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	a, b := tenantClient(t, "snap-a"), tenantClient(t, "snap-b")
+	sb, err := a.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.DeleteSandbox(ctx, sb.ID)
+	sn, err := a.Snapshot(ctx, sb.ID, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.DeleteSnapshot(ctx, sn.ID)
+	notFound := func(what string, err error) {
+		t.Helper()
+		if !api.IsCode(err, api.CodeNotFound) {
+			t.Errorf("tenant b, %s of tenant a's: %v, want not_found", what, err)
+		}
+	}
+	_, err = b.GetSnapshot(ctx, sn.ID)
+	notFound("get snapshot", err)
+	_, err = b.Restore(ctx, sn.ID, api.RestoreRequest{})
+	notFound("restore", err)
+	notFound("delete snapshot", b.DeleteSnapshot(ctx, sn.ID))
+	_, err = b.Snapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
+	notFound("snapshot", err)
+	_, err = b.ListSnapshots(ctx, sb.ID)
+	notFound("list snapshots", err)
+	list, err := b.ListSnapshots(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 0 {
+		t.Errorf("tenant b lists %d snapshots, want none", len(list))
+	}
+	if got, err := a.GetSnapshot(ctx, sn.ID); err != nil || got.State != api.SnapshotDurable {
+		t.Errorf("tenant a's snapshot after b's attempts: %+v %v", got, err)
+	}
+	// Hostile restore requests are refused with a reason.
+	for _, req := range []api.RestoreRequest{{Count: -1}, {Count: 100000}, {MemoryMB: 1}, {Runtime: "qemu"}} {
+		if _, err := a.Restore(ctx, sn.ID, req); !api.IsCode(err, api.CodeBadRequest) {
+			t.Errorf("restore %+v: %v, want bad_request", req, err)
+		}
+	}
+	for _, bad := range []string{"sn-", "sn-../../etc", "tb-0000", "../sn-x"} {
+		if _, err := a.GetSnapshot(ctx, bad); !api.IsCode(err, api.CodeNotFound) {
+			t.Errorf("get snapshot %q: %v, want not_found", bad, err)
+		}
+	}
+}
