@@ -163,7 +163,7 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 // with no template, and stops it when the test ends, after the test's other
 // cleanups (which may still delete sandboxes through it), then unmounts the
 // reflink image it mounted in its data directory.
-func startNode(t *testing.T, env []string, flags ...string) *daemon {
+func startNode(t testing.TB, env []string, flags ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "disks"), unix.MNT_DETACH) })

@@ -24,7 +24,7 @@ var snapshotIDRe = regexp.MustCompile(`^sn-[a-z0-9]+$`)
 
 // snapshot takes a snapshot of sandbox id through the CLI, waiting until it
 // is durable, and returns its ID.
-func (d *daemon) snapshot(t *testing.T, id string) string {
+func (d *daemon) snapshot(t testing.TB, id string) string {
 	t.Helper()
 	out, errOut, code := d.cli(t, nil, "snapshot", "--wait", id)
 	if code != 0 {
@@ -39,7 +39,7 @@ func (d *daemon) snapshot(t *testing.T, id string) string {
 
 // restore starts count sandboxes from snapshot sn through the CLI and
 // deletes them when the test ends.
-func (d *daemon) restore(t *testing.T, sn string, count int) []string {
+func (d *daemon) restore(t testing.TB, sn string, count int) []string {
 	t.Helper()
 	out, errOut, code := d.cli(t, nil, "restore", "--count", fmt.Sprint(count), sn)
 	if code != 0 {
@@ -57,7 +57,7 @@ func (d *daemon) restore(t *testing.T, sn string, count int) []string {
 
 // sh runs a shell command in sandbox id and returns its stdout; a non-zero
 // exit fails the test.
-func (d *daemon) sh(t *testing.T, id, cmd string) string {
+func (d *daemon) sh(t testing.TB, id, cmd string) string {
 	t.Helper()
 	res, err := d.client().Exec(context.Background(), id, api.ExecRequest{Shell: cmd})
 	if err != nil {

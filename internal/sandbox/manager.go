@@ -155,11 +155,29 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if err := m.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
+	if err := m.prepareBases(ctx); err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
 	m.reaper.Add(1)
 	go m.reap(rctx)
 	return m, nil
+}
+
+// prepareBases starts the upload of every template's base layer that is not
+// in the blob store yet, so that no first snapshot waits for one.
+func (m *Manager) prepareBases(ctx context.Context) error {
+	infos, err := m.deps.Templates.List()
+	if err != nil {
+		return fmt.Errorf("list templates: %w", err)
+	}
+	for _, t := range infos {
+		if _, err := m.deps.Snapshots.EnsureBase(ctx, t.Name, t.Path, t.BuiltAt); err != nil {
+			return fmt.Errorf("template %s: %w", t.Name, err)
+		}
+	}
+	return nil
 }
 
 // Close stops the reaper. Running sandboxes keep running: the next daemon
@@ -629,6 +647,9 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, progress io.Wr
 	}
 	if err != nil {
 		return api.Template{}, api.Errorf(api.CodeInternal, "build template %s: %v", name, err)
+	}
+	if _, err := m.deps.Snapshots.EnsureBase(ctx, info.Name, info.Path, info.BuiltAt); err != nil {
+		m.log.Warn("template base layer", "template", info.Name, "err", err)
 	}
 	return templateView(info), nil
 }

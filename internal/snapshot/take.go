@@ -35,6 +35,7 @@ type Freeze func(ctx context.Context) (thaw func() error, err error)
 // sandbox's filesystem, clones its disk into the cache, thaws, and returns
 // the pending snapshot while the upload goes on in the background.
 func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Snapshot, error) {
+	tStart := time.Now()
 	parent, err := e.parentFor(ctx, src)
 	if err != nil {
 		return store.Snapshot{}, err
@@ -65,7 +66,7 @@ func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Sna
 	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
 		return fail(fmt.Errorf("take snapshot: %w", err))
 	}
-	log.Info("snapshot taken", "parent", parent, "ack", sn.Ack)
+	log.Info("snapshot taken", "parent", parent, "ack", sn.Ack, "took", time.Since(tStart), "record", t0.Sub(tStart))
 	e.startUpload(sn.ID)
 	return sn, nil
 }
@@ -74,15 +75,20 @@ func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Sna
 // is frozen, and returns the image's size. The clone gets its final name
 // only once complete, so a crash never leaves a partial image under it.
 func (e *Engine) cloneFrozen(ctx context.Context, image, id string, freeze Freeze) (int64, error) {
+	t0 := time.Now()
 	thaw, err := freeze(ctx)
 	if err != nil {
 		return 0, err
 	}
+	tFrozen := time.Now()
 	tmp := e.tempImage(id)
 	err = e.pool.Clone(ctx, image, tmp)
+	tCloned := time.Now()
 	if terr := thaw(); terr != nil && err == nil {
 		err = terr
 	}
+	e.log.Debug("snapshot clone timings", "snapshot", id, "freeze", tFrozen.Sub(t0),
+		"clone", tCloned.Sub(tFrozen), "thaw", time.Since(tCloned))
 	if err == nil {
 		err = os.Rename(tmp, e.image(id))
 	}
@@ -111,12 +117,14 @@ func (e *Engine) parentFor(ctx context.Context, src Source) (string, error) {
 	if src.Origin != "" {
 		return src.Origin, nil
 	}
-	return e.ensureBase(ctx, src.Template, src.TemplateImage, src.TemplateBuilt)
+	return e.EnsureBase(ctx, src.Template, src.TemplateImage, src.TemplateBuilt)
 }
 
-// ensureBase records the base layer of a template build and starts its
-// upload, unless that was done before.
-func (e *Engine) ensureBase(ctx context.Context, template, image string, built time.Time) (string, error) {
+// EnsureBase records the base layer of a template build and starts its
+// upload, unless that was done before, and returns its ID. The manager calls
+// it for every template when the node starts and after a build, so that a
+// sandbox's first snapshot does not wait for its template's upload.
+func (e *Engine) EnsureBase(ctx context.Context, template, image string, built time.Time) (string, error) {
 	id := baseID(template, built)
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,10 +30,17 @@ func (in *instance) Freeze(ctx context.Context) (func() error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("freeze: %w", err)
 	}
+	t0 := time.Now()
+	if err := unix.Syncfs(int(root.Fd())); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("sync: %w", err)
+	}
+	t1 := time.Now()
 	if err := unix.IoctlSetInt(int(root.Fd()), ioctlFIFREEZE, 0); err != nil {
 		root.Close()
 		return nil, fmt.Errorf("freeze: %w", err)
 	}
+	in.r.log.Debug("freeze timings", "sandbox", in.id, "syncfs", t1.Sub(t0), "fifreeze", time.Since(t1))
 	return func() error {
 		defer root.Close()
 		if err := unix.IoctlSetInt(int(root.Fd()), ioctlFITHAW, 0); err != nil {

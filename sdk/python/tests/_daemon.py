@@ -1,4 +1,15 @@
-"""Starts and stops a real `warren server` for the live tests."""
+"""Starts and stops a real `warren server` for the live tests, or finds the
+one they are pointed at.
+
+By default the tests start `bin/warren server` on
+$WARREN_TEST_TEMPLATE_CACHE/e2e-data (scripts/test.sh's layout). Two
+variables change that:
+
+- WARREN_TEST_DATA_DIR: start the server on this data directory instead
+  (only one server may use a data directory at a time);
+- WARREN_TEST_URL and WARREN_TEST_API_KEY: start nothing, and test the
+  server already serving there (with an admin key, for the admin tests).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from typing import IO, Optional
+from typing import IO, Optional, Tuple
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SERVING = re.compile(r"serving on (http://\S+)")
@@ -21,11 +32,29 @@ def warren_binary() -> str:
     return os.path.join(d, "warren")
 
 
+def existing_server() -> Optional[Tuple[str, str]]:
+    """The URL and key of a server to test instead of starting one
+    ($WARREN_TEST_URL, $WARREN_TEST_API_KEY), or None."""
+    url = os.environ.get("WARREN_TEST_URL", "")
+    if not url:
+        return None
+    return url, os.environ.get("WARREN_TEST_API_KEY", "")
+
+
+def data_dir() -> str:
+    """The data directory of the server the tests start."""
+    return os.environ.get("WARREN_TEST_DATA_DIR") or os.path.join(
+        os.environ.get("WARREN_TEST_TEMPLATE_CACHE", ""), "e2e-data")
+
+
 def skip_reason() -> Optional[str]:
     """Why the live tests cannot run here, or None when they can."""
+    server = existing_server()
+    if server is not None:
+        return None if server[1] else "WARREN_TEST_URL is set without WARREN_TEST_API_KEY"
     if os.geteuid() != 0:
         return "the live SDK tests start a warren server with container sandboxes, which needs root"
-    if not os.environ.get("WARREN_TEST_TEMPLATE_CACHE"):
+    if not os.environ.get("WARREN_TEST_TEMPLATE_CACHE") and not os.environ.get("WARREN_TEST_DATA_DIR"):
         return ("WARREN_TEST_TEMPLATE_CACHE is not set (scripts/test.sh sets it): "
                 "the live tests use the daemon data directory kept there")
     if not os.access(warren_binary(), os.X_OK):

@@ -2,8 +2,10 @@
 
 setUpModule starts `bin/warren server` on $WARREN_TEST_TEMPLATE_CACHE/e2e-data
 (the data directory of the Go end-to-end suite, whose default template is
-built there) on a free loopback port; tearDownModule deletes the sandboxes
-the tests made and stops it with SIGTERM. The module is skipped, saying why,
+built there; $WARREN_TEST_DATA_DIR names another) on a free loopback port;
+tearDownModule deletes the sandboxes and snapshots the tests made and stops
+it with SIGTERM. With $WARREN_TEST_URL and $WARREN_TEST_API_KEY the tests use
+that server instead (see _daemon.py). The module is skipped, saying why,
 without root, without $WARREN_TEST_TEMPLATE_CACHE or without bin/warren.
 """
 
@@ -20,10 +22,12 @@ import tempfile
 import threading
 import time
 import unittest
-from typing import List, Optional, Set, Tuple
+from contextlib import ExitStack
+from typing import List, Optional, Set, Tuple, Union
 
 import warren
 from warren import Client, Sandbox
+from warren._transport import NEVER
 
 from . import _daemon
 
@@ -31,19 +35,28 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examp
 
 DAEMON: Optional[_daemon.Daemon] = None
 CLIENT: Optional[Client] = None
+URL = ""  # the server's URL and admin key
+KEY = ""
 BEFORE: Set[str] = set()  # sandboxes that existed before the suite
+SNAPSHOTS_BEFORE: Set[str] = set()  # snapshots likewise
 
 
 def setUpModule() -> None:
-    global DAEMON, CLIENT, BEFORE
+    global DAEMON, CLIENT, URL, KEY, BEFORE, SNAPSHOTS_BEFORE
     reason = _daemon.skip_reason()
     if reason:
         raise unittest.SkipTest(reason)
-    d = _daemon.Daemon(os.path.join(os.environ["WARREN_TEST_TEMPLATE_CACHE"], "e2e-data"))
-    d.start(wait=600)
-    DAEMON = d
-    CLIENT = Client(d.url, d.key)
+    server = _daemon.existing_server()
+    if server is not None:
+        URL, KEY = server
+    else:
+        d = _daemon.Daemon(_daemon.data_dir())
+        d.start(wait=600)
+        DAEMON = d
+        URL, KEY = d.url, d.key
+    CLIENT = Client(URL, KEY)
     BEFORE = {sb.id for sb in Sandbox.list(client=CLIENT)}
+    SNAPSHOTS_BEFORE = {sn.id for sn in warren.list_snapshots(client=CLIENT)}
 
 
 def tearDownModule() -> None:
@@ -53,6 +66,9 @@ def tearDownModule() -> None:
             for sb in Sandbox.list(client=CLIENT):
                 if sb.id not in BEFORE and sb.state in ("running", "starting"):
                     sb.delete()
+            for sn in warren.list_snapshots(client=CLIENT):
+                if sn.id not in SNAPSHOTS_BEFORE:
+                    sn.delete()
             CLIENT.close()
     finally:
         if DAEMON is not None:
@@ -372,6 +388,196 @@ class FilesTest(SandboxTestCase):
         self.assertEqual(self.sb.exec(["stat", "-c", "%U %a", "/tmp/owned"]).stdout, "nobody 600\n")
 
 
+class SnapshotTest(unittest.TestCase):
+    """Snapshots and forks. The class shares one durable snapshot of a
+    sandbox prepared with files; each test deletes the forks it makes."""
+
+    sb: Sandbox
+    snap: warren.Snapshot
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.sb = Sandbox.create(client=client(), timeout=600)
+        try:
+            cls.sb.files.write("/root/work/state.txt", "before the snapshot\n")
+            cls.sb.exec("mkdir -p /opt/data && seq 1 1000 > /opt/data/numbers").check()
+            cls.snap = cls.sb.snapshot(wait=True, wait_timeout=300)
+        except BaseException:
+            cls.sb.delete()
+            raise
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.sb.delete()
+        try:
+            cls.snap.delete()
+        except warren.NotFoundError:
+            pass
+
+    def restore(self, snapshot: Union[warren.Snapshot, str], count: int) -> List[Sandbox]:
+        """count forks of snapshot, deleted when the test ends."""
+        stack = ExitStack()
+        self.addCleanup(stack.close)
+        return [stack.enter_context(sb) for sb in Sandbox.restore(snapshot, count, client=client(), timeout=600)]
+
+    def test_snapshot_with_wait_is_durable(self) -> None:
+        sn = self.snap
+        self.assertRegex(sn.id, r"^sn-[a-z0-9]+$")
+        self.assertEqual((sn.state, sn.error), ("durable", ""))
+        self.assertTrue(sn.is_durable)
+        self.assertFalse(sn.is_pending or sn.is_failed)
+        self.assertEqual((sn.sandbox_id, sn.template), (self.sb.id, "default"))
+        self.assertEqual((sn.parent, sn.lineage), ("", []))  # a first snapshot of a template's sandbox
+        self.assertEqual(sn.disk_bytes, self.sb.info.disk_mb << 20)
+        self.assertGreater(sn.changed_bytes, 0)
+        self.assertGreater(sn.stored_bytes, 0)
+        assert sn.created_at is not None and sn.durable_at is not None
+        self.assertLessEqual(sn.created_at, sn.durable_at)
+        self.assertGreater(sn.ack_duration, 0)
+        self.assertLess(sn.ack_duration, 10)
+        self.assertGreater(sn.upload_duration, 0)
+        # A durable snapshot is final: fetched again, it is the same.
+        self.assertEqual(warren.get_snapshot(sn.id, client=client()), sn)
+        self.assertEqual(sn.wait(), sn)
+        self.assertIn(sn.id, [x.id for x in self.sb.snapshots()])
+        self.assertIn(sn.id, [x.id for x in client().list_snapshots()])
+
+    def test_three_forks_share_the_disk_not_their_changes(self) -> None:
+        kids = self.restore(self.snap, 3)
+        ids = [k.id for k in kids]
+        self.assertEqual(len(set(ids)), 3)
+        self.assertNotIn(self.sb.id, ids)
+        for k in kids:
+            self.assertEqual((k.state, k.info.origin), ("running", self.snap.id))
+            self.assertEqual(k.files.read_text("/root/work/state.txt"), "before the snapshot\n")
+            self.assertEqual(k.exec("wc -l < /opt/data/numbers").stdout, "1000\n")
+            self.assertEqual(Sandbox.get(k.id, client=client()).info.origin, self.snap.id)
+        self.assertEqual(self.sb.info.origin, "")
+        hostnames = {sb.exec("hostname").stdout for sb in kids + [self.sb]}
+        self.assertEqual(len(hostnames), 4, "forks share a hostname")
+        # A change in one fork is seen neither in another nor in the parent.
+        kids[0].files.write("/root/work/state.txt", "changed in the first fork\n")
+        kids[0].exec("rm /opt/data/numbers").check()
+        self.assertEqual(kids[0].files.read_text("/root/work/state.txt"), "changed in the first fork\n")
+        for sb in (kids[1], kids[2], self.sb):
+            self.assertEqual(sb.files.read_text("/root/work/state.txt"), "before the snapshot\n")
+            self.assertTrue(sb.files.exists("/opt/data/numbers"))
+        # Nor is a change in the parent after the snapshot.
+        self.sb.files.write("/root/after-the-snapshot.txt", "later")
+        self.assertFalse(kids[1].files.exists("/root/after-the-snapshot.txt"))
+
+    def test_snapshot_of_a_fork_descends_from_its_origin(self) -> None:
+        kid = self.snap.restore(timeout=600)[0]
+        self.addCleanup(kid.__exit__, None, None, None)
+        kid.files.write("/root/work/gen2.txt", "second generation")
+        sn = kid.snapshot()  # returns at once, pending while it uploads
+        self.addCleanup(self.forget, sn)
+        self.assertIn(sn.state, ("pending", "durable"))
+        self.assertEqual((sn.sandbox_id, sn.parent, sn.lineage), (kid.id, self.snap.id, [self.snap.id]))
+        done = sn.wait(300)
+        self.assertEqual(done.state, "durable")
+        self.assertIsNotNone(done.durable_at)
+        self.assertEqual(done.id, sn.id)
+        # Restored by id, the grandchild has both generations' files.
+        grandkid = self.restore(sn.id, 1)[0]
+        self.assertEqual(grandkid.info.origin, sn.id)
+        self.assertEqual(grandkid.files.read_text("/root/work/gen2.txt"), "second generation")
+        self.assertEqual(grandkid.files.read_text("/root/work/state.txt"), "before the snapshot\n")
+
+    @staticmethod
+    def forget(sn: warren.Snapshot) -> None:
+        try:
+            sn.delete()
+        except warren.NotFoundError:
+            pass
+
+    def test_list_get_delete(self) -> None:
+        sb = new_sandbox(self)
+        sb.files.write("/root/one.txt", "1")
+        first = sb.snapshot()
+        self.addCleanup(self.forget, first)
+        sb.files.write("/root/two.txt", "2")
+        second = sb.snapshot(wait=True)
+        self.addCleanup(self.forget, second)
+        self.assertEqual(second.parent, first.id)
+        self.assertEqual([x.id for x in sb.snapshots()], [first.id, second.id])  # oldest first
+        everyone = [x.id for x in warren.list_snapshots(client=client())]
+        self.assertLess(everyone.index(first.id), everyone.index(second.id))
+        self.assertEqual(warren.get_snapshot(first.id, client=client()).id, first.id)
+        self.assertEqual(client().get_snapshot(second.id).state, "durable")
+
+        client().delete_snapshot(first)
+        with self.assertRaises(warren.NotFoundError) as cm:
+            warren.get_snapshot(first.id, client=client())
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
+        self.assertNotIn(first.id, [x.id for x in sb.snapshots()])
+        with self.assertRaises(warren.NotFoundError):
+            first.delete()  # a 404 at the first attempt is an error
+        with self.assertRaises(warren.NotFoundError):
+            Sandbox.restore(first, client=client())
+        # Its layer stays while a descendant needs it.
+        kid = self.restore(second, 1)[0]
+        self.assertEqual(kid.files.read_text("/root/one.txt") + kid.files.read_text("/root/two.txt"), "12")
+
+        warren.delete_snapshot(second.id, client=client())
+        with self.assertRaises(warren.NotFoundError):
+            second.refresh()
+        with self.assertRaises(warren.NotFoundError):
+            warren.get_snapshot("sn-doesnotexist0", client=client())
+
+    def test_restore_count_out_of_range(self) -> None:
+        def forks() -> List[str]:
+            return [sb.id for sb in Sandbox.list(client=client())
+                    if sb.info.origin == self.snap.id and sb.state == "running"]
+
+        before = forks()
+        for count in (0, -1, 1000):
+            with self.subTest(count=count), self.assertRaises(warren.BadRequestError) as cm:
+                Sandbox.restore(self.snap, count, client=client())
+            self.assertEqual(cm.exception.code, "bad_request")
+        self.assertEqual(cm.exception.status, 400)  # 1000: the server said so
+        self.assertIn("count", cm.exception.message)
+        self.assertEqual(forks(), before, "a refused restore started sandboxes")
+
+    def test_snapshot_of_a_deleted_sandbox(self) -> None:
+        sb = Sandbox.create(client=client())
+        sb.delete()
+        with self.assertRaises(warren.SandboxGoneError):
+            sb.snapshot()
+        sb.delete()
+
+    def test_another_tenant_cannot_see_it(self) -> None:
+        try:
+            answer = client().transport.request("POST", "/v1/keys", json_body={"tenant": "py-sdk-other"}, retry=NEVER)
+        except warren.ForbiddenError:
+            self.skipTest("the test key is not the admin key: no tenant key can be made")
+        with Client(URL, answer.json()["key"]) as other:
+            with self.assertRaises(warren.NotFoundError):
+                warren.get_snapshot(self.snap.id, client=other)
+            with self.assertRaises(warren.NotFoundError):
+                Sandbox.restore(self.snap.id, client=other)
+            with self.assertRaises(warren.NotFoundError):
+                other.delete_snapshot(self.snap.id)
+            with self.assertRaises(warren.NotFoundError):
+                Sandbox.get(self.sb.id, client=other).snapshots()
+            self.assertNotIn(self.snap.id, [x.id for x in other.list_snapshots()])
+            with self.assertRaises(warren.ForbiddenError):
+                other.gc()
+        self.assertEqual(warren.get_snapshot(self.snap.id, client=client()).state, "durable")
+
+    def test_gc(self) -> None:
+        # The server's default grace (an hour) spares every young object,
+        # and what a snapshot needs is never collected.
+        r = client().gc()
+        self.assertIsInstance(r, warren.GCResult)
+        self.assertGreaterEqual(min(r.manifests_deleted, r.chunks_deleted, r.bytes_freed), 0)
+        self.assertGreater(r.chunks_kept, 0)
+        with self.assertRaises(ValueError):
+            client().gc(grace_seconds=-1)
+        kid = self.restore(self.snap, 1)[0]
+        self.assertEqual(kid.files.read_text("/root/work/state.txt"), "before the snapshot\n")
+
+
 class ErrorTest(unittest.TestCase):
     def test_unknown_sandbox(self) -> None:
         with self.assertRaises(warren.NotFoundError) as cm:
@@ -390,8 +596,7 @@ class ErrorTest(unittest.TestCase):
             sb.files.read("/no/such/file")
 
     def test_bad_key(self) -> None:
-        assert DAEMON is not None
-        with Client(DAEMON.url, "not-a-key") as bad:
+        with Client(URL, "not-a-key") as bad:
             with self.assertRaises(warren.UnauthorizedError) as cm:
                 bad.info()
             self.assertEqual(cm.exception.status, 401)
@@ -437,11 +642,43 @@ class AsyncTest(unittest.TestCase):
         self.assertEqual(outs, ["0\n", "1\n", "2\n", "3\n"])
         self.assertEqual((streamed, text, n), (b"streamed\n", "async", 5))
 
+    def test_async_snapshot_and_restore(self) -> None:
+        from warren import aio
+        from warren.aio import AsyncSandbox
+
+        async def main() -> Tuple[List[str], List[str], str, str, List[str]]:
+            async with await AsyncSandbox.create(client=client(), timeout=300) as sb:
+                await sb.files.write("/root/a.txt", "forked")
+                snap = await sb.snapshot()
+                try:
+                    kids = await AsyncSandbox.restore(snap, count=2, timeout=300)
+                    try:
+                        texts = await asyncio.gather(*(k.files.read_text("/root/a.txt") for k in kids))
+                        origins = [k.info.origin for k in kids]
+                    finally:
+                        await asyncio.gather(*(k.delete() for k in kids))
+                    await snap.wait(300)
+                    listed = [x.id for x in await sb.snapshots()]
+                finally:
+                    await aio.delete_snapshot(snap)
+                try:
+                    await aio.get_snapshot(snap.id, client=client())
+                    gone = "still there"
+                except warren.NotFoundError:
+                    gone = "not found"
+                return texts, origins, snap.state, gone, listed
+
+        texts, origins, state, gone, listed = asyncio.run(main())
+        self.assertEqual(texts, ["forked", "forked"])
+        self.assertEqual(len(set(origins)), 1)
+        self.assertTrue(origins[0].startswith("sn-"))
+        self.assertEqual(listed, origins[:1])
+        self.assertEqual((state, gone), ("durable", "not found"))
+
 
 class ExamplesTest(unittest.TestCase):
     def run_example(self, name: str, timeout: float) -> str:
-        assert DAEMON is not None
-        env = dict(os.environ, WARREN_URL=DAEMON.url, WARREN_API_KEY=DAEMON.key)
+        env = dict(os.environ, WARREN_URL=URL, WARREN_API_KEY=KEY)
         env.pop("PYTHONPATH", None)
         p = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], env=env, capture_output=True,
                            text=True, timeout=timeout)
@@ -452,11 +689,21 @@ class ExamplesTest(unittest.TestCase):
         self.assertEqual(self.run_example("two_questions.py", 120).split(), ["6", "3"])
 
     def test_tree_search(self) -> None:
+        before = {sn.id for sn in warren.list_snapshots(client=client())}
         lines = self.run_example("tree_search.py", 300).splitlines()
-        self.assertRegex(lines[-1], r"^solved: 8/8 tests pass after \d+ rounds \(\d+ sandboxes, \d+ edits on the winning branch\)$")
+        m = re.match(r"^solved: 8/8 tests pass after (\d+) rounds \((\d+) rollouts forked from (\d+) snapshots, "
+                     r"(\d+) edits on the winning branch\)$", lines[-1])
+        assert m is not None, lines[-1]
+        rounds, rollouts, snapshots, edits = (int(g) for g in m.groups())
+        self.assertEqual(rollouts, 8 * rounds)
+        self.assertEqual(snapshots, edits + 1)  # the root, then one a branch
         self.assertEqual(lines[-2], "TABLE = [1, 4, 1, 5, 9, 2, 6, 5]")
         self.assertTrue(lines[0].startswith("round 0: "))
         self.assertTrue(any(re.match(r"^round 1: rewards \[", line) for line in lines))
+        # It deleted its sandboxes and its snapshots.
+        self.assertEqual([sb.id for sb in Sandbox.list(client=client())
+                          if sb.info.metadata.get("example") == "tree_search" and sb.state == "running"], [])
+        self.assertEqual({sn.id for sn in warren.list_snapshots(client=client())} - before, set())
 
 
 if __name__ == "__main__":

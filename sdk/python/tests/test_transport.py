@@ -4,6 +4,8 @@ key discovery. Needs no warren daemon."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import http.server
 import io
 import json
@@ -32,6 +34,23 @@ SANDBOX = {
     "created_at": "2026-11-29T10:00:00.123456789Z",
     "expires_at": "2026-11-29T10:15:00Z",
 }
+
+SNAPSHOT = {
+    "id": "sn-stub1",
+    "sandbox_id": "sb-stub1",
+    "parent": "sn-stub0",
+    "lineage": ["sn-root", "sn-stub0"],
+    "template": "default",
+    "state": "durable",
+    "disk_bytes": 4294967296,
+    "changed_bytes": 126976,
+    "stored_bytes": 6123,
+    "created_at": "2026-11-29T15:54:39.754090123Z",
+    "durable_at": "2026-11-29T15:54:43.518258Z",
+    "ack_ms": 34.5,
+    "upload_ms": 147.66,
+}
+PENDING = dict(SNAPSHOT, state="pending", changed_bytes=0, stored_bytes=0, durable_at=None, upload_ms=None)
 
 # A reply: (status, JSON-able body or raw bytes), or None to drop the
 # connection without answering.
@@ -419,7 +438,190 @@ class ConfigTest(StubCase):
         self.assertFalse(Client("http://127.0.0.1:1", "").health())
 
 
+class SnapshotTest(StubCase):
+    def snapshot(self, client: Client, doc: Optional[dict] = None) -> warren.Snapshot:
+        return warren.Snapshot.from_json(doc or SNAPSHOT, client)
+
+    def test_snapshot_request_and_answer(self) -> None:
+        s = self.stub(lambda seen, n: (201, SNAPSHOT))
+        c = self.client(s)
+        sb = self.sandbox(c)
+        sn = sb.snapshot()
+        sb.snapshot(wait=True)
+        sb.snapshot(wait=True, wait_timeout=1.5)
+        self.assertEqual([x.path for x in s.seen], ["/v1/sandboxes/sb-stub1/snapshots"] * 3)
+        self.assertEqual([json.loads(x.body) for x in s.seen],
+                         [{}, {"wait": True}, {"wait": True, "wait_timeout_seconds": 2}])
+        self.assertEqual((sn.id, sn.sandbox_id, sn.parent, sn.lineage), ("sn-stub1", "sb-stub1", "sn-stub0",
+                                                                        ["sn-root", "sn-stub0"]))
+        self.assertEqual((sn.template, sn.state, sn.error), ("default", "durable", ""))
+        self.assertEqual((sn.disk_bytes, sn.changed_bytes, sn.stored_bytes), (4 << 30, 126976, 6123))
+        self.assertEqual(sn.created_at.microsecond, 754090)  # type: ignore[union-attr]
+        self.assertEqual(sn.durable_at.second, 43)  # type: ignore[union-attr]
+        self.assertAlmostEqual(sn.ack_duration, 0.0345)
+        self.assertAlmostEqual(sn.upload_duration, 0.14766)
+        self.assertTrue(sn.is_durable)
+        self.assertIs(sn.client, c)
+        self.assertNotIn("client", dataclasses.asdict(sn))
+        pending = warren.Snapshot.from_json(PENDING)
+        self.assertEqual((pending.state, pending.durable_at, pending.upload_duration), ("pending", None, 0.0))
+        self.assertTrue(pending.is_pending)
+        with self.assertRaises(ValueError):
+            sb.snapshot(wait_timeout=10)  # without wait
+        with self.assertRaises(ValueError):
+            sb.snapshot(wait=True, wait_timeout=0)
+        self.assertEqual(len(s.seen), 3)
+
+    def test_wait_that_runs_out_is_a_request_timeout(self) -> None:
+        s = self.stub(lambda seen, n: error(504, "timeout", "snapshot sn-stub1 is not durable yet"))
+        with self.assertRaises(warren.RequestTimeout) as cm:
+            self.sandbox(self.client(s)).snapshot(wait=True, wait_timeout=1)
+        self.assertEqual(cm.exception.status, 504)
+        self.assertEqual(len(s.seen), 1)
+
+    def test_snapshot_and_restore_are_never_retried(self) -> None:
+        s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
+        c = self.client(s)
+        with self.assertRaises(warren.UnavailableError):
+            self.sandbox(c).snapshot()
+        with self.assertRaises(warren.UnavailableError):
+            Sandbox.restore("sn-stub1", 2, client=c)
+        with self.assertRaises(warren.UnavailableError):
+            c.gc()  # retried only when refused
+        self.assertEqual([(x.method, x.path) for x in s.seen], [
+            ("POST", "/v1/sandboxes/sb-stub1/snapshots"), ("POST", "/v1/snapshots/sn-stub1/restore"),
+            ("POST", "/v1/gc")])
+
+    def test_sandbox_gone(self) -> None:
+        s = self.stub(lambda seen, n: error(409, "conflict", "sandbox sb-stub1 is not running (state stopped)"))
+        with self.assertRaises(warren.SandboxGoneError):
+            self.sandbox(self.client(s)).snapshot()
+
+    def test_reads_are_retried(self) -> None:
+        def script(seen: Seen, n: int) -> Reply:
+            if n == 1:
+                return None if seen.path.endswith("/snapshots") else error(503, "unavailable", "busy")
+            return (200, {"snapshots": [SNAPSHOT, PENDING]}) if seen.path.endswith("/snapshots") else (200, SNAPSHOT)
+
+        s = self.stub(script)
+        c = self.client(s)
+        self.assertEqual(warren.get_snapshot("sn-stub1", client=c), self.snapshot(c))
+        self.assertEqual([x.state for x in c.list_snapshots()], ["durable", "pending"])
+        self.assertEqual([x.id for x in self.sandbox(c).snapshots()], ["sn-stub1", "sn-stub1"])
+        self.assertEqual([(x.method, x.path) for x in s.seen], [("GET", "/v1/snapshots/sn-stub1")] * 2 +
+                         [("GET", "/v1/snapshots")] * 2 + [("GET", "/v1/sandboxes/sb-stub1/snapshots")] * 2)
+        with self.assertRaises(ValueError):
+            warren.get_snapshot("", client=c)
+
+    def test_repeated_delete_that_finds_the_snapshot_gone_succeeds(self) -> None:
+        s = self.stub(lambda seen, n: None if n == 1 else error(404, "not_found", "snapshot sn-stub1 not found"))
+        c = self.client(s)
+        sn = self.snapshot(c)
+        sn.delete()  # through the snapshot's own client
+        self.assertEqual(s.count("DELETE", "/v1/snapshots/sn-stub1"), 2)
+        with self.assertRaises(warren.NotFoundError):
+            c.delete_snapshot("sn-stub1")
+        with self.assertRaises(warren.NotFoundError):
+            warren.delete_snapshot(sn)
+
+    def test_restore_request_and_answer(self) -> None:
+        kids = [dict(SANDBOX, id=f"sb-kid{i}", origin="sn-stub1") for i in range(3)]
+        s = self.stub(lambda seen, n: (201, {"sandboxes": kids}))
+        c = self.client(s)
+        sn = self.snapshot(c)
+        got = Sandbox.restore(sn, 3, runtime="container", cpus=0.5, memory_mb=256, pids=64, timeout=30.2,
+                              env={"A": 1}, metadata={"k": "v"})  # type: ignore[dict-item]
+        self.assertEqual([k.id for k in got], ["sb-kid0", "sb-kid1", "sb-kid2"])
+        self.assertEqual({k.info.origin for k in got}, {"sn-stub1"})
+        self.assertTrue(all(k.client is c for k in got))  # the snapshot's client
+        self.assertEqual(json.loads(s.seen[0].body), {
+            "count": 3, "runtime": "container", "cpus": 0.5, "memory_mb": 256, "pids": 64,
+            "timeout_seconds": 31, "env": {"A": "1"}, "metadata": {"k": "v"}})
+        sn.restore()
+        Sandbox.restore("sn-a/b", client=c)
+        self.assertEqual([json.loads(x.body) for x in s.seen[1:]], [{"count": 1}, {"count": 1}])
+        self.assertEqual(s.seen[2].path, "/v1/snapshots/sn-a%2Fb/restore")
+        with got[0] as kid:  # each is a context manager that deletes it
+            self.assertEqual(kid.id, "sb-kid0")
+        self.assertEqual(s.count("DELETE", "/v1/sandboxes/sb-kid0"), 1)
+
+    def test_restore_count_is_checked_before_sending(self) -> None:
+        s = self.stub(lambda seen, n: (201, {"sandboxes": []}))
+        c = self.client(s)
+        for count in (0, -3):
+            with self.subTest(count=count), self.assertRaises(warren.BadRequestError) as cm:
+                Sandbox.restore("sn-stub1", count, client=c)
+            self.assertEqual((cm.exception.code, cm.exception.status), ("bad_request", 0))
+        with self.assertRaises(TypeError):
+            Sandbox.restore("sn-stub1", True, client=c)
+        with self.assertRaises(ValueError):
+            Sandbox.restore("", client=c)
+        with self.assertRaises(ValueError):
+            Sandbox.restore("sn-stub1", timeout=0, client=c)
+        self.assertEqual(s.seen, [])
+
+    def test_wait_polls_until_not_pending(self) -> None:
+        s = self.stub(lambda seen, n: (200, PENDING if n < 3 else SNAPSHOT))
+        c = self.client(s)
+        pending = self.snapshot(c, PENDING)
+        t0 = time.monotonic()
+        done = pending.wait(10)
+        self.assertLess(time.monotonic() - t0, 2)
+        self.assertEqual(done.state, "durable")
+        self.assertEqual(pending.state, "pending")  # a Snapshot does not change
+        self.assertEqual(s.count("GET", "/v1/snapshots/sn-stub1"), 3)
+        self.assertIs(done.wait(), done)  # not pending: no call
+        self.assertEqual(len(s.seen), 3)
+
+    def test_wait_that_runs_out(self) -> None:
+        s = self.stub(lambda seen, n: (200, PENDING))
+        t0 = time.monotonic()
+        with self.assertRaises(warren.RequestTimeout):
+            self.snapshot(self.client(s), PENDING).wait(0.4)
+        self.assertLess(time.monotonic() - t0, 1.5)
+        self.assertLessEqual(len(s.seen), 5)  # backed off, not a busy loop
+
+    def test_gc(self) -> None:
+        result = {"manifests_deleted": 3, "chunks_deleted": 90, "bytes_freed": 99207458, "chunks_kept": 7}
+        s = self.stub(lambda seen, n: (200, result))
+        c = self.client(s)
+        self.assertEqual(c.gc(), warren.GCResult(3, 90, 99207458, 7))
+        warren.gc(0, client=c)
+        warren.gc(grace_seconds=1.5, client=c)
+        self.assertEqual([json.loads(x.body) for x in s.seen], [{}, {"grace_seconds": 0}, {"grace_seconds": 2}])
+        with self.assertRaises(ValueError):
+            c.gc(-1)
+
+    def test_async(self) -> None:
+        from warren import aio
+
+        def script(seen: Seen, n: int) -> Reply:
+            if seen.path.endswith("/restore"):
+                return 201, {"sandboxes": [dict(SANDBOX, id="sb-kid", origin="sn-stub1")]}
+            if seen.method == "DELETE":
+                return 204, b""
+            return 201, SNAPSHOT
+
+        s = self.stub(script)
+        sb = aio.AsyncSandbox(self.sandbox(self.client(s)))
+
+        async def main() -> Tuple[str, List[str]]:
+            snap = await sb.snapshot(wait=True)
+            kids = await snap.restore(1)
+            await aio.delete_snapshot(snap)
+            return snap.state, [k.info.origin for k in kids]
+
+        self.assertEqual(asyncio.run(main()), ("durable", ["sn-stub1"]))
+        self.assertEqual([(x.method, x.path) for x in s.seen], [
+            ("POST", "/v1/sandboxes/sb-stub1/snapshots"), ("POST", "/v1/snapshots/sn-stub1/restore"),
+            ("DELETE", "/v1/snapshots/sn-stub1")])
+
+
 class ModelTest(unittest.TestCase):
+    def test_origin(self) -> None:
+        self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).origin, "")
+        self.assertEqual(warren.SandboxInfo.from_json(dict(SANDBOX, origin="sn-x")).origin, "sn-x")
+
     def test_times(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)
         self.assertEqual(info.created_at.microsecond, 123456)  # type: ignore[union-attr]

@@ -9,6 +9,9 @@ delete it::
         result = sb.exec(["python3", "-c", "print(3 + 3)"])
         print(result.stdout)          # 6
 
+Fork it: ``Sandbox.restore(sb.snapshot(), count=8)`` starts 8 sandboxes with
+its disk.
+
 The server and key come from $WARREN_URL and $WARREN_API_KEY (or a
 :class:`Client` built with arguments); see the package README.
 Standard library only, Python 3.9 or later.
@@ -51,6 +54,7 @@ from .models import (
     ExecEvent,
     ExecResult,
     FileInfo,
+    GCResult,
     NodeInfo,
     ProcessInfo,
     RuntimeInfo,
@@ -58,6 +62,7 @@ from .models import (
     Template,
 )
 from .sandbox import Command, ExecStream, OutputCallback, Process, Sandbox
+from .snapshots import Snapshot, delete_snapshot, gc, get_snapshot, list_snapshots
 
 __all__ = [
     "__version__",
@@ -73,6 +78,11 @@ __all__ = [
     "Process",
     "ExecStream",
     "Files",
+    "Snapshot",
+    "get_snapshot",
+    "list_snapshots",
+    "delete_snapshot",
+    "gc",
     "Command",
     "OutputCallback",
     "SandboxInfo",
@@ -83,6 +93,7 @@ __all__ = [
     "Template",
     "RuntimeInfo",
     "NodeInfo",
+    "GCResult",
     "WarrenError",
     "ConfigurationError",
     "NetworkError",

@@ -15,6 +15,13 @@ Example::
         async with await AsyncSandbox.create() as sb:
             results = await asyncio.gather(*(sb.exec(["echo", str(i)]) for i in range(8)))
             print([r.stdout for r in results])
+            snap = await sb.snapshot()
+        kids = await AsyncSandbox.restore(snap, count=4)   # fork: 4 sandboxes with its disk
+        try:
+            print(await asyncio.gather(*(k.exec("hostname") for k in kids)))
+        finally:
+            await asyncio.gather(*(k.delete() for k in kids))
+            await snap.delete()
 
     asyncio.run(main())
 """
@@ -23,14 +30,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import Any, Callable, List, Optional, TypeVar, Union
 
+from . import snapshots as _snapshots
 from .client import Client
 from .files import Files
-from .models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
+from .models import ExecEvent, ExecResult, FileInfo, GCResult, ProcessInfo, SandboxInfo
 from .sandbox import ExecStream, Process, Sandbox
+from .snapshots import Snapshot
 
-__all__ = ["AsyncSandbox", "AsyncProcess", "AsyncFiles", "AsyncExecStream"]
+__all__ = [
+    "AsyncSandbox",
+    "AsyncProcess",
+    "AsyncFiles",
+    "AsyncExecStream",
+    "AsyncSnapshot",
+    "get_snapshot",
+    "list_snapshots",
+    "delete_snapshot",
+    "gc",
+]
 
 T = TypeVar("T")
 
@@ -177,6 +196,72 @@ class AsyncProcess:
         return AsyncExecStream(functools.partial(self.sync.stream, replay))
 
 
+class AsyncSnapshot:
+    """Awaitable :class:`warren.Snapshot`: ``info`` holds the snapshot's
+    fields as of the last call that returned them."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        #: The snapshot as of the last call that returned it.
+        self.info: Snapshot = snapshot
+
+    @property
+    def id(self) -> str:
+        """The snapshot's id."""
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        """``pending``, ``durable`` or ``failed``, as of the last call."""
+        return self.info.state
+
+    def __repr__(self) -> str:
+        return f"<AsyncSnapshot {self.info.id} {self.info.state}>"
+
+    async def refresh(self) -> Snapshot:
+        """See :meth:`warren.Snapshot.refresh`; also updates ``info``."""
+        self.info = await _run(self.info.refresh)
+        return self.info
+
+    async def wait(self, timeout: Optional[float] = 600.0) -> Snapshot:
+        """See :meth:`warren.Snapshot.wait`; also updates ``info``."""
+        self.info = await _run(self.info.wait, timeout)
+        return self.info
+
+    async def restore(self, count: int = 1, **kw: Any) -> List["AsyncSandbox"]:
+        """See :meth:`warren.Sandbox.restore` (same arguments)."""
+        return await AsyncSandbox.restore(self, count, **kw)
+
+    async def delete(self) -> None:
+        """See :meth:`warren.Snapshot.delete`."""
+        await _run(self.info.delete)
+
+
+def _sync_snapshot(snapshot: Union[AsyncSnapshot, Snapshot, str]) -> Union[Snapshot, str]:
+    return snapshot.info if isinstance(snapshot, AsyncSnapshot) else snapshot
+
+
+async def get_snapshot(snapshot_id: str, *, client: Optional[Client] = None) -> AsyncSnapshot:
+    """See :func:`warren.get_snapshot`."""
+    return AsyncSnapshot(await _run(_snapshots.get_snapshot, snapshot_id, client=client))
+
+
+async def list_snapshots(*, client: Optional[Client] = None) -> List[AsyncSnapshot]:
+    """See :func:`warren.list_snapshots`."""
+    return [AsyncSnapshot(sn) for sn in await _run(_snapshots.list_snapshots, client=client)]
+
+
+async def delete_snapshot(
+    snapshot: Union[AsyncSnapshot, Snapshot, str], *, client: Optional[Client] = None
+) -> None:
+    """See :func:`warren.delete_snapshot`."""
+    await _run(_snapshots.delete_snapshot, _sync_snapshot(snapshot), client=client)
+
+
+async def gc(grace_seconds: Optional[float] = None, *, client: Optional[Client] = None) -> GCResult:
+    """See :func:`warren.gc`."""
+    return await _run(_snapshots.gc, grace_seconds, client=client)
+
+
 class AsyncSandbox:
     """Awaitable :class:`warren.Sandbox`; ``async with`` deletes it."""
 
@@ -200,6 +285,14 @@ class AsyncSandbox:
     async def list(cls, *, client: Optional[Client] = None) -> List["AsyncSandbox"]:
         """See :meth:`warren.Sandbox.list`."""
         return [cls(sb) for sb in await _run(Sandbox.list, client=client)]
+
+    @classmethod
+    async def restore(
+        cls, snapshot: Union[AsyncSnapshot, Snapshot, str], count: int = 1, **kw: Any
+    ) -> List["AsyncSandbox"]:
+        """See :meth:`warren.Sandbox.restore` (same arguments): a list of
+        running sandboxes, each an async context manager."""
+        return [cls(sb) for sb in await _run(Sandbox.restore, _sync_snapshot(snapshot), count, **kw)]
 
     @property
     def id(self) -> str:
@@ -247,6 +340,14 @@ class AsyncSandbox:
     async def processes(self) -> List[ProcessInfo]:
         """See :meth:`warren.Sandbox.processes`."""
         return await _run(self.sync.processes)
+
+    async def snapshot(self, wait: bool = False, wait_timeout: Optional[float] = None) -> AsyncSnapshot:
+        """See :meth:`warren.Sandbox.snapshot`."""
+        return AsyncSnapshot(await _run(self.sync.snapshot, wait, wait_timeout))
+
+    async def snapshots(self) -> List[AsyncSnapshot]:
+        """See :meth:`warren.Sandbox.snapshots`."""
+        return [AsyncSnapshot(sn) for sn in await _run(self.sync.snapshots)]
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

@@ -9,11 +9,14 @@ import ssl
 import threading
 import urllib.parse
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from ._transport import IDEMPOTENT, NEVER, Transport, path_of
 from .errors import ConfigurationError, StreamBrokenError, WarrenError
-from .models import NodeInfo, Template
+from .models import GCResult, NodeInfo, Template
+
+if TYPE_CHECKING:
+    from .snapshots import Snapshot
 
 __all__ = [
     "Client",
@@ -88,9 +91,10 @@ class Client:
 
     Safe to use from many threads at once: calls reuse keep-alive
     connections from a small pool. Calls that are safe to repeat (reads,
-    deleting a sandbox) are retried on a refused or broken connection and on
-    502/503, with a bounded exponential backoff; calls with effects (create,
-    exec, stdin, file upload) are sent once.
+    deleting a sandbox or a snapshot) are retried on a refused or broken
+    connection and on 502/503, with a bounded exponential backoff; calls with
+    effects (create, exec, stdin, file upload, snapshot, restore) are sent
+    once.
 
     Args:
         url: the server's base URL; default $WARREN_URL, else
@@ -221,6 +225,45 @@ class Client:
                     return Template.from_json(ev["template"])
         finally:
             stream.close()
+
+    def get_snapshot(self, snapshot_id: str) -> "Snapshot":
+        """The snapshot with this id; see :func:`warren.get_snapshot`.
+
+        Raises:
+            NotFoundError: there is none (deleted, or another tenant's).
+        """
+        from .snapshots import get_snapshot
+
+        return get_snapshot(snapshot_id, client=self)
+
+    def list_snapshots(self) -> List["Snapshot"]:
+        """Your snapshots on the node, oldest first; see
+        :func:`warren.list_snapshots`."""
+        from .snapshots import list_snapshots
+
+        return list_snapshots(client=self)
+
+    def delete_snapshot(self, snapshot: Union["Snapshot", str]) -> None:
+        """Delete a snapshot (or the snapshot with this id); see
+        :func:`warren.delete_snapshot`.
+
+        Raises:
+            NotFoundError: there is no such snapshot (any more).
+        """
+        from .snapshots import delete_snapshot
+
+        delete_snapshot(snapshot, client=self)
+
+    def gc(self, grace_seconds: Optional[float] = None) -> GCResult:
+        """Collect the snapshot data in the blob store that nothing needs
+        any more (admin key only); see :func:`warren.gc`.
+
+        Raises:
+            ForbiddenError: the key is not the admin key.
+        """
+        from .snapshots import gc
+
+        return gc(grace_seconds, client=self)
 
     def _get(self, path: str, query: Optional[Dict[str, Any]] = None) -> Any:
         """GET a JSON document, retried as reads are."""

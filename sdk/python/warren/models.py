@@ -25,6 +25,7 @@ __all__ = [
     "Template",
     "RuntimeInfo",
     "NodeInfo",
+    "GCResult",
     "parse_time",
 ]
 
@@ -63,7 +64,8 @@ class SandboxInfo:
 
     ``state`` is ``starting``, ``running``, ``stopped`` or ``failed`` (then
     ``error`` says why). ``isolation`` says honestly what separates it from
-    the host, e.g. ``"container (shared host kernel)"``.
+    the host, e.g. ``"container (shared host kernel)"``. ``origin`` is the id
+    of the snapshot it was restored from, empty for one made by create.
     """
 
     id: str
@@ -80,6 +82,7 @@ class SandboxInfo:
     env: Dict[str, str] = field(default_factory=dict)
     metadata: Dict[str, str] = field(default_factory=dict)
     error: str = ""
+    origin: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -99,6 +102,7 @@ class SandboxInfo:
             env=_str_map(d.get("env")),
             metadata=_str_map(d.get("metadata")),
             error=str(d.get("error") or ""),
+            origin=str(d.get("origin") or ""),
         )
 
 
@@ -329,4 +333,25 @@ class NodeInfo:
             clone_mode=str(d.get("clone_mode") or ""),
             cgroup_version=int(d.get("cgroup_version") or 0),
             sandboxes=int(d.get("sandboxes") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class GCResult:
+    """What a garbage collection of the blob store (:func:`warren.gc`)
+    removed and kept."""
+
+    manifests_deleted: int
+    chunks_deleted: int
+    bytes_freed: int
+    chunks_kept: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "GCResult":
+        """Build from the API's GCResult object."""
+        return cls(
+            manifests_deleted=int(d.get("manifests_deleted") or 0),
+            chunks_deleted=int(d.get("chunks_deleted") or 0),
+            bytes_freed=int(d.get("bytes_freed") or 0),
+            chunks_kept=int(d.get("chunks_kept") or 0),
         )

@@ -13,6 +13,7 @@ from ._body import Data, request_body
 from ._transport import IDEMPOTENT, NEVER, REFUSED, RawStream, Transport, path_of
 from .client import Client, default_client
 from .errors import (
+    BadRequestError,
     CommandTimeout,
     NotFoundError,
     RequestTimeout,
@@ -23,6 +24,7 @@ from .errors import (
 )
 from .files import Files
 from .models import ExecEvent, ExecResult, ProcessInfo, SandboxInfo
+from .snapshots import Snapshot, _client_of, _snapshot_id
 
 __all__ = ["Sandbox", "Process", "ExecStream", "Command", "OutputCallback"]
 
@@ -40,6 +42,14 @@ _TIMEOUT_MARGIN = 60.0
 # How much of each output stream a streamed exec keeps for its result, as the
 # server does for a collected one.
 _MAX_OUTPUT = 16 << 20
+
+# How long the server waits for a snapshot to become durable when asked to
+# wait without a timeout of its own.
+_SNAPSHOT_WAIT = 600.0
+
+# The least socket timeout of a restore: it answers once every sandbox runs,
+# which takes longer the more it starts.
+_RESTORE_TIMEOUT = 600.0
 
 
 def _millis(seconds: Optional[float], what: str) -> Optional[int]:
@@ -87,6 +97,33 @@ def _exec_body(
         body["timeout_ms"] = ms
     if tag:
         body["tag"] = tag
+    return body
+
+
+def _sandbox_body(
+    *,
+    runtime: Optional[str],
+    cpus: Optional[float],
+    memory_mb: Optional[int],
+    pids: Optional[int],
+    timeout: Optional[float],
+    env: Optional[Mapping[str, str]],
+    metadata: Optional[Mapping[str, str]],
+) -> Dict[str, Any]:
+    """The fields that CreateSandboxRequest and RestoreRequest share, for
+    the arguments that are not None."""
+    body: Dict[str, Any] = {}
+    for key, value in (("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb), ("pids", pids)):
+        if value is not None:
+            body[key] = value
+    if timeout is not None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout}")
+        body["timeout_seconds"] = max(1, math.ceil(timeout))
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if metadata:
+        body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
     return body
 
 
@@ -377,23 +414,73 @@ class Sandbox:
         Never retried: a failed create may or may not have made a sandbox.
         """
         client = client or default_client()
-        body: Dict[str, Any] = {}
-        for key, value in (
-            ("template", template), ("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb),
-            ("pids", pids), ("disk_mb", disk_mb),
-        ):
-            if value is not None:
-                body[key] = value
-        if timeout is not None:
-            if timeout <= 0:
-                raise ValueError(f"timeout must be positive, not {timeout}")
-            body["timeout_seconds"] = max(1, math.ceil(timeout))
-        if env:
-            body["env"] = {str(k): str(v) for k, v in env.items()}
-        if metadata:
-            body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+        body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
+                             env=env, metadata=metadata)
+        if template is not None:
+            body["template"] = template
+        if disk_mb is not None:
+            body["disk_mb"] = disk_mb
         answer = client.transport.request("POST", "/v1/sandboxes", json_body=body, retry=NEVER)
         return cls(SandboxInfo.from_json(answer.json()), client)
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: Union[Snapshot, str],
+        count: int = 1,
+        *,
+        runtime: Optional[str] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        client: Optional[Client] = None,
+    ) -> List["Sandbox"]:
+        """Fork: start count sandboxes from a snapshot, in parallel, and
+        return them once all of them run. Each has the snapshot's disk and a
+        fresh identity (its own id and hostname); its ``info.origin`` is the
+        snapshot's id. All or nothing: if one fails to start, the others are
+        deleted and the error is raised.
+
+        Each sandbox is a context manager; to delete them all at the end of
+        a block, enter each in a :class:`contextlib.ExitStack`.
+
+        Args:
+            snapshot: a :class:`Snapshot` or its id. A pending snapshot can
+                be restored on the node that took it.
+            count: how many sandboxes (the server allows 1 to 256).
+            runtime, cpus, memory_mb, pids, timeout, env, metadata: as for
+                :meth:`create`, for every one of them; the disk size is the
+                snapshot's.
+            client: the client to use (default: the snapshot's, else
+                :func:`default_client`).
+
+        Raises:
+            BadRequestError: count is out of range (below 1 without asking
+                the server), or another argument is invalid.
+            NotFoundError: there is no such snapshot (deleted, or another
+                tenant's).
+
+        Never retried: a repeat would start more sandboxes.
+        """
+        client = _client_of(snapshot, client)
+        sid = _snapshot_id(snapshot)
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"count must be an int, not {type(count).__name__}")
+        if count < 1:
+            # The API reads a count of 0 as "the default, 1": refuse it here.
+            raise BadRequestError(f"count must be at least 1, got {count}")
+        body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
+                             env=env, metadata=metadata)
+        body["count"] = count
+        t = client.transport.timeout
+        answer = client.transport.request(
+            "POST", path_of("v1", "snapshots", sid, "restore"), json_body=body, retry=NEVER,
+            timeout=None if t is None else max(t, _RESTORE_TIMEOUT),
+        )
+        return [cls(SandboxInfo.from_json(d), client) for d in answer.json().get("sandboxes") or []]
 
     @classmethod
     def get(cls, sandbox_id: str, *, client: Optional[Client] = None) -> "Sandbox":
@@ -492,6 +579,54 @@ class Sandbox:
     def kill(self) -> None:
         """Same as :meth:`delete`."""
         self.delete()
+
+    # -- snapshots -----------------------------------------------------------
+
+    def snapshot(self, wait: bool = False, wait_timeout: Optional[float] = None) -> Snapshot:
+        """Save the sandbox's disk and return the snapshot. The sandbox's
+        filesystem is frozen for a moment (``ack_duration``) and its disk
+        cloned; the sandbox then runs on.
+
+        Args:
+            wait: return only once the snapshot is durable (stored and
+                verified in the blob store) or failed; otherwise return at
+                once, with it pending while it uploads in the background
+                (it can already be restored on this node).
+            wait_timeout: with wait, seconds to wait at most (the server's
+                default is 600).
+
+        Raises:
+            SandboxGoneError: the sandbox is not running.
+            RequestTimeout: with wait, it was not durable in time; it stays
+                pending (find it with :meth:`snapshots`, then
+                :meth:`Snapshot.wait`).
+
+        Never retried: a repeat would take a second snapshot.
+        """
+        body: Dict[str, Any] = {}
+        sock_timeout: Union[float, None, str] = "default"
+        if wait:
+            body["wait"] = True
+            server_wait = _SNAPSHOT_WAIT
+            if wait_timeout is not None:
+                if wait_timeout <= 0:
+                    raise ValueError(f"wait_timeout must be positive, not {wait_timeout}")
+                body["wait_timeout_seconds"] = max(1, math.ceil(wait_timeout))
+                server_wait = float(body["wait_timeout_seconds"])
+            if self._transport.timeout is not None:
+                sock_timeout = max(self._transport.timeout, server_wait + _TIMEOUT_MARGIN)
+        elif wait_timeout is not None:
+            raise ValueError("wait_timeout is for wait=True")
+        answer = self._transport.request(
+            "POST", self._path("snapshots"), json_body=body, retry=NEVER, timeout=sock_timeout
+        )
+        return Snapshot.from_json(answer.json(), self.client)
+
+    def snapshots(self) -> List[Snapshot]:
+        """The sandbox's snapshots, oldest first (each one's ``parent``
+        links them into a tree)."""
+        doc = self._get(self._path("snapshots"))
+        return [Snapshot.from_json(d, self.client) for d in doc.get("snapshots") or []]
 
     def __enter__(self) -> "Sandbox":
         return self
