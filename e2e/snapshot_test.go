@@ -338,3 +338,45 @@ func TestSnapshotTenants(t *testing.T) {
 		}
 	}
 }
+
+// Write amplification of layers: incompressible data written in a sandbox
+// costs about its own size in the blob store, and changing one byte of a
+// 1 GiB file costs a few KiB, not the file. The figures go to
+// docs/BENCHMARKS.md.
+func TestSnapshotWriteAmplification(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	c := shared.client()
+	id := shared.newSandbox(t)
+	t.Cleanup(func() {
+		list, _ := c.ListSnapshots(ctx, id)
+		for _, sn := range list {
+			c.DeleteSnapshot(ctx, sn.ID)
+		}
+		zero := int64(0)
+		c.GC(ctx, api.GCRequest{GraceSeconds: &zero})
+	})
+	stored := func(sn string) int64 {
+		got, err := c.GetSnapshot(ctx, sn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.StoredBytes
+	}
+	shared.snapshot(t, id)
+	const x = 64 << 20
+	shared.sh(t, id, fmt.Sprintf(`head -c %d /dev/urandom > /root/x && sync`, x))
+	s1 := stored(shared.snapshot(t, id))
+	t.Logf("64 MiB of random data: %d bytes stored (%.4f x)", s1, float64(s1)/x)
+	if s1 > x*105/100 {
+		t.Errorf("64 MiB of random data stored %d bytes, more than 1.05 x", s1)
+	}
+	shared.sh(t, id, `head -c 1073741824 /dev/urandom > /root/big && sync`)
+	shared.snapshot(t, id)
+	shared.sh(t, id, `printf x | dd of=/root/big bs=1 seek=536870912 conv=notrunc 2>/dev/null && sync`)
+	s3 := stored(shared.snapshot(t, id))
+	t.Logf("one byte changed in a 1 GiB file: %d bytes stored", s3)
+	if s3 > 16<<10 {
+		t.Errorf("one byte changed in a 1 GiB file stored %d bytes, more than 16 KiB", s3)
+	}
+}
