@@ -3,9 +3,7 @@ package layer
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 )
 
@@ -115,7 +113,7 @@ func changed(ctx context.Context, parentPath, childPath string) ([]Range, DiffSt
 
 	segs := snap(plan(childMap, parentMap, size), size)
 	stats := DiffStats{Size: size}
-	cmp := comparer{child: child, parent: parent, parentSize: parentSize, stats: &stats}
+	cmp := comparer{child: child, parent: parent, childSize: size, parentSize: parentSize, stats: &stats}
 	for _, s := range segs {
 		switch s.kind {
 		case segShared:
@@ -141,14 +139,6 @@ func changed(ctx context.Context, parentPath, childPath string) ([]Range, DiffSt
 // non-overlapping and clipped to their file's size.
 func plan(child, parent []mapping, size int64) []segment {
 	var segs []segment
-	add := func(s segment) {
-		if n := len(segs); n > 0 && segs[n-1].kind == s.kind &&
-			segs[n-1].readChild == s.readChild && segs[n-1].readParent == s.readParent {
-			segs[n-1].end = s.end
-			return
-		}
-		segs = append(segs, s)
-	}
 	var ci, pi int
 	for pos := int64(0); pos < size; {
 		for ci < len(child) && child[ci].end() <= pos {
@@ -168,7 +158,7 @@ func plan(child, parent []mapping, size int64) []segment {
 		case cIn && pIn && c.shareable && p.shareable && c.phys-c.off == p.phys-p.off:
 			s.kind, s.readChild, s.readParent = segShared, false, false
 		}
-		add(s)
+		segs = appendSegment(segs, s)
 		pos = next
 	}
 	return segs
@@ -193,17 +183,7 @@ func boundary(m []mapping, i int, pos int64, next *int64) (mapping, bool) {
 // where a segment boundary falls inside it. size is block-aligned.
 func snap(segs []segment, size int64) []segment {
 	var out []segment
-	add := func(s segment) {
-		if s.off >= s.end {
-			return
-		}
-		if n := len(out); n > 0 && out[n-1].end == s.off && out[n-1].kind == s.kind &&
-			out[n-1].readChild == s.readChild && out[n-1].readParent == s.readParent {
-			out[n-1].end = s.end
-			return
-		}
-		out = append(out, s)
-	}
+	add := func(s segment) { out = appendSegment(out, s) }
 	both := func(off, end int64) segment {
 		return segment{off: off, end: end, kind: segCompare, readChild: true, readParent: true}
 	}
@@ -217,9 +197,7 @@ func snap(segs []segment, size int64) []segment {
 			if off != s.off || end != s.end {
 				s.readChild, s.readParent = true, true
 			}
-			if off > done {
-				add(both(done, off))
-			}
+			add(both(done, off)) // blocks of skip segments too short to skip
 			s.off, s.end = max(off, done), end
 			add(s)
 			done = end
@@ -238,6 +216,20 @@ func snap(segs []segment, size int64) []segment {
 	return out
 }
 
+// appendSegment appends s unless empty, merged into the last segment when
+// it continues it with the same kind and reads.
+func appendSegment(segs []segment, s segment) []segment {
+	if s.off >= s.end {
+		return segs
+	}
+	if n := len(segs); n > 0 && segs[n-1].end == s.off && segs[n-1].kind == s.kind &&
+		segs[n-1].readChild == s.readChild && segs[n-1].readParent == s.readParent {
+		segs[n-1].end = s.end
+		return segs
+	}
+	return append(segs, s)
+}
+
 func alignDown(n int64) int64 { return n &^ (BlockSize - 1) }
 func alignUp(n int64) int64   { return alignDown(n + BlockSize - 1) }
 
@@ -247,11 +239,11 @@ const compareBuf = 1 << 20
 // comparer compares segments of two files block by block and collects the
 // differing blocks as ranges.
 type comparer struct {
-	child, parent *os.File // parent is nil for an empty disk
-	parentSize    int64
-	stats         *DiffStats
-	cbuf, pbuf    []byte
-	ranges        []Range
+	child, parent         *os.File // parent is nil for an empty disk
+	childSize, parentSize int64
+	stats                 *DiffStats
+	cbuf, pbuf            []byte
+	ranges                []Range
 }
 
 var zeroBlock [BlockSize]byte
@@ -266,7 +258,7 @@ func (c *comparer) compare(ctx context.Context, s segment) error {
 		}
 		n := min(compareBuf, s.end-off)
 		cb, pb := c.cbuf[:n], c.pbuf[:n]
-		if err := c.read(c.child, s.readChild, cb, off, -1); err != nil {
+		if err := c.read(c.child, s.readChild, cb, off, c.childSize); err != nil {
 			return err
 		}
 		if err := c.read(c.parent, s.readParent && c.parent != nil, pb, off, c.parentSize); err != nil {
@@ -283,15 +275,16 @@ func (c *comparer) compare(ctx context.Context, s segment) error {
 	return nil
 }
 
-// read fills buf from f at off, with zeros where f is not to be read or
-// ends (size < 0: f is the child, which has the whole range).
+// read fills buf with f's bytes at off, and with zeros past size (f's size
+// when the diff began) or everywhere if want is false. A short read before
+// size is an error: the file changed under the diff.
 func (c *comparer) read(f *os.File, want bool, buf []byte, off, size int64) error {
 	n := 0
-	if want && (size < 0 || off < size) {
-		var err error
-		n, err = f.ReadAt(buf, off)
-		c.stats.Read += int64(n)
-		if err != nil && !(errors.Is(err, io.EOF) && size >= 0) {
+	if want && off < size {
+		n = int(min(int64(len(buf)), size-off))
+		m, err := f.ReadAt(buf[:n], off)
+		c.stats.Read += int64(m)
+		if err != nil {
 			return fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
 		}
 	}

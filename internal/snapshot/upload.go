@@ -135,7 +135,7 @@ func (e *Engine) uploadOnce(ctx context.Context, id string) error {
 	if err := e.blobs.Put(ctx, intentKey(id), in); err != nil {
 		return fmt.Errorf("record intent: %w", err)
 	}
-	ranges, _, err := layer.Changed(ctx, parentImage, e.image(id))
+	ranges, ds, err := layer.Changed(ctx, parentImage, e.image(id))
 	if err != nil {
 		return fmt.Errorf("diff: %w", err)
 	}
@@ -178,8 +178,10 @@ func (e *Engine) uploadOnce(ctx context.Context, id string) error {
 		// Harmless: the collector only keeps this layer a little longer.
 		e.log.Warn("remove upload intent", "snapshot", id, "err", err)
 	}
+	// Read is what the diff had to read: little when the parent shares the
+	// unchanged extents by reflink, the whole disk when it does not.
 	e.log.Info("snapshot durable", "snapshot", id, "parent", sn.Parent, "changed", sn.ChangedBytes,
-		"stored", sn.StoredBytes, "upload", sn.Upload)
+		"stored", sn.StoredBytes, "upload", sn.Upload, "diff_shared", ds.Shared, "diff_read", ds.Read)
 	return nil
 }
 

@@ -105,6 +105,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	// One connection: SQLite runs one writer at a time anyway, and writers
+	// that queue here wait their turn in order, where writers on several
+	// connections would poll the lock with sleeps of up to 100 ms each (a
+	// burst of 100 creates took seconds to record). Every statement is
+	// short; none is issued while another's rows are open.
+	db.SetMaxOpenConns(1)
 	s := &Store{db: db}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
