@@ -38,9 +38,14 @@ type Sandbox struct {
 	DiskMB   int64             `json:"disk_mb"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
-	// Origin is the snapshot the sandbox was restored from, if any.
-	Origin    string    `json:"origin,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	// WorkspaceMB is the size of the sandbox's workspace disk, mounted at
+	// /workspace; 0 when it has none.
+	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
+	// Origin is the snapshot the sandbox's root disk was restored from, and
+	// WorkspaceOrigin the one its workspace disk was, if any.
+	Origin          string    `json:"origin,omitempty"`
+	WorkspaceOrigin string    `json:"workspace_origin,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
 	// ExpiresAt is when the sandbox is deleted unless its timeout is extended.
 	ExpiresAt time.Time `json:"expires_at"`
 }
@@ -54,6 +59,10 @@ type CreateSandboxRequest struct {
 	MemoryMB int64   `json:"memory_mb,omitempty"`
 	Pids     int64   `json:"pids,omitempty"`
 	DiskMB   int64   `json:"disk_mb,omitempty"`
+	// WorkspaceMB adds a workspace disk of this size, an empty ext4
+	// filesystem mounted at /workspace, which can be snapshotted on its own
+	// (scope "workspace"). 0: none.
+	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
 	// TimeoutSeconds is the sandbox's time to live; it is deleted after it.
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
@@ -239,10 +248,17 @@ const (
 	SnapshotFailed  = "failed"
 )
 
+// Snapshot scopes: which of a sandbox's disks a snapshot saves.
+const (
+	ScopeRoot      = "root"      // the root disk: the whole system
+	ScopeWorkspace = "workspace" // the workspace disk mounted at /workspace
+)
+
 // Snapshot is a saved disk of a sandbox.
 type Snapshot struct {
 	ID        string `json:"id"`
 	SandboxID string `json:"sandbox_id"`
+	Scope     string `json:"scope"` // root or workspace
 	// Parent is the snapshot this one's layer is stored against: the
 	// sandbox's previous snapshot, or the snapshot it was restored from;
 	// empty when the layer is against the template.
@@ -272,6 +288,8 @@ type Snapshot struct {
 
 // CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
 type CreateSnapshotRequest struct {
+	// Scope is root (the default) or workspace.
+	Scope string `json:"scope,omitempty"`
 	// Wait answers only once the snapshot is durable (or failed), within
 	// WaitTimeoutSeconds (default 600); otherwise the answer comes as soon as
 	// the disk is cloned, with the snapshot pending.
@@ -281,15 +299,20 @@ type CreateSnapshotRequest struct {
 
 // RestoreRequest is the body of POST /v1/snapshots/{id}/restore: start
 // Count sandboxes (default 1), each with the snapshot's disk and a fresh
-// identity. The other fields are as in CreateSandboxRequest (the runtime
-// defaults to auto, the strongest available); the disk size is the
-// snapshot's.
+// identity. A root snapshot gives their root disk; a workspace snapshot
+// gives their workspace disk, and the root disk is a fresh clone of the
+// snapshot's template. The other fields are as in CreateSandboxRequest (the
+// runtime defaults to auto, the strongest available); the snapshot's disk
+// keeps its size.
 type RestoreRequest struct {
-	Count          int               `json:"count,omitempty"`
-	Runtime        string            `json:"runtime,omitempty"`
-	CPUs           float64           `json:"cpus,omitempty"`
-	MemoryMB       int64             `json:"memory_mb,omitempty"`
-	Pids           int64             `json:"pids,omitempty"`
+	Count    int     `json:"count,omitempty"`
+	Runtime  string  `json:"runtime,omitempty"`
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Pids     int64   `json:"pids,omitempty"`
+	// WorkspaceMB adds an empty workspace disk to sandboxes restored from a
+	// root snapshot.
+	WorkspaceMB    int64             `json:"workspace_mb,omitempty"`
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`

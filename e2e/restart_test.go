@@ -257,7 +257,7 @@ func checkConsistent(t *testing.T) {
 	for _, dir := range []string{filepath.Join(shared.dataDir, "sandboxes"), filepath.Join(shared.dataDir, "disks", "sandboxes")} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
-			if id := strings.TrimSuffix(e.Name(), ".img"); !running[id] {
+			if id := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".img"), ".ws"); !running[id] {
 				t.Errorf("%s left in %s without a running sandbox", e.Name(), dir)
 			}
 		}

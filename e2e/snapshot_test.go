@@ -380,3 +380,70 @@ func TestSnapshotWriteAmplification(t *testing.T) {
 		t.Errorf("one byte changed in a 1 GiB file stored %d bytes, more than 16 KiB", s3)
 	}
 }
+
+// A workspace disk is snapshotted on its own: a restore of it brings back
+// /workspace on a fresh root from the template, and its lineage is its own.
+func TestSnapshotWorkspace(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	c := shared.client()
+	id := shared.newSandbox(t, "--workspace", "256")
+	got := shared.sh(t, id, `df -k /workspace | tail -1 | awk '{print ($2 > 200000)}'; echo work > /workspace/w.txt; echo sys > /root/r.txt; head -c 5000000 /dev/urandom > /workspace/rand; md5sum /workspace/rand`)
+	if !strings.HasPrefix(got, "1\n") {
+		t.Fatalf("/workspace is not a 256 MB disk of its own: %q", got)
+	}
+	sum := strings.TrimPrefix(got, "1\n")
+	ws := snapshotScope(t, id, "workspace")
+	root := shared.snapshot(t, id)
+	for _, sn := range []struct{ id, scope string }{{ws, api.ScopeWorkspace}, {root, api.ScopeRoot}} {
+		got, err := c.GetSnapshot(ctx, sn.id)
+		if err != nil || got.Scope != sn.scope {
+			t.Fatalf("snapshot %s: %+v %v, want scope %s", sn.id, got, err, sn.scope)
+		}
+	}
+	// The workspace comes back; the root's change does not (fresh root).
+	kid := shared.restore(t, ws, 1)[0]
+	if got := shared.sh(t, kid, `cat /workspace/w.txt; md5sum /workspace/rand; test -e /root/r.txt && echo root-leaked || echo fresh-root`); got != "work\n"+sum+"fresh-root\n" {
+		t.Errorf("restored workspace: %q", got)
+	}
+	sb, err := c.GetSandbox(ctx, kid)
+	if err != nil || sb.WorkspaceOrigin != ws || sb.WorkspaceMB != 256 || sb.Origin != "" {
+		t.Errorf("sandbox restored from a workspace snapshot: %+v %v", sb, err)
+	}
+	// The restored workspace snapshots again, as a child of ws.
+	shared.sh(t, kid, `echo more >> /workspace/w.txt`)
+	ws2 := snapshotScope(t, kid, "workspace")
+	if got, err := c.GetSnapshot(ctx, ws2); err != nil || got.Parent != ws || got.ChangedBytes > 1<<20 {
+		t.Errorf("second workspace snapshot: %+v %v, want parent %s and a small layer", got, err, ws)
+	}
+	// A root snapshot of a sandbox with a workspace restores the root only;
+	// a workspace can be asked for, empty.
+	kid2 := shared.restore(t, root, 1)[0]
+	if got := shared.sh(t, kid2, `cat /root/r.txt; test -e /workspace/w.txt && echo ws || echo no-ws`); got != "sys\nno-ws\n" {
+		t.Errorf("restored root: %q", got)
+	}
+	// Refused: a workspace snapshot of a sandbox without one, a bad scope,
+	// and a workspace too small or too large.
+	plain := shared.newSandbox(t)
+	for _, scope := range []string{"workspace", "home"} {
+		if _, err := c.Snapshot(ctx, plain, api.CreateSnapshotRequest{Scope: scope}); !api.IsCode(err, api.CodeBadRequest) {
+			t.Errorf("snapshot scope %q of a sandbox without a workspace: %v, want bad_request", scope, err)
+		}
+	}
+	for _, mb := range []int64{-1, 1, 1 << 40} {
+		if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{WorkspaceMB: mb}); !api.IsCode(err, api.CodeBadRequest) {
+			t.Errorf("create with workspace_mb %d: %v, want bad_request", mb, err)
+		}
+	}
+}
+
+// snapshotScope takes a snapshot of one scope through the CLI, waiting
+// until it is durable.
+func snapshotScope(t *testing.T, id, scope string) string {
+	t.Helper()
+	out, errOut, code := shared.cli(t, nil, "snapshot", "--wait", "--scope", scope, id)
+	if code != 0 {
+		t.Fatalf("warren snapshot --scope %s: exit %d: %s\n%s", scope, code, errOut, shared.log.tail(20))
+	}
+	return strings.TrimSpace(out)
+}

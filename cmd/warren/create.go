@@ -19,6 +19,7 @@ func runCreate(ctx context.Context, c *cli, args []string) error {
 	fs.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in `MB`")
 	fs.Int64Var(&req.Pids, "pids", 0, "process limit")
 	fs.Int64Var(&req.DiskMB, "disk", 0, "root disk size in `MB`")
+	fs.Int64Var(&req.WorkspaceMB, "workspace", 0, "add an empty workspace disk of this many `MB`, mounted at /workspace")
 	ttl := fs.Duration("timeout", 0, "delete the sandbox after this long, e.g. 30m (default: the server's)")
 	env, meta := kvFlag{}, kvFlag{}
 	fs.Var(env, "env", "set `K=V` in the environment of every command (repeatable)")

@@ -12,13 +12,15 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("restore", "[flags] SNAPSHOT",
 		"Start sandboxes from a snapshot, each with its disk and a fresh identity,\n"+
 			"and print their IDs, one a line, once they all run. All or nothing: if\n"+
-			"one cannot start, none is left running.")
+			"one cannot start, none is left running. A workspace snapshot gives the\n"+
+			"sandboxes its /workspace on a fresh root disk from its template.")
 	var req api.RestoreRequest
 	fs.IntVar(&req.Count, "count", 1, "how many sandboxes to start")
 	fs.StringVar(&req.Runtime, "runtime", "", "container, or auto for the strongest available (default auto)")
 	fs.Float64Var(&req.CPUs, "cpus", 0, "CPUs, fractions allowed (default: the server's)")
 	fs.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in `MB`")
 	fs.Int64Var(&req.Pids, "pids", 0, "process limit")
+	fs.Int64Var(&req.WorkspaceMB, "workspace", 0, "add an empty workspace disk of this many `MB` (root snapshots only)")
 	ttl := fs.Duration("timeout", 0, "delete the sandboxes after this long, e.g. 30m (default: the server's)")
 	env, meta := kvFlag{}, kvFlag{}
 	fs.Var(env, "env", "set `K=V` in the environment of every command (repeatable)")

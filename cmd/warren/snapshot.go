@@ -30,6 +30,7 @@ func runSnapshot(ctx context.Context, c *cli, args []string) error {
 			"  warren snapshot get SNAPSHOT   print one as JSON\n"+
 			"  warren snapshot rm SNAPSHOT... delete snapshots")
 	var req api.CreateSnapshotRequest
+	fs.StringVar(&req.Scope, "scope", "root", "root (the whole system disk) or workspace (the disk at /workspace)")
 	fs.BoolVar(&req.Wait, "wait", false, "return once the snapshot is durable (or failed)")
 	wait := fs.Duration("wait-timeout", 0, "give up waiting after this long (default: the server's, 10m)")
 	asJSON := fs.Bool("json", false, "print the snapshot as JSON instead of its ID")
@@ -72,11 +73,11 @@ func runSnapshotList(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
-		fmt.Fprintln(tw, "ID\tSANDBOX\tSTATE\tDISK\tCHANGED\tSTORED\tCREATED")
+		fmt.Fprintln(tw, "ID\tSANDBOX\tSCOPE\tSTATE\tDISK\tCHANGED\tSTORED\tCREATED")
 		for _, n := range snapshotTree(list) {
 			sn := n.sn
-			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.Repeat("  ", n.depth), sn.ID, sn.SandboxID,
-				sn.State, mib(sn.DiskBytes), mib(sn.ChangedBytes), mib(sn.StoredBytes), when(sn.CreatedAt))
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.Repeat("  ", n.depth), sn.ID, sn.SandboxID,
+				sn.Scope, sn.State, mib(sn.DiskBytes), mib(sn.ChangedBytes), mib(sn.StoredBytes), when(sn.CreatedAt))
 		}
 	})
 }

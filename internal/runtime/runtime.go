@@ -26,7 +26,10 @@ type Spec struct {
 	ID string
 	// Disk is the sandbox's own root disk image (raw ext4), already cloned
 	// from its template. The runtime never deletes it.
-	Disk     string
+	Disk string
+	// Workspace is the sandbox's workspace disk image (raw ext4), mounted at
+	// /workspace, or "" for none. The runtime never deletes it.
+	Workspace string
 	Hostname string
 	Limits   Limits
 	// Dir is a directory private to the node (never visible inside the
@@ -72,11 +75,12 @@ type Instance interface {
 	// Done is closed when the sandbox's init (the agent) has exited, whether
 	// asked to or not.
 	Done() <-chan struct{}
-	// Freeze flushes the sandbox's root filesystem and blocks writes to it
-	// until thaw is called, so that the node can clone a consistent disk.
-	// Processes keep running. The runtime decides who freezes: the host for
-	// a container (the sandbox may not), the guest agent for a VM.
-	Freeze(ctx context.Context) (thaw func() error, err error)
+	// Freeze flushes the filesystem mounted at path in the sandbox ("/" or
+	// "/workspace") and blocks writes to it until thaw is called, so that the
+	// node can clone a consistent disk. Processes keep running. The runtime
+	// decides who freezes: the host for a container (the sandbox may not),
+	// the guest agent for a VM.
+	Freeze(ctx context.Context, path string) (thaw func() error, err error)
 	// Stop kills every process of the sandbox and releases everything the
 	// runtime holds for it (cgroup, mounts, loop device, sockets). It is
 	// idempotent and safe to call after Done.

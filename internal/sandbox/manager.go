@@ -54,6 +54,10 @@ type Config struct {
 	StartTimeout time.Duration
 }
 
+// minWorkspaceMB is the smallest workspace disk: room for ext4's own
+// metadata and journal.
+const minWorkspaceMB = 64
+
 // DefaultConfig is what a single node uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{
@@ -195,6 +199,9 @@ func (m *Manager) Close() {
 func disksDir(p *disk.Pool) string { return filepath.Join(p.Dir(), "sandboxes") }
 
 func (m *Manager) diskPath(id string) string { return filepath.Join(disksDir(m.deps.Pool), id+".img") }
+func (m *Manager) workspacePath(id string) string {
+	return filepath.Join(disksDir(m.deps.Pool), id+".ws.img")
+}
 func (m *Manager) stateDir(id string) string { return filepath.Join(m.deps.StateDir, id) }
 
 // Create starts a sandbox and returns once its agent answers.
@@ -229,13 +236,17 @@ type source struct {
 	image    string
 	size     int64
 	origin   string // the snapshot, if any
+	// workspace is the workspace disk to clone, "" for a new empty one;
+	// workspaceOrigin the snapshot it comes from.
+	workspace       string
+	workspaceOrigin string
 }
 
 // launch records a validated sandbox and starts it.
 func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (api.Sandbox, error) {
 	rec.Runtime = rt.Name()
 	rec.ID = ident.New("sb-")
-	rec.Origin = src.origin
+	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
 		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
@@ -274,6 +285,13 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
 			return fmt.Errorf("grow disk: %w", err)
 		}
+	}
+	if rec.WorkspaceMB > 0 {
+		ws := m.workspacePath(rec.ID)
+		if err := m.workspaceDisk(ctx, src.workspace, ws, rec.WorkspaceMB<<20); err != nil {
+			return err
+		}
+		undo.Add(func() { os.Remove(ws) })
 	}
 	dir := m.stateDir(rec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -315,12 +333,37 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	return nil
 }
 
+// workspaceDisk makes the workspace disk at path: a clone of from (grown to
+// size if it is smaller), or an empty ext4 filesystem of size bytes.
+func (m *Manager) workspaceDisk(ctx context.Context, from, path string, size int64) error {
+	if from != "" {
+		if err := m.deps.Pool.Clone(ctx, from, path); err != nil {
+			return fmt.Errorf("clone workspace disk: %w", err)
+		}
+		if st, err := os.Stat(path); err == nil && st.Size() < size {
+			if err := m.deps.Pool.Grow(path, size); err != nil {
+				return fmt.Errorf("grow workspace disk: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := disk.MakeExt4(ctx, path, size); err != nil {
+		return fmt.Errorf("workspace disk: %w", err)
+	}
+	return nil
+}
+
 func (m *Manager) spec(rec *store.Sandbox) runtime.Spec {
+	ws := ""
+	if rec.WorkspaceMB > 0 {
+		ws = m.workspacePath(rec.ID)
+	}
 	return runtime.Spec{
-		ID:       rec.ID,
-		Disk:     m.diskPath(rec.ID),
-		Hostname: rec.ID,
-		Dir:      m.stateDir(rec.ID),
+		ID:        rec.ID,
+		Disk:      m.diskPath(rec.ID),
+		Workspace: ws,
+		Hostname:  rec.ID,
+		Dir:       m.stateDir(rec.ID),
 		Limits: runtime.Limits{
 			CPUs:        rec.CPUs,
 			MemoryBytes: rec.MemoryMB << 20,
@@ -352,8 +395,10 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 		l.conn.Close()
 		errs = append(errs, l.inst.Stop(ctx))
 	}
-	if err := os.Remove(m.diskPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
+	for _, p := range []string{m.diskPath(id), m.workspacePath(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	if err := os.RemoveAll(m.stateDir(id)); err != nil {
 		errs = append(errs, err)
@@ -438,6 +483,9 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	if diskMB < srcMB || diskMB > c.MaxDiskMB {
 		return bad("disk_mb must be between %d (the disk it starts from) and %d, got %d", srcMB, c.MaxDiskMB, req.DiskMB)
 	}
+	if req.WorkspaceMB != 0 && (req.WorkspaceMB < minWorkspaceMB || req.WorkspaceMB > c.MaxDiskMB) {
+		return bad("workspace_mb must be 0 (none) or between %d and %d, got %d", minWorkspaceMB, c.MaxDiskMB, req.WorkspaceMB)
+	}
 	// Compared in seconds: a huge value would overflow a Duration.
 	maxSeconds := int64(c.MaxTTL / time.Second)
 	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxSeconds {
@@ -456,7 +504,7 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	now := time.Now()
 	return store.Sandbox{
 		Tenant: tenant, Template: src.template, State: api.StateStarting,
-		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB,
+		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB, WorkspaceMB: req.WorkspaceMB,
 		Env: req.Env, Metadata: req.Metadata,
 		CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}, nil
@@ -671,6 +719,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		State: r.State, Error: r.Error,
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,
+		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
 	}
 }

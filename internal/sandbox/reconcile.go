@@ -104,15 +104,17 @@ func (m *Manager) sweepFiles(keep map[string]bool) error {
 		m.log.Info("detaching leftover loop device", "device", dev)
 		errs = append(errs, disk.DetachLoop(dev))
 	}
-	for _, d := range []struct{ dir, suffix string }{{m.deps.StateDir, ""}, {disksDir(m.deps.Pool), ".img"}} {
+	for _, d := range []struct {
+		dir   string
+		owner func(name string) string
+	}{{m.deps.StateDir, func(name string) string { return name }}, {disksDir(m.deps.Pool), diskOwner}} {
 		entries, err := os.ReadDir(d.dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, e := range entries {
-			id := strings.TrimSuffix(e.Name(), d.suffix)
-			if keep[id] {
+			if keep[d.owner(e.Name())] {
 				continue
 			}
 			m.log.Info("removing leftover sandbox file", "path", filepath.Join(d.dir, e.Name()))
@@ -128,7 +130,13 @@ func loopSandbox(dev string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	return strings.TrimSuffix(filepath.Base(strings.TrimSpace(string(b))), ".img"), true
+	return diskOwner(filepath.Base(strings.TrimSpace(string(b)))), true
+}
+
+// diskOwner is the sandbox whose disk image is named name: ID.img (root) or
+// ID.ws.img (workspace).
+func diskOwner(name string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(name, ".img"), ".ws")
 }
 
 // kernelName is the host kernel's name and release, e.g. "Linux 6.18.44".

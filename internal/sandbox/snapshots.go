@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 const (
 	defaultSnapshotWait = 10 * time.Minute
 	maxRestoreCount     = 256
+	// restoreParallel × cores sandboxes of one restore start at once: more
+	// only makes them fight over the kernel's locks.
+	restoreParallel = 4
 )
 
 // Snapshot saves a running sandbox's disk. It answers once the disk is
@@ -38,17 +42,28 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	src := snapshot.Source{
-		Tenant: tenant, SandboxID: id, Image: m.diskPath(id), Origin: rec.Origin, Template: rec.Template,
+	src := snapshot.Source{Tenant: tenant, SandboxID: id, Template: rec.Template, Scope: req.Scope}
+	mountpoint := "/"
+	switch req.Scope {
+	case "", api.ScopeRoot:
+		src.Scope, src.Image, src.Origin = api.ScopeRoot, m.diskPath(id), rec.Origin
+		// The template is needed only for a sandbox's first snapshot, and
+		// only when it was not restored from one.
+		if tpl, err := m.deps.Templates.Get(rec.Template); err == nil {
+			src.TemplateImage, src.TemplateBuilt = tpl.Path, tpl.BuiltAt
+		} else if !errors.Is(err, template.ErrNotFound) {
+			return api.Snapshot{}, fmt.Errorf("template %s: %w", rec.Template, err)
+		}
+	case api.ScopeWorkspace:
+		if rec.WorkspaceMB == 0 {
+			return api.Snapshot{}, api.Errorf(api.CodeBadRequest, "sandbox %s has no workspace disk (create it with workspace_mb)", id)
+		}
+		src.Image, src.Origin, mountpoint = m.workspacePath(id), rec.WorkspaceOrigin, "/workspace"
+	default:
+		return api.Snapshot{}, api.Errorf(api.CodeBadRequest, "scope must be root or workspace, got %q", req.Scope)
 	}
-	// The template is needed only for a sandbox's first snapshot, and only
-	// when it was not restored from one.
-	if tpl, err := m.deps.Templates.Get(rec.Template); err == nil {
-		src.TemplateImage, src.TemplateBuilt = tpl.Path, tpl.BuiltAt
-	} else if !errors.Is(err, template.ErrNotFound) {
-		return api.Snapshot{}, fmt.Errorf("template %s: %w", rec.Template, err)
-	}
-	sn, err := snaps.Take(ctx, src, l.inst.Freeze)
+	freeze := func(ctx context.Context) (func() error, error) { return l.inst.Freeze(ctx, mountpoint) }
+	sn, err := snaps.Take(ctx, src, freeze)
 	if err != nil {
 		return api.Snapshot{}, api.Errorf(api.CodeInternal, "snapshot of %s: %v", id, err)
 	}
@@ -109,22 +124,49 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 	if err != nil {
 		return nil, err
 	}
+	create := api.CreateSandboxRequest{
+		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Pids: req.Pids, WorkspaceMB: req.WorkspaceMB,
+		TimeoutSeconds: req.TimeoutSeconds, Env: req.Env, Metadata: req.Metadata,
+	}
 	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID}
-	rec, err := m.validate(tenant, api.CreateSandboxRequest{
-		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutSeconds: req.TimeoutSeconds,
-		Env: req.Env, Metadata: req.Metadata,
-	}, src)
+	if sn.Scope == api.ScopeWorkspace {
+		// A workspace comes back on a fresh root from its template.
+		tpl, err := m.deps.Templates.Get(sn.Template)
+		if errors.Is(err, template.ErrNotFound) {
+			return nil, api.Errorf(api.CodeConflict, "snapshot %s is of a workspace on template %q, which this node does not have", id, sn.Template)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", sn.Template, err)
+		}
+		if req.WorkspaceMB != 0 {
+			return nil, api.Errorf(api.CodeBadRequest, "workspace_mb cannot be set when restoring a workspace snapshot: its disk keeps its size")
+		}
+		src = source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes, workspaceOrigin: sn.ID}
+		create.WorkspaceMB = (sn.DiskBytes + 1<<20 - 1) >> 20
+	}
+	rec, err := m.validate(tenant, create, src)
 	if err != nil {
 		return nil, err
 	}
-	if src.image, err = m.deps.Snapshots.Materialize(ctx, sn); err != nil {
+	image, err := m.deps.Snapshots.Materialize(ctx, sn)
+	if err != nil {
 		return nil, api.Errorf(api.CodeInternal, "restore %s: %v", id, err)
+	}
+	if sn.Scope == api.ScopeWorkspace {
+		src.workspace = image
+	} else {
+		src.image = image
 	}
 	out := make([]api.Sandbox, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, restoreParallel*goruntime.NumCPU())
 	for i := range count {
-		wg.Go(func() { out[i], errs[i] = m.launch(ctx, rt, rec, src) })
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i], errs[i] = m.launch(ctx, rt, rec, src)
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

@@ -70,11 +70,13 @@ type Config struct {
 	// GCGrace protects objects younger than it from the collector, for
 	// uploads running on other nodes that share the blob store.
 	GCGrace time.Duration
+	// GCEvery is how often the engine collects by itself.
+	GCEvery time.Duration
 }
 
 // DefaultConfig is what a node uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Parallel: 8, Attempts: 3, RetryBase: time.Second, GCGrace: time.Hour}
+	return Config{Parallel: 8, Attempts: 3, RetryBase: time.Second, GCGrace: time.Hour, GCEvery: time.Hour}
 }
 
 func (c Config) withDefaults() Config {
@@ -91,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.GCGrace <= 0 {
 		c.GCGrace = d.GCGrace
 	}
+	if c.GCEvery <= 0 {
+		c.GCEvery = d.GCEvery
+	}
 	return c
 }
 
@@ -105,7 +110,7 @@ type Engine struct {
 
 	ctx    context.Context // ends on Close; uploads run under it
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // uploads in flight
+	wg     sync.WaitGroup // uploads in flight and the periodic collector
 
 	mu        sync.Mutex
 	uploading map[string]chan struct{}  // guarded by mu; closed when the upload ends
@@ -139,11 +144,30 @@ func Open(ctx context.Context, log *slog.Logger, st *store.Store, pool *disk.Poo
 		cancel()
 		return nil, err
 	}
+	e.wg.Add(1)
+	go e.collect()
 	return e, nil
 }
 
-// Close stops the uploads in flight and waits for them; they stay pending
-// and the next Open resumes them.
+// collect runs the collector every Config.GCEvery until the engine closes.
+func (e *Engine) collect() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.GCEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := e.GC(e.ctx, e.cfg.GCGrace); err != nil && e.ctx.Err() == nil {
+			e.log.Error("snapshot gc", "err", err)
+		}
+	}
+}
+
+// Close stops the uploads in flight and the collector and waits for them;
+// the uploads stay pending and the next Open resumes them.
 func (e *Engine) Close() {
 	e.cancel()
 	e.wg.Wait()

@@ -89,13 +89,16 @@ func (e *Engine) Lookup(ctx context.Context, tenant, id string) (store.Snapshot,
 // manifest.
 func fromManifest(m layer.Manifest) store.Snapshot {
 	sn := store.Snapshot{
-		ID: m.ID, Tenant: m.Labels["tenant"], SandboxID: m.Labels["sandbox"], Parent: m.Parent,
+		ID: m.ID, Tenant: m.Labels["tenant"], SandboxID: m.Labels["sandbox"], Scope: m.Labels["scope"], Parent: m.Parent,
 		Template: m.Labels["template"], State: api.SnapshotDurable, DiskBytes: m.DiskSize,
 	}
 	for _, x := range m.Extents {
 		if !x.Zero {
 			sn.ChangedBytes += x.Length
 		}
+	}
+	if sn.Scope == "" {
+		sn.Scope = api.ScopeRoot
 	}
 	if t, err := time.Parse(time.RFC3339Nano, m.Labels["created_at"]); err == nil {
 		sn.CreatedAt = t

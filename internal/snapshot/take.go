@@ -16,12 +16,15 @@ import (
 type Source struct {
 	Tenant    string
 	SandboxID string
-	// Image is the sandbox's disk image.
+	// Scope is the disk saved: api.ScopeRoot or api.ScopeWorkspace.
+	Scope string
+	// Image is the sandbox's disk image of that scope.
 	Image string
-	// Origin is the snapshot the sandbox was restored from, "" if none.
+	// Origin is the snapshot that disk was restored from, "" if none.
 	Origin string
-	// Template, TemplateImage and TemplateBuilt name the template the
-	// sandbox (or its lineage) started from, for the base layer.
+	// Template names the template the sandbox started from. For the root
+	// scope, TemplateImage and TemplateBuilt locate that build, for the
+	// base layer; a workspace starts empty and has none.
 	Template      string
 	TemplateImage string
 	TemplateBuilt time.Time
@@ -41,7 +44,7 @@ func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Sna
 		return store.Snapshot{}, err
 	}
 	sn := store.Snapshot{
-		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Parent: parent,
+		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Scope: src.Scope, Parent: parent,
 		Template: src.Template, State: api.SnapshotPending,
 	}
 	if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
@@ -104,10 +107,12 @@ func (e *Engine) cloneFrozen(ctx context.Context, image, id string, freeze Freez
 }
 
 // parentFor picks the parent of a new snapshot of src: its previous
-// snapshot, else the snapshot it was restored from, else its template's base
-// layer (recorded, and cloned into the cache, the first time).
+// snapshot of the same scope, else the snapshot that disk was restored from,
+// else its template's base layer (recorded, and cloned into the cache, the
+// first time) for a root disk, or none (a layer over an empty disk) for a
+// workspace.
 func (e *Engine) parentFor(ctx context.Context, src Source) (string, error) {
-	prev, err := e.store.LatestSnapshot(ctx, src.SandboxID)
+	prev, err := e.store.LatestSnapshot(ctx, src.SandboxID, src.Scope)
 	if err == nil {
 		return prev.ID, nil
 	}
@@ -116,6 +121,12 @@ func (e *Engine) parentFor(ctx context.Context, src Source) (string, error) {
 	}
 	if src.Origin != "" {
 		return src.Origin, nil
+	}
+	if src.Scope == api.ScopeWorkspace {
+		return "", nil
+	}
+	if src.TemplateImage == "" {
+		return "", fmt.Errorf("take snapshot: template %s is not on this node, and the sandbox's first snapshot needs it", src.Template)
 	}
 	return e.EnsureBase(ctx, src.Template, src.TemplateImage, src.TemplateBuilt)
 }

@@ -146,7 +146,7 @@ func (e *Engine) uploadOnce(ctx context.Context, id string) error {
 	m := layer.Manifest{
 		Version: 1, ID: id, Parent: sn.Parent, DiskSize: sn.DiskBytes, Extents: extents,
 		Labels: map[string]string{
-			"tenant": sn.Tenant, "sandbox": sn.SandboxID, "template": sn.Template,
+			"tenant": sn.Tenant, "sandbox": sn.SandboxID, "template": sn.Template, "scope": sn.Scope,
 			"created_at": sn.CreatedAt.Format(time.RFC3339Nano),
 		},
 	}

@@ -16,7 +16,7 @@ import (
 // lineage stops above them.
 func (e *Engine) View(ctx context.Context, sn store.Snapshot) api.Snapshot {
 	v := api.Snapshot{
-		ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, State: sn.State, Error: sn.Error,
+		ID: sn.ID, SandboxID: sn.SandboxID, Scope: sn.Scope, Template: sn.Template, State: sn.State, Error: sn.Error,
 		DiskBytes: sn.DiskBytes, ChangedBytes: sn.ChangedBytes, StoredBytes: sn.StoredBytes,
 		CreatedAt: sn.CreatedAt, AckMs: ms(sn.Ack.Seconds()), UploadMs: ms(sn.Upload.Seconds()),
 		Lineage: []string{},

@@ -32,14 +32,14 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 17 {
-		return fmt.Errorf("scan of %d columns, want 17", len(dest))
+	if len(dest) != 19 {
+		return fmt.Errorf("scan of %d columns, want 19", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
-	*dest[13].(*[]byte) = r.runtimeState
-	*dest[14].(*int64), *dest[16].(*int64) = r.created, r.updated
-	*dest[15].(*sql.NullInt64) = r.expires
+	*dest[15].(*[]byte) = r.runtimeState
+	*dest[16].(*int64), *dest[18].(*int64) = r.created, r.updated
+	*dest[17].(*sql.NullInt64) = r.expires
 	return nil
 }
 

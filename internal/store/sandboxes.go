@@ -27,9 +27,13 @@ type Sandbox struct {
 	DiskMB   int64
 	Env      map[string]string
 	Metadata map[string]string
+	// WorkspaceMB is the size of its workspace disk, 0 for none.
+	WorkspaceMB int64
 	// Origin is the snapshot the sandbox's disk was restored from; "" when
-	// it was cloned from its template.
-	Origin string
+	// it was cloned from its template. WorkspaceOrigin is the same for its
+	// workspace disk ("" when it started empty).
+	Origin          string
+	WorkspaceOrigin string
 	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
 	RuntimeState []byte
 	CreatedAt    time.Time
@@ -41,7 +45,7 @@ type Sandbox struct {
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
-	env, metadata, origin, runtime_state, created_at, expires_at, updated_at`
+	env, metadata, origin, workspace_mb, workspace_origin, runtime_state, created_at, expires_at, updated_at`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -79,9 +83,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		created = now
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
-		env, meta, sb.Origin, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
@@ -204,7 +208,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var created, updated int64
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
-		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.RuntimeState,
+		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin, &sb.RuntimeState,
 		&created, &expires, &updated)
 	if err != nil {
 		return Sandbox{}, err

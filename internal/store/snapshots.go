@@ -17,6 +17,7 @@ type Snapshot struct {
 	ID        string
 	Tenant    string
 	SandboxID string
+	Scope     string // api.ScopeRoot or api.ScopeWorkspace
 	// Parent is the snapshot (or template base layer) this one's layer is
 	// stored against; "" for a base layer. Until the snapshot is durable it
 	// is the intended parent, which the upload may move up the lineage if
@@ -38,7 +39,7 @@ type Snapshot struct {
 	DurableAt time.Time // zero until durable
 }
 
-const snapshotColumns = `id, tenant, sandbox_id, parent, template, state, error,
+const snapshotColumns = `id, tenant, sandbox_id, scope, parent, template, state, error,
 	disk_bytes, changed_bytes, stored_bytes, ack_ns, upload_ns, created_at, durable_at`
 
 func validSnapshotState(state string) bool {
@@ -58,13 +59,16 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	if !validSnapshotState(sn.State) {
 		return fmt.Errorf("insert snapshot %s: invalid state %q", sn.ID, sn.State)
 	}
+	if sn.Scope == "" {
+		sn.Scope = api.ScopeRoot
+	}
 	if sn.CreatedAt.IsZero() {
 		sn.CreatedAt = time.Now()
 	}
 	sn.CreatedAt = fromNanos(sn.CreatedAt.UnixNano())
 	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.Tenant, sn.SandboxID, sn.Parent, sn.Template, sn.State, sn.Error,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
 		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
 		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt))
 	if err != nil {
@@ -122,12 +126,12 @@ func (s *Store) PendingSnapshots(ctx context.Context) ([]Snapshot, error) {
 		`SELECT `+snapshotColumns+` FROM snapshots WHERE state = ? ORDER BY created_at, id`, api.SnapshotPending)
 }
 
-// LatestSnapshot returns the sandbox's newest snapshot that has not failed,
-// or ErrNotFound.
-func (s *Store) LatestSnapshot(ctx context.Context, sandboxID string) (Snapshot, error) {
+// LatestSnapshot returns the sandbox's newest snapshot of scope that has
+// not failed, or ErrNotFound.
+func (s *Store) LatestSnapshot(ctx context.Context, sandboxID, scope string) (Snapshot, error) {
 	sns, err := s.querySnapshots(ctx, "latest snapshot of "+sandboxID,
-		`SELECT `+snapshotColumns+` FROM snapshots WHERE sandbox_id = ? AND state != ?
-		ORDER BY created_at DESC, id DESC LIMIT 1`, sandboxID, api.SnapshotFailed)
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE sandbox_id = ? AND scope = ? AND state != ?
+		ORDER BY created_at DESC, id DESC LIMIT 1`, sandboxID, scope, api.SnapshotFailed)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -175,7 +179,7 @@ func (s *Store) querySnapshots(ctx context.Context, op, query string, args ...an
 		var sn Snapshot
 		var ack, upload, created int64
 		var durable sql.NullInt64
-		if err := rows.Scan(&sn.ID, &sn.Tenant, &sn.SandboxID, &sn.Parent, &sn.Template, &sn.State, &sn.Error,
+		if err := rows.Scan(&sn.ID, &sn.Tenant, &sn.SandboxID, &sn.Scope, &sn.Parent, &sn.Template, &sn.State, &sn.Error,
 			&sn.DiskBytes, &sn.ChangedBytes, &sn.StoredBytes, &ack, &upload, &created, &durable); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}

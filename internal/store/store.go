@@ -83,6 +83,9 @@ var migrations = []string{
 	CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
 	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);
 	CREATE INDEX snapshots_parent ON snapshots (parent);`,
+	`ALTER TABLE sandboxes ADD COLUMN workspace_mb INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sandboxes ADD COLUMN workspace_origin TEXT NOT NULL DEFAULT '';
+	ALTER TABLE snapshots ADD COLUMN scope TEXT NOT NULL DEFAULT 'root';`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

@@ -275,12 +275,24 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	// The disk and the init's cgroup do not depend on each other until the
 	// mount is idmapped into the init's user namespace: prepare them at once.
 	// Once the init has it (or the start failed), our fd of the mount goes.
-	mounted := make(chan diskMount, 1)
-	go func() { mounted <- mountDisk(spec.Disk) }()
-	diskMounted := sync.OnceValue(func() diskMount { return <-mounted })
+	images := []string{spec.Disk}
+	if spec.Workspace != "" {
+		images = append(images, spec.Workspace)
+	}
+	mounted := make(chan []diskMount, 1)
+	go func() {
+		var ms []diskMount
+		for _, img := range images {
+			ms = append(ms, mountDisk(img))
+		}
+		mounted <- ms
+	}()
+	disksMounted := sync.OnceValue(func() []diskMount { return <-mounted })
 	defer func() {
-		if d := diskMounted(); d.err == nil {
-			unix.Close(d.fd)
+		for _, d := range disksMounted() {
+			if d.err == nil {
+				unix.Close(d.fd)
+			}
 		}
 	}()
 
@@ -303,17 +315,19 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("join cgroup: %w", err)
 	}
 
-	d := diskMounted()
-	if d.err != nil {
-		return nil, d.err
+	var fds []int
+	for _, d := range disksMounted() {
+		if d.err != nil {
+			return nil, d.err
+		}
+		if err := idmap(d.fd, fmt.Sprintf("/proc/%d/ns/user", p.pid)); err != nil {
+			return nil, err
+		}
+		fds = append(fds, d.fd)
 	}
-	mnt := d.fd
-	if err := idmap(mnt, fmt.Sprintf("/proc/%d/ns/user", p.pid)); err != nil {
-		return nil, err
-	}
-	cfg, _ := json.Marshal(containerinit.Config{Hostname: spec.Hostname})
-	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(mnt), nil, 0); err != nil {
-		return nil, fmt.Errorf("hand root to init: %w", err)
+	cfg, _ := json.Marshal(containerinit.Config{Hostname: spec.Hostname, Workspace: spec.Workspace != ""})
+	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(fds...), nil, 0); err != nil {
+		return nil, fmt.Errorf("hand disks to init: %w", err)
 	}
 	if err := waitSetup(ctx, p.sync); err != nil {
 		return nil, err
@@ -377,7 +391,7 @@ func idmap(mnt int, usernsPath string) error {
 	defer unix.Close(userns)
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
 	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		return fmt.Errorf("idmap root mount: %w", err)
+		return fmt.Errorf("idmap disk mount: %w", err)
 	}
 	return nil
 }
@@ -464,8 +478,13 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}
 	// A daemon that died between a freeze and its thaw left the sandbox's
 	// filesystem frozen.
-	if err := in.thaw(); err != nil {
+	if err := in.thaw("/"); err != nil {
 		r.log.Warn("thaw adopted sandbox", "sandbox", spec.ID, "err", err)
+	}
+	if spec.Workspace != "" {
+		if err := in.thaw("/" + containerinit.WorkspaceDir); err != nil {
+			r.log.Warn("thaw adopted sandbox's workspace", "sandbox", spec.ID, "err", err)
+		}
 	}
 	return in, nil
 }

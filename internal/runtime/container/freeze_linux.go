@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/runtime/container/containerinit"
 )
 
 // FIFREEZE and FITHAW, _IOWR('X', 119/120, int).
@@ -25,10 +27,10 @@ const (
 //
 // A frozen filesystem whose thaw never comes (the daemon dies in between)
 // is thawed when the next daemon process adopts the sandbox.
-func (in *instance) Freeze(ctx context.Context) (func() error, error) {
-	root, err := in.openRoot()
+func (in *instance) Freeze(ctx context.Context, path string) (func() error, error) {
+	root, err := in.openMount(path)
 	if err != nil {
-		return nil, fmt.Errorf("freeze: %w", err)
+		return nil, fmt.Errorf("freeze %s: %w", path, err)
 	}
 	t0 := time.Now()
 	if err := unix.Syncfs(int(root.Fd())); err != nil {
@@ -50,18 +52,56 @@ func (in *instance) Freeze(ctx context.Context) (func() error, error) {
 	}, nil
 }
 
-// thaw thaws the sandbox's root filesystem if it is frozen.
-func (in *instance) thaw() error {
-	root, err := in.openRoot()
+// thaw thaws the sandbox's filesystem at path if it is frozen.
+func (in *instance) thaw(path string) error {
+	f, err := in.openMount(path)
 	if err != nil {
 		return err
 	}
-	defer root.Close()
-	err = unix.IoctlSetInt(int(root.Fd()), ioctlFITHAW, 0)
+	defer f.Close()
+	err = unix.IoctlSetInt(int(f.Fd()), ioctlFITHAW, 0)
 	if errors.Is(err, unix.EINVAL) {
 		return nil // not frozen
 	}
 	return err
+}
+
+// openMount opens the directory at path in the sandbox, "/" or
+// "/workspace". The workspace is looked up inside the sandbox's root without
+// following any symlink (the sandbox controls its tree), and must be the
+// root of a filesystem of its own.
+func (in *instance) openMount(path string) (*os.File, error) {
+	root, err := in.openRoot()
+	if err != nil || path == "/" {
+		return root, err
+	}
+	defer root.Close()
+	if path != "/"+containerinit.WorkspaceDir {
+		return nil, fmt.Errorf("no disk is mounted at %q", path)
+	}
+	fd, err := unix.Openat2(int(root.Fd()), containerinit.WorkspaceDir, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st, rst unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := unix.Fstat(int(root.Fd()), &rst); err != nil {
+		f.Close()
+		return nil, err
+	}
+	const ext4RootInode = 2
+	if st.Dev == rst.Dev || st.Ino != ext4RootInode {
+		f.Close()
+		return nil, errors.New("/workspace is not the workspace disk's root")
+	}
+	return f, nil
 }
 
 // openRoot opens the root directory of the sandbox's init. It makes sure

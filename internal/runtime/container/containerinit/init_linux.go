@@ -45,7 +45,13 @@ const (
 // carries the root mount.
 type Config struct {
 	Hostname string `json:"hostname"`
+	// Workspace says a second mount follows the root's in the same message:
+	// the workspace disk, mounted at /workspace.
+	Workspace bool `json:"workspace,omitempty"`
 }
+
+// WorkspaceDir is where the workspace disk is mounted in the sandbox.
+const WorkspaceDir = "workspace"
 
 // Started reports whether this process was started by the container runtime
 // as a sandbox's init; it must then call Setup before it serves.
@@ -79,14 +85,17 @@ func setup() error {
 	if err := loopbackUp(); err != nil {
 		return err
 	}
-	msg, root, err := recvFd(FdSync)
+	msg, mounts, err := recvFds(FdSync)
 	if err != nil {
 		return fmt.Errorf("receive root mount: %w", err)
 	}
+	root := mounts[0]
 	var cfg Config
 	if err := json.Unmarshal(msg, &cfg); err != nil {
-		unix.Close(root)
 		return fmt.Errorf("init config: %w", err)
+	}
+	if cfg.Workspace != (len(mounts) == 2) {
+		return fmt.Errorf("init config: workspace %v with %d mounts", cfg.Workspace, len(mounts))
 	}
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -99,6 +108,15 @@ func setup() error {
 		return fmt.Errorf("enter root: %w", err)
 	}
 	unix.Close(root)
+	if cfg.Workspace {
+		if err := ensureDir(WorkspaceDir, 0o755); err != nil {
+			return err
+		}
+		if err := unix.MoveMount(mounts[1], "", unix.AT_FDCWD, WorkspaceDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach workspace: %w", err)
+		}
+		unix.Close(mounts[1])
+	}
 	if err := mountSystem(); err != nil {
 		return err
 	}
@@ -147,26 +165,27 @@ func allThreads(trap, a1, a2, a3 uintptr) error {
 	return nil
 }
 
-// recvFd receives a message with one file descriptor (SCM_RIGHTS) on fd.
-// An empty message means the runtime went away (its process ended).
-func recvFd(fd int) ([]byte, int, error) {
+// recvFds receives a message with one or two file descriptors (SCM_RIGHTS)
+// on fd: the root mount, and the workspace mount if any. An empty message
+// means the runtime went away (its process ended).
+func recvFds(fd int) ([]byte, []int, error) {
 	buf := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(2*4))
 	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, -1, err
+		return nil, nil, err
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil {
-		return nil, -1, err
+		return nil, nil, err
 	}
 	for _, m := range msgs {
 		fds, err := unix.ParseUnixRights(&m)
-		if err == nil && len(fds) == 1 {
-			return buf[:n], fds[0], nil
+		if err == nil && (len(fds) == 1 || len(fds) == 2) {
+			return buf[:n], fds, nil
 		}
 	}
-	return nil, -1, errors.New("no root mount in message (the runtime went away)")
+	return nil, nil, errors.New("no root mount in message (the runtime went away)")
 }
 
 // loopbackUp sets the loopback interface of the sandbox's network namespace
