@@ -9,8 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 

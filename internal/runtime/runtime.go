@@ -30,8 +30,8 @@ type Spec struct {
 	// Workspace is the sandbox's workspace disk image (raw ext4), mounted at
 	// /workspace, or "" for none. The runtime never deletes it.
 	Workspace string
-	Hostname string
-	Limits   Limits
+	Hostname  string
+	Limits    Limits
 	// Dir is a directory private to the node (never visible inside the
 	// sandbox) for the runtime's sockets and logs; it exists and is empty.
 	Dir string
