@@ -420,13 +420,28 @@ class SnapshotTest(unittest.TestCase):
         self.addCleanup(stack.close)
         return [stack.enter_context(sb) for sb in Sandbox.restore(snapshot, count, client=client(), timeout=600)]
 
+    def test_workspace_snapshot(self) -> None:
+        with Sandbox.create(client=client(), workspace_mb=128, timeout=600) as sb:
+            self.assertEqual(sb.info.workspace_mb, 128)
+            sb.files.write("/workspace/notes.txt", "kept\n")
+            sb.files.write("/root/elsewhere.txt", "not in the workspace\n")
+            snap = sb.snapshot(wait=True, scope="workspace")
+            self.addCleanup(snap.delete)
+            self.assertEqual((snap.scope, snap.state), ("workspace", "durable"))
+            (fork,) = self.restore(snap, 1)
+            self.assertEqual(fork.info.workspace_origin, snap.id)
+            self.assertEqual(fork.files.read("/workspace/notes.txt"), b"kept\n")
+            self.assertNotEqual(fork.exec("test -e /root/elsewhere.txt").exit_code, 0)
+        with self.assertRaises(warren.BadRequestError):
+            self.sb.snapshot(scope="workspace")  # it has no workspace disk
+
     def test_snapshot_with_wait_is_durable(self) -> None:
         sn = self.snap
         self.assertRegex(sn.id, r"^sn-[a-z0-9]+$")
         self.assertEqual((sn.state, sn.error), ("durable", ""))
         self.assertTrue(sn.is_durable)
         self.assertFalse(sn.is_pending or sn.is_failed)
-        self.assertEqual((sn.sandbox_id, sn.template), (self.sb.id, "default"))
+        self.assertEqual((sn.sandbox_id, sn.template, sn.scope), (self.sb.id, "default", "root"))
         self.assertEqual((sn.parent, sn.lineage), ("", []))  # a first snapshot of a template's sandbox
         self.assertEqual(sn.disk_bytes, self.sb.info.disk_mb << 20)
         self.assertGreater(sn.changed_bytes, 0)

@@ -341,9 +341,11 @@ class AsyncSandbox:
         """See :meth:`warren.Sandbox.processes`."""
         return await _run(self.sync.processes)
 
-    async def snapshot(self, wait: bool = False, wait_timeout: Optional[float] = None) -> AsyncSnapshot:
+    async def snapshot(
+        self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root"
+    ) -> AsyncSnapshot:
         """See :meth:`warren.Sandbox.snapshot`."""
-        return AsyncSnapshot(await _run(self.sync.snapshot, wait, wait_timeout))
+        return AsyncSnapshot(await _run(self.sync.snapshot, wait, wait_timeout, scope))
 
     async def snapshots(self) -> List[AsyncSnapshot]:
         """See :meth:`warren.Sandbox.snapshots`."""

@@ -65,7 +65,9 @@ class SandboxInfo:
     ``state`` is ``starting``, ``running``, ``stopped`` or ``failed`` (then
     ``error`` says why). ``isolation`` says honestly what separates it from
     the host, e.g. ``"container (shared host kernel)"``. ``origin`` is the id
-    of the snapshot it was restored from, empty for one made by create.
+    of the snapshot its root disk was restored from, empty for one made by
+    create; ``workspace_mb`` the size of its workspace disk at /workspace
+    (0: none) and ``workspace_origin`` the snapshot that disk came from.
     """
 
     id: str
@@ -83,6 +85,8 @@ class SandboxInfo:
     metadata: Dict[str, str] = field(default_factory=dict)
     error: str = ""
     origin: str = ""
+    workspace_mb: int = 0
+    workspace_origin: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -103,6 +107,8 @@ class SandboxInfo:
             metadata=_str_map(d.get("metadata")),
             error=str(d.get("error") or ""),
             origin=str(d.get("origin") or ""),
+            workspace_mb=int(d.get("workspace_mb") or 0),
+            workspace_origin=str(d.get("workspace_origin") or ""),
         )
 
 

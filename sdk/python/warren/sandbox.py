@@ -109,11 +109,13 @@ def _sandbox_body(
     timeout: Optional[float],
     env: Optional[Mapping[str, str]],
     metadata: Optional[Mapping[str, str]],
+    workspace_mb: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The fields that CreateSandboxRequest and RestoreRequest share, for
     the arguments that are not None."""
     body: Dict[str, Any] = {}
-    for key, value in (("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb), ("pids", pids)):
+    for key, value in (("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb), ("pids", pids),
+                       ("workspace_mb", workspace_mb)):
         if value is not None:
             body[key] = value
     if timeout is not None:
@@ -389,6 +391,7 @@ class Sandbox:
         memory_mb: Optional[int] = None,
         pids: Optional[int] = None,
         disk_mb: Optional[int] = None,
+        workspace_mb: Optional[int] = None,
         timeout: Optional[float] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
@@ -405,6 +408,9 @@ class Sandbox:
             memory_mb: memory limit in MiB.
             pids: limit on the number of processes.
             disk_mb: root disk size in MiB.
+            workspace_mb: add an empty workspace disk of this many MiB
+                (64 or more), mounted at /workspace, which can be
+                snapshotted on its own (``snapshot(scope="workspace")``).
             timeout: time to live in seconds; the sandbox is deleted after
                 it unless :meth:`set_timeout` extends it.
             env: environment variables of every command run in it.
@@ -415,7 +421,7 @@ class Sandbox:
         """
         client = client or default_client()
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-                             env=env, metadata=metadata)
+                             env=env, metadata=metadata, workspace_mb=workspace_mb)
         if template is not None:
             body["template"] = template
         if disk_mb is not None:
@@ -433,6 +439,7 @@ class Sandbox:
         cpus: Optional[float] = None,
         memory_mb: Optional[int] = None,
         pids: Optional[int] = None,
+        workspace_mb: Optional[int] = None,
         timeout: Optional[float] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
@@ -453,7 +460,10 @@ class Sandbox:
             count: how many sandboxes (the server allows 1 to 256).
             runtime, cpus, memory_mb, pids, timeout, env, metadata: as for
                 :meth:`create`, for every one of them; the disk size is the
-                snapshot's.
+                snapshot's. A workspace snapshot comes back as /workspace on
+                a fresh root disk from its template.
+            workspace_mb: an empty workspace disk for each sandbox restored
+                from a root snapshot.
             client: the client to use (default: the snapshot's, else
                 :func:`default_client`).
 
@@ -473,7 +483,7 @@ class Sandbox:
             # The API reads a count of 0 as "the default, 1": refuse it here.
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-                             env=env, metadata=metadata)
+                             env=env, metadata=metadata, workspace_mb=workspace_mb)
         body["count"] = count
         t = client.transport.timeout
         answer = client.transport.request(
@@ -582,12 +592,17 @@ class Sandbox:
 
     # -- snapshots -----------------------------------------------------------
 
-    def snapshot(self, wait: bool = False, wait_timeout: Optional[float] = None) -> Snapshot:
+    def snapshot(
+        self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root"
+    ) -> Snapshot:
         """Save the sandbox's disk and return the snapshot. The sandbox's
         filesystem is frozen for a moment (``ack_duration``) and its disk
         cloned; the sandbox then runs on.
 
         Args:
+            scope: ``"root"`` (the root disk, the whole system) or
+                ``"workspace"`` (only the workspace disk at /workspace, for a
+                sandbox created with ``workspace_mb``).
             wait: return only once the snapshot is durable (stored and
                 verified in the blob store) or failed; otherwise return at
                 once, with it pending while it uploads in the background
@@ -604,6 +619,8 @@ class Sandbox:
         Never retried: a repeat would take a second snapshot.
         """
         body: Dict[str, Any] = {}
+        if scope != "root":
+            body["scope"] = scope
         sock_timeout: Union[float, None, str] = "default"
         if wait:
             body["wait"] = True

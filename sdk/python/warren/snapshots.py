@@ -50,6 +50,8 @@ class Snapshot:
     Attributes:
         id: the snapshot's id, e.g. ``sn-...``.
         sandbox_id: the sandbox it was taken of.
+        scope: ``root`` (the root disk, the whole system) or ``workspace``
+            (the workspace disk mounted at /workspace).
         template: the template that sandbox started from.
         state: ``pending``, ``durable`` or ``failed``.
         parent: the snapshot its layer is stored against (the sandbox's
@@ -72,6 +74,7 @@ class Snapshot:
     sandbox_id: str
     template: str
     state: str
+    scope: str = "root"
     parent: str = ""
     lineage: List[str] = field(default_factory=list)
     error: str = ""
@@ -92,6 +95,7 @@ class Snapshot:
             sandbox_id=str(d.get("sandbox_id") or ""),
             template=str(d.get("template") or ""),
             state=str(d.get("state") or ""),
+            scope=str(d.get("scope") or "root"),
             parent=str(d.get("parent") or ""),
             lineage=[str(x) for x in d.get("lineage") or []],
             error=str(d.get("error") or ""),
