@@ -338,3 +338,14 @@ type GCResult struct {
 	BytesFreed       int64 `json:"bytes_freed"`
 	ChunksKept       int   `json:"chunks_kept"`
 }
+
+// DebugVars is the answer to GET /v1/debug/vars (admin key only): the
+// daemon's own resource use, for finding leaks.
+type DebugVars struct {
+	Goroutines     int    `json:"goroutines"`
+	OpenFDs        int    `json:"open_fds"`
+	HeapAllocBytes uint64 `json:"heap_alloc_bytes"`
+	HeapObjects    uint64 `json:"heap_objects"`
+	SysBytes       uint64 `json:"sys_bytes"` // memory obtained from the OS
+	NumGC          uint32 `json:"num_gc"`
+}

@@ -80,3 +80,13 @@ func (c *Client) GC(ctx context.Context, req api.GCRequest) (*api.GCResult, erro
 	}
 	return &res, nil
 }
+
+// DebugVars returns the daemon's own resource use (admin key only).
+func (c *Client) DebugVars(ctx context.Context) (*api.DebugVars, error) {
+	var v api.DebugVars
+	cl := &call{op: "debug vars", method: http.MethodGet, path: "/v1/debug/vars", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}

@@ -152,6 +152,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RestoreResult":         reflect.TypeFor[api.RestoreResult](),
 		"GCRequest":             reflect.TypeFor[api.GCRequest](),
 		"GCResult":              reflect.TypeFor[api.GCResult](),
+		"DebugVars":             reflect.TypeFor[api.DebugVars](),
 		"SnapshotList": reflect.TypeFor[struct {
 			Snapshots []api.Snapshot `json:"snapshots"`
 		}](),

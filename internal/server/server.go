@@ -175,6 +175,7 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"GET", "/v1/templates", tenant, s.listTemplates},
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},
+		{"GET", "/v1/debug/vars", admin, s.debugVars},
 	}
 	allowed := map[string][]string{}
 	var paths []string

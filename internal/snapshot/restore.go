@@ -42,10 +42,20 @@ func (e *Engine) manifest(ctx context.Context, id string) (layer.Manifest, error
 	return m, nil
 }
 
+// maxManifests bounds the manifests kept in memory; past it one is
+// forgotten (read again when needed) for each one remembered.
+const maxManifests = 4096
+
 func (e *Engine) remember(m layer.Manifest) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.manifests) >= maxManifests {
+		for id := range e.manifests {
+			delete(e.manifests, id)
+			break
+		}
+	}
 	e.manifests[m.ID] = m
-	e.mu.Unlock()
 }
 
 // Lookup returns the snapshot with id if tenant may see it: this node's
