@@ -16,27 +16,17 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 			"sandboxes its /workspace on a fresh root disk from its template.")
 	var req api.RestoreRequest
 	fs.IntVar(&req.Count, "count", 1, "how many sandboxes to start")
-	fs.StringVar(&req.Runtime, "runtime", "", "container, or auto for the strongest available (default auto)")
-	fs.Float64Var(&req.CPUs, "cpus", 0, "CPUs, fractions allowed (default: the server's)")
-	fs.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in `MB`")
-	fs.Int64Var(&req.Pids, "pids", 0, "process limit")
-	fs.Int64Var(&req.WorkspaceMB, "workspace", 0, "add an empty workspace disk of this many `MB` (root snapshots only)")
-	ttl := fs.Duration("timeout", 0, "delete the sandboxes after this long, e.g. 30m (default: the server's)")
-	env, meta := kvFlag{}, kvFlag{}
-	fs.Var(env, "env", "set `K=V` in the environment of every command (repeatable)")
-	fs.Var(meta, "meta", "attach the metadata `K=V` (repeatable)")
+	sf := addSandboxFlags(fs, &req.Runtime, &req.CPUs, &req.MemoryMB, &req.Pids, &req.WorkspaceMB)
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if *ttl < 0 {
-		return badUsage(fs, "negative -timeout")
-	}
 	if req.Count < 1 {
 		return badUsage(fs, "-count must be at least 1")
 	}
-	req.TimeoutSeconds = int64((*ttl + time.Second - 1) / time.Second)
-	req.Env, req.Metadata = env.orNil(), meta.orNil()
+	if req.TimeoutSeconds, req.Env, req.Metadata, err = sf.values(fs); err != nil {
+		return err
+	}
 	sbs, err := cl.Restore(ctx, rest[0], req)
 	if err != nil {
 		return err

@@ -12,13 +12,19 @@ func runRemove(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	return c.deleteEach(ctx, "rm", ids, cl.DeleteSandbox)
+}
+
+// deleteEach deletes every id, going on after a failure: each failure is
+// reported on stderr, and the error names them all.
+func (c *cli) deleteEach(ctx context.Context, cmd string, ids []string, del func(context.Context, string) error) error {
 	var failed []string
 	for _, id := range ids {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := cl.DeleteSandbox(ctx, id); err != nil {
-			fmt.Fprintf(c.stderr, "warren: rm %s: %v\n", id, err)
+		if err := del(ctx, id); err != nil {
+			fmt.Fprintf(c.stderr, "warren: %s %s: %v\n", cmd, id, err)
 			failed = append(failed, id)
 		}
 	}

@@ -138,18 +138,5 @@ func runSnapshotRemove(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	var failed []string
-	for _, id := range ids {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err := cl.DeleteSnapshot(ctx, id); err != nil {
-			fmt.Fprintf(c.stderr, "warren: snapshot rm %s: %v\n", id, err)
-			failed = append(failed, id)
-		}
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("could not delete %s", strings.Join(failed, ", "))
-	}
-	return nil
+	return c.deleteEach(ctx, "snapshot rm", ids, cl.DeleteSnapshot)
 }
