@@ -124,6 +124,9 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 	if err != nil {
 		return nil, err
 	}
+	if sn.State == api.SnapshotFailed {
+		return nil, api.Errorf(api.CodeConflict, "snapshot %s failed and cannot be restored: %s", id, sn.Error)
+	}
 	create := api.CreateSandboxRequest{
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Pids: req.Pids, WorkspaceMB: req.WorkspaceMB,
 		TimeoutSeconds: req.TimeoutSeconds, Env: req.Env, Metadata: req.Metadata,

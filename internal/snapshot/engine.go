@@ -34,6 +34,22 @@
 // Engine.mu. An upload or materialization holds gcMu shared from its intent
 // until its manifest is stored; the collector holds it exclusively, so on
 // one node it never collects what an upload in flight is about to reference.
+//
+// # Collecting while other nodes upload
+//
+// The blob store offers no lock and no conditional write, so the collector
+// and uploads on other nodes sharing it are kept apart by these rules:
+// objects younger than the grace are never collected; an upload writes an
+// intent naming its parent before it diffs, rewrites any chunk it reuses
+// that is older than half the grace (refreshing its age), checks every chunk
+// before writing its manifest and every ancestor's manifest after; the
+// collector marks twice (the second look just before it deletes) and looks
+// at each chunk's age again right before deleting it. What is left: an
+// upload on another node over a deleted snapshot, that runs from its intent
+// to its lineage check entirely between the collector's second look and
+// its deletion of that snapshot's manifest (milliseconds apart), leaves a
+// durable snapshot whose parent is gone. Run the collector on one node, or
+// with a grace longer than any upload, to rule even that out.
 package snapshot
 
 import (
@@ -240,15 +256,27 @@ func deletedKey(id string) string  { return "deleted/" + id }
 func chunkKey(hash string) string  { return "chunks/" + hash }
 
 // chunks adapts the blob store to layer.Chunks.
-type chunks struct{ b blob.Store }
+type chunks struct {
+	b blob.Store
+	// refreshAfter is the age past which a chunk reused by an upload is
+	// written again: its new modification time keeps it from a collector
+	// (on any node) that saw it unreferenced, until the upload's manifest
+	// references it.
+	refreshAfter time.Duration
+}
+
+func (e *Engine) chunks() chunks { return chunks{b: e.blobs, refreshAfter: e.cfg.GCGrace / 2} }
 
 var _ layer.Chunks = chunks{}
 
 // Put stores a chunk unless the store has it already: chunks are named by
 // their content, so forks and similar sandboxes share them.
 func (c chunks) Put(ctx context.Context, hash string, compressed []byte) (bool, error) {
-	_, err := c.b.Stat(ctx, chunkKey(hash))
+	info, err := c.b.Stat(ctx, chunkKey(hash))
 	if err == nil {
+		if time.Since(info.ModTime) > c.refreshAfter {
+			return false, c.b.Put(ctx, chunkKey(hash), compressed)
+		}
 		return false, nil
 	}
 	if !errors.Is(err, blob.ErrNotFound) {

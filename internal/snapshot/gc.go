@@ -35,56 +35,23 @@ func (e *Engine) GC(ctx context.Context, grace time.Duration) (api.GCResult, err
 	cutoff := time.Now().Add(-grace)
 	old := func(info blob.Info) bool { return !info.ModTime.After(cutoff) }
 
-	manifests, err := e.blobs.List(ctx, "manifests/")
-	if err != nil {
-		return res, fmt.Errorf("gc: %w", err)
-	}
-	deleted, err := e.listIDs(ctx, "deleted/")
+	first, err := e.mark(ctx, old)
 	if err != nil {
 		return res, err
 	}
-	parents := map[string]string{}
-	byID := map[string]layer.Manifest{}
-	var live []string
-	for _, info := range manifests {
-		id := strings.TrimSuffix(strings.TrimPrefix(info.Key, "manifests/"), ".json")
-		m, err := e.manifest(ctx, id)
-		if err != nil {
-			// An unreadable manifest keeps its chunks: never collect what
-			// might be needed.
-			return res, fmt.Errorf("gc: %w", err)
-		}
-		byID[id], parents[id] = m, m.Parent
-		// A base layer is live only through the snapshots above it.
-		if !deleted[id] && !isBase(id) || !old(info) {
-			live = append(live, id)
-		}
-	}
-	intents, err := e.blobs.List(ctx, "intents/")
+	// An upload on another node may have written its intent, or finished
+	// and written its manifest, since: look again just before deleting,
+	// and keep what either look found needed.
+	again, err := e.mark(ctx, old)
 	if err != nil {
-		return res, fmt.Errorf("gc: %w", err)
+		return res, err
 	}
-	for _, info := range intents {
-		data, err := e.blobs.Get(ctx, info.Key)
-		if errors.Is(err, blob.ErrNotFound) {
-			continue // finished meanwhile: its manifest is listed or soon will be
-		}
-		if err != nil {
-			return res, fmt.Errorf("gc: %w", err)
-		}
-		var in intent
-		if err := json.Unmarshal(data, &in); err != nil {
-			return res, fmt.Errorf("gc: intent %s: %w", info.Key, err)
-		}
-		live = append(live, in.Parent)
+	needed, byID := first.needed, first.byID
+	for id := range again.needed {
+		needed[id] = true
 	}
-	// Mark: every live snapshot and its whole lineage.
-	needed := map[string]bool{}
-	for _, id := range live {
-		for n := 0; id != "" && !needed[id] && n < maxLineage; n++ {
-			needed[id] = true
-			id = parents[id]
-		}
+	for id, m := range again.byID {
+		byID[id] = m
 	}
 	refs := map[string]int{}
 	for id, m := range byID {
@@ -94,6 +61,7 @@ func (e *Engine) GC(ctx context.Context, grace time.Duration) (api.GCResult, err
 			}
 		}
 	}
+	deleted := again.deleted
 	// Sweep: manifests first, so a crash half-way never leaves a manifest
 	// whose chunks are gone.
 	for id := range byID {
@@ -111,6 +79,15 @@ func (e *Engine) GC(ctx context.Context, grace time.Duration) (api.GCResult, err
 	}
 	for _, info := range chunkInfos {
 		if refs[strings.TrimPrefix(info.Key, "chunks/")] > 0 || !old(info) {
+			res.ChunksKept++
+			continue
+		}
+		// An upload that reuses an old chunk writes it again first (see
+		// chunks.Put): look at its age once more just before deleting.
+		if now, err := e.blobs.Stat(ctx, info.Key); err != nil || !old(now) {
+			if err != nil && !errors.Is(err, blob.ErrNotFound) {
+				return res, fmt.Errorf("gc: %w", err)
+			}
 			res.ChunksKept++
 			continue
 		}
@@ -153,6 +130,92 @@ func (e *Engine) forget(ctx context.Context, id string) error {
 		return fmt.Errorf("gc: %w", err)
 	}
 	return nil
+}
+
+// marked is one look at the blob store: every manifest, the deleted
+// markers, and the snapshots needed (live ones, and every lineage they and
+// the upload intents stand on).
+type marked struct {
+	byID    map[string]layer.Manifest
+	deleted map[string]bool
+	needed  map[string]bool
+}
+
+// mark lists the manifests, markers and intents and marks what is needed.
+// A manifest younger than the grace (old is false) is live even if
+// deleted; a base layer is live only through the snapshots above it.
+func (e *Engine) mark(ctx context.Context, old func(blob.Info) bool) (marked, error) {
+	mk := marked{byID: map[string]layer.Manifest{}, needed: map[string]bool{}}
+	manifests, err := e.blobs.List(ctx, "manifests/")
+	if err != nil {
+		return mk, fmt.Errorf("gc: %w", err)
+	}
+	if mk.deleted, err = e.listIDs(ctx, "deleted/"); err != nil {
+		return mk, err
+	}
+	var live []string
+	for _, info := range manifests {
+		id := strings.TrimSuffix(strings.TrimPrefix(info.Key, "manifests/"), ".json")
+		m, err := e.manifest(ctx, id)
+		if errors.Is(err, blob.ErrNotFound) {
+			continue // collected by another node meanwhile
+		}
+		if err != nil {
+			// An unreadable manifest keeps its chunks: never collect what
+			// might be needed.
+			return mk, fmt.Errorf("gc: %w", err)
+		}
+		mk.byID[id] = m
+		if !mk.deleted[id] && !isBase(id) || !old(info) {
+			live = append(live, id)
+		}
+	}
+	intents, err := e.intentParents(ctx)
+	if err != nil {
+		return mk, err
+	}
+	for _, id := range append(live, intents...) {
+		for n := 0; id != "" && !mk.needed[id] && n < maxLineage; n++ {
+			mk.needed[id] = true
+			id = mk.byID[id].Parent
+		}
+	}
+	return mk, nil
+}
+
+// abandonAfter is the age past which an upload intent is taken for one
+// whose node died for good: the collector no longer keeps its parent.
+const abandonAfter = 24 * time.Hour
+
+// intentParents returns the parents named by the upload intents in the blob
+// store, deleting the abandoned ones.
+func (e *Engine) intentParents(ctx context.Context) ([]string, error) {
+	infos, err := e.blobs.List(ctx, "intents/")
+	if err != nil {
+		return nil, fmt.Errorf("gc: %w", err)
+	}
+	var parents []string
+	for _, info := range infos {
+		if time.Since(info.ModTime) > abandonAfter {
+			if err := e.blobs.Delete(ctx, info.Key); err != nil {
+				return nil, fmt.Errorf("gc: %w", err)
+			}
+			continue
+		}
+		data, err := e.blobs.Get(ctx, info.Key)
+		if errors.Is(err, blob.ErrNotFound) {
+			continue // finished meanwhile: its manifest is listed or soon will be
+		}
+		if err != nil {
+			return nil, fmt.Errorf("gc: %w", err)
+		}
+		var in intent
+		if err := json.Unmarshal(data, &in); err != nil {
+			return nil, fmt.Errorf("gc: intent %s: %w", info.Key, err)
+		}
+		parents = append(parents, in.Parent)
+	}
+	return parents, nil
 }
 
 // listIDs returns the IDs named by the keys under prefix.

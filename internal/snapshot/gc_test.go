@@ -189,51 +189,103 @@ func TestDeleteAndGC(t *testing.T) {
 	newNode(t, "n3", openFileBlobs(t, dir), testConfig()).checkRestores(t, tenant, map[string]string{s4.ID: h4})
 }
 
-// TestGCSparesDeduplicatedChunks: an upload on another node that finds a
-// chunk already stored does not store it again. If that chunk is old and
-// only a deleted snapshot's layer lists it, a collector on a node sharing
-// the store (with the usual grace) deletes it under the upload, whose
-// manifest then names a missing chunk: a durable snapshot that cannot be
-// restored.
-func TestGCSparesDeduplicatedChunks(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	n1 := newNode(t, "n1", openFileBlobs(t, dir), testConfig())
-	x, xDisk := n1.newDisk(t, n1.template(t))
-	s0, _ := n1.take(t, tenant, x, xDisk, "")
-	n1.durable(t, s0.ID)
-	block := randBytes(1, 64*KiB)
-	writeAt(t, xDisk, 50*MiB, block)
-	d, _ := n1.take(t, tenant, x, xDisk, "")
-	n1.durable(t, d.ID)
-	chunk := chunksOf(t, n1, d.ID)
-	if err := n1.eng.Delete(ctx, tenant, d.ID); err != nil {
-		t.Fatal(err)
-	}
-	ageObjects(t, dir, 2*time.Hour) // D was deleted long after it was stored
+// TestGCWithUploadsElsewhere: a collector on one node and an upload on
+// another sharing the blob store, with the usual grace. The collector must
+// not delete what the upload's manifest lists.
+func TestGCWithUploadsElsewhere(t *testing.T) {
+	// An upload that finds a chunk already stored does not store it again.
+	// If that chunk is old and only a deleted snapshot's layer lists it, the
+	// collector deletes it under the upload, whose manifest then names a
+	// missing chunk: a durable snapshot that cannot be restored.
+	t.Run("deduplicated chunk", func(t *testing.T) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		n1 := newNode(t, "n1", openFileBlobs(t, dir), testConfig())
+		x, xDisk := n1.newDisk(t, n1.template(t))
+		s0, _ := n1.take(t, tenant, x, xDisk, "")
+		n1.durable(t, s0.ID)
+		block := randBytes(1, 64*KiB)
+		writeAt(t, xDisk, 50*MiB, block)
+		d, _ := n1.take(t, tenant, x, xDisk, "")
+		n1.durable(t, d.ID)
+		chunk := chunksOf(t, n1, d.ID)
+		if err := n1.eng.Delete(ctx, tenant, d.ID); err != nil {
+			t.Fatal(err)
+		}
+		ageObjects(t, dir, 2*time.Hour) // D was deleted long after it was stored
 
-	fs := &faultStore{Store: openFileBlobs(t, dir)}
-	n2 := newNode(t, "n2", fs, testConfig())
-	y, yDisk := n2.restore(t, tenant, s0.ID)
-	writeAt(t, yDisk, 50*MiB, block)
-	g := newGate("manifests/")
-	fs.setOnPut(g.hook)
-	e, h := n2.take(t, tenant, y, yDisk, s0.ID)
-	g.await(t) // E's chunks are verified; its manifest is next
-	if _, err := n1.eng.GC(ctx, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	g.release()
-	n2.durable(t, e.ID)
-	if got := chunksOf(t, n2, e.ID); !slices.Equal(got, chunk) {
-		t.Fatalf("E's chunks = %v, want D's %v", got, chunk)
-	}
-	if !exists(t, fs, "chunks/"+chunk[0]) {
-		knownBug(t, "gc.go GC(): durable %s lists chunk %s, which node 1's GC (grace 1h) deleted during the upload: "+
-			"the chunk was old and only deleted D listed it; the upload had skipped storing it (engine.go chunks.Put) "+
-			"and its intent protects only its parent, not its chunks (the package comment says both)", e.ID, chunk[0])
-	}
-	newNode(t, "n3", openFileBlobs(t, dir), testConfig()).checkRestores(t, tenant, map[string]string{e.ID: h})
+		fs := &faultStore{Store: openFileBlobs(t, dir)}
+		n2 := newNode(t, "n2", fs, testConfig())
+		y, yDisk := n2.restore(t, tenant, s0.ID)
+		writeAt(t, yDisk, 50*MiB, block)
+		g := newGate(t, "manifests/")
+		fs.setOnPut(g.hook)
+		e, h := n2.take(t, tenant, y, yDisk, s0.ID)
+		g.await(t) // E's chunks are verified; its manifest is next
+		if _, err := n1.eng.GC(ctx, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		g.release()
+		n2.durable(t, e.ID)
+		if got := chunksOf(t, n2, e.ID); !slices.Equal(got, chunk) {
+			t.Fatalf("E's chunks = %v, want D's %v", got, chunk)
+		}
+		if !exists(t, fs, "chunks/"+chunk[0]) {
+			t.Fatalf("gc.go GC(): durable %s lists chunk %s, which node 1's GC (grace 1h) deleted during the upload: "+
+				"the chunk was old and only deleted D listed it; the upload had skipped storing it (engine.go chunks.Put) "+
+				"and its intent protects only its parent, not its chunks (the package comment says both)", e.ID, chunk[0])
+		}
+		newNode(t, "n3", openFileBlobs(t, dir), testConfig()).checkRestores(t, tenant, map[string]string{e.ID: h})
+	})
+
+	// The collector decides what is live when it starts (its mark); an
+	// upload elsewhere that begins after that, over a parent the mark found
+	// dead (deleted, old, nothing above it), is not seen: its intent comes
+	// too late, and the parent's layer and chunks are old. The collector
+	// then deletes the parent under the new snapshot.
+	t.Run("parent marked dead", func(t *testing.T) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		fs1 := &faultStore{Store: openFileBlobs(t, dir)}
+		n1 := newNode(t, "n1", fs1, testConfig())
+		x, xDisk := n1.newDisk(t, n1.template(t))
+		writeAt(t, xDisk, 50*MiB, randBytes(1, 64*KiB))
+		s0, _ := n1.take(t, tenant, x, xDisk, "")
+		n1.durable(t, s0.ID)
+
+		n2 := newNode(t, "n2", openFileBlobs(t, dir), testConfig())
+		y, yDisk := n2.restore(t, tenant, s0.ID) // a sandbox restored from S0
+		if err := n1.eng.Delete(ctx, tenant, s0.ID); err != nil {
+			t.Fatal(err)
+		}
+		ageObjects(t, dir, 2*time.Hour)
+
+		g := newGate(t, "manifests/")
+		fs1.setOnDelete(g.hook)
+		gcDone := make(chan error, 1)
+		go func() {
+			_, err := n1.eng.GC(ctx, time.Hour)
+			gcDone <- err
+		}()
+		g.await(t) // marked; about to delete S0's (or the base's) manifest
+
+		writeAt(t, yDisk, 51*MiB, randBytes(2, 4*KiB))
+		s1, h := n2.take(t, tenant, y, yDisk, s0.ID)
+		n2.durable(t, s1.ID)
+		g.release()
+		if err := <-gcDone; err != nil {
+			t.Fatal(err)
+		}
+		if m := readManifest(t, fs1, s1.ID); m.Parent != s0.ID {
+			t.Fatalf("S1's parent = %s, want S0 %s", m.Parent, s0.ID)
+		}
+		if !exists(t, fs1, manifestKey(s0.ID)) {
+			knownLimit(t, "node 1's GC deleted S0's manifest while node 2's whole upload over it (intent, "+
+				"manifest, lineage check) ran between the GC's last look and its delete; %s is durable but its "+
+				"lineage is gone (see the package comment: the blob store has no conditional writes to close this)", s1.ID)
+		}
+		newNode(t, "n3", openFileBlobs(t, dir), testConfig()).checkRestores(t, tenant, map[string]string{s1.ID: h})
+	})
 }
 
 // TestChunkStoredByAnotherWriter: chunks are named by their content, and
@@ -257,7 +309,7 @@ func TestChunkStoredByAnotherWriter(t *testing.T) {
 	s1, h := n.take(t, tenant, x, xDisk, "")
 	sn := n.wait(t, s1.ID)
 	if sn.State != api.SnapshotDurable {
-		knownBug(t, "upload.go verifyChunks(): %s is %s (%s): the chunk was already stored by another writer with "+
+		t.Fatalf("upload.go verifyChunks(): %s is %s (%s): the chunk was already stored by another writer with "+
 			"another size, and the size check fails every attempt", s1.ID, sn.State, sn.Error)
 	}
 	n.checkRestores(t, tenant, map[string]string{s1.ID: h})

@@ -46,6 +46,12 @@ func (e *Engine) manifest(ctx context.Context, id string) (layer.Manifest, error
 // forgotten (read again when needed) for each one remembered.
 const maxManifests = 4096
 
+func (e *Engine) forgetManifest(id string) {
+	e.mu.Lock()
+	delete(e.manifests, id)
+	e.mu.Unlock()
+}
+
 func (e *Engine) remember(m layer.Manifest) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -67,32 +73,42 @@ func (e *Engine) Lookup(ctx context.Context, tenant, id string) (store.Snapshot,
 		return store.Snapshot{}, notFound
 	}
 	sn, err := e.store.GetSnapshot(ctx, id)
-	if err == nil {
+	switch {
+	case err == nil:
 		if sn.Tenant != tenant || sn.Tenant == "" {
 			return store.Snapshot{}, notFound
 		}
-		return sn, nil
-	}
-	if !errors.Is(err, store.ErrNotFound) {
+	case errors.Is(err, store.ErrNotFound):
+		m, err := e.manifest(ctx, id)
+		if errors.Is(err, blob.ErrNotFound) {
+			return store.Snapshot{}, notFound
+		}
+		if err != nil {
+			return store.Snapshot{}, err
+		}
+		if m.Labels["tenant"] != tenant || m.Labels["tenant"] == "" {
+			return store.Snapshot{}, notFound
+		}
+		sn = fromManifest(m)
+	default:
 		return store.Snapshot{}, err
 	}
-	m, err := e.manifest(ctx, id)
-	if errors.Is(err, blob.ErrNotFound) {
-		return store.Snapshot{}, notFound
+	// Deleted on any node sharing the blob store, or collected since: gone
+	// here too, even where this node has a record and a cached disk.
+	gone, err := e.exists(ctx, deletedKey(id))
+	if err == nil && !gone && sn.State == api.SnapshotDurable {
+		var ok bool
+		ok, err = e.exists(ctx, manifestKey(id))
+		gone = !ok
 	}
 	if err != nil {
 		return store.Snapshot{}, err
 	}
-	if m.Labels["tenant"] != tenant || m.Labels["tenant"] == "" {
+	if gone {
+		e.forgetManifest(id)
 		return store.Snapshot{}, notFound
 	}
-	if gone, err := e.exists(ctx, deletedKey(id)); err != nil || gone {
-		if err == nil {
-			err = notFound
-		}
-		return store.Snapshot{}, err
-	}
-	return fromManifest(m), nil
+	return sn, nil
 }
 
 // fromManifest is the record of a durable snapshot known only by its
@@ -126,7 +142,8 @@ func (e *Engine) Materialize(ctx context.Context, sn store.Snapshot) (string, er
 		return "", err
 	}
 	if _, err := e.store.GetSnapshot(ctx, sn.ID); errors.Is(err, store.ErrNotFound) {
-		if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
+		// Concurrent restores may race to record it: one record is enough.
+		if err := e.store.InsertSnapshot(ctx, &sn); err != nil && !errors.Is(err, store.ErrExists) {
 			return "", fmt.Errorf("record restored snapshot: %w", err)
 		}
 	}
@@ -198,7 +215,7 @@ func (e *Engine) build(ctx context.Context, id string) error {
 		}
 	}
 	for i := len(chain) - 1; i >= 0 && err == nil; i-- {
-		err = layer.Apply(ctx, tmp, chain[i], chunks{e.blobs}, e.cfg.Parallel)
+		err = layer.Apply(ctx, tmp, chain[i], e.chunks(), e.cfg.Parallel)
 	}
 	if err == nil {
 		err = os.Rename(tmp, e.image(id))

@@ -39,6 +39,9 @@ type Freeze func(ctx context.Context) (thaw func() error, err error)
 // the pending snapshot while the upload goes on in the background.
 func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Snapshot, error) {
 	tStart := time.Now()
+	if src.Scope == "" {
+		src.Scope = api.ScopeRoot
+	}
 	parent, err := e.parentFor(ctx, src)
 	if err != nil {
 		return store.Snapshot{}, err

@@ -4,8 +4,11 @@ package snapshot_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"warren/api"
@@ -259,57 +262,89 @@ func treeScenario(t *testing.T, openBlobs func(*testing.T) blob.Store) {
 	t.Log("node 3: a third node restores node 2's snapshot whole")
 	n3 := newNode(t, "n3", openBlobs(t), testConfig())
 	n3.checkRestores(t, tenant, map[string]string{f1.ID: h})
+
+	t.Log("node 1 deletes every snapshot; its collector empties the store")
+	for _, id := range append(tr.ids(), f1.ID) {
+		if err := n1.eng.Delete(ctx, tenant, id); err != nil {
+			t.Errorf("Delete(%s): %v", id, err)
+		}
+	}
+	for range 2 { // the second removes the deleted/ markers
+		if _, err := n1.eng.GC(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := keys(t, n1.blobs, ""); len(left) != 0 {
+		t.Errorf("after deleting every snapshot and collecting, the store holds %v", left)
+	}
 }
 
 // TestMaterializeOnce: restores of one snapshot at the same time on a
-// node without it build its disk once.
+// node without it build its disk once, fetching each chunk once, and all
+// of them get it. It runs a few rounds, one snapshot each, as the race it
+// looks for does not show every time.
 func TestMaterializeOnce(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
 	n1 := newNode(t, "n1", openFileBlobs(t, dir), testConfig())
 	sb, disk := n1.newDisk(t, n1.template(t))
-	writeAt(t, disk, 7*MiB, randBytes(1, 64*KiB))
-	s0, hash := n1.take(t, tenant, sb, disk, "")
-	n1.durable(t, s0.ID)
+	const rounds, callers = 5, 16
+	var ids []string
+	hashes := map[string]string{}
+	for i := range rounds {
+		writeAt(t, disk, int64(7+i)*MiB, randBytes(uint64(i), 64*KiB))
+		sn, h := n1.take(t, tenant, sb, disk, "")
+		n1.durable(t, sn.ID)
+		ids, hashes[sn.ID] = append(ids, sn.ID), h
+	}
 
+	// One restore at a time.
 	one := &faultStore{Store: openFileBlobs(t, dir)}
 	n2 := newNode(t, "n2", one, testConfig())
-	n2.checkRestores(t, tenant, map[string]string{s0.ID: hash})
-	single := one.chunkGets.Load()
+	var singles []int64
+	for _, id := range ids {
+		before := one.chunkGets.Load()
+		n2.checkRestores(t, tenant, map[string]string{id: hashes[id]})
+		singles = append(singles, one.chunkGets.Load()-before)
+	}
 
 	many := &faultStore{Store: openFileBlobs(t, dir)}
 	n3 := newNode(t, "n3", many, testConfig())
-	sn, err := n3.eng.Lookup(context.Background(), tenant, s0.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const callers = 6
-	paths := make([]string, callers)
-	errs := make([]error, callers)
-	done := make(chan int)
-	for i := range callers {
-		go func() {
-			paths[i], errs[i] = n3.eng.Materialize(context.Background(), sn)
-			done <- i
-		}()
-	}
-	for range callers {
-		<-done
-	}
-	for i := range callers {
-		if errs[i] != nil {
-			t.Fatalf("Materialize %d: %v", i, errs[i])
+	var failed []string
+	for r, id := range ids {
+		sn, err := n3.eng.Lookup(ctx, tenant, id)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if paths[i] != paths[0] {
-			t.Errorf("Materialize %d = %s, want %s", i, paths[i], paths[0])
+		before := many.chunkGets.Load()
+		paths := make([]string, callers)
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() { paths[i], errs[i] = n3.eng.Materialize(ctx, sn) })
+		}
+		wg.Wait()
+		want := filepath.Join(n3.cacheDir(), id+".img")
+		for i := range callers {
+			if errs[i] != nil {
+				failed = append(failed, fmt.Sprintf("round %d, Materialize %d: %v", r, i, errs[i]))
+			} else if paths[i] != want {
+				t.Errorf("round %d: Materialize %d = %s, want %s", r, i, paths[i], want)
+			}
+		}
+		if got := contentHash(t, want); got != hashes[id] {
+			t.Errorf("round %d: materialized %s = %s, want %s", r, id, got, hashes[id])
+		}
+		if got := many.chunkGets.Load() - before; got != singles[r] {
+			t.Errorf("round %d: %d concurrent restores fetched %d chunks, one restore fetches %d", r, callers, got, singles[r])
+		}
+		if rec, err := n3.st.GetSnapshot(ctx, id); err != nil || rec.State != api.SnapshotDurable {
+			t.Errorf("round %d: node 3's record of %s after the restores: %s (%v)", r, id, rec.State, err)
 		}
 	}
-	if got := contentHash(t, paths[0]); got != hash {
-		t.Errorf("materialized %s = %s, want %s", s0.ID, got, hash)
-	}
-	if got := many.chunkGets.Load(); got != single {
-		t.Errorf("%d concurrent restores fetched %d chunks, one restore fetches %d", callers, got, single)
-	}
-	if dir := filepath.Dir(paths[0]); dir != n3.cacheDir() {
-		t.Errorf("Materialize returned %s, want a file in the cache %s", paths[0], n3.cacheDir())
+	if len(failed) > 0 {
+		t.Fatalf("restore.go Materialize(): %d of %d concurrent restores of snapshots new to the node failed: "+
+			"each caller sees no record (GetSnapshot) and inserts one; the later ones hit the UNIQUE id: %s",
+			len(failed), rounds*callers, strings.Join(failed, "; "))
 	}
 }

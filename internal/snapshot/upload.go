@@ -71,8 +71,9 @@ func (e *Engine) upload(id string) {
 	log := e.log.With("snapshot", id)
 	wait := e.cfg.RetryBase
 	var err error
+	var stored int64 // by every attempt: a failed one may have stored chunks
 	for attempt := 1; attempt <= e.cfg.Attempts; attempt++ {
-		if err = e.uploadOnce(ctx, id); err == nil || ctx.Err() != nil {
+		if err = e.uploadOnce(ctx, id, &stored); err == nil || ctx.Err() != nil {
 			break
 		}
 		log.Warn("snapshot upload failed", "attempt", attempt, "of", e.cfg.Attempts, "err", err)
@@ -94,8 +95,13 @@ func (e *Engine) upload(id string) {
 		return
 	}
 	sn.State, sn.Error = api.SnapshotFailed, fmt.Sprintf("upload failed after %d attempts: %v", e.cfg.Attempts, err)
+	sn.StoredBytes = stored
 	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
 		log.Error("record failed snapshot", "err", err)
+	}
+	// Its intent would keep the parent's lineage from the collector.
+	if err := e.blobs.Delete(ctx, intentKey(id)); err != nil {
+		log.Warn("remove upload intent", "err", err)
 	}
 }
 
@@ -107,8 +113,9 @@ type intent struct {
 }
 
 // uploadOnce is one attempt at making the snapshot durable: every step may
-// repeat after a crash or a failed attempt.
-func (e *Engine) uploadOnce(ctx context.Context, id string) error {
+// repeat after a crash or a failed attempt. It adds the bytes it stores to
+// *stored.
+func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error {
 	sn, err := e.store.GetSnapshot(ctx, id)
 	if err != nil {
 		return err
@@ -139,7 +146,8 @@ func (e *Engine) uploadOnce(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("diff: %w", err)
 	}
-	extents, ws, err := layer.Write(ctx, e.image(id), ranges, chunks{e.blobs}, e.cfg.Parallel)
+	extents, ws, err := layer.Write(ctx, e.image(id), ranges, e.chunks(), e.cfg.Parallel)
+	*stored += ws.Stored
 	if err != nil {
 		return fmt.Errorf("write layer: %w", err)
 	}
@@ -167,8 +175,14 @@ func (e *Engine) uploadOnce(ctx context.Context, id string) error {
 	if !bytes.Equal(back, data) {
 		return fmt.Errorf("verify manifest: the blob store returned different bytes")
 	}
+	if err := e.verifyLineage(ctx, sn.Parent); err != nil {
+		// A collector elsewhere took the parent while this layer was
+		// written against it: the next attempt stores against what is left.
+		e.blobs.Delete(ctx, manifestKey(id))
+		return err
+	}
 	sn.State, sn.Error = api.SnapshotDurable, ""
-	sn.ChangedBytes, sn.StoredBytes = ws.Changed, ws.Stored
+	sn.ChangedBytes, sn.StoredBytes = ws.Changed, *stored
 	sn.Upload, sn.DurableAt = time.Since(start), time.Now()
 	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
 		return err
@@ -186,22 +200,39 @@ func (e *Engine) uploadOnce(ctx context.Context, id string) error {
 }
 
 // verifyChunks checks that every chunk the manifest lists is in the blob
-// store with the size it was stored with: the manifest is written only then.
+// store: the manifest is written only then. A chunk's size may differ from
+// the one this upload compressed (another writer stored the same content);
+// its content is checked by its hash on every read.
 func (e *Engine) verifyChunks(ctx context.Context, m layer.Manifest) error {
-	sizes := map[string]int64{}
-	for _, x := range m.Extents {
-		if !x.Zero {
-			sizes[x.Chunk] = x.Stored
-		}
-	}
-	for hash, size := range sizes {
+	for _, hash := range m.Chunks() {
 		info, err := e.blobs.Stat(ctx, chunkKey(hash))
 		if err != nil {
 			return fmt.Errorf("verify chunk %s: %w", hash, err)
 		}
-		if info.Size != size {
-			return fmt.Errorf("verify chunk %s: stored %d bytes, want %d", hash, info.Size, size)
+		if info.Size == 0 {
+			return fmt.Errorf("verify chunk %s: empty object", hash)
 		}
+	}
+	return nil
+}
+
+// verifyLineage checks that every manifest of the lineage from id up is
+// still in the blob store.
+func (e *Engine) verifyLineage(ctx context.Context, id string) error {
+	for n := 0; id != "" && n < maxLineage; n++ {
+		ok, err := e.exists(ctx, manifestKey(id))
+		if err != nil {
+			return fmt.Errorf("verify lineage: %w", err)
+		}
+		if !ok {
+			e.forgetManifest(id)
+			return fmt.Errorf("verify lineage: ancestor %s is gone from the blob store", id)
+		}
+		m, err := e.manifest(ctx, id)
+		if err != nil {
+			return fmt.Errorf("verify lineage: %w", err)
+		}
+		id = m.Parent
 	}
 	return nil
 }

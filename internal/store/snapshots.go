@@ -51,7 +51,7 @@ func validSnapshotState(state string) bool {
 }
 
 // InsertSnapshot records a new snapshot; CreatedAt is set to now when zero.
-// A record with the same ID is an error.
+// A record with the same ID is an error wrapping ErrExists.
 func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	if sn.ID == "" {
 		return errors.New("insert snapshot: empty id")
@@ -66,13 +66,18 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 		sn.CreatedAt = time.Now()
 	}
 	sn.CreatedAt = fromNanos(sn.CreatedAt.UnixNano())
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	res, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 		sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
 		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
 		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt))
 	if err != nil {
 		return fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
+	}
+	if err := affectedOne(res, "insert snapshot "+sn.ID); errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("insert snapshot %s: %w", sn.ID, ErrExists)
+	} else if err != nil {
+		return err
 	}
 	return nil
 }

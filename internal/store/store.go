@@ -21,8 +21,11 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// ErrNotFound is returned when a key or sandbox does not exist.
+// ErrNotFound is returned when a key, sandbox or snapshot does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrExists is returned when a record with the same ID exists already.
+var ErrExists = errors.New("already exists")
 
 // Store is the SQLite metadata store of a node.
 type Store struct {
