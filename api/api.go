@@ -219,7 +219,9 @@ type NodeInfo struct {
 	Runtimes      []RuntimeInfo `json:"runtimes"`
 	CloneMode     string        `json:"clone_mode"` // how disks are cloned: reflink, reflink (xfs loop image), copy
 	CgroupVersion int           `json:"cgroup_version"`
-	Sandboxes     int           `json:"sandboxes"` // running on this node
+	// BlobStore is where the node stores snapshots (never with credentials).
+	BlobStore string `json:"blob_store"`
+	Sandboxes int    `json:"sandboxes"` // running on this node
 }
 
 // CreateKeyRequest is the body of POST /v1/keys (admin key only): a new API

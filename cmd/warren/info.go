@@ -8,7 +8,7 @@ import (
 
 func runInfo(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("info", "[flags]",
-		"Describe the node: its runtimes and the isolation each gives, how it clones\ndisks, its cgroup version.")
+		"Describe the node: its runtimes and the isolation each gives, how it clones\ndisks, its cgroup version, where it stores snapshots.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
@@ -23,6 +23,7 @@ func runInfo(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintf(tw, "kernel:\t%s\n", info.Kernel)
 		fmt.Fprintf(tw, "clone mode:\t%s\n", info.CloneMode)
 		fmt.Fprintf(tw, "cgroup:\tv%d\n", info.CgroupVersion)
+		fmt.Fprintf(tw, "blob store:\t%s\n", info.BlobStore)
 		fmt.Fprintf(tw, "sandboxes:\t%d\n", info.Sandboxes)
 		fmt.Fprintln(tw, "runtimes:")
 		for _, r := range info.Runtimes {

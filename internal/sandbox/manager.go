@@ -657,6 +657,7 @@ func (m *Manager) Info(ctx context.Context) api.NodeInfo {
 		Kernel:        kernelName(),
 		CloneMode:     m.deps.Pool.Mode().String(),
 		CgroupVersion: m.deps.CgroupVersion,
+		BlobStore:     m.deps.Snapshots.BlobStore(),
 	}
 	for _, rt := range m.deps.Runtimes {
 		ri := api.RuntimeInfo{Name: rt.Name(), Isolation: rt.Isolation(), Available: true}
