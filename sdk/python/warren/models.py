@@ -320,7 +320,8 @@ class RuntimeInfo:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """What :meth:`Client.info` reports about the node."""
+    """What :meth:`Client.info` reports about the node. ``blob_store`` is
+    where it stores snapshots (never with credentials)."""
 
     version: str
     kernel: str
@@ -328,6 +329,7 @@ class NodeInfo:
     clone_mode: str
     cgroup_version: int
     sandboxes: int
+    blob_store: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "NodeInfo":
@@ -339,6 +341,7 @@ class NodeInfo:
             clone_mode=str(d.get("clone_mode") or ""),
             cgroup_version=int(d.get("cgroup_version") or 0),
             sandboxes=int(d.get("sandboxes") or 0),
+            blob_store=str(d.get("blob_store") or ""),
         )
 
 
