@@ -18,8 +18,7 @@ fi
 # The microVM runtime's guest kernel: Debian's cloud kernel, extracted (never
 # installed on the host) into /var/cache/warren/guest-kernel/<version>/
 # (vmlinuz, config, lib/modules/<version>/). The metapackage names the current
-# versioned package; an extracted version is kept and not fetched again. A
-# host that cannot fetch it still gets the container runtime: only warn.
+# versioned package; a version already extracted is not fetched again.
 guest_kernels=/var/cache/warren/guest-kernel
 guest_kernel_package() {
 	apt-cache depends linux-image-cloud-amd64 2>/dev/null |
@@ -30,35 +29,30 @@ if [[ -z $kpkg ]]; then
 	apt-get update -qq
 	kpkg=$(guest_kernel_package)
 fi
+[[ -n $kpkg ]] || { echo "warren: no linux-image-cloud-amd64 in the apt sources (the vm runtime's guest kernel)" >&2; exit 1; }
 kver=${kpkg#linux-image-}
-if [[ -z $kpkg ]]; then
-	echo "warren: warning: no linux-image-cloud-amd64 in the apt sources: the vm runtime has no guest kernel" >&2
-elif [[ -f $guest_kernels/$kver/vmlinuz && -d $guest_kernels/$kver/lib/modules/$kver ]]; then
-	echo "warren: guest kernel $kver in $guest_kernels/$kver" >&2
-elif ! (
-	set -euo pipefail
-	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
-	chmod 755 "$tmp" # apt-get download drops to the _apt user
-	(cd "$tmp" && apt-get download -qq "$kpkg" 2>/dev/null)
-	dpkg-deb -x "$tmp"/"$kpkg"_*.deb "$tmp/deb"
-	stage="$tmp/$kver"
-	mkdir -p "$stage/lib/modules"
-	mv "$tmp/deb/boot/vmlinuz-$kver" "$stage/vmlinuz"
-	mv "$tmp/deb/boot/config-$kver" "$stage/config"
-	mv "$tmp/deb/lib/modules/$kver" "$stage/lib/modules/"
-	mkdir -p "$guest_kernels"
-	rm -rf "${guest_kernels:?}/$kver"
-	# Staged on /tmp, which may be another filesystem: copy next to the
-	# target, then rename, so a half-copied kernel is never found.
-	cp -a "$stage" "$guest_kernels/.$kver.tmp"
-	mv -T "$guest_kernels/.$kver.tmp" "$guest_kernels/$kver"
-); then
-	rm -rf "${guest_kernels:?}/.$kver.tmp"
-	echo "warren: warning: could not fetch the guest kernel $kpkg: the vm runtime has none" >&2
-else
-	echo "warren: guest kernel $kver extracted into $guest_kernels/$kver" >&2
+if [[ ! -f $guest_kernels/$kver/vmlinuz || ! -d $guest_kernels/$kver/lib/modules/$kver ]]; then
+	echo "warren: fetching the guest kernel $kpkg" >&2
+	(
+		tmp=$(mktemp -d)
+		trap 'rm -rf "$tmp"' EXIT
+		cd "$tmp"
+		# As root into a private directory: apt's _apt user could not write it.
+		apt-get download -qq -o APT::Sandbox::User=root "$kpkg"
+		dpkg-deb -x "$kpkg"_*.deb deb
+		mkdir -p "$kver/lib/modules"
+		mv "deb/boot/vmlinuz-$kver" "$kver/vmlinuz"
+		mv "deb/boot/config-$kver" "$kver/config"
+		mv "deb/lib/modules/$kver" "$kver/lib/modules/"
+		# /tmp may be another filesystem: copy next to the target, then
+		# rename, so that a half-copied kernel is never found.
+		mkdir -p "$guest_kernels"
+		rm -rf "${guest_kernels:?}/.$kver.tmp" "${guest_kernels:?}/$kver"
+		cp -a "$kver" "$guest_kernels/.$kver.tmp"
+		mv -T "$guest_kernels/.$kver.tmp" "$guest_kernels/$kver"
+	)
 fi
+echo "warren: guest kernel $kver in $guest_kernels/$kver" >&2
 
 # Go: the one on PATH, else the usual /usr/local/go. go.mod names the Go
 # version; a go command of 1.21 or later fetches that toolchain through the

@@ -12,9 +12,14 @@
 // --listen-fd serves on an inherited listening socket (how the container
 // runtime starts it); --listen makes one (dev, tests). --mode says what a
 // shutdown ends with: container and dev exit 0, vm powers the machine off.
-// As PID 1 it shuts down cleanly on SIGTERM and ignores SIGINT and SIGHUP;
-// it sets up nothing else (the runtime has mounted /proc, /dev and the rest).
-// It logs to stderr.
+// As PID 1 it shuts down cleanly on SIGTERM and ignores SIGINT and SIGHUP.
+// In a container the runtime has mounted /proc, /dev and the rest.
+//
+// In a microVM it is the initramfs's /init, started by the guest kernel with
+// no flags: it sets the guest up (package vminit: modules, root disk), then
+// serves on the virtio-serial port the host named vmport.Name, in vm mode.
+// There it powers the machine off rather than exit, since PID 1 exiting
+// panics the kernel. It logs to stderr (in a VM: the console).
 package main
 
 import (
@@ -35,10 +40,16 @@ import (
 
 	"warren/internal/agent"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/vminit"
+	"warren/internal/vmport"
 )
 
 // version is set at build time: -ldflags '-X main.version=...'.
 var version = "dev"
+
+// portWait bounds the wait for the agent's virtio-serial port in a VM, which
+// appears shortly after virtio_console is loaded (slowly under TCG).
+const portWait = 30 * time.Second
 
 // termGrace is how long processes get between SIGTERM and SIGKILL when the
 // agent itself is sent SIGTERM.
@@ -53,6 +64,17 @@ func main() {
 
 func run(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "warren-agent")
+	if !containerinit.Started() && vminit.Started() {
+		// PID 1 of a VM: flags would be the kernel's leftovers; whatever
+		// happens, the machine powers off rather than init exiting.
+		defer powerOff(log)
+		l, err := setupVM(log)
+		if err != nil {
+			log.Error("vm setup", "err", err)
+			return 1
+		}
+		return serve(log, l, "vm", false)
+	}
 	flags := flag.NewFlagSet("warren-agent", flag.ContinueOnError)
 	listenFD := flags.Int("listen-fd", -1, "serve on this inherited listening socket")
 	listen := flags.String("listen", "", "serve on unix:/path or tcp:host:port")
@@ -69,9 +91,15 @@ func run(args []string) int {
 		log.Error("listen", "err", err)
 		return 2
 	}
-	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(*mode, log)}, log)
+	return serve(log, l, *mode, containerinit.Started())
+}
+
+// serve runs the agent on l until it stops; container says the container
+// runtime started it, which must set the sandbox up first.
+func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
+	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log)}, log)
 	defer srv.Close()
-	if containerinit.Started() {
+	if container {
 		// Started by the container runtime as a sandbox's init: page in the
 		// serving path while the runtime prepares the root (or, warm, before
 		// any sandbox exists), then set the sandbox up. Until Setup returns
@@ -101,7 +129,7 @@ func run(args []string) int {
 		}
 	}()
 
-	log.Info("serving", "addr", l.Addr().String(), "mode", *mode, "version", version, "pid", os.Getpid())
+	log.Info("serving", "addr", l.Addr().String(), "mode", mode, "version", version, "pid", os.Getpid())
 	if err := srv.Serve(ctx, l); err != nil {
 		log.Error("serve", "err", err)
 		return 1
@@ -136,6 +164,23 @@ func listener(fd int, spec string) (net.Listener, error) {
 	return net.Listen(network, addr)
 }
 
+// setupVM sets the guest up as its init and returns the listener on the
+// agent's virtio-serial port.
+func setupVM(log *slog.Logger) (net.Listener, error) {
+	start := time.Now()
+	if err := vminit.Setup(); err != nil {
+		return nil, err
+	}
+	l, err := vmport.Listen(vmport.Name, portWait)
+	if err != nil {
+		return nil, err
+	}
+	// /proc was not mounted when main named the process.
+	os.WriteFile("/proc/self/comm", []byte("warren-agent"), 0)
+	log.Info("vm set up", "took", time.Since(start).Round(time.Millisecond))
+	return l, nil
+}
+
 // onShutdown is what the end of a Shutdown does in each mode: exit (a
 // container's init exiting ends the container), or power off (in a VM, PID 1
 // exiting would panic the kernel).
@@ -145,11 +190,17 @@ func onShutdown(mode string, log *slog.Logger) func() {
 			log.Info("shut down: exiting")
 			os.Exit(0)
 		}
-		log.Info("shut down: powering off")
-		unix.Sync()
-		if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
-			log.Error("power off", "err", err)
-			os.Exit(1)
-		}
+		powerOff(log)
+	}
+}
+
+// powerOff syncs and powers the machine off. It returns only if that fails,
+// after exiting is all that is left.
+func powerOff(log *slog.Logger) {
+	log.Info("shut down: powering off")
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		log.Error("power off", "err", err)
+		os.Exit(1)
 	}
 }

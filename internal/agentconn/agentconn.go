@@ -44,22 +44,23 @@ const (
 
 // Conn talks to one agent. Its methods and clients may be used concurrently.
 type Conn struct {
-	// Process is the agent's process service. StreamInput goes over
-	// unencrypted HTTP/2 (client streaming needs it); the other calls over
-	// pooled keep-alive HTTP/1.1 connections.
+	// Process is the agent's process service. From New, StreamInput goes
+	// over unencrypted HTTP/2 (client streaming needs it) and the other
+	// calls over pooled keep-alive HTTP/1.1 connections; from NewH2C,
+	// everything goes over its one HTTP/2 connection.
 	Process processpbconnect.ProcessClient
-	// Filesystem is the agent's filesystem service, over HTTP/1.1.
+	// Filesystem is the agent's filesystem service.
 	Filesystem filesystempbconnect.FilesystemClient
-	// Control is the agent's control service, over HTTP/1.1.
+	// Control is the agent's control service.
 	Control controlpbconnect.ControlClient
 
-	http1 *http.Transport
-	h2c   *http.Transport
-	files *http.Client
+	files     *http.Client
+	closeIdle func()
 }
 
-// New makes a Conn whose connections come from dial. No connection is made
-// until the first call.
+// New makes a Conn whose connections come from dial, which may be called
+// for as many connections as there are calls at once (a socket that accepts
+// many). No connection is made until the first call.
 func New(dial func(ctx context.Context) (net.Conn, error)) *Conn {
 	dialContext := func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }
 	var p1, p2 http.Protocols
@@ -78,8 +79,15 @@ func New(dial func(ctx context.Context) (net.Conn, error)) *Conn {
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true,
 	}
-	c1 := &http.Client{Transport: http1}
-	c2 := &http.Client{Transport: h2c}
+	return newConn(&http.Client{Transport: http1}, &http.Client{Transport: h2c}, func() {
+		http1.CloseIdleConnections()
+		h2c.CloseIdleConnections()
+	})
+}
+
+// newConn makes a Conn whose client streaming goes over streaming and the
+// rest over c; closeIdle is its Close.
+func newConn(c, streaming *http.Client, closeIdle func()) *Conn {
 	opts := []connect.ClientOption{
 		connect.WithReadMaxBytes(maxMessage),
 		// The link is local: compressing costs CPU on both ends for nothing.
@@ -87,14 +95,13 @@ func New(dial func(ctx context.Context) (net.Conn, error)) *Conn {
 	}
 	return &Conn{
 		Process: processClient{
-			ProcessClient: processpbconnect.NewProcessClient(c1, baseURL, opts...),
-			streaming:     processpbconnect.NewProcessClient(c2, baseURL, opts...),
+			ProcessClient: processpbconnect.NewProcessClient(c, baseURL, opts...),
+			streaming:     processpbconnect.NewProcessClient(streaming, baseURL, opts...),
 		},
-		Filesystem: filesystempbconnect.NewFilesystemClient(c1, baseURL, opts...),
-		Control:    controlpbconnect.NewControlClient(c1, baseURL, opts...),
-		http1:      http1,
-		h2c:        h2c,
-		files:      c1,
+		Filesystem: filesystempbconnect.NewFilesystemClient(c, baseURL, opts...),
+		Control:    controlpbconnect.NewControlClient(c, baseURL, opts...),
+		files:      c,
+		closeIdle:  closeIdle,
 	}
 }
 
@@ -106,11 +113,9 @@ func DialUnix(path string) *Conn {
 	})
 }
 
-// Close drops the idle connections. Calls in flight go on.
-func (c *Conn) Close() {
-	c.http1.CloseIdleConnections()
-	c.h2c.CloseIdleConnections()
-}
+// Close drops the idle connections. Calls in flight go on. A later call
+// connects again.
+func (c *Conn) Close() { c.closeIdle() }
 
 // processClient routes StreamInput over HTTP/2 and the rest over HTTP/1.1.
 type processClient struct {
