@@ -29,7 +29,11 @@ type Sandbox struct {
 	Template  string `json:"template"`
 	Runtime   string `json:"runtime"`
 	Isolation string `json:"isolation"` // e.g. "container (shared host kernel)": never more than it is
-	State     string `json:"state"`
+	// Accel is how a vm sandbox's vCPUs run: "kvm" (hardware
+	// virtualization) or "tcg" (QEMU's software emulation: for testing, not
+	// production). Empty for a container.
+	Accel string `json:"accel,omitempty"`
+	State string `json:"state"`
 	// Error says why a failed sandbox failed.
 	Error    string            `json:"error,omitempty"`
 	CPUs     float64           `json:"cpus"`
@@ -54,7 +58,7 @@ type Sandbox struct {
 // the server's defaults.
 type CreateSandboxRequest struct {
 	Template string  `json:"template,omitempty"` // default "default"
-	Runtime  string  `json:"runtime,omitempty"`  // "container" or "auto" (default: the strongest available)
+	Runtime  string  `json:"runtime,omitempty"`  // "vm", "container" or "auto" (default: the strongest available; never a vm under tcg)
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
 	Pids     int64   `json:"pids,omitempty"`
@@ -210,6 +214,10 @@ type RuntimeInfo struct {
 	Available bool   `json:"available"`
 	// Reason says why an unavailable runtime is unavailable.
 	Reason string `json:"reason,omitempty"`
+	// Accel is how the vm runtime's vCPUs run on this node: "kvm" or "tcg"
+	// (software emulation; "auto" does not pick a tcg vm). Empty for a
+	// container.
+	Accel string `json:"accel,omitempty"`
 }
 
 // NodeInfo is the answer to GET /v1/info.

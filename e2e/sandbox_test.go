@@ -35,7 +35,12 @@ func TestTwoQuestions(t *testing.T) {
 
 func TestExecContract(t *testing.T) {
 	need(t)
-	id := shared.newSandbox(t)
+	execContract(t, shared, shared.newSandbox(t))
+}
+
+// execContract checks the CLI's exec contract in sandbox id of daemon d,
+// whatever its runtime.
+func execContract(t *testing.T, d *daemon, id string) {
 	cases := []struct {
 		name             string
 		args             []string
@@ -57,7 +62,7 @@ func TestExecContract(t *testing.T) {
 			args = append(args, flags...)
 			args = append(args, id, "--")
 			args = append(args, cmd...)
-			out, errOut, code := shared.cli(t, nil, args...)
+			out, errOut, code := d.cli(t, nil, args...)
 			if code != c.code || out != c.stdout {
 				t.Errorf("exit %d stdout %q (stderr %q), want exit %d stdout %q", code, out, errOut, c.code, c.stdout)
 			}
@@ -92,17 +97,23 @@ func TestExecStdin(t *testing.T) {
 
 func TestFilesThroughCLI(t *testing.T) {
 	need(t)
-	id := shared.newSandbox(t)
+	filesContract(t, shared, shared.newSandbox(t))
+}
+
+// filesContract writes and reads back a file through the CLI in sandbox id
+// of daemon d, whatever its runtime.
+func filesContract(t *testing.T, d *daemon, id string) {
+	t.Helper()
 	data := make([]byte, 3<<20)
 	rand.Read(data)
-	if _, errOut, code := shared.cli(t, bytes.NewReader(data), "files", "write", "--mode", "0600", id, "/root/blob.bin"); code != 0 {
+	if _, errOut, code := d.cli(t, bytes.NewReader(data), "files", "write", "--mode", "0600", id, "/root/blob.bin"); code != 0 {
 		t.Fatalf("files write: exit %d: %s", code, errOut)
 	}
-	out, errOut, code := shared.cli(t, nil, "files", "read", id, "/root/blob.bin")
+	out, errOut, code := d.cli(t, nil, "files", "read", id, "/root/blob.bin")
 	if code != 0 || out != string(data) {
 		t.Fatalf("files read: exit %d, %d bytes back (want %d): %s", code, len(out), len(data), errOut)
 	}
-	out, _, _ = shared.cli(t, nil, "exec", id, "--", "stat", "-c", "%a %s", "/root/blob.bin")
+	out, _, _ = d.cli(t, nil, "exec", id, "--", "stat", "-c", "%a %s", "/root/blob.bin")
 	if out != "600 3145728\n" {
 		t.Errorf("stat in sandbox: %q", out)
 	}

@@ -45,7 +45,7 @@ type sandboxFlags struct {
 // addSandboxFlags defines the flags create and restore share on fs, the
 // simple ones straight into the request's fields.
 func addSandboxFlags(fs *flag.FlagSet, runtime *string, cpus *float64, memoryMB, pids, workspaceMB *int64) *sandboxFlags {
-	fs.StringVar(runtime, "runtime", "", "container, or auto for the strongest available (default auto)")
+	fs.StringVar(runtime, "runtime", "", "vm, container, or auto for the strongest available (default auto; auto never picks a vm under tcg emulation)")
 	fs.Float64Var(cpus, "cpus", 0, "CPUs, fractions allowed (default: the server's)")
 	fs.Int64Var(memoryMB, "memory", 0, "memory limit in `MB`")
 	fs.Int64Var(pids, "pids", 0, "process limit")

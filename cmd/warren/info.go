@@ -34,7 +34,11 @@ func runInfo(ctx context.Context, c *cli, args []string) error {
 					state += ": " + r.Reason
 				}
 			}
-			fmt.Fprintf(tw, "  %s\tisolation: %s\t%s\n", r.Name, r.Isolation, state)
+			acc := ""
+			if r.Accel != "" {
+				acc = "\taccel: " + r.Accel
+			}
+			fmt.Fprintf(tw, "  %s\tisolation: %s%s\t%s\n", r.Name, r.Isolation, acc, state)
 		}
 	})
 }

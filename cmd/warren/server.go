@@ -14,7 +14,7 @@ import (
 // ends (SIGINT or SIGTERM) and then returns nil: its sandboxes keep running
 // and the next start adopts them.
 func runServer(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("server", "[flags]", "Run the warren server: the API, the sandbox manager and the container runtime.")
+	fs := c.newFlags("server", "[flags]", "Run the warren server: the API, the sandbox manager and the vm and container runtimes.")
 	dataDir := fs.String("data-dir", daemon.DefaultDataDir, "directory for the database, keys, templates and sandbox disks")
 	listen := fs.String("listen", "127.0.0.1:7777", "address of the HTTP API")
 	agent := fs.String("agent", "", "path of the static guest agent (default: warren-agent beside this binary)")
@@ -22,6 +22,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
+	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm or container (default: none)")
 	debug := fs.Bool("debug", false, "log debug messages")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -32,6 +33,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	}
 	cfg := sandbox.DefaultConfig()
 	cfg.DefaultTTL = *ttl
+	cfg.RequireIsolation = *require
 	err := daemon.Run(ctx, daemon.Options{
 		DataDir:        *dataDir,
 		Listen:         *listen,

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/internal/blob"
 	fileblob "warren/internal/blob/file"
 	s3blob "warren/internal/blob/s3"
@@ -28,6 +29,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container"
+	"warren/internal/runtime/vm"
 	"warren/internal/sandbox"
 	"warren/internal/server"
 	"warren/internal/snapshot"
@@ -124,6 +126,20 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("container runtime: %w", err)
 	}
 	defer ctr.Close()
+	// The vm runtime is the stronger one; a node that cannot run it (no
+	// guest kernel, no QEMU) still serves containers.
+	runtimes := []runtime.Runtime{ctr}
+	vmRT, err := vm.New(log.WithGroup("vm"), cg, agentBin, vm.Options{Dir: filepath.Join(o.DataDir, "vm")})
+	if err != nil {
+		log.Warn("vm runtime disabled", "err", err)
+	} else {
+		runtimes = []runtime.Runtime{vmRT, ctr}
+	}
+	switch o.Sandbox.RequireIsolation {
+	case "", api.IsolationContainer, api.IsolationVM:
+	default:
+		return fmt.Errorf("require isolation: %q is neither %q nor %q", o.Sandbox.RequireIsolation, api.IsolationVM, api.IsolationContainer)
+	}
 	templates, err := template.NewCatalog(pool, log.WithGroup("template"), template.Options{AgentBinary: agentBin})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
@@ -151,7 +167,7 @@ func Run(ctx context.Context, o Options) error {
 		Pool:          pool,
 		Templates:     templates,
 		Snapshots:     snaps,
-		Runtimes:      []runtime.Runtime{ctr},
+		Runtimes:      runtimes,
 		StateDir:      filepath.Join(o.DataDir, "sandboxes"),
 		CgroupVersion: cg.Version(),
 		Version:       Version,
@@ -172,7 +188,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	fmt.Fprintf(o.Out, "warren %s serving on http://%s (data dir %s, isolation %s)\n", Version, ln.Addr(), o.DataDir, ctr.Isolation())
+	fmt.Fprintf(o.Out, "warren %s serving on http://%s (data dir %s, isolation %s)\n", Version, ln.Addr(), o.DataDir, isolations(runtimes))
 	log.Info("serving", "addr", ln.Addr().String(), "clone_mode", pool.Mode().String(), "cgroup_version", cg.Version(),
 		"blob_store", blobs.String())
 	if o.Ready != nil {
@@ -248,4 +264,15 @@ func agentBinary(path string) (string, error) {
 		return "", fmt.Errorf("guest agent binary: %w (build it with `make` or pass --agent)", err)
 	}
 	return path, nil
+}
+
+// isolations lists the available runtimes' isolation, strongest first.
+func isolations(rts []runtime.Runtime) string {
+	var out []string
+	for _, rt := range rts {
+		if rt.Available() == nil {
+			out = append(out, rt.Isolation())
+		}
+	}
+	return strings.Join(out, "; ")
 }

@@ -2,12 +2,14 @@
 // manager: boot a sandbox from a disk image with its guest agent as PID 1,
 // hand back a way to reach the agent, survive a daemon restart, and tear
 // everything down without leaks. Each runtime lives in its own package
-// (runtime/container, later runtime/vm). This package does no I/O.
+// (runtime/container, runtime/vm). This package does no I/O.
 package runtime
 
 import (
 	"context"
 	"errors"
+
+	"warren/internal/agentconn"
 )
 
 // ErrGone means a sandbox that an earlier daemon process started is no longer
@@ -69,9 +71,16 @@ type Instance interface {
 	// State is what Adopt needs after a daemon restart; the manager persists
 	// it with the sandbox.
 	State() []byte
-	// AgentSocket is the host path of the unix socket its guest agent
-	// serves on.
+	// AgentSocket is the host path of the unix socket of its guest agent's
+	// channel: the agent's own listening socket for a container, the
+	// virtio-serial port's socket for a VM. Reach the agent through Dial,
+	// which knows how to speak over it.
 	AgentSocket() string
+	// Dial returns a connection to the guest agent (no I/O until its first
+	// call). Closing it drops its idle connections; a later call connects
+	// again. A runtime whose channel carries one session (a VM's
+	// virtio-serial port) returns the same Conn each time.
+	Dial() *agentconn.Conn
 	// Done is closed when the sandbox's init (the agent) has exited, whether
 	// asked to or not.
 	Done() <-chan struct{}

@@ -52,6 +52,9 @@ type Config struct {
 	ReapEvery time.Duration
 	// StartTimeout bounds a sandbox's start, agent readiness included.
 	StartTimeout time.Duration
+	// RequireIsolation, when set (api.IsolationVM or api.IsolationContainer),
+	// refuses to create or restore a sandbox in a weaker runtime.
+	RequireIsolation string
 }
 
 // minWorkspaceMB is the smallest workspace disk: room for ext4's own
@@ -306,7 +309,7 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	}
 	tStart := time.Now()
 	undo.Add(func() { inst.Stop(context.WithoutCancel(ctx)) })
-	conn := agentconn.DialUnix(inst.AgentSocket())
+	conn := inst.Dial()
 	undo.Add(conn.Close)
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
@@ -418,21 +421,59 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 	return nil
 }
 
-// pickRuntime resolves the requested runtime name.
+// isolationRank orders runtimes by strength; unknown names rank lowest.
+func isolationRank(name string) int {
+	switch name {
+	case api.IsolationVM:
+		return 2
+	case api.IsolationContainer:
+		return 1
+	}
+	return 0
+}
+
+// accelerated is a runtime that runs its sandboxes under an accelerator
+// ("kvm", "tcg"): the vm runtime.
+type accelerated interface{ Accel() string }
+
+func accelOf(rt runtime.Runtime) string {
+	if a, ok := rt.(accelerated); ok {
+		return a.Accel()
+	}
+	return ""
+}
+
+// pickRuntime resolves the requested runtime name. "auto" (or "") takes the
+// strongest available runtime, but not a vm under TCG (software emulation,
+// seconds per boot: for testing, asked for by name) unless the node
+// requires vm isolation. A runtime weaker than Config.RequireIsolation is
+// refused.
 func (m *Manager) pickRuntime(name string) (runtime.Runtime, error) {
+	req := m.cfg.RequireIsolation
 	if name == "" || name == "auto" {
 		var reasons []string
 		for _, rt := range m.deps.Runtimes {
-			if err := rt.Available(); err == nil {
-				return rt, nil
-			} else {
+			switch err := rt.Available(); {
+			case err != nil:
 				reasons = append(reasons, rt.Name()+": "+err.Error())
+			case isolationRank(rt.Name()) < isolationRank(req):
+				reasons = append(reasons, rt.Name()+": weaker than the required isolation "+req)
+			case accelOf(rt) == "tcg" && req != api.IsolationVM:
+				reasons = append(reasons, rt.Name()+": runs under tcg software emulation, picked only by name")
+			default:
+				return rt, nil
 			}
+		}
+		if req != "" {
+			return nil, api.Errorf(api.CodeConflict, "this node requires %s isolation and no such runtime is available (%s)", req, strings.Join(reasons, "; "))
 		}
 		return nil, api.Errorf(api.CodeUnavailable, "no runtime available on this node (%s)", strings.Join(reasons, "; "))
 	}
 	for _, rt := range m.deps.Runtimes {
 		if rt.Name() == name {
+			if isolationRank(name) < isolationRank(req) {
+				return nil, api.Errorf(api.CodeBadRequest, "this node requires %s isolation: runtime %s is weaker", req, name)
+			}
 			if err := rt.Available(); err != nil {
 				return nil, api.Errorf(api.CodeUnavailable, "runtime %s is not available on this node: %v", name, err)
 			}
@@ -660,7 +701,7 @@ func (m *Manager) Info(ctx context.Context) api.NodeInfo {
 		BlobStore:     m.deps.Snapshots.BlobStore(),
 	}
 	for _, rt := range m.deps.Runtimes {
-		ri := api.RuntimeInfo{Name: rt.Name(), Isolation: rt.Isolation(), Available: true}
+		ri := api.RuntimeInfo{Name: rt.Name(), Isolation: rt.Isolation(), Available: true, Accel: accelOf(rt)}
 		if err := rt.Available(); err != nil {
 			ri.Available, ri.Reason = false, err.Error()
 		}
@@ -709,14 +750,14 @@ func templateView(t template.Info) api.Template {
 
 // view is the API's picture of a record.
 func (m *Manager) view(r store.Sandbox) api.Sandbox {
-	iso := r.Runtime
+	iso, acc := r.Runtime, ""
 	for _, rt := range m.deps.Runtimes {
 		if rt.Name() == r.Runtime {
-			iso = rt.Isolation()
+			iso, acc = rt.Isolation(), accelOf(rt)
 		}
 	}
 	return api.Sandbox{
-		ID: r.ID, Template: r.Template, Runtime: r.Runtime, Isolation: iso,
+		ID: r.ID, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
 		State: r.State, Error: r.Error,
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,

@@ -100,3 +100,47 @@ func TestPickRuntime(t *testing.T) {
 		t.Errorf("auto with nothing available: %v, want unavailable with the reason", err)
 	}
 }
+
+// accelRuntime is an available vm runtime under an accelerator.
+type accelRuntime struct {
+	fakeRuntime
+	accel string
+}
+
+func (a accelRuntime) Accel() string { return a.accel }
+
+// TestPickRuntimeAccelAndRequirement: auto takes a vm under kvm but not
+// under tcg (unless the node requires vm isolation); a required isolation
+// refuses weaker runtimes, naming the requirement.
+func TestPickRuntimeAccelAndRequirement(t *testing.T) {
+	ctr := fakeRuntime{name: "container"}
+	cases := []struct {
+		name, accel, require, ask, want, code string
+	}{
+		{"auto takes kvm vm", "kvm", "", "auto", "vm", ""},
+		{"auto skips tcg vm", "tcg", "", "auto", "container", ""},
+		{"tcg vm by name", "tcg", "", "vm", "vm", ""},
+		{"required vm under tcg", "tcg", "vm", "", "vm", ""},
+		{"required vm refuses container", "kvm", "vm", "container", "", api.CodeBadRequest},
+		{"required container allows vm", "kvm", "container", "vm", "vm", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vm := accelRuntime{fakeRuntime{name: "vm"}, c.accel}
+			m := &Manager{deps: Deps{Runtimes: []runtime.Runtime{vm, ctr}}, cfg: Config{RequireIsolation: c.require}}
+			rt, err := m.pickRuntime(c.ask)
+			switch {
+			case c.code != "":
+				if !api.IsCode(err, c.code) || !strings.Contains(err.Error(), "requires "+c.require) {
+					t.Errorf("err %v, want %s naming the requirement", err, c.code)
+				}
+			case err != nil || rt.Name() != c.want:
+				t.Errorf("got %v, %v; want %s", rt, err, c.want)
+			}
+		})
+	}
+	only := &Manager{deps: Deps{Runtimes: []runtime.Runtime{ctr}}, cfg: Config{RequireIsolation: "vm"}}
+	if _, err := only.pickRuntime("auto"); !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), "requires vm isolation") {
+		t.Errorf("auto on a container-only node requiring vm: %v, want conflict naming the requirement", err)
+	}
+}

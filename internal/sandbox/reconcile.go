@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
-	"warren/internal/agentconn"
 	"warren/internal/disk"
 	"warren/internal/runtime"
 )
@@ -58,7 +57,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			m.teardown(ctx, rec.ID, nil, api.StateFailed, reason)
 			continue
 		}
-		conn := agentconn.DialUnix(inst.AgentSocket())
+		conn := inst.Dial()
 		readyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = conn.WaitReady(readyCtx)
 		cancel()

@@ -54,6 +54,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/agentconn"
 	"warren/internal/cgroup"
 	"warren/internal/cleanup"
 	"warren/internal/disk"
@@ -227,6 +228,7 @@ func (in *instance) State() []byte {
 }
 
 func (in *instance) AgentSocket() string   { return in.st.Socket }
+func (in *instance) Dial() *agentconn.Conn { return agentconn.DialUnix(in.st.Socket) }
 func (in *instance) Done() <-chan struct{} { return in.done }
 
 // Stop kills every process in the sandbox's cgroup, waits for its init to

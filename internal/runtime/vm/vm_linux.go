@@ -1,0 +1,464 @@
+//go:build linux
+
+// Package vm is warren's microVM runtime: each sandbox is a QEMU machine
+// (internal/vmm/qemu, jailed: own namespaces, cgroup, seccomp, an
+// unprivileged uid of its own) that boots the guest kernel found by package
+// guest with an initramfs whose /init is the guest agent. The agent sets the
+// guest up (package vminit: modules, the root disk /dev/vda, hostname) and
+// serves the sandbox API as PID 1 over a virtio-serial port bridged to a unix
+// socket in the sandbox's private directory (package vmport, reached with
+// agentconn.DialVMPort). The root disk is the sandbox's own raw ext4 image,
+// the same one the container runtime boots, as virtio-blk.
+//
+// The vCPUs run under KVM only where hardware virtualization really works
+// (vmm/accel), else under QEMU's TCG: software emulation, a boundary of
+// QEMU's emulator code and seconds per boot, for testing rather than
+// production. Isolation says which.
+//
+// Not supported yet: workspace disks (the VMM gives a machine one disk), and
+// surviving a daemon restart: Adopt kills what an earlier daemon process left
+// and reports the sandbox gone. It is not the VMM (vmm/qemu) and does not
+// build kernels or initramfs contents (package guest).
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"warren/api"
+	controlpb "warren/internal/agent/pb/control"
+	"warren/internal/agentconn"
+	"warren/internal/cgroup"
+	"warren/internal/runtime"
+	"warren/internal/runtime/vm/guest"
+	"warren/internal/vminit"
+	"warren/internal/vmm"
+	"warren/internal/vmm/accel"
+	"warren/internal/vmm/qemu"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultMemoryMiB is a guest's memory when its limits set none.
+	DefaultMemoryMiB = 512
+	// stopGrace bounds the guest agent's graceful shutdown before the VMM
+	// is stopped and then killed.
+	stopGrace = 2 * time.Second
+	// killWait bounds the wait for a killed VMM to be released.
+	killWait = 10 * time.Second
+	// consoleTail is how much of the console a failed boot reports.
+	consoleTail = 1500
+)
+
+// Options configure the runtime.
+type Options struct {
+	// KernelDir holds the extracted guest kernel; default guest.DefaultDir.
+	KernelDir string
+	// QEMU is the QEMU system emulator; default qemu.DefaultBinary.
+	QEMU string
+	// Dir is a directory private to the node for the runtime's own files
+	// (the initramfs, built once at New). Required.
+	Dir string
+	// Accel forces accel.KVM or accel.TCG; "" detects (vmm/accel).
+	Accel string
+}
+
+// Runtime is the microVM runtime. It is safe for concurrent use.
+type Runtime struct {
+	log     *slog.Logger
+	cgroups *cgroup.Hierarchy
+	// unavailable says why the node cannot run VMs; when it is set the
+	// fields below may be zero.
+	unavailable error
+	kernel      guest.Kernel
+	initrd      string
+	accel       accel.Accel
+	vmm         *qemu.VMM
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New makes the runtime: it finds the guest kernel, builds the initramfs
+// (with agentBinary as /init) into opts.Dir, decides the accelerator and
+// prepares the QEMU VMM. A node that lacks any of them still gets a Runtime,
+// whose Available says what is missing; New fails only on bad options.
+func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts Options) (*Runtime, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("vm runtime: Options.Dir is required")
+	}
+	if cgroups == nil {
+		return nil, errors.New("vm runtime: a cgroup hierarchy is required")
+	}
+	if opts.KernelDir == "" {
+		opts.KernelDir = guest.DefaultDir
+	}
+	r := &Runtime{log: log, cgroups: cgroups}
+	r.unavailable = r.prepare(agentBinary, opts)
+	if r.unavailable != nil {
+		log.Info("vm runtime unavailable", "reason", r.unavailable)
+	} else {
+		log.Info("vm runtime ready", "kernel", r.kernel.Version, "accel", r.accel.Name, "accel_reason", r.accel.Reason)
+	}
+	return r, nil
+}
+
+func (r *Runtime) prepare(agentBinary string, opts Options) error {
+	if os.Geteuid() != 0 {
+		return errors.New("the vm runtime needs root (to jail the VMM)")
+	}
+	k, err := guest.Find(opts.KernelDir)
+	if err != nil {
+		return err
+	}
+	r.kernel = k
+	v, err := qemu.New(qemu.Options{Binary: opts.QEMU, Cgroups: r.cgroups, Log: r.log})
+	if err != nil {
+		return fmt.Errorf("%w (Debian package qemu-system-x86; scripts/deps.sh installs it)", err)
+	}
+	r.vmm = v
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return fmt.Errorf("vm runtime dir: %w", err)
+	}
+	r.initrd = filepath.Join(opts.Dir, "initramfs")
+	if err := buildInitramfs(r.initrd, agentBinary, k); err != nil {
+		return err
+	}
+	switch opts.Accel {
+	case "":
+		r.accel = accel.Detect(context.Background())
+	case accel.KVM, accel.TCG:
+		r.accel = accel.Accel{Name: opts.Accel, Reason: "set by the operator"}
+	default:
+		return fmt.Errorf("unknown accelerator %q", opts.Accel)
+	}
+	return nil
+}
+
+// buildInitramfs writes the initramfs to path whole: under a temporary name,
+// then renamed. It is world-readable: each QEMU runs as an unprivileged uid
+// of its own and opens it (bound read-only into its jail); it holds only the
+// agent binary and kernel modules, nothing secret.
+func buildInitramfs(path, agentBinary string, k guest.Kernel) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	err = f.Chmod(0o644) // whatever the umask
+	if err == nil {
+		err = guest.BuildInitramfs(f, agentBinary, k)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	return nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "vm" }
+
+// Accel is the accelerator the runtime's machines run under (accel.KVM or
+// accel.TCG), "" when the runtime is unavailable.
+func (r *Runtime) Accel() string { return r.accel.Name }
+
+// Isolation implements runtime.Runtime.
+func (r *Runtime) Isolation() string {
+	switch r.accel.Name {
+	case accel.KVM:
+		return "vm (QEMU, kvm)"
+	case accel.TCG:
+		return "vm (QEMU, tcg software emulation: for testing, not production)"
+	}
+	return "vm (QEMU)"
+}
+
+// Available implements runtime.Runtime.
+func (r *Runtime) Available() error { return r.unavailable }
+
+// state is what Adopt needs to find an earlier daemon's machine.
+type state struct {
+	PID int `json:"pid"`
+	// StartTime is field 22 of /proc/PID/stat: with the pid it names one
+	// process, never a later one that reused the pid.
+	StartTime uint64 `json:"start_time"`
+	Socket    string `json:"socket"`
+	Accel     string `json:"accel"`
+}
+
+// instance is one running VM sandbox.
+type instance struct {
+	r    *Runtime
+	id   string
+	dir  string
+	st   state
+	m    *qemu.Machine
+	conn *agentconn.Conn // the one connection to the agent's port (see Dial)
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+func (in *instance) State() []byte {
+	b, _ := json.Marshal(in.st) // ints and strings always marshal
+	return b
+}
+
+func (in *instance) AgentSocket() string   { return in.st.Socket }
+func (in *instance) Done() <-chan struct{} { return in.m.Done() }
+
+// Dial implements runtime.Instance. The agent's channel is a virtio-serial
+// port, which carries one HTTP/2 session at a time: a second connection
+// would take the port from the first. So every Dial returns the instance's
+// one Conn, the one Start waited on and Freeze and Stop use; closing it
+// only drops its session, and the next call opens a new one.
+func (in *instance) Dial() *agentconn.Conn { return in.conn }
+
+// Freeze implements runtime.Instance through the guest agent, which is root
+// in its own kernel: FIFREEZE works there, and the host cannot reach the
+// guest's filesystem anyway.
+func (in *instance) Freeze(ctx context.Context, path string) (func() error, error) {
+	if _, err := in.conn.Control.Freeze(ctx, connect.NewRequest(&controlpb.FreezeRequest{Path: path})); err != nil {
+		return nil, fmt.Errorf("freeze %s in the guest: %w", path, err)
+	}
+	return func() error {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := in.conn.Control.Thaw(tctx, connect.NewRequest(&controlpb.ThawRequest{Path: path})); err != nil {
+			return fmt.Errorf("thaw %s in the guest: %w", path, err)
+		}
+		return nil
+	}, nil
+}
+
+// Stop implements runtime.Instance: the guest agent's shutdown (which
+// syncs and powers off) for up to stopGrace, then the VMM's stop, then
+// kill. The disk is left where it is.
+func (in *instance) Stop(ctx context.Context) error {
+	in.stopOnce.Do(func() {
+		ctx := context.WithoutCancel(ctx)
+		select {
+		case <-in.m.Done():
+		default:
+			sctx, cancel := context.WithTimeout(ctx, stopGrace)
+			_, err := in.conn.Control.Shutdown(sctx, connect.NewRequest(&controlpb.ShutdownRequest{GraceMs: 500}))
+			if err == nil {
+				select {
+				case <-in.m.Done():
+				case <-sctx.Done():
+				}
+			}
+			cancel()
+		}
+		in.conn.Close()
+		kctx, cancel := context.WithTimeout(ctx, killWait+stopGrace)
+		defer cancel()
+		// A paused or unresponsive guest: Stop skips to quit, then kill.
+		in.stopErr = in.m.Stop(kctx, 0)
+		if in.stopErr != nil {
+			in.stopErr = errors.Join(in.stopErr, in.m.Kill(kctx))
+		}
+	})
+	return in.stopErr
+}
+
+// Start implements runtime.Runtime: it boots the machine and returns once
+// the guest agent answers through its port (bounded by ctx).
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	if r.unavailable != nil {
+		return nil, fmt.Errorf("vm runtime unavailable: %w", r.unavailable)
+	}
+	if spec.Workspace != "" {
+		return nil, api.Errorf(api.CodeBadRequest, "the vm runtime does not support workspace disks yet: create the sandbox with runtime container, or without workspace_mb")
+	}
+	mem := int(spec.Limits.MemoryBytes >> 20)
+	if mem == 0 {
+		mem = DefaultMemoryMiB
+	}
+	vcpus := max(1, int(math.Ceil(spec.Limits.CPUs)))
+	work := filepath.Join(spec.Dir, "vmm")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return nil, fmt.Errorf("vmm dir: %w", err)
+	}
+	cfg := vmm.Config{
+		ID:          spec.ID,
+		Kernel:      r.kernel.Vmlinuz,
+		Initrd:      r.initrd,
+		Cmdline:     cmdline(spec.Hostname),
+		Disk:        spec.Disk,
+		MemoryMiB:   mem,
+		VCPUs:       vcpus,
+		Accel:       r.accel.Name,
+		AgentSocket: filepath.Join(spec.Dir, "agent.sock"),
+		ConsoleLog:  filepath.Join(spec.Dir, "console.log"),
+		RNG:         true,
+		WorkDir:     work,
+	}
+	t0 := time.Now()
+	m, err := r.vmm.StartMachine(ctx, cfg, vmm.StartOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("start vm: %w", err)
+	}
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, m: m,
+		st:   state{PID: m.PID(), Socket: cfg.AgentSocket, Accel: cfg.Accel},
+		conn: agentconn.DialVMPort(cfg.AgentSocket)}
+	defer func() {
+		if err != nil {
+			in.conn.Close()
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+			m.Kill(kctx)
+			cancel()
+		}
+	}()
+	if in.st.StartTime, err = processStartTime(m.PID()); err != nil {
+		return nil, fmt.Errorf("vmm process: %w", err)
+	}
+	if err := waitAgent(ctx, m, in.conn); err != nil {
+		return nil, fmt.Errorf("%w; console: %s", err, tail(cfg.ConsoleLog, consoleTail))
+	}
+	r.log.Debug("vm booted", "sandbox", spec.ID, "accel", cfg.Accel, "boot_to_agent", time.Since(t0))
+	go r.watch(spec.ID, m)
+	return in, nil
+}
+
+// cmdline is the guest kernel's command line.
+func cmdline(hostname string) string {
+	return "console=ttyS0 panic=-1 " + vminit.ParamVM + "=1 " + vminit.ParamHostname + "=" + hostname
+}
+
+// waitAgent polls the agent until it answers, the machine ends, or ctx ends.
+func waitAgent(ctx context.Context, m vmm.Machine, conn *agentconn.Conn) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.Done():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	err := conn.WaitReady(wctx)
+	select {
+	case <-m.Done():
+		exit, werr := m.Wait(context.Background())
+		return fmt.Errorf("vm ended before its agent answered (%v): %w", exit, errors.Join(werr, vmm.ErrExited))
+	default:
+	}
+	if err != nil {
+		return fmt.Errorf("wait for the guest agent: %w", err)
+	}
+	return nil
+}
+
+// watch logs how a machine ended when it crashed: the manager sees Done
+// close and marks the sandbox failed.
+func (r *Runtime) watch(id string, m vmm.Machine) {
+	exit, err := m.Wait(context.Background())
+	if exit.Crashed() {
+		r.log.Warn("vmm crashed", "sandbox", id, "exit", exit.String(), "err", err)
+	} else {
+		r.log.Debug("vm ended", "sandbox", id, "exit", exit.String())
+	}
+}
+
+// Adopt implements runtime.Runtime. The QEMU VMM cannot yet be reattached
+// to after a daemon restart (its QMP and agent sessions die with the
+// daemon's), so VM sandboxes do not survive one: Adopt kills what is left
+// (the QEMU process, if it is still the one recorded, and the sandbox's
+// cgroup) and returns runtime.ErrGone.
+func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
+	var st state
+	if json.Unmarshal(raw, &st) == nil && st.PID > 0 {
+		if pidfd, err := unix.PidfdOpen(st.PID, 0); err == nil {
+			if start, err := processStartTime(st.PID); err == nil && start == st.StartTime {
+				unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(pidfd)
+		}
+	}
+	err := r.destroy(ctx, spec.ID)
+	if spec.Dir != "" {
+		err = errors.Join(err, os.RemoveAll(spec.Dir))
+	}
+	return nil, errors.Join(runtime.ErrGone, errors.New("vm sandboxes do not survive a daemon restart yet"), err)
+}
+
+// destroy kills what runs in the sandbox's cgroup and removes it.
+func (r *Runtime) destroy(ctx context.Context, id string) error {
+	cg, err := r.cgroups.Open(id)
+	if errors.Is(err, cgroup.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	kctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	return cg.Destroy(kctx)
+}
+
+// Sweep implements runtime.Runtime: the cgroup of every known sandbox that
+// is not kept is destroyed, killing a QEMU still in it.
+func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
+	names, err := r.cgroups.List()
+	if err != nil {
+		return fmt.Errorf("list cgroups: %w", err)
+	}
+	var errs []error
+	for _, name := range names {
+		if !known[name] || keep[name] {
+			continue
+		}
+		r.log.Info("removing leftover vm cgroup", "sandbox", name)
+		errs = append(errs, r.destroy(ctx, name))
+	}
+	return errors.Join(errs...)
+}
+
+// processStartTime reads field 22 (starttime) of /proc/PID/stat.
+func processStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')') // the name may hold ')'
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// tail is the last n bytes of the file at path, for error reports.
+func tail(path string, n int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	if int64(len(b)) > n {
+		b = b[int64(len(b))-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
