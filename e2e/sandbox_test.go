@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,7 +253,8 @@ func TestHealthAndOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(info.Runtimes) == 0 || info.Runtimes[0].Isolation != "container (shared host kernel)" {
+	i := slices.IndexFunc(info.Runtimes, func(r api.RuntimeInfo) bool { return r.Name == "container" })
+	if i < 0 || info.Runtimes[i].Isolation != "container (shared host kernel)" {
 		t.Errorf("node info runtimes %+v: the container runtime must say it shares the host kernel", info.Runtimes)
 	}
 }
