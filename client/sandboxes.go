@@ -103,6 +103,29 @@ func (c *Client) SetTimeout(ctx context.Context, id string, ttl time.Duration) (
 	return &sb, nil
 }
 
+// PauseSandbox pauses the vm sandbox id with its memory (saved to a file on
+// its node; no process runs for it) and returns it paused. A container
+// sandbox, or one that is not running, is a conflict error.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	cl := &call{op: "pause sandbox", method: http.MethodPost, path: sandboxPath(id, "pause"), retry: retryRefused}
+	if err := c.do(ctx, cl, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ResumeSandbox runs the paused sandbox id again from its saved memory and
+// returns it running; its processes carry on where they were.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	cl := &call{op: "resume sandbox", method: http.MethodPost, path: sandboxPath(id, "resume"), retry: retryRefused}
+	if err := c.do(ctx, cl, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
 // ListTemplates returns the templates sandboxes can be created from.
 func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
 	var list struct {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,4 +160,166 @@ func TestVMInfoAndSelection(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "requires vm isolation") {
 		t.Errorf("create --runtime container on a node requiring vm: exit %d, stderr %q; want a refusal naming the requirement", code, errOut)
 	}
+}
+
+// counterProgram keeps a counter in a variable only and writes it, with its
+// pid, to /tmp every 0.2 s: after a memory pause and resume the same pid
+// must be counting on from where it was.
+const counterProgram = `
+import os, time
+open('/tmp/counter.pid', 'w').write(str(os.getpid()))
+i = 0
+while True:
+    i += 1
+    with open('/tmp/count.tmp', 'w') as f:
+        f.write(str(i))
+    os.replace('/tmp/count.tmp', '/tmp/count')
+    time.sleep(0.2)
+`
+
+// counter reads the counter program's pid and count in sandbox id, and
+// whether that pid still runs python3.
+func counter(t *testing.T, id string) (pid string, count int, alive bool) {
+	t.Helper()
+	out := strings.Fields(shared.sh(t, id, `p=$(cat /tmp/counter.pid); echo $p $(cat /tmp/count); tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q python3 && echo alive || echo dead`))
+	if len(out) != 3 {
+		t.Fatalf("counter state: %q", out)
+	}
+	n, err := strconv.Atoi(out[1])
+	if err != nil {
+		t.Fatalf("count %q: %v", out[1], err)
+	}
+	return out[0], n, out[2] == "alive"
+}
+
+// TestVMPauseResume: a process started before a memory pause runs on, same
+// pid and same in-memory state, after resume; while paused no QEMU runs and
+// exec is refused. It also logs save and restore times for two memory
+// sizes (docs/BENCHMARKS.md).
+func TestVMPauseResume(t *testing.T) {
+	needVM(t)
+	c := shared.client()
+	ctx := context.Background()
+	id := shared.newSandbox(t, "--runtime", "vm", "--memory", "256")
+	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", counterProgram}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the counter to count", func() bool {
+		res, err := c.Exec(ctx, id, api.ExecRequest{Shell: "test $(cat /tmp/count 2>/dev/null || echo 0) -ge 3"})
+		return err == nil && res.ExitCode == 0
+	})
+
+	t0 := time.Now()
+	out, errOut, code := shared.cli(t, nil, "pause", id)
+	if code != 0 || strings.TrimSpace(out) != api.StatePaused {
+		t.Fatalf("warren pause: exit %d, stdout %q, stderr %s\ndaemon log:\n%s", code, out, errOut, shared.log.tail(30))
+	}
+	t.Logf("pause (256 MiB): %v", time.Since(t0).Round(time.Millisecond))
+	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StatePaused {
+		t.Errorf("paused sandbox: %+v, %v; want state paused", sb, err)
+	}
+	if pids := qemuOf(id); len(pids) != 0 {
+		t.Errorf("QEMU processes of the paused sandbox: %v, want none", pids)
+	}
+	mem := filepath.Join(shared.dataDir, "sandboxes", id, "memory.snap")
+	if _, err := os.Stat(mem); err != nil {
+		t.Errorf("memory file of the paused sandbox: %v", err)
+	}
+	_, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}})
+	if !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), "paused") {
+		t.Errorf("exec in a paused sandbox: %v, want a conflict saying paused", err)
+	}
+	if _, err := c.PauseSandbox(ctx, id); !api.IsCode(err, api.CodeConflict) {
+		t.Errorf("pause of a paused sandbox: %v, want a conflict", err)
+	}
+	time.Sleep(time.Second) // the counter must not count while paused
+
+	t0 = time.Now()
+	out, errOut, code = shared.cli(t, nil, "resume", id)
+	if code != 0 || strings.TrimSpace(out) != api.StateRunning {
+		t.Fatalf("warren resume: exit %d, stdout %q, stderr %s\ndaemon log:\n%s", code, out, errOut, shared.log.tail(30))
+	}
+	t.Logf("resume (256 MiB): %v", time.Since(t0).Round(time.Millisecond))
+	if _, err := os.Stat(mem); !os.IsNotExist(err) {
+		t.Errorf("memory file after resume: %v, want it removed", err)
+	}
+	if pids := qemuOf(id); len(pids) != 1 {
+		t.Errorf("QEMU processes of the resumed sandbox: %v, want one", pids)
+	}
+	pid1, n1, alive := counter(t, id)
+	if !alive {
+		t.Fatalf("the counter (pid %s) is not running after resume", pid1)
+	}
+	time.Sleep(2 * time.Second)
+	pid2, n2, alive := counter(t, id)
+	if pid2 != pid1 || !alive || n2 <= n1 {
+		t.Errorf("counter after resume: pid %s count %d, then pid %s count %d (alive %v); want the same pid counting on", pid1, n1, pid2, n2, alive)
+	}
+	if n1 < 3 {
+		t.Errorf("counter restarted from 0 after resume: count %d", n1)
+	}
+	t.Logf("counter pid %s: %d right after resume, %d two seconds later", pid1, n1, n2)
+	if _, err := c.ResumeSandbox(ctx, id); !api.IsCode(err, api.CodeConflict) {
+		t.Errorf("resume of a running sandbox: %v, want a conflict", err)
+	}
+
+	// Delete of a paused sandbox removes its memory file.
+	if _, err := c.PauseSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(shared.dataDir, "sandboxes", id)); !os.IsNotExist(err) {
+		t.Errorf("state dir of the deleted paused sandbox: %v, want it gone", err)
+	}
+
+	t.Run("container refuses", func(t *testing.T) {
+		cid := shared.newSandbox(t, "--runtime", "container")
+		_, err := c.PauseSandbox(ctx, cid)
+		if !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), "cannot pause") {
+			t.Errorf("pause of a container sandbox: %v, want a conflict saying it cannot pause", err)
+		}
+	})
+
+	// Save and restore times against memory size (docs/BENCHMARKS.md):
+	// an idle guest, then one with 512 MiB of its memory written.
+	t.Run("times", func(t *testing.T) {
+		for _, tc := range []struct {
+			mib   int
+			touch int // MiB a process holds, non-zero bytes
+		}{{256, 0}, {1024, 0}, {1024, 512}} {
+			sid := shared.newSandbox(t, "--runtime", "vm", "--memory", strconv.Itoa(tc.mib))
+			if tc.touch > 0 {
+				if _, err := c.StartProcess(ctx, sid, api.ExecRequest{Cmd: []string{"python3", "-c",
+					"import time\nb = bytearray(b'\\x01') * (" + strconv.Itoa(tc.touch) + " << 20)\nopen('/tmp/held', 'w').write('1')\ntime.sleep(3600)"}}); err != nil {
+					t.Fatal(err)
+				}
+				eventually(t, 60*time.Second, "the memory to be written", func() bool {
+					res, err := c.Exec(ctx, sid, api.ExecRequest{Shell: "test -e /tmp/held"})
+					return err == nil && res.ExitCode == 0
+				})
+			}
+			t0 := time.Now()
+			if _, err := c.PauseSandbox(ctx, sid); err != nil {
+				t.Fatal(err)
+			}
+			save := time.Since(t0)
+			var size int64
+			if fi, err := os.Stat(filepath.Join(shared.dataDir, "sandboxes", sid, "memory.snap")); err == nil {
+				size = fi.Size()
+			}
+			t0 = time.Now()
+			if _, err := c.ResumeSandbox(ctx, sid); err != nil {
+				t.Fatal(err)
+			}
+			restore := time.Since(t0)
+			if res, err := c.Exec(ctx, sid, api.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				t.Errorf("exec after resume: %+v, %v", res, err)
+			}
+			t.Logf("memory %d MiB, %d MiB written: pause (save) %v, resume (restore + agent) %v, file %.1f MiB",
+				tc.mib, tc.touch, save.Round(time.Millisecond), restore.Round(time.Millisecond), float64(size)/(1<<20))
+			c.DeleteSandbox(ctx, sid)
+		}
+	})
 }

@@ -48,6 +48,8 @@ var commands = []command{
 	{"exec", "run a command in a sandbox", runExec},
 	{"files", "read, write and manage files in a sandbox", runFiles},
 	{"timeout", "set a sandbox's time to live", runTimeout},
+	{"pause", "pause a vm sandbox with its memory", runPause},
+	{"resume", "resume a paused sandbox", runResume},
 	{"rm", "delete sandboxes", runRemove},
 	{"snapshot", "snapshot a sandbox's disk; list, show and delete snapshots", runSnapshot},
 	{"restore", "start sandboxes from a snapshot (fork)", runRestore},

@@ -95,3 +95,22 @@ type Instance interface {
 	// idempotent and safe to call after Done.
 	Stop(ctx context.Context) error
 }
+
+// Pauser is an Instance that can pause with its memory: Pause saves the
+// whole machine (memory and device state) to a file in the sandbox's
+// private directory and then ends the process that ran it, so a paused
+// sandbox holds no CPU and no guest memory; Resume starts it again from that
+// file on the same node, with the same disk, and returns once its agent
+// answers. Processes in the sandbox keep their state across the pair; open
+// agent sessions (streams, waits) are cut by Pause.
+//
+// While paused, Done does not fire (the process is gone on purpose) and
+// Stop removes the memory file. Pause of a paused instance and Resume of a
+// running one are no-ops. If Pause fails the sandbox still runs. If Resume
+// fails before the guest ran again it stays paused and may be resumed
+// again; if the guest ran but then failed, the instance ends (Done fires).
+// Only the vm runtime implements it.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}

@@ -147,6 +147,11 @@ type live struct {
 	// deleting is set (under Manager.mu) once Delete owns the teardown, so
 	// the exit watcher does not report the exit as a failure.
 	deleting bool
+	// paused is set (under Manager.mu) while the sandbox is pausing, paused
+	// or resuming: the agent is not to be called.
+	paused bool
+	// op serializes Pause and Resume.
+	op sync.Mutex
 }
 
 // New makes the manager, reconciles the store with what is running on the
@@ -656,7 +661,7 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if rec.State != api.StateRunning && rec.State != api.StateStarting {
+	if rec.State != api.StateRunning && rec.State != api.StateStarting && rec.State != api.StatePaused {
 		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, rec.State)
 	}
 	rec.ExpiresAt = time.Now().Add(timeout)
@@ -680,8 +685,13 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn
 func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error) {
 	m.mu.Lock()
 	l := m.live[id]
+	ok := l != nil && l.tenant == tenant && !l.deleting
+	paused := ok && l.paused
 	m.mu.Unlock()
-	if l != nil && l.tenant == tenant && !l.deleting {
+	if paused {
+		return nil, api.Errorf(api.CodeConflict, "sandbox %s is paused: resume it first", id)
+	}
+	if ok {
 		return l, nil
 	}
 	rec, err := m.record(ctx, tenant, id)
@@ -795,4 +805,127 @@ func (m *Manager) reap(ctx context.Context) {
 			m.log.Error("purge ended sandboxes", "err", err)
 		}
 	}
+}
+
+// Pause saves a running sandbox's memory and ends its process (a runtime
+// that implements runtime.Pauser: the vm runtime); its processes carry on
+// from where they were at Resume. CodeConflict for a sandbox that is not
+// running or whose runtime cannot pause.
+func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	p, ok := l.inst.(runtime.Pauser)
+	if !ok {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s runs in the %s runtime, which cannot pause with memory (only vm sandboxes can)", id, l.rt.Name())
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	m.mu.Lock()
+	switch {
+	case l.deleting:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+	case l.paused:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is paused", id)
+	}
+	l.paused = true // no new agent calls from here on
+	m.mu.Unlock()
+
+	// A caller that leaves must not leave a half-paused sandbox.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := p.Pause(pctx); err != nil {
+		m.mu.Lock()
+		l.paused = false
+		m.mu.Unlock()
+		m.log.Warn("sandbox pause failed", "sandbox", id, "err", err)
+		return api.Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	took := time.Since(t0)
+	rec, err := m.setState(ctx, l, id, api.StatePaused)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	m.log.Info("sandbox paused", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
+	return m.view(rec), nil
+}
+
+// Resume runs a paused sandbox again from its saved memory. CodeConflict for
+// a sandbox that is not paused. If the runtime fails before the guest ran
+// again the sandbox stays paused; else it is lost (marked failed).
+func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	ok := l != nil && l.tenant == tenant && !l.deleting
+	m.mu.Unlock()
+	if !ok {
+		rec, err := m.record(ctx, tenant, id)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, rec.State)
+	}
+	p, ok := l.inst.(runtime.Pauser)
+	if !ok {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	m.mu.Lock()
+	switch {
+	case l.deleting:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+	case !l.paused:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
+	}
+	m.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := p.Resume(rctx); err != nil {
+		m.log.Warn("sandbox resume failed", "sandbox", id, "err", err)
+		return api.Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	took := time.Since(t0)
+	m.mu.Lock()
+	l.paused = false
+	m.mu.Unlock()
+	rec, err := m.setState(ctx, l, id, api.StateRunning)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
+	return m.view(rec), nil
+}
+
+// pauseTimeout bounds a pause or a resume (a memory save or load under TCG
+// takes seconds per GiB).
+const pauseTimeout = 2 * time.Minute
+
+// setState records a live sandbox's new state (and its runtime state),
+// unless a teardown owns it: under Manager.mu, so that the teardown's final
+// state is always written last.
+func (m *Manager) setState(ctx context.Context, l *live, id, state string) (store.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("get sandbox: %w", err)
+	}
+	if l.deleting {
+		return rec, nil
+	}
+	rec.State, rec.RuntimeState = state, l.inst.State()
+	if err := m.deps.Store.UpdateSandbox(ctx, &rec); err != nil {
+		return store.Sandbox{}, fmt.Errorf("record sandbox %s %s: %w", id, state, err)
+	}
+	return rec, nil
 }

@@ -30,7 +30,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	known, keep := map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
 		known[rec.ID] = true
-		if rec.State != api.StateRunning && rec.State != api.StateStarting {
+		if rec.State != api.StateRunning && rec.State != api.StateStarting && rec.State != api.StatePaused {
 			continue
 		}
 		log := m.log.With("sandbox", rec.ID)

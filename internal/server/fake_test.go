@@ -119,6 +119,30 @@ func (f *fakeSandboxes) Delete(ctx context.Context, tenant, id string) error {
 	return nil
 }
 
+// Pause and Resume flip the fake's state: any running sandbox can pause.
+func (f *fakeSandboxes) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return f.flip(tenant, id, api.StateRunning, api.StatePaused)
+}
+
+func (f *fakeSandboxes) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return f.flip(tenant, id, api.StatePaused, api.StateRunning)
+}
+
+func (f *fakeSandboxes) flip(tenant, id, from, to string) (api.Sandbox, error) {
+	sb, err := f.lookup(tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if sb.State != from {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, sb.State)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb.State = to
+	f.boxes[id] = fakeBox{tenant: tenant, sb: sb}
+	return sb, nil
+}
+
 func (f *fakeSandboxes) SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error) {
 	sb, err := f.lookup(tenant, id)
 	if err != nil {

@@ -308,6 +308,14 @@ func (s *fuzzSandboxes) SetTimeout(ctx context.Context, tenant, id string, timeo
 	return s.calledFor(tenant).SetTimeout(ctx, tenant, id, timeout)
 }
 
+func (s *fuzzSandboxes) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return s.calledFor(tenant).Pause(ctx, tenant, id)
+}
+
+func (s *fuzzSandboxes) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return s.calledFor(tenant).Resume(ctx, tenant, id)
+}
+
 func (s *fuzzSandboxes) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error) {
 	return s.calledFor(tenant).Agent(ctx, tenant, id)
 }

@@ -94,6 +94,35 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, sb)
 }
 
+// pauseSandbox answers POST /v1/sandboxes/{id}/pause: the sandbox's memory
+// is saved to a file on the node and its process ends; it answers the
+// sandbox, paused.
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	sb, err := s.sb.Pause(r.Context(), caller(r).Tenant, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+// resumeSandbox answers POST /v1/sandboxes/{id}/resume: the paused sandbox
+// runs again from its saved memory; it answers the sandbox, running.
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	sb, err := s.sb.Resume(r.Context(), caller(r).Tenant, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
 // listTemplates answers GET /v1/templates.
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	list, err := s.sb.Templates(r.Context())

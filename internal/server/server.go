@@ -44,6 +44,13 @@ type Sandboxes interface {
 	// CodeBadRequest for a timeout out of the manager's range, CodeConflict
 	// for a sandbox in a final state.
 	SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error)
+	// Pause saves a running sandbox's memory to a file on the node and ends
+	// its process; it returns the sandbox paused. CodeConflict for a
+	// sandbox not running or in a runtime that cannot pause.
+	Pause(ctx context.Context, tenant, id string) (api.Sandbox, error)
+	// Resume runs a paused sandbox again from its saved memory and returns
+	// it running; CodeConflict for a sandbox that is not paused.
+	Resume(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	// Agent returns the connection to a running sandbox's guest agent; owned
 	// by the manager, never closed by the caller. CodeNotFound for an unknown
 	// sandbox, CodeConflict for one that is not running.
@@ -152,6 +159,8 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"GET", "/v1/sandboxes/{id}", tenant, s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", tenant, s.deleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/timeout", tenant, s.setTimeout},
+		{"POST", "/v1/sandboxes/{id}/pause", tenant, s.pauseSandbox},
+		{"POST", "/v1/sandboxes/{id}/resume", tenant, s.resumeSandbox},
 		{"POST", "/v1/sandboxes/{id}/exec", tenant, s.exec},
 		{"GET", "/v1/sandboxes/{id}/processes", tenant, s.listProcesses},
 		{"GET", "/v1/sandboxes/{id}/processes/{pid}/stream", tenant, s.streamProcess},

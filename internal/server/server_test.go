@@ -188,6 +188,18 @@ func TestSandboxLifecycle(t *testing.T) {
 		apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/timeout", e.keyA, `{"timeout_seconds":`+secs+`}`), http.StatusBadRequest, api.CodeBadRequest)
 	}
 
+	e.call("POST", "/v1/sandboxes/"+b.ID+"/pause", e.keyA, nil, http.StatusOK, &got)
+	if got.State != api.StatePaused {
+		t.Errorf("pause: state %q", got.State)
+	}
+	apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/pause", e.keyA, nil), http.StatusConflict, api.CodeConflict)
+	apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/resume", e.keyB, nil), http.StatusNotFound, api.CodeNotFound)
+	e.call("POST", "/v1/sandboxes/"+b.ID+"/resume", e.keyA, nil, http.StatusOK, &got)
+	if got.State != api.StateRunning {
+		t.Errorf("resume: state %q", got.State)
+	}
+	apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/resume", e.keyA, nil), http.StatusConflict, api.CodeConflict)
+
 	resp = e.do("DELETE", "/v1/sandboxes/"+a.ID, e.keyA, nil)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {

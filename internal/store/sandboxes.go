@@ -58,7 +58,7 @@ func isFinal(state string) bool {
 // validState reports whether state is one of the api.State* constants.
 func validState(state string) bool {
 	switch state {
-	case api.StateStarting, api.StateRunning, api.StateStopped, api.StateFailed:
+	case api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopped, api.StateFailed:
 		return true
 	}
 	return false

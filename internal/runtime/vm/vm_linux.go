@@ -15,6 +15,10 @@
 // QEMU's emulator code and seconds per boot, for testing rather than
 // production. Isolation says which.
 //
+// A sandbox can pause with its memory (runtime.Pauser): QEMU migrates the
+// machine to a file in the sandbox's directory and exits; Resume starts a
+// new QEMU from that file.
+//
 // Not supported yet: workspace disks (the VMM gives a machine one disk), and
 // surviving a daemon restart: Adopt kills what an earlier daemon process left
 // and reports the sandbox gone. It is not the VMM (vmm/qemu) and does not
@@ -33,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -205,32 +210,80 @@ type state struct {
 	Accel     string `json:"accel"`
 }
 
-// instance is one running VM sandbox.
+// memoryFile is the name of a paused sandbox's memory snapshot in its
+// private directory.
+const memoryFile = "memory.snap"
+
+// instance is one VM sandbox: running, or paused with its memory in a file
+// and no QEMU process (runtime.Pauser).
 type instance struct {
 	r    *Runtime
 	id   string
 	dir  string
-	st   state
-	m    *qemu.Machine
+	cfg  vmm.Config      // the machine's config, for Resume
 	conn *agentconn.Conn // the one connection to the agent's port (see Dial)
 
-	stopOnce sync.Once
-	stopErr  error
+	done     chan struct{} // closed when the sandbox ends, not when Pause ends its QEMU
+	doneOnce sync.Once
+
+	// opMu serializes Pause, Resume and Stop; it guards the fields below,
+	// mu guards them for State.
+	opMu    sync.Mutex
+	mu      sync.Mutex
+	st      state
+	cur     *machine // nil while paused or stopped
+	paused  bool
+	stopped bool
+
+	stopErr error
 }
 
+// machine is one QEMU process of an instance; planned is set when the
+// instance ends it on purpose (Pause), so that its exit does not end the
+// sandbox.
+type machine struct {
+	m       *qemu.Machine
+	planned atomic.Bool
+}
+
+var _ runtime.Pauser = (*instance)(nil)
+
 func (in *instance) State() []byte {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	b, _ := json.Marshal(in.st) // ints and strings always marshal
 	return b
 }
 
-func (in *instance) AgentSocket() string   { return in.st.Socket }
-func (in *instance) Done() <-chan struct{} { return in.m.Done() }
+func (in *instance) AgentSocket() string   { return in.cfg.AgentSocket }
+func (in *instance) Done() <-chan struct{} { return in.done }
+
+func (in *instance) closeDone() { in.doneOnce.Do(func() { close(in.done) }) }
+
+// follow ends the sandbox when mc's QEMU exits, unless Pause ended it.
+func (in *instance) follow(mc *machine) {
+	<-mc.m.Done()
+	if !mc.planned.Load() {
+		in.closeDone()
+	}
+}
+
+// adopt makes m the instance's running machine.
+func (in *instance) adopt(m *qemu.Machine, start uint64) {
+	mc := &machine{m: m}
+	in.mu.Lock()
+	in.cur, in.paused = mc, false
+	in.st.PID, in.st.StartTime = m.PID(), start
+	in.mu.Unlock()
+	go in.follow(mc)
+}
 
 // Dial implements runtime.Instance. The agent's channel is a virtio-serial
 // port, which carries one HTTP/2 session at a time: a second connection
 // would take the port from the first. So every Dial returns the instance's
 // one Conn, the one Start waited on and Freeze and Stop use; closing it
-// only drops its session, and the next call opens a new one.
+// only drops its session, and the next call opens a new one (after a
+// Resume, to the new QEMU's port).
 func (in *instance) Dial() *agentconn.Conn { return in.conn }
 
 // Freeze implements runtime.Instance through the guest agent, which is root
@@ -250,34 +303,149 @@ func (in *instance) Freeze(ctx context.Context, path string) (func() error, erro
 	}, nil
 }
 
+// Pause implements runtime.Pauser: the machine's memory is saved (QEMU
+// migration to a file, which leaves the vCPUs stopped) to memory.snap in
+// the sandbox's directory, then the QEMU process is ended. If the save
+// fails the machine runs again.
+func (in *instance) Pause(ctx context.Context) error {
+	in.opMu.Lock()
+	defer in.opMu.Unlock()
+	switch {
+	case in.stopped:
+		return errors.New("the sandbox is stopped")
+	case in.paused:
+		return nil
+	}
+	mc := in.cur
+	select {
+	case <-mc.m.Done():
+		return fmt.Errorf("pause: %w", vmm.ErrExited)
+	default:
+	}
+	mem := filepath.Join(in.dir, memoryFile)
+	t0 := time.Now()
+	if err := mc.m.SaveMemory(ctx, mem); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+		defer cancel()
+		if rerr := mc.m.Resume(rctx); rerr != nil {
+			return errors.Join(err, fmt.Errorf("run the vm again: %w", rerr))
+		}
+		return err
+	}
+	tSave := time.Now()
+	mc.planned.Store(true)
+	in.conn.Close()
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait+stopGrace)
+	defer cancel()
+	if err := mc.m.Stop(kctx, 0); err != nil {
+		if kerr := mc.m.Kill(kctx); kerr != nil {
+			// The machine is still there, stopped: it is not paused.
+			mc.planned.Store(false)
+			os.Remove(mem)
+			return errors.Join(err, kerr)
+		}
+	}
+	in.mu.Lock()
+	in.cur, in.paused = nil, true
+	in.st.PID, in.st.StartTime = 0, 0
+	in.mu.Unlock()
+	var size int64
+	if fi, err := os.Stat(mem); err == nil {
+		size = fi.Size()
+	}
+	in.r.log.Info("vm paused", "sandbox", in.id, "memory_mib", in.cfg.MemoryMiB, "file_bytes", size,
+		"save", tSave.Sub(t0), "stop", time.Since(tSave))
+	return nil
+}
+
+// Resume implements runtime.Pauser: a new QEMU with the same config loads
+// memory.snap, the agent's channel reconnects, and the file is removed.
+func (in *instance) Resume(ctx context.Context) error {
+	in.opMu.Lock()
+	defer in.opMu.Unlock()
+	switch {
+	case in.stopped:
+		return errors.New("the sandbox is stopped")
+	case !in.paused:
+		return nil
+	}
+	mem := filepath.Join(in.dir, memoryFile)
+	t0 := time.Now()
+	m, err := in.r.vmm.StartMachine(ctx, in.cfg, vmm.StartOptions{RestoreFrom: mem})
+	if err != nil {
+		// Nothing ran: the sandbox stays paused.
+		return fmt.Errorf("restore vm: %w", err)
+	}
+	tRestore := time.Now()
+	start, err := processStartTime(m.PID())
+	if err == nil {
+		err = waitAgent(ctx, m, in.conn)
+	}
+	if err != nil {
+		// The guest ran on (and may have written to its disk): the memory
+		// file no longer matches the disk, so the sandbox is lost.
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+		m.Kill(kctx)
+		cancel()
+		in.conn.Close()
+		os.Remove(mem)
+		in.paused, in.stopped = false, true
+		in.closeDone()
+		return fmt.Errorf("resumed vm: %w; console: %s", err, tail(in.cfg.ConsoleLog, consoleTail))
+	}
+	in.adopt(m, start)
+	go in.r.watch(in.id, m)
+	if err := os.Remove(mem); err != nil {
+		in.r.log.Warn("remove memory snapshot", "sandbox", in.id, "err", err)
+	}
+	in.r.log.Info("vm resumed", "sandbox", in.id, "memory_mib", in.cfg.MemoryMiB,
+		"restore", tRestore.Sub(t0), "agent", time.Since(tRestore))
+	return nil
+}
+
 // Stop implements runtime.Instance: the guest agent's shutdown (which
 // syncs and powers off) for up to stopGrace, then the VMM's stop, then
-// kill. The disk is left where it is.
+// kill. A paused sandbox has no VMM: its memory file is removed. The disk
+// is left where it is.
 func (in *instance) Stop(ctx context.Context) error {
-	in.stopOnce.Do(func() {
-		ctx := context.WithoutCancel(ctx)
-		select {
-		case <-in.m.Done():
-		default:
-			sctx, cancel := context.WithTimeout(ctx, stopGrace)
-			_, err := in.conn.Control.Shutdown(sctx, connect.NewRequest(&controlpb.ShutdownRequest{GraceMs: 500}))
-			if err == nil {
-				select {
-				case <-in.m.Done():
-				case <-sctx.Done():
-				}
+	in.opMu.Lock()
+	defer in.opMu.Unlock()
+	if in.stopped {
+		return in.stopErr
+	}
+	in.stopped = true
+	ctx = context.WithoutCancel(ctx)
+	defer in.closeDone()
+	defer in.conn.Close()
+	if err := os.Remove(filepath.Join(in.dir, memoryFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		in.stopErr = err
+	}
+	mc := in.cur
+	if mc == nil {
+		return in.stopErr
+	}
+	select {
+	case <-mc.m.Done():
+	default:
+		sctx, cancel := context.WithTimeout(ctx, stopGrace)
+		_, err := in.conn.Control.Shutdown(sctx, connect.NewRequest(&controlpb.ShutdownRequest{GraceMs: 500}))
+		if err == nil {
+			select {
+			case <-mc.m.Done():
+			case <-sctx.Done():
 			}
-			cancel()
 		}
-		in.conn.Close()
-		kctx, cancel := context.WithTimeout(ctx, killWait+stopGrace)
-		defer cancel()
-		// A paused or unresponsive guest: Stop skips to quit, then kill.
-		in.stopErr = in.m.Stop(kctx, 0)
-		if in.stopErr != nil {
-			in.stopErr = errors.Join(in.stopErr, in.m.Kill(kctx))
-		}
-	})
+		cancel()
+	}
+	in.conn.Close()
+	kctx, cancel := context.WithTimeout(ctx, killWait+stopGrace)
+	defer cancel()
+	// A paused or unresponsive guest: Stop skips to quit, then kill.
+	err := mc.m.Stop(kctx, 0)
+	if err != nil {
+		err = errors.Join(err, mc.m.Kill(kctx))
+	}
+	in.stopErr = errors.Join(in.stopErr, err)
 	return in.stopErr
 }
 
@@ -318,7 +486,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err != nil {
 		return nil, fmt.Errorf("start vm: %w", err)
 	}
-	in := &instance{r: r, id: spec.ID, dir: spec.Dir, m: m,
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, done: make(chan struct{}),
 		st:   state{PID: m.PID(), Socket: cfg.AgentSocket, Accel: cfg.Accel},
 		conn: agentconn.DialVMPort(cfg.AgentSocket)}
 	defer func() {
@@ -329,12 +497,14 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 			cancel()
 		}
 	}()
-	if in.st.StartTime, err = processStartTime(m.PID()); err != nil {
+	start, err := processStartTime(m.PID())
+	if err != nil {
 		return nil, fmt.Errorf("vmm process: %w", err)
 	}
 	if err := waitAgent(ctx, m, in.conn); err != nil {
 		return nil, fmt.Errorf("%w; console: %s", err, tail(cfg.ConsoleLog, consoleTail))
 	}
+	in.adopt(m, start)
 	r.log.Debug("vm booted", "sandbox", spec.ID, "accel", cfg.Accel, "boot_to_agent", time.Since(t0))
 	go r.watch(spec.ID, m)
 	return in, nil

@@ -315,6 +315,14 @@ class AsyncSandbox:
         """See :meth:`warren.Sandbox.set_timeout`."""
         return await _run(self.sync.set_timeout, seconds)
 
+    async def pause(self) -> SandboxInfo:
+        """See :meth:`warren.Sandbox.pause`."""
+        return await _run(self.sync.pause)
+
+    async def resume(self) -> SandboxInfo:
+        """See :meth:`warren.Sandbox.resume`."""
+        return await _run(self.sync.resume)
+
     async def delete(self) -> None:
         """See :meth:`warren.Sandbox.delete`."""
         await _run(self.sync.delete)

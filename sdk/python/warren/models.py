@@ -62,9 +62,9 @@ def _str_map(v: Any) -> Dict[str, str]:
 class SandboxInfo:
     """A sandbox as the API shows it at one moment.
 
-    ``state`` is ``starting``, ``running``, ``stopped`` or ``failed`` (then
-    ``error`` says why). ``isolation`` says honestly what separates it from
-    the host, e.g. ``"container (shared host kernel)"``. ``origin`` is the id
+    ``state`` is ``starting``, ``running``, ``paused``, ``stopped`` or
+    ``failed`` (then ``error`` says why). ``isolation`` says honestly what
+    separates it from the host, e.g. ``"container (shared host kernel)"``. ``origin`` is the id
     of the snapshot its root disk was restored from, empty for one made by
     create; ``workspace_mb`` the size of its workspace disk at /workspace
     (0: none) and ``workspace_origin`` the snapshot that disk came from.

@@ -576,6 +576,31 @@ class Sandbox:
         self._info = SandboxInfo.from_json(answer.json())
         return self._info
 
+    def pause(self) -> SandboxInfo:
+        """Pause a vm sandbox with its memory: the machine is saved to a
+        file on its node and no process runs for it until :meth:`resume`.
+        Exec and files are refused while it is paused; it still expires.
+        Returns its info (state ``paused``).
+
+        Raises:
+            ConflictError: it is not running, or its runtime cannot pause
+                (a container sandbox).
+        """
+        answer = self._transport.request("POST", self._path("pause"), retry=REFUSED)
+        self._info = SandboxInfo.from_json(answer.json())
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Run a paused sandbox again from its saved memory; its processes
+        carry on where they were. Returns its info (state ``running``).
+
+        Raises:
+            ConflictError: it is not paused.
+        """
+        answer = self._transport.request("POST", self._path("resume"), retry=REFUSED)
+        self._info = SandboxInfo.from_json(answer.json())
+        return self._info
+
     def delete(self) -> None:
         """Stop the sandbox and delete its disk. Deleting an ended sandbox
         forgets it. Retried, since repeating it is harmless.
