@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/loopback"
 )
 
 // newRoot is where Setup mounts the root disk before switching into it.
@@ -152,7 +154,7 @@ func Setup() error {
 			return fmt.Errorf("set hostname: %w", err)
 		}
 	}
-	return loopbackUp()
+	return loopback.Up()
 }
 
 // mountDev completes /dev under root the way udev and systemd would: pty
@@ -286,27 +288,6 @@ func waitFor(timeout time.Duration, cond func() bool) error {
 		}
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 50*time.Millisecond)
-	}
-	return nil
-}
-
-// loopbackUp sets the loopback interface up.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback up: %w", err)
 	}
 	return nil
 }

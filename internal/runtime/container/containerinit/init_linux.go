@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/loopback"
 	"warren/internal/seccomp"
 )
 
@@ -82,7 +83,7 @@ func setup() error {
 	// Loopback belongs to the sandbox's own network namespace; bringing it up
 	// takes the kernel's global network lock, better taken now than while a
 	// create waits.
-	if err := loopbackUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		return err
 	}
 	msg, mounts, err := recvFds(FdSync)
@@ -186,26 +187,4 @@ func recvFds(fd int) ([]byte, []int, error) {
 		}
 	}
 	return nil, nil, errors.New("no root mount in message (the runtime went away)")
-}
-
-// loopbackUp sets the loopback interface of the sandbox's network namespace
-// up; it is the only interface a sandbox has for now.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback up: %w", err)
-	}
-	return nil
 }
