@@ -11,7 +11,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/disk"
+	"warren/internal/disk/disktest"
 )
 
 const MiB = 1 << 20
@@ -66,47 +66,7 @@ func copyEnv(t *testing.T) env { return env{name: "copy", dir: t.TempDir()} }
 // unmounts.
 func reflinkEnv(t *testing.T) env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds a loop-mounted xfs image for reflink clones")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skipf("needs loop devices for the xfs image: %v", err)
-	}
-	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
-		t.Skipf("needs mkfs.xfs: %v", err)
-	}
-	dataDir := t.TempDir()
-	pool, err := disk.Open(context.Background(), dataDir, nil, disk.Options{XFSImageSize: 4 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pool.Close(); err != nil {
-			t.Error(err)
-		}
-		if pool.Mode() != disk.CloneReflinkXFSLoop {
-			return
-		}
-		if err := unix.Unmount(pool.Dir(), 0); err != nil {
-			t.Errorf("unmount %s: %v", pool.Dir(), err)
-		}
-		// Autoclear detaches the device once its last user closes it,
-		// asynchronously; a prober (udev) may hold it a while longer. The
-		// disk package tests that it goes; here it is only reported.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			left, err := disk.StaleLoops(dataDir)
-			if err == nil && len(left) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Logf("loop devices still attached under %s after 10s: %v (%v)", dataDir, left, err)
-				return
-			}
-		}
-	})
-	if pool.Mode() == disk.CloneCopy {
-		t.Skip("no reflink available: clones would be full copies")
-	}
+	pool := disktest.ReflinkPool(t, 4<<30)
 	return env{name: "reflink", dir: pool.Dir(), reflink: true, pool: pool}
 }
 

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"warren/internal/blob"
 	"warren/internal/blob/file"
 	"warren/internal/disk"
+	"warren/internal/disk/disktest"
 	"warren/internal/layer"
 	"warren/internal/snapshot"
 	"warren/internal/store"
@@ -76,32 +76,12 @@ type node struct {
 	disks    atomic.Int64
 }
 
-// requireRoot skips a test that needs a reflink pool.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the disk pool loop-mounts an xfs image for reflink clones")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skipf("needs loop devices for the pool's xfs image: %v", err)
-	}
-	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
-		t.Skipf("needs mkfs.xfs for the pool's xfs image: %v", err)
-	}
-}
-
 // newNode starts a node on blobs; its engine is closed, its pool unmounted
 // and its store closed when the test ends.
 func newNode(t *testing.T, name string, blobs blob.Store, cfg snapshot.Config) *node {
 	t.Helper()
-	requireRoot(t)
 	ctx := context.Background()
-	dataDir := t.TempDir()
-	pool, err := disk.Open(ctx, dataDir, nil, disk.Options{XFSImageSize: 8 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closePool(t, pool, dataDir) })
+	pool := disktest.ReflinkPool(t, 8<<30)
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "warren.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -139,34 +119,6 @@ func (n *node) restart(t *testing.T) {
 	t.Helper()
 	n.eng.Close()
 	n.open(t)
-}
-
-// closePool releases the pool and unmounts its xfs image, as the layer
-// tests do.
-func closePool(t *testing.T, pool *disk.Pool, dataDir string) {
-	if err := pool.Close(); err != nil {
-		t.Error(err)
-	}
-	if pool.Mode() != disk.CloneReflinkXFSLoop {
-		return
-	}
-	if err := unix.Unmount(pool.Dir(), 0); err != nil {
-		t.Errorf("unmount %s: %v", pool.Dir(), err)
-	}
-	// Autoclear detaches the device asynchronously, and slowly on a busy
-	// machine (udev may hold it open a while).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		left, err := disk.StaleLoops(dataDir)
-		if err == nil && len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			// Not the engine's doing, and the kernel gets there in the
-			// end: say so, but do not fail the test for it.
-			t.Logf("loop devices still attached under %s 30 s after the unmount: %v (%v)", dataDir, left, err)
-			return
-		}
-	}
 }
 
 // cacheDir is the engine's cache, documented in snapshot.Open.

@@ -125,7 +125,6 @@ func TestTreeSearch(t *testing.T) {
 		treeScenario(t, func(t *testing.T) blob.Store { return openFileBlobs(t, dir) })
 	})
 	t.Run("s3", func(t *testing.T) {
-		requireRoot(t)
 		srv := s3test.Start(t)
 		treeScenario(t, func(t *testing.T) blob.Store {
 			b, err := s3.Open(context.Background(), srv.URL)
