@@ -52,9 +52,11 @@ type Sandbox struct {
 	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
 	// Origin is the snapshot the sandbox's root disk was restored from, and
 	// WorkspaceOrigin the one its workspace disk was, if any.
-	Origin          string    `json:"origin,omitempty"`
-	WorkspaceOrigin string    `json:"workspace_origin,omitempty"`
-	CreatedAt       time.Time `json:"created_at"`
+	Origin          string `json:"origin,omitempty"`
+	WorkspaceOrigin string `json:"workspace_origin,omitempty"`
+	// Network is the sandbox's egress policy (docs/NETWORK.md).
+	Network   NetworkPolicy `json:"network"`
+	CreatedAt time.Time     `json:"created_at"`
 	// ExpiresAt is when the sandbox is deleted unless its timeout is extended.
 	ExpiresAt time.Time `json:"expires_at"`
 }
@@ -72,10 +74,46 @@ type CreateSandboxRequest struct {
 	// filesystem mounted at /workspace, which can be snapshotted on its own
 	// (scope "workspace"). 0: none.
 	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
+	// Network is the egress policy; nil: the default (the internet, not
+	// private ranges).
+	Network *NetworkPolicy `json:"network,omitempty"`
 	// TimeoutSeconds is the sandbox's time to live; it is deleted after it.
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+}
+
+// NetworkPolicy is a sandbox's egress policy, set at create and replaced
+// whole by PUT /v1/sandboxes/{id}/network. Entries of Allow and Deny are
+// IPv4 CIDRs ("10.1.0.0/16"), IPv4 addresses, or domain names
+// ("example.com" matches that name only, "*.example.com" any name below
+// it). Whatever the policy, link-local (the cloud metadata address among
+// it), loopback, the node itself and other sandboxes are unreachable. See
+// docs/NETWORK.md for the order rules apply in.
+type NetworkPolicy struct {
+	// None denies all egress, DNS included. Exposed ports still reach the
+	// sandbox through warren's proxy.
+	None bool `json:"none,omitempty"`
+	// Allow, when non-empty, is the only egress allowed (plus what allowed
+	// names resolve to). It may open private ranges, which are denied by
+	// default.
+	Allow []string `json:"allow,omitempty"`
+	// Deny is refused even when Allow matches.
+	Deny []string `json:"deny,omitempty"`
+}
+
+// NetworkStatus is the body of GET and PUT /v1/sandboxes/{id}/network.
+type NetworkStatus struct {
+	Policy NetworkPolicy `json:"policy"`
+	// Address is the sandbox's own address (the same in every sandbox) and
+	// Gateway its router and DNS server.
+	Address string `json:"address"`
+	Gateway string `json:"gateway"`
+	// Denied counts the connections and DNS queries the policy refused.
+	Denied uint64 `json:"denied"`
+	// RateLimited counts new connections refused by the connection-rate
+	// limit.
+	RateLimited uint64 `json:"rate_limited"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the
