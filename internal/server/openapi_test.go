@@ -153,6 +153,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"GCRequest":             reflect.TypeFor[api.GCRequest](),
 		"GCResult":              reflect.TypeFor[api.GCResult](),
 		"DebugVars":             reflect.TypeFor[api.DebugVars](),
+		"NetworkPolicy":         reflect.TypeFor[api.NetworkPolicy](),
+		"NetworkStatus":         reflect.TypeFor[api.NetworkStatus](),
 		"SnapshotList": reflect.TypeFor[struct {
 			Snapshots []api.Snapshot `json:"snapshots"`
 		}](),

@@ -76,8 +76,12 @@ type Config struct {
 	Initrd string
 	// Cmdline is the kernel command line. Needs Kernel.
 	Cmdline string
-	// Disk is the root disk: a raw image, opened read-write. Required.
+	// Disk is the root disk: a raw image, opened read-write. Required. The
+	// guest sees it as its first disk.
 	Disk string
+	// Workspace is an optional second disk, a raw image opened read-write
+	// like Disk; the guest sees it as its second disk. "" for none.
+	Workspace string
 	// MemoryMiB is the guest's memory, MinMemoryMiB to MaxMemoryMiB.
 	MemoryMiB int
 	// VCPUs is the number of virtual CPUs, 1 to MaxVCPUs.
@@ -127,6 +131,11 @@ func (c *Config) validate() error {
 	}
 	if err := regularFile("disk", c.Disk); err != nil {
 		return err
+	}
+	if c.Workspace != "" {
+		if err := regularFile("workspace disk", c.Workspace); err != nil {
+			return err
+		}
 	}
 	if c.Kernel != "" {
 		if err := regularFile("kernel", c.Kernel); err != nil {
@@ -267,6 +276,12 @@ type Exit struct {
 	// (QEMU's SHUTDOWN reasons: "guest-shutdown", "guest-reset",
 	// "host-qmp-quit", "host-signal", ...), else "".
 	Reason string
+	// StatusUnknown says the exit status could not be read: the machine
+	// was attached to (a VMM's Attach), not started, by this process, so
+	// this process could not wait for it. Signal is then 0, and Code is 0
+	// when the VMM announced a shutdown the guest asked for and -1
+	// otherwise (a crash, unless Requested).
+	StatusUnknown bool
 	// Time is when the exit was noticed.
 	Time time.Time
 }
@@ -279,7 +294,10 @@ func (e Exit) Crashed() bool {
 
 func (e Exit) String() string {
 	how := fmt.Sprintf("exit code %d", e.Code)
-	if e.Signal != 0 {
+	switch {
+	case e.StatusUnknown:
+		how = "exit status unknown (the machine was attached, not started, by this process)"
+	case e.Signal != 0:
 		how = fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), e.Signal)
 	}
 	if e.Reason != "" {
