@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -163,6 +164,13 @@ func (f *fakeSandboxes) Agent(ctx context.Context, tenant, id string) (*agentcon
 		return nil, err
 	}
 	return f.conn, nil
+}
+
+func (f *fakeSandboxes) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {
+	if _, err := f.lookup(tenant, id); err != nil {
+		return nil, err
+	}
+	return nil, api.Errorf(api.CodeConflict, "no network in the fake")
 }
 
 func (f *fakeSandboxes) Info(ctx context.Context) api.NodeInfo {

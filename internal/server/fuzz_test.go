@@ -320,6 +320,10 @@ func (s *fuzzSandboxes) Agent(ctx context.Context, tenant, id string) (*agentcon
 	return s.calledFor(tenant).Agent(ctx, tenant, id)
 }
 
+func (s *fuzzSandboxes) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {
+	return s.calledFor(tenant).DialPort(ctx, tenant, id, port)
+}
+
 func (s *fuzzSandboxes) Info(ctx context.Context) api.NodeInfo { return s.current().Info(ctx) }
 
 func (s *fuzzSandboxes) Templates(ctx context.Context) ([]api.Template, error) {

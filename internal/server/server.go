@@ -13,6 +13,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,6 +56,10 @@ type Sandboxes interface {
 	// by the manager, never closed by the caller. CodeNotFound for an unknown
 	// sandbox, CodeConflict for one that is not running.
 	Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error)
+	// DialPort connects to a TCP port a running sandbox listens on; the
+	// caller closes the connection. CodeNotFound for an unknown sandbox,
+	// CodeConflict for one not running or unreachable.
+	DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error)
 	// Info describes the node.
 	Info(ctx context.Context) api.NodeInfo
 	// Templates lists the templates built on the node.
