@@ -35,7 +35,7 @@
 // unlocking, so the Go runtime ends the thread and its namespace is the
 // VMM's alone. Go creates new threads from a clean template thread while
 // one is locked (since Go 1.10), so no other thread inherits the jail. The
-// main thread is never used: Go cannot end it (see onThrowawayThread).
+// main thread is never used: Go cannot end it (see package osthread).
 package jail
 
 import (
@@ -45,12 +45,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/osthread"
 )
 
 // File is a host file shown read-only inside the jail.
@@ -157,39 +158,13 @@ func Start(spec Spec) (*exec.Cmd, error) {
 		cmd *exec.Cmd
 		err error
 	}
-	onThrowawayThread(func() {
+	osthread.Throwaway(func() {
 		r.cmd, r.err = startOnThisThread(&spec)
 	})
 	if r.err != nil {
 		return nil, fmt.Errorf("jail: %w", r.err)
 	}
 	return r.cmd, nil
-}
-
-// onThrowawayThread runs f on an OS thread that ends when f returns, and
-// waits for it. f may change its thread's namespaces, root and credentials
-// at will: no other goroutine ever runs on that thread.
-//
-// The Go runtime ends a thread whose goroutine exits locked to it, except
-// the main thread, which it cannot end and wedges instead. The main thread
-// must never enter a jail: it would stay there, and /proc/self (the thread
-// group leader's view) would show the jail's mounts to the whole process.
-// So when the locked goroutine finds itself on the main thread, it holds
-// that thread (no other goroutine can take it) and tries again from there.
-func onThrowawayThread(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		goruntime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			onThrowawayThread(f)
-			goruntime.UnlockOSThread()
-			return
-		}
-		f()
-		// Still locked: the runtime ends this thread now.
-	}()
-	<-done
 }
 
 // startOnThisThread runs on a locked thread that is thrown away afterwards.
