@@ -32,14 +32,15 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 19 {
-		return fmt.Errorf("scan of %d columns, want 19", len(dest))
+	if len(dest) != 21 {
+		return fmt.Errorf("scan of %d columns, want 21", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
-	*dest[15].(*[]byte) = r.runtimeState
-	*dest[16].(*int64), *dest[18].(*int64) = r.created, r.updated
-	*dest[17].(*sql.NullInt64) = r.expires
+	*dest[15].(*string) = `{}`
+	*dest[17].(*[]byte) = r.runtimeState
+	*dest[18].(*int64), *dest[20].(*int64) = r.created, r.updated
+	*dest[19].(*sql.NullInt64) = r.expires
 	return nil
 }
 

@@ -34,6 +34,10 @@ type Sandbox struct {
 	// workspace disk ("" when it started empty).
 	Origin          string
 	WorkspaceOrigin string
+	// Network is its egress policy.
+	Network api.NetworkPolicy
+	// NetSlot is its slot in the node's network pool; 0 while it has none.
+	NetSlot int
 	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
 	RuntimeState []byte
 	CreatedAt    time.Time
@@ -45,7 +49,7 @@ type Sandbox struct {
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
-	env, metadata, origin, workspace_mb, workspace_origin, runtime_state, created_at, expires_at, updated_at`
+	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, runtime_state, created_at, expires_at, updated_at`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -77,15 +81,20 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
+	network, err := json.Marshal(sb.Network)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: encode network: %w", sb.ID, err)
+	}
 	now := time.Now()
 	created := sb.CreatedAt
 	if created.IsZero() {
 		created = now
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
-		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, sb.RuntimeState, created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot, sb.RuntimeState,
+		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
@@ -120,17 +129,18 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]Sandbox, er
 	return s.querySandboxes(ctx, "list sandboxes", q, args...)
 }
 
-// UpdateSandbox writes the sandbox's State, Error, ExpiresAt and
+// UpdateSandbox writes the sandbox's State, Error, ExpiresAt, NetSlot and
 // RuntimeState, and sets its UpdatedAt to now; the other fields are fixed at
-// insert. ErrNotFound when the sandbox does not exist.
+// insert, but for Network (SetSandboxNetwork). ErrNotFound when the sandbox
+// does not exist.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
 	if !validState(sb.State) {
 		return fmt.Errorf("update sandbox %s: invalid state %q", sb.ID, sb.State)
 	}
 	now := time.Now()
 	res, err := s.db.ExecContext(ctx,
-		`UPDATE sandboxes SET state = ?, error = ?, expires_at = ?, runtime_state = ?, updated_at = ? WHERE id = ?`,
-		sb.State, sb.Error, nullNanos(sb.ExpiresAt), sb.RuntimeState, now.UnixNano(), sb.ID)
+		`UPDATE sandboxes SET state = ?, error = ?, expires_at = ?, net_slot = ?, runtime_state = ?, updated_at = ? WHERE id = ?`,
+		sb.State, sb.Error, nullNanos(sb.ExpiresAt), sb.NetSlot, sb.RuntimeState, now.UnixNano(), sb.ID)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 	}
@@ -139,6 +149,21 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
 	}
 	sb.UpdatedAt = fromNanos(now.UnixNano())
 	return nil
+}
+
+// SetSandboxNetwork replaces the sandbox's egress policy. ErrNotFound when
+// the sandbox does not exist.
+func (s *Store) SetSandboxNetwork(ctx context.Context, id string, p api.NetworkPolicy) error {
+	network, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("set network of %s: %w", id, err)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET network = ?, updated_at = ? WHERE id = ?`,
+		string(network), time.Now().UnixNano(), id)
+	if err != nil {
+		return fmt.Errorf("set network of %s: %w", id, err)
+	}
+	return affectedOne(res, "set network of "+id)
 }
 
 // DeleteSandbox forgets the sandbox with id; ErrNotFound when there is none.
@@ -204,12 +229,12 @@ type scanner interface {
 // scanSandbox reads one row of sandboxColumns.
 func scanSandbox(row scanner) (Sandbox, error) {
 	var sb Sandbox
-	var env, meta string
+	var env, meta, network string
 	var created, updated int64
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
-		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin, &sb.RuntimeState,
-		&created, &expires, &updated)
+		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
+		&network, &sb.NetSlot, &sb.RuntimeState, &created, &expires, &updated)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -218,6 +243,9 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	}
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 		return Sandbox{}, fmt.Errorf("decode metadata of %s: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(network), &sb.Network); err != nil {
+		return Sandbox{}, fmt.Errorf("decode network of %s: %w", sb.ID, err)
 	}
 	sb.CreatedAt = fromNanos(created)
 	sb.UpdatedAt = fromNanos(updated)

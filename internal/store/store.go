@@ -89,6 +89,8 @@ var migrations = []string{
 	`ALTER TABLE sandboxes ADD COLUMN workspace_mb INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE sandboxes ADD COLUMN workspace_origin TEXT NOT NULL DEFAULT '';
 	ALTER TABLE snapshots ADD COLUMN scope TEXT NOT NULL DEFAULT 'root';`,
+	`ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{}';
+	ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

@@ -183,6 +183,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	sb.Metadata = map[string]string{"run": "42"}
 	sb.RuntimeState = []byte(`{"pid":7}`)
 	sb.ExpiresAt = time.Now().Add(time.Hour)
+	sb.Network = api.NetworkPolicy{Allow: []string{"pypi.org", "10.1.0.0/16"}, Deny: []string{"10.1.2.3"}}
 	if err := s.InsertSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +213,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 	got.Error = "boom"
 	got.ExpiresAt = time.Time{}
 	got.RuntimeState = []byte(`{"pid":8}`)
+	got.NetSlot = 17
+	got.Network = api.NetworkPolicy{None: true} // not written by UpdateSandbox
 	got.Template = "ignored"
 	before := got.UpdatedAt
 	if err := s.UpdateSandbox(ctx, &got); err != nil {
@@ -222,8 +225,18 @@ func TestSandboxRoundTrip(t *testing.T) {
 	}
 	again, _ := s.GetSandbox(ctx, "sb-1")
 	if again.State != api.StateFailed || again.Error != "boom" || !again.ExpiresAt.IsZero() ||
-		string(again.RuntimeState) != `{"pid":8}` || again.Template != "default" {
+		string(again.RuntimeState) != `{"pid":8}` || again.Template != "default" || again.NetSlot != 17 ||
+		!reflect.DeepEqual(again.Network, sb.Network) {
 		t.Errorf("after update: %+v", again)
+	}
+	if err := s.SetSandboxNetwork(ctx, "sb-1", api.NetworkPolicy{None: true}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.GetSandbox(ctx, "sb-1"); !again.Network.None || again.Network.Allow != nil {
+		t.Errorf("after SetSandboxNetwork: %+v", again.Network)
+	}
+	if err := s.SetSandboxNetwork(ctx, "sb-missing", api.NetworkPolicy{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SetSandboxNetwork(missing) err = %v, want ErrNotFound", err)
 	}
 	missing := newSandbox("sb-missing", "acme")
 	if err := s.UpdateSandbox(ctx, missing); !errors.Is(err, ErrNotFound) {
