@@ -62,8 +62,8 @@ func qemuOf(id string) []string {
 func TestVMSandbox(t *testing.T) {
 	rt := needVM(t)
 	start := time.Now()
-	id := shared.newSandbox(t, "--runtime", "vm")
-	t.Logf("warren create --runtime vm: %v (accel %s)", time.Since(start).Round(time.Millisecond), rt.Accel)
+	id := shared.newSandbox(t, "--runtime", "vm", "--workspace", "128")
+	t.Logf("warren create --runtime vm --workspace 128: %v (accel %s)", time.Since(start).Round(time.Millisecond), rt.Accel)
 	sb, err := shared.client().GetSandbox(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +106,27 @@ func TestVMSandbox(t *testing.T) {
 	t.Run("exec contract", func(t *testing.T) { execContract(t, shared, id) })
 	t.Run("files contract", func(t *testing.T) { filesContract(t, shared, id) })
 
+	// The workspace is a disk of its own, the guest's second one, and a
+	// workspace snapshot freezes it through the guest agent.
+	t.Run("workspace disk", func(t *testing.T) {
+		mnt := strings.Fields(shared.sh(t, id, "findmnt -n -o SOURCE,FSTYPE /workspace; findmnt -n -o SOURCE /"))
+		if len(mnt) != 3 || mnt[0] != "/dev/vdb" || mnt[1] != "ext4" || mnt[2] != "/dev/vda" {
+			t.Errorf("mounts: %q, want /workspace on /dev/vdb (ext4), / on /dev/vda", mnt)
+		}
+		df := shared.sh(t, id, "df -k /workspace | tail -1")
+		if f := strings.Fields(df); len(f) < 2 || f[0] != "/dev/vdb" || !between(f[1], 100_000, 131_072) {
+			t.Errorf("df /workspace: %q, want /dev/vdb of about 128 MB", df)
+		}
+		want := shared.sh(t, id, `echo work > /workspace/w.txt && head -c 3000000 /dev/urandom > /workspace/rand && cat /workspace/w.txt && md5sum /workspace/rand`)
+		ws := snapshotScope(t, id, "workspace")
+		kid := shared.restore(t, ws, 1)[0]
+		if got := shared.sh(t, kid, "cat /workspace/w.txt && md5sum /workspace/rand"); got != want {
+			t.Errorf("workspace restored from the vm's snapshot: %q, want %q", got, want)
+		}
+		// The guest's filesystem was thawed: it takes writes again.
+		shared.sh(t, id, "echo more >> /workspace/w.txt && sync")
+	})
+
 	t.Run("snapshot restores into a container", func(t *testing.T) {
 		want := shared.sh(t, id, `mkdir -p /root/work && cd /root/work && echo from-vm > vm.txt &&
 			head -c 1000000 /dev/urandom > rand && `+checkState)
@@ -128,6 +149,108 @@ func TestVMSandbox(t *testing.T) {
 		}
 		eventually(t, 15*time.Second, "QEMU of the deleted sandbox to be gone", func() bool { return len(qemuOf(id)) == 0 })
 	})
+}
+
+// between reports whether the decimal number s is within [lo, hi].
+func between(s string, lo, hi int) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= lo && n <= hi
+}
+
+// TestVMSurvivesRestart: after kill -9 of the daemon, a restarted daemon
+// reattaches to a vm sandbox's QEMU (the same process) and the guest's
+// processes run on, same pid, same memory; a paused vm sandbox stays paused
+// across a restart and resumes from its memory file.
+func TestVMSurvivesRestart(t *testing.T) {
+	needVM(t)
+	ctx := context.Background()
+	out, errOut, code := shared.cli(t, nil, "create", "--runtime", "vm", "--memory", "256", "--workspace", "64")
+	if code != 0 {
+		t.Fatalf("warren create: exit %d: %s\ndaemon log:\n%s", code, errOut, shared.log.tail(30))
+	}
+	id := strings.TrimSpace(out)
+	// Deleted through whichever daemon serves by then.
+	t.Cleanup(func() { shared.client().DeleteSandbox(ctx, id) })
+	if _, err := shared.client().StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", counterProgram}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the counter to count", func() bool {
+		res, err := shared.client().Exec(ctx, id, api.ExecRequest{Shell: "test $(cat /tmp/count 2>/dev/null || echo 0) -ge 3"})
+		return err == nil && res.ExitCode == 0
+	})
+	shared.sh(t, id, "echo kept > /workspace/w.txt")
+	qemu := qemuOf(id)
+	pid0, n0, _ := counter(t, id)
+
+	restart := func(t *testing.T) {
+		t.Helper()
+		shared.kill()
+		var err error
+		t0 := time.Now()
+		if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("daemon restarted in %v", time.Since(t0).Round(time.Millisecond))
+	}
+
+	var nPaused int // the count when the sandbox paused
+	ok := t.Run("running", func(t *testing.T) {
+		restart(t)
+		sb, err := shared.client().GetSandbox(ctx, id)
+		if err != nil || sb.State != api.StateRunning {
+			t.Fatalf("vm sandbox after a restart: %+v, %v; want running\ndaemon log:\n%s", sb, err, shared.log.tail(30))
+		}
+		if got := qemuOf(id); len(got) != 1 || got[0] != qemu[0] {
+			t.Errorf("QEMU of the sandbox: %v, want the same process %v", got, qemu)
+		}
+		pid1, n1, alive := counter(t, id)
+		if pid1 != pid0 || !alive || n1 <= n0 {
+			t.Errorf("counter before the restart: pid %s count %d; after: pid %s count %d (alive %v); want the same pid counting on", pid0, n0, pid1, n1, alive)
+		}
+		if got := shared.sh(t, id, "cat /workspace/w.txt"); got != "kept\n" {
+			t.Errorf("workspace after a restart: %q", got)
+		}
+		// The attached machine is driven like a started one.
+		_, nPaused, _ = counter(t, id)
+		if _, err := shared.client().PauseSandbox(ctx, id); err != nil {
+			t.Fatalf("pause after a restart: %v\ndaemon log:\n%s", err, shared.log.tail(30))
+		}
+		if pids := qemuOf(id); len(pids) != 0 {
+			t.Errorf("QEMU processes of the paused sandbox: %v, want none", pids)
+		}
+	})
+
+	ok = ok && t.Run("paused", func(t *testing.T) {
+		restart(t)
+		sb, err := shared.client().GetSandbox(ctx, id)
+		if err != nil || sb.State != api.StatePaused {
+			t.Fatalf("paused vm sandbox after a restart: %+v, %v; want paused\ndaemon log:\n%s", sb, err, shared.log.tail(30))
+		}
+		if _, err := shared.client().Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
+			t.Errorf("exec in the paused sandbox after a restart: %v, want a conflict", err)
+		}
+		if _, err := os.Stat(filepath.Join(shared.dataDir, "sandboxes", id, "memory.snap")); err != nil {
+			t.Errorf("memory file after a restart: %v", err)
+		}
+		if _, err := shared.client().ResumeSandbox(ctx, id); err != nil {
+			t.Fatalf("resume after a restart: %v\ndaemon log:\n%s", err, shared.log.tail(30))
+		}
+		pid2, n2, alive := counter(t, id)
+		if pid2 != pid0 || !alive || n2 < nPaused {
+			t.Errorf("counter after resume: pid %s count %d (alive %v); want pid %s counting on from %d", pid2, n2, alive, pid0, nPaused)
+		}
+		if got := shared.sh(t, id, "cat /workspace/w.txt"); got != "kept\n" {
+			t.Errorf("workspace after resume: %q", got)
+		}
+	})
+
+	if !ok {
+		return
+	}
+	if err := shared.client().DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "QEMU of the deleted sandbox to be gone", func() bool { return len(qemuOf(id)) == 0 })
 }
 
 // TestVMInfoAndSelection: warren info shows the vm runtime and its accel;

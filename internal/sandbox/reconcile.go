@@ -16,7 +16,8 @@ import (
 )
 
 // reconcile makes the node match the store after a daemon (re)start: every
-// sandbox the store calls running is adopted if its agent still answers and
+// sandbox the store calls running is adopted if its agent still answers (a
+// paused one if its runtime still has it: no agent answers until Resume) and
 // torn down otherwise; one caught starting is torn down (its Create died with
 // the old process); then what this node's sandboxes left and no live one
 // owns — cgroups, processes, loop devices, disks, directories — is removed.
@@ -58,8 +59,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			continue
 		}
 		conn := inst.Dial()
+		paused := rec.State == api.StatePaused // no agent answers until Resume
 		readyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = conn.WaitReady(readyCtx)
+		if !paused {
+			err = conn.WaitReady(readyCtx)
+		}
 		cancel()
 		if err != nil {
 			log.Warn("adopted sandbox's agent does not answer; stopping it", "err", err)
@@ -67,7 +71,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			m.teardown(ctx, rec.ID, l, api.StateFailed, "its agent stopped answering while the daemon was down")
 			continue
 		}
-		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
+		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, paused: paused}
 		m.live[rec.ID] = l
 		keep[rec.ID] = true
 		go m.watch(rec.ID, l)

@@ -18,7 +18,7 @@ import (
 // newRoot is where Setup mounts the root disk before switching into it.
 const newRoot = "/newroot"
 
-// diskWait bounds the wait for the root disk, which appears asynchronously
+// diskWait bounds the wait for a disk, which appears asynchronously
 // once virtio_blk is loaded. Generous: under software emulation (TCG) a
 // guest is tens of times slower than the host.
 const diskWait = 30 * time.Second
@@ -91,7 +91,8 @@ func parseCmdline(s string) map[string]string {
 
 // Setup turns the freshly booted guest into the sandbox: it mounts /proc,
 // /sys and /dev (devtmpfs), loads the modules of ModulesManifest in order,
-// waits for RootDevice, mounts it, moves /dev, /proc and /sys into it,
+// waits for RootDevice, mounts it, mounts WorkspaceDevice on its
+// WorkspaceDir when warren.workspace=1, moves /dev, /proc and /sys into it,
 // empties the initramfs, makes the disk the root (mount --move, chroot:
 // what switch_root does; pivot_root cannot leave the initramfs), sets the
 // hostname from warren.hostname and brings loopback up. It returns with the
@@ -113,11 +114,15 @@ func Setup() error {
 	if err := loadModules(ModulesManifest, ModulesDir); err != nil {
 		return err
 	}
-	if err := waitFor(diskWait, func() bool { _, err := os.Stat(RootDevice); return err == nil }); err != nil {
-		return fmt.Errorf("root disk %s did not appear: %w", RootDevice, err)
-	}
-	if err := mountFS(RootDevice, newRoot, "ext4", 0, ""); err != nil {
+	if err := mountDisk("root disk", RootDevice, newRoot); err != nil {
 		return err
+	}
+	if params[ParamWorkspace] == "1" {
+		// On the root disk, as the container runtime does: the mount
+		// point is made if the template has none.
+		if err := mountDisk("workspace disk", WorkspaceDevice, newRoot+WorkspaceDir); err != nil {
+			return err
+		}
 	}
 	for _, d := range []string{"/dev", "/proc", "/sys"} {
 		if err := ensureDir(newRoot+d, 0o755); err != nil {
@@ -155,6 +160,18 @@ func Setup() error {
 		}
 	}
 	return loopback.Up()
+}
+
+// mountDisk waits for the ext4 disk dev to appear, which it does
+// asynchronously once virtio_blk is loaded, and mounts it on dir.
+func mountDisk(what, dev, dir string) error {
+	if err := waitFor(diskWait, func() bool { _, err := os.Stat(dev); return err == nil }); err != nil {
+		return fmt.Errorf("%s %s did not appear: %w", what, dev, err)
+	}
+	if err := mountFS(dev, dir, "ext4", 0, ""); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // mountDev completes /dev under root the way udev and systemd would: pty

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/disk"
 )
 
 func TestParseCmdline(t *testing.T) {
@@ -21,6 +23,7 @@ func TestParseCmdline(t *testing.T) {
 		}},
 		{`quiet  x="a b"  "y=c d" z= w==v`, map[string]string{"quiet": "", "x": "a b", "y": "c d", "z": "", "w": "=v"}},
 		{"warren.vm=0 warren.vm=1", map[string]string{"warren.vm": "1"}},
+		{"warren.vm=1 warren.workspace=1", map[string]string{ParamVM: "1", ParamWorkspace: "1"}},
 		{"", map[string]string{}},
 	} {
 		if got := parseCmdline(tt.in); !maps.Equal(got, tt.want) {
@@ -73,5 +76,40 @@ func TestRemoveOnDeviceStaysOnItsFilesystem(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "keep")); err != nil {
 		t.Errorf("the mounted filesystem lost its file: %v", err)
+	}
+}
+
+// TestMountDisk mounts an ext4 disk (a loop device standing in for
+// /dev/vdb) on a mount point it makes, as Setup mounts the workspace disk
+// on the root disk's /workspace.
+func TestMountDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to attach a loop device and mount")
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "ws.img")
+	if err := disk.MakeExt4(t.Context(), img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	loop, err := disk.AttachLoop(img, disk.LoopOptions{})
+	if err != nil {
+		t.Skipf("needs a loop device: %v", err)
+	}
+	defer loop.Close()
+	root := filepath.Join(dir, "newroot")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mnt := root + WorkspaceDir
+	if err := mountDisk("workspace disk", loop.Path(), mnt); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != nil || st.Type != unix.EXT4_SUPER_MAGIC {
+		t.Errorf("%s: statfs type %#x (%v), want ext4", mnt, st.Type, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644); err != nil {
+		t.Errorf("write to the mounted disk: %v", err)
 	}
 }

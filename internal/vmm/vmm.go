@@ -1,5 +1,5 @@
-// Package vmm is the contract between warren's microVM runtime (the future
-// runtime/vm) and the virtual machine monitors that run its guests: what a
+// Package vmm is the contract between warren's microVM runtime
+// (runtime/vm) and the virtual machine monitors that run its guests: what a
 // machine is made of (Config), how it starts (StartOptions), and what the
 // runtime may do to a running one (Machine). Each VMM lives in its own
 // package and satisfies VMM and Machine: vmm/qemu today, Firecracker or Cloud
@@ -13,7 +13,9 @@
 // # Machine states
 //
 // A Machine is created running by VMM.Start (or paused, with
-// StartOptions.Paused) and ends exactly once, when its VMM process exits:
+// StartOptions.Paused), or found running by a VMM that attaches to a
+// machine an earlier process started (vmm/qemu's VMM.Attach), and ends
+// exactly once, when its VMM process exits:
 //
 //	Start ──▶ running ◀──Resume/Pause──▶ paused ──SaveMemory──▶ paused
 //	              │                         │

@@ -33,6 +33,11 @@ func TestValidate(t *testing.T) {
 	if cfg := validConfig(t); cfg.Validate() != nil {
 		t.Fatalf("valid config refused: %v", cfg.Validate())
 	}
+	ws := validConfig(t)
+	ws.Workspace = ws.Kernel // any regular file
+	if err := ws.Validate(); err != nil {
+		t.Fatalf("valid config with a workspace disk refused: %v", err)
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(c *Config)
@@ -52,6 +57,8 @@ func TestValidate(t *testing.T) {
 		{"no disk", func(c *Config) { c.Disk = "" }, "disk"},
 		{"missing disk", func(c *Config) { c.Disk += ".gone" }, "disk"},
 		{"disk is a dir", func(c *Config) { c.Disk = c.WorkDir }, "not a regular file"},
+		{"missing workspace disk", func(c *Config) { c.Workspace = c.Disk + ".gone" }, "workspace disk"},
+		{"workspace disk is a dir", func(c *Config) { c.Workspace = c.WorkDir }, "workspace disk"},
 		{"missing kernel", func(c *Config) { c.Kernel += ".gone" }, "kernel"},
 		{"missing initrd", func(c *Config) { c.Initrd = c.Kernel + ".gone" }, "initrd"},
 		{"no work dir", func(c *Config) { c.WorkDir = "" }, "work dir"},
@@ -85,6 +92,9 @@ func TestExit(t *testing.T) {
 		{Exit{Code: -1, Signal: syscall.SIGKILL}, true, "killed by signal 9 (killed)"},
 		{Exit{Code: -1, Signal: syscall.SIGKILL, Requested: true}, false, "killed by signal 9"},
 		{Exit{Code: 1, Requested: true}, false, "exit code 1"},
+		{Exit{Code: -1, StatusUnknown: true}, true, "exit status unknown (the machine was attached"},
+		{Exit{Code: 0, StatusUnknown: true, Reason: "guest-shutdown"}, false, "exit status unknown"},
+		{Exit{Code: -1, StatusUnknown: true, Requested: true}, false, "exit status unknown"},
 	} {
 		if got := tc.exit.Crashed(); got != tc.crashed {
 			t.Errorf("%+v.Crashed() = %v, want %v", tc.exit, got, tc.crashed)

@@ -4,11 +4,13 @@
 // (internal/vmm/qemu, jailed: own namespaces, cgroup, seccomp, an
 // unprivileged uid of its own) that boots the guest kernel found by package
 // guest with an initramfs whose /init is the guest agent. The agent sets the
-// guest up (package vminit: modules, the root disk /dev/vda, hostname) and
-// serves the sandbox API as PID 1 over a virtio-serial port bridged to a unix
-// socket in the sandbox's private directory (package vmport, reached with
+// guest up (package vminit: modules, the root disk /dev/vda, the workspace
+// disk /dev/vdb on /workspace when there is one, hostname) and serves the
+// sandbox API as PID 1 over a virtio-serial port bridged to a unix socket
+// in the sandbox's private directory (package vmport, reached with
 // agentconn.DialVMPort). The root disk is the sandbox's own raw ext4 image,
-// the same one the container runtime boots, as virtio-blk.
+// the same one the container runtime boots, as virtio-blk; so is the
+// workspace disk.
 //
 // The vCPUs run under KVM only where hardware virtualization really works
 // (vmm/accel), else under QEMU's TCG: software emulation, a boundary of
@@ -19,10 +21,14 @@
 // machine to a file in the sandbox's directory and exits; Resume starts a
 // new QEMU from that file.
 //
-// Not supported yet: workspace disks (the VMM gives a machine one disk), and
-// surviving a daemon restart: Adopt kills what an earlier daemon process left
-// and reports the sandbox gone. It is not the VMM (vmm/qemu) and does not
-// build kernels or initramfs contents (package guest).
+// Sandboxes survive a daemon restart: QEMU does not depend on the daemon
+// (vmm/jail), so Adopt attaches to it again from the state the instance
+// reported (pid, start time, uid: qemu.VMM.Attach), and the agent's port
+// takes the new daemon's session through its handshake. A paused sandbox
+// has no QEMU, only its memory file: it is adopted paused.
+//
+// It is not the VMM (vmm/qemu) and does not build kernels or initramfs
+// contents (package guest).
 package vm
 
 import (
@@ -34,16 +40,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/sys/unix"
-
-	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agentconn"
 	"warren/internal/cgroup"
@@ -206,8 +208,13 @@ type state struct {
 	// StartTime is field 22 of /proc/PID/stat: with the pid it names one
 	// process, never a later one that reused the pid.
 	StartTime uint64 `json:"start_time"`
-	Socket    string `json:"socket"`
-	Accel     string `json:"accel"`
+	// UID is the host uid QEMU runs as, which no other machine may take.
+	UID    uint32 `json:"uid"`
+	Socket string `json:"socket"`
+	Accel  string `json:"accel"`
+	// Paused says the sandbox has no QEMU (PID, StartTime and UID are 0),
+	// only its memory file in its directory.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // memoryFile is the name of a paused sandbox's memory snapshot in its
@@ -269,11 +276,11 @@ func (in *instance) follow(mc *machine) {
 }
 
 // adopt makes m the instance's running machine.
-func (in *instance) adopt(m *qemu.Machine, start uint64) {
+func (in *instance) adopt(m *qemu.Machine) {
 	mc := &machine{m: m}
 	in.mu.Lock()
 	in.cur, in.paused = mc, false
-	in.st.PID, in.st.StartTime = m.PID(), start
+	in.st.PID, in.st.StartTime, in.st.UID, in.st.Paused = m.PID(), m.StartTime(), m.UID(), false
 	in.mu.Unlock()
 	go in.follow(mc)
 }
@@ -347,7 +354,7 @@ func (in *instance) Pause(ctx context.Context) error {
 	}
 	in.mu.Lock()
 	in.cur, in.paused = nil, true
-	in.st.PID, in.st.StartTime = 0, 0
+	in.st.PID, in.st.StartTime, in.st.UID, in.st.Paused = 0, 0, 0, true
 	in.mu.Unlock()
 	var size int64
 	if fi, err := os.Stat(mem); err == nil {
@@ -377,11 +384,7 @@ func (in *instance) Resume(ctx context.Context) error {
 		return fmt.Errorf("restore vm: %w", err)
 	}
 	tRestore := time.Now()
-	start, err := processStartTime(m.PID())
-	if err == nil {
-		err = waitAgent(ctx, m, in.conn)
-	}
-	if err != nil {
+	if err := waitAgent(ctx, m, in.conn); err != nil {
 		// The guest ran on (and may have written to its disk): the memory
 		// file no longer matches the disk, so the sandbox is lost.
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
@@ -393,7 +396,7 @@ func (in *instance) Resume(ctx context.Context) error {
 		in.closeDone()
 		return fmt.Errorf("resumed vm: %w; console: %s", err, tail(in.cfg.ConsoleLog, consoleTail))
 	}
-	in.adopt(m, start)
+	in.adopt(m)
 	go in.r.watch(in.id, m)
 	if err := os.Remove(mem); err != nil {
 		in.r.log.Warn("remove memory snapshot", "sandbox", in.id, "err", err)
@@ -455,31 +458,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if r.unavailable != nil {
 		return nil, fmt.Errorf("vm runtime unavailable: %w", r.unavailable)
 	}
-	if spec.Workspace != "" {
-		return nil, api.Errorf(api.CodeBadRequest, "the vm runtime does not support workspace disks yet: create the sandbox with runtime container, or without workspace_mb")
-	}
-	mem := int(spec.Limits.MemoryBytes >> 20)
-	if mem == 0 {
-		mem = DefaultMemoryMiB
-	}
-	vcpus := max(1, int(math.Ceil(spec.Limits.CPUs)))
-	work := filepath.Join(spec.Dir, "vmm")
-	if err := os.Mkdir(work, 0o700); err != nil {
+	cfg := r.config(spec)
+	if err := os.Mkdir(cfg.WorkDir, 0o700); err != nil {
 		return nil, fmt.Errorf("vmm dir: %w", err)
-	}
-	cfg := vmm.Config{
-		ID:          spec.ID,
-		Kernel:      r.kernel.Vmlinuz,
-		Initrd:      r.initrd,
-		Cmdline:     cmdline(spec.Hostname),
-		Disk:        spec.Disk,
-		MemoryMiB:   mem,
-		VCPUs:       vcpus,
-		Accel:       r.accel.Name,
-		AgentSocket: filepath.Join(spec.Dir, "agent.sock"),
-		ConsoleLog:  filepath.Join(spec.Dir, "console.log"),
-		RNG:         true,
-		WorkDir:     work,
 	}
 	t0 := time.Now()
 	m, err := r.vmm.StartMachine(ctx, cfg, vmm.StartOptions{})
@@ -487,7 +468,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("start vm: %w", err)
 	}
 	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, done: make(chan struct{}),
-		st:   state{PID: m.PID(), Socket: cfg.AgentSocket, Accel: cfg.Accel},
+		st:   state{Socket: cfg.AgentSocket, Accel: cfg.Accel},
 		conn: agentconn.DialVMPort(cfg.AgentSocket)}
 	defer func() {
 		if err != nil {
@@ -497,22 +478,47 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 			cancel()
 		}
 	}()
-	start, err := processStartTime(m.PID())
-	if err != nil {
-		return nil, fmt.Errorf("vmm process: %w", err)
-	}
 	if err := waitAgent(ctx, m, in.conn); err != nil {
 		return nil, fmt.Errorf("%w; console: %s", err, tail(cfg.ConsoleLog, consoleTail))
 	}
-	in.adopt(m, start)
-	r.log.Debug("vm booted", "sandbox", spec.ID, "accel", cfg.Accel, "boot_to_agent", time.Since(t0))
+	in.adopt(m)
+	r.log.Debug("vm booted", "sandbox", spec.ID, "accel", cfg.Accel, "workspace", cfg.Workspace != "", "boot_to_agent", time.Since(t0))
 	go r.watch(spec.ID, m)
 	return in, nil
 }
 
+// config is the machine of spec, for Start and, after a restart, for
+// Adopt: with this process's kernel and initramfs, which only a later
+// boot or memory restore reads.
+func (r *Runtime) config(spec runtime.Spec) vmm.Config {
+	mem := int(spec.Limits.MemoryBytes >> 20)
+	if mem == 0 {
+		mem = DefaultMemoryMiB
+	}
+	return vmm.Config{
+		ID:          spec.ID,
+		Kernel:      r.kernel.Vmlinuz,
+		Initrd:      r.initrd,
+		Cmdline:     cmdline(spec.Hostname, spec.Workspace != ""),
+		Disk:        spec.Disk,
+		Workspace:   spec.Workspace,
+		MemoryMiB:   mem,
+		VCPUs:       max(1, int(math.Ceil(spec.Limits.CPUs))),
+		Accel:       r.accel.Name,
+		AgentSocket: filepath.Join(spec.Dir, "agent.sock"),
+		ConsoleLog:  filepath.Join(spec.Dir, "console.log"),
+		RNG:         true,
+		WorkDir:     filepath.Join(spec.Dir, "vmm"),
+	}
+}
+
 // cmdline is the guest kernel's command line.
-func cmdline(hostname string) string {
-	return "console=ttyS0 panic=-1 " + vminit.ParamVM + "=1 " + vminit.ParamHostname + "=" + hostname
+func cmdline(hostname string, workspace bool) string {
+	c := "console=ttyS0 panic=-1 " + vminit.ParamVM + "=1 " + vminit.ParamHostname + "=" + hostname
+	if workspace {
+		c += " " + vminit.ParamWorkspace + "=1"
+	}
+	return c
 }
 
 // waitAgent polls the agent until it answers, the machine ends, or ctx ends.
@@ -550,26 +556,73 @@ func (r *Runtime) watch(id string, m vmm.Machine) {
 	}
 }
 
-// Adopt implements runtime.Runtime. The QEMU VMM cannot yet be reattached
-// to after a daemon restart (its QMP and agent sessions die with the
-// daemon's), so VM sandboxes do not survive one: Adopt kills what is left
-// (the QEMU process, if it is still the one recorded, and the sandbox's
-// cgroup) and returns runtime.ErrGone.
+// Adopt implements runtime.Runtime. A running sandbox's QEMU is attached
+// to again (qemu.VMM.Attach: the recorded process only, by pid and start
+// time); its agent then answers on a new session of its port. A paused
+// sandbox comes back paused, with its memory file, for Resume. If the
+// machine is gone (QEMU exited, its pid names another process, the memory
+// file is missing or was being resumed from), or cannot be attached, what is left is removed (the
+// cgroup and whatever runs in it, the sandbox's directory): ErrGone when
+// it was gone, the attach error otherwise.
 func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
+	in, err := r.reattach(ctx, spec, raw)
+	if err == nil {
+		return in, nil
+	}
+	cerr := r.destroy(ctx, spec.ID)
+	if spec.Dir != "" {
+		cerr = errors.Join(cerr, os.RemoveAll(spec.Dir))
+	}
+	return nil, errors.Join(err, cerr)
+}
+
+func (r *Runtime) reattach(ctx context.Context, spec runtime.Spec, raw []byte) (*instance, error) {
+	if r.unavailable != nil {
+		return nil, fmt.Errorf("vm runtime unavailable: %w", r.unavailable)
+	}
 	var st state
-	if json.Unmarshal(raw, &st) == nil && st.PID > 0 {
-		if pidfd, err := unix.PidfdOpen(st.PID, 0); err == nil {
-			if start, err := processStartTime(st.PID); err == nil && start == st.StartTime {
-				unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-			}
-			unix.Close(pidfd)
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("vm state: %w", err)
+	}
+	cfg := r.config(spec)
+	if st.Accel != "" {
+		cfg.Accel = st.Accel // the machine's, as it was started
+	}
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, done: make(chan struct{}), st: st,
+		conn: agentconn.DialVMPort(cfg.AgentSocket)}
+	if st.Paused {
+		if _, err := os.Stat(filepath.Join(spec.Dir, memoryFile)); err != nil {
+			return nil, fmt.Errorf("%w: paused vm without its memory: %w", runtime.ErrGone, err)
+		}
+		// A paused sandbox has no QEMU, so no cgroup (its last QEMU's
+		// went with it). One means an earlier daemon died resuming it: a
+		// QEMU loaded the memory file and may have run the guest on, and
+		// written its disk, so the file no longer matches the disk.
+		if _, err := r.cgroups.Open(spec.ID); !errors.Is(err, cgroup.ErrNotFound) {
+			return nil, fmt.Errorf("%w: an earlier daemon died resuming the paused vm", runtime.ErrGone)
+		}
+		in.paused = true
+		return in, nil
+	}
+	m, err := r.vmm.Attach(ctx, cfg, st.PID, st.StartTime, st.UID)
+	if errors.Is(err, vmm.ErrExited) {
+		return nil, errors.Join(runtime.ErrGone, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A daemon that died pausing the sandbox may have left its vCPUs
+	// stopped (a memory save stops them first); it is recorded running.
+	if vs, err := m.Status(ctx); err == nil && vs.State == vmm.StatePaused {
+		r.log.Warn("adopted vm was left paused; running it", "sandbox", spec.ID, "detail", vs.Detail)
+		if err := m.Resume(ctx); err != nil {
+			r.log.Warn("run adopted vm", "sandbox", spec.ID, "err", err)
 		}
 	}
-	err := r.destroy(ctx, spec.ID)
-	if spec.Dir != "" {
-		err = errors.Join(err, os.RemoveAll(spec.Dir))
-	}
-	return nil, errors.Join(runtime.ErrGone, errors.New("vm sandboxes do not survive a daemon restart yet"), err)
+	in.adopt(m)
+	go r.watch(spec.ID, m)
+	r.log.Info("vm adopted", "sandbox", spec.ID, "pid", st.PID)
+	return in, nil
 }
 
 // destroy kills what runs in the sandbox's cgroup and removes it.
@@ -602,23 +655,6 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 		errs = append(errs, r.destroy(ctx, name))
 	}
 	return errors.Join(errs...)
-}
-
-// processStartTime reads field 22 (starttime) of /proc/PID/stat.
-func processStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := strings.LastIndexByte(string(b), ')') // the name may hold ')'
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
 }
 
 // tail is the last n bytes of the file at path, for error reports.

@@ -23,7 +23,7 @@ const (
 	jailInitrd = "/vm/initrd"
 )
 
-// Cache modes of the root disk.
+// Cache modes of a disk.
 const (
 	// cacheNone opens the image with O_DIRECT: the guest's page cache is
 	// the only cache. Nothing is cached twice, the host page cache is not
@@ -41,19 +41,25 @@ const (
 // layout is how QEMU sees a machine's resources: descriptors it inherits
 // and paths inside its jail. Descriptor numbers are those in QEMU.
 type layout struct {
-	qmpFD     int    // listening socket of QMP
-	agentFD   int    // listening socket of the agent's channel
-	diskRWFD  int    // the root disk, read-write
-	diskROFD  int    // the root disk, read-only (QEMU opens both ways)
-	consoleFD int    // the console log, append-only
-	cache     string // cacheNone or cacheWriteback
-	restore   bool   // start with -incoming defer
+	qmpFD     int     // listening socket of QMP
+	agentFD   int     // listening socket of the agent's channel
+	root      diskFDs // the root disk
+	workspace diskFDs // the workspace disk; rw 0 when there is none
+	consoleFD int     // the console log, append-only
+	restore   bool    // start with -incoming defer
+}
+
+// diskFDs are one disk image's descriptors: QEMU opens an image both ways.
+type diskFDs struct {
+	rw, ro int
+	cache  string // cacheNone or cacheWriteback
 }
 
 // Fd sets of -add-fd; /dev/fdset/N names them in QEMU's options.
 const (
-	diskFdset    = 1
-	consoleFdset = 2
+	diskFdset      = 1
+	consoleFdset   = 2
+	workspaceFdset = 3
 )
 
 // commandLine builds QEMU's arguments (after argv[0]) for cfg as l lays it
@@ -61,7 +67,7 @@ const (
 //
 // Every resource that needs write access reaches QEMU as an inherited
 // descriptor, never as a host path: the listening sockets (bound by the
-// node), the disk and the console log (through -add-fd fd sets, which
+// node), the disks and the console log (through -add-fd fd sets, which
 // QEMU's block layer and file chardev open like paths). So QEMU runs as
 // an unprivileged uid in a jail that shows none of those paths, and nothing
 // needs chown. Only the kernel and initrd are paths, bound read-only into
@@ -118,18 +124,13 @@ func commandLine(cfg *vmm.Config, l layout) []string {
 			args = append(args, "-append", cfg.Cmdline)
 		}
 	}
+	// The root disk first, so that the guest finds it first (/dev/vda),
+	// then the workspace disk (/dev/vdb).
+	args = appendDisk(args, dev("virtio-blk"), "root", "disk", diskFdset, l.root)
+	if l.workspace.rw != 0 {
+		args = appendDisk(args, dev("virtio-blk"), "workspace", "workspace", workspaceFdset, l.workspace)
+	}
 	args = append(args,
-		// QEMU opens the image read-only and read-write at different times;
-		// an fd set answers each open with a descriptor of the same access
-		// mode. file.locking=off: the image locks are OFD locks, which a
-		// descriptor kept in the fd set holds on QEMU's behalf even after
-		// QEMU closed its copy, so QEMU would lock itself out when it
-		// reactivates the image after a memory save. warren gives each
-		// image to one machine; it does not need QEMU's locks.
-		"-add-fd", fmt.Sprintf("fd=%d,set=%d,opaque=disk-rw", l.diskRWFD, diskFdset),
-		"-add-fd", fmt.Sprintf("fd=%d,set=%d,opaque=disk-ro", l.diskROFD, diskFdset),
-		"-drive", fmt.Sprintf("if=none,id=root,format=raw,file=/dev/fdset/%d,cache=%s,file.locking=off", diskFdset, l.cache),
-		"-device", dev("virtio-blk")+",drive=root",
 		// append=on: QEMU re-sets the status flags of an fd set's
 		// descriptor to those it would open with; without it, it clears
 		// O_APPEND and writes over the log from offset 0.
@@ -150,4 +151,23 @@ func commandLine(cfg *vmm.Config, l layout) []string {
 		args = append(args, "-incoming", "defer")
 	}
 	return args
+}
+
+// appendDisk adds a disk as device (virtio-blk-pci or -device): drive id,
+// its descriptors d in fd set set, their opaque names prefixed by opaque.
+//
+// QEMU opens the image read-only and read-write at different times; an fd
+// set answers each open with a descriptor of the same access mode.
+// file.locking=off: the image locks are OFD locks, which a descriptor kept
+// in the fd set holds on QEMU's behalf even after QEMU closed its copy, so
+// QEMU would lock itself out when it reactivates the image after a memory
+// save. warren gives each image to one machine; it does not need QEMU's
+// locks.
+func appendDisk(args []string, device, id, opaque string, set int, d diskFDs) []string {
+	return append(args,
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d,opaque=%s-rw", d.rw, set, opaque),
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d,opaque=%s-ro", d.ro, set, opaque),
+		"-drive", fmt.Sprintf("if=none,id=%s,format=raw,file=/dev/fdset/%d,cache=%s,file.locking=off", id, set, d.cache),
+		"-device", device+",drive="+id,
+	)
 }

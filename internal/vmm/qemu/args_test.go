@@ -9,7 +9,7 @@ import (
 	"warren/internal/vmm/accel"
 )
 
-var testLayout = layout{qmpFD: 3, agentFD: 4, diskRWFD: 5, diskROFD: 6, consoleFD: 7, cache: cacheNone}
+var testLayout = layout{qmpFD: 3, agentFD: 4, root: diskFDs{rw: 5, ro: 6, cache: cacheNone}, consoleFD: 7}
 
 // option returns the value following flag's n-th occurrence, or "".
 func option(args []string, flag string, n int) string {
@@ -83,7 +83,7 @@ func TestCommandLineKVM(t *testing.T) {
 	cfg := &vmm.Config{ID: "sb-2", MemoryMiB: 512, VCPUs: 1, Accel: accel.KVM,
 		Kernel: "/data/vmlinuz", Initrd: "/data/initrd", Cmdline: "console=ttyS0 quiet, panic=-1"}
 	l := testLayout
-	l.cache, l.restore = cacheWriteback, true
+	l.root.cache, l.restore = cacheWriteback, true
 	args := commandLine(cfg, l)
 	for flag, want := range map[string]string{
 		"-machine":  "microvm,dump-guest-core=off,mem-merge=off",
@@ -106,5 +106,37 @@ func TestCommandLineKVM(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(args, " "), "/data/") {
 		t.Errorf("a host path leaked into the command line: %q", args)
+	}
+}
+
+// TestCommandLineWorkspace: a workspace disk is a second virtio-blk disk
+// after the root (the guest's /dev/vdb), from its own fd set, with its own
+// cache mode.
+func TestCommandLineWorkspace(t *testing.T) {
+	l := testLayout
+	l.workspace = diskFDs{rw: 8, ro: 9, cache: cacheWriteback}
+	for _, tc := range []struct {
+		accel, blk string
+	}{{accel.TCG, "virtio-blk-pci"}, {accel.KVM, "virtio-blk-device"}} {
+		cfg := &vmm.Config{ID: "sb-3", MemoryMiB: 256, VCPUs: 1, Accel: tc.accel, Workspace: "/data/ws.img"}
+		args := commandLine(cfg, l)
+		wantDrives := []string{
+			"if=none,id=root,format=raw,file=/dev/fdset/1,cache=none,file.locking=off",
+			"if=none,id=workspace,format=raw,file=/dev/fdset/3,cache=writeback,file.locking=off",
+		}
+		if got := all(args, "-drive"); !slices.Equal(got, wantDrives) {
+			t.Errorf("%s: drives %q, want %q", tc.accel, got, wantDrives)
+		}
+		if got := all(args, "-device")[:2]; !slices.Equal(got, []string{tc.blk + ",drive=root", tc.blk + ",drive=workspace"}) {
+			t.Errorf("%s: first devices %q, want the root disk, then the workspace disk", tc.accel, got)
+		}
+		wantFds := []string{"fd=5,set=1,opaque=disk-rw", "fd=6,set=1,opaque=disk-ro",
+			"fd=8,set=3,opaque=workspace-rw", "fd=9,set=3,opaque=workspace-ro", "fd=7,set=2,opaque=console"}
+		if got := all(args, "-add-fd"); !slices.Equal(got, wantFds) {
+			t.Errorf("%s: add-fd %q, want %q", tc.accel, got, wantFds)
+		}
+		if strings.Contains(strings.Join(args, " "), "/data/") {
+			t.Errorf("a host path leaked into the command line: %q", args)
+		}
 	}
 }

@@ -7,9 +7,9 @@
 //
 //  1. The node opens everything QEMU needs to write, as root, and keeps
 //     the paths to itself: it binds the QMP and agent sockets (listening),
-//     opens the root disk read-write and read-only (O_DIRECT when the
-//     filesystem allows it), the console log and QEMU's stderr log, and,
-//     for a restore, the memory snapshot.
+//     opens the root disk and the workspace disk, if any, read-write and
+//     read-only (O_DIRECT when the filesystem allows it), the console log
+//     and QEMU's stderr log, and, for a restore, the memory snapshot.
 //  2. It creates the machine's cgroup (internal/cgroup) with CPU = vCPUs,
 //     memory = guest memory + the VMM's overhead (swap capped with it) and
 //     a pids limit, and takes a free uid of its range for the machine.
@@ -33,7 +33,21 @@
 // On any error the process is killed and the cgroup, sockets and uid are
 // released. A QEMU that dies is only ever an error to the caller: its exit
 // is seen by a goroutine that waits for the process, and by QMP's end of
-// file; QMP input is bounded and parsed defensively (see Client).
+// file; QMP input is bounded and parsed defensively (see Client). QEMU is
+// signalled through a pidfd, never by pid.
+//
+// # Attaching after a restart
+//
+// QEMU does not depend on the process that started it (vmm/jail: its own
+// session, no parent-death signal), and its QMP socket takes a new client
+// once the old one is gone. So a later process (a restarted daemon)
+// attaches to it (VMM.Attach) from what the first one recorded: the pid,
+// its start time (which a process that reused the pid does not share) and
+// the uid. The attached machine is driven like a started one, but it is not
+// the caller's child: its end is seen when its pidfd turns readable, and
+// its exit status cannot be read, so it counts as requested after Stop or
+// Kill, as clean after a guest-initiated SHUTDOWN, and as a crash
+// otherwise (vmm.Exit.StatusUnknown).
 //
 // # Memory snapshots
 //
@@ -44,9 +58,7 @@
 // fd:NAME. A restore starts QEMU with -incoming defer, with the same
 // Config, and feeds it the file's descriptor.
 //
-// Not done here: adopting a QEMU that an earlier daemon process started
-// (its QMP socket stays bound and it keeps running; a later runtime/vm can
-// reconnect), networking, vsock (no vhost_vsock on the hosts warren is
+// Not done here: networking, vsock (no vhost_vsock on the hosts warren is
 // built on; the agent's channel is a virtio-serial port), and a seccomp
 // filter of warren's own around QEMU's.
 package qemu

@@ -3,6 +3,7 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +76,12 @@ const (
 	// startTimeout bounds Start when ctx has no deadline. A restore under
 	// TCG reads the whole snapshot, seconds per GiB on slow hosts.
 	startTimeout = 2 * time.Minute
+)
+
+// QEMU's own files in Config.WorkDir.
+const (
+	qmpSockName = "qmp.sock" // QMP's listening socket
+	qemuLogName = "qemu.log" // QEMU's stdout and stderr
 )
 
 // Options configure the QEMU VMM.
@@ -158,6 +166,20 @@ func (v *VMM) allocUID() (uint32, error) {
 	return 0, fmt.Errorf("all %d machine uids are in use", v.opts.UIDCount)
 }
 
+// reserveUID marks uid, of the VMM's range, held by a machine.
+func (v *VMM) reserveUID(uid uint32) error {
+	if uid < v.opts.UIDBase || uid-v.opts.UIDBase >= v.opts.UIDCount {
+		return fmt.Errorf("uid %d is not one of the machine uids [%d, %d)", uid, v.opts.UIDBase, uint64(v.opts.UIDBase)+uint64(v.opts.UIDCount))
+	}
+	v.uidMu.Lock()
+	defer v.uidMu.Unlock()
+	if v.uids[uid] {
+		return fmt.Errorf("uid %d is held by another machine", uid)
+	}
+	v.uids[uid] = true
+	return nil
+}
+
 func (v *VMM) freeUID(uid uint32) {
 	v.uidMu.Lock()
 	delete(v.uids, uid)
@@ -179,18 +201,27 @@ func limits(cfg *vmm.Config) cgroup.Limits {
 	}
 }
 
-// Machine is one QEMU process and its guest.
+// Machine is one QEMU process and its guest: started by StartMachine, or
+// attached to by Attach after the process that started it went away. Both
+// kinds signal QEMU through a pidfd and release the same things when it
+// ends; they differ only in how they learn of its end (see waitProcess).
 type Machine struct {
 	v       *VMM
 	cfg     vmm.Config
 	log     *slog.Logger
-	cmd     *exec.Cmd
+	cmd     *exec.Cmd // nil when attached: QEMU is not this process's child
 	pid     int
+	start   uint64 // field 22 of /proc/PID/stat: with pid, names QEMU
 	uid     uint32
 	cg      *cgroup.Group
-	qmp     *Client // connected before Start returns; never changes
+	qmp     *Client // connected before StartMachine or Attach returns; never changes
 	qmpSock string
 	stderr  string // path of QEMU's stderr log
+
+	// pidMu guards pidfd, QEMU's pidfd, which reap closes (-1) once QEMU
+	// has exited. waitProcess polls it unlocked: reap closes it only after.
+	pidMu sync.Mutex
+	pidfd int
 
 	// requested is set by Stop and Kill before they act: the exit that
 	// follows is not a crash.
@@ -207,7 +238,7 @@ type Machine struct {
 	// exitErr is Wait's error: an *vmm.ExitError after a crash, else nil.
 	exitErr error
 
-	exited      chan struct{} // closed once the process is reaped and exit is set
+	exited      chan struct{} // closed once QEMU has exited and exit is set
 	watcherDone chan struct{} // closed when the event watcher has stopped
 	done        chan struct{} // closed once everything is released
 }
@@ -229,7 +260,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	qmpSock := filepath.Join(cfg.WorkDir, "qmp.sock")
+	qmpSock := filepath.Join(cfg.WorkDir, qmpSockName)
 	if err := checkStart(&cfg, opts, qmpSock); err != nil {
 		return nil, fmt.Errorf("%w: %w", vmm.ErrInvalidConfig, err)
 	}
@@ -276,18 +307,41 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	}
 	keep(diskRW)
 	keep(diskRO)
+	var wsRW, wsRO *os.File
+	wsCache := ""
+	if cfg.Workspace != "" {
+		if wsRW, wsRO, wsCache, err = openDisk(cfg.Workspace); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		keep(wsRW)
+		keep(wsRO)
+	}
 	console, err := os.OpenFile(cfg.ConsoleLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open console log: %w", err)
 	}
 	keep(console)
-	stderrPath := filepath.Join(cfg.WorkDir, "qemu.log")
+	stderrPath := filepath.Join(cfg.WorkDir, qemuLogName)
 	stderr, err := os.OpenFile(stderrPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open qemu log: %w", err)
 	}
 	keep(stderr)
-	extra := []*os.File{qmpLn, agentLn, diskRW, diskRO, console}
+	// QEMU's descriptors: ExtraFiles are 3, 4, ... in the child.
+	var extra []*os.File
+	inherit := func(f *os.File) int {
+		extra = append(extra, f)
+		return 3 + len(extra) - 1
+	}
+	l := layout{
+		qmpFD:     inherit(qmpLn),
+		agentFD:   inherit(agentLn),
+		root:      diskFDs{rw: inherit(diskRW), ro: inherit(diskRO), cache: cache},
+		consoleFD: inherit(console),
+	}
+	if wsRW != nil {
+		l.workspace = diskFDs{rw: inherit(wsRW), ro: inherit(wsRO), cache: wsCache}
+	}
 	restoreFD := 0
 	if opts.RestoreFrom != "" {
 		f, err := os.Open(opts.RestoreFrom)
@@ -295,10 +349,9 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 			return nil, fmt.Errorf("open memory snapshot: %w", err)
 		}
 		keep(f)
-		extra = append(extra, f)
-		restoreFD = 3 + len(extra) - 1
+		restoreFD = inherit(f)
+		l.restore = true
 	}
-	l := layout{qmpFD: 3, agentFD: 4, diskRWFD: 5, diskROFD: 6, consoleFD: 7, cache: cache, restore: restoreFD != 0}
 
 	spec := jail.Spec{
 		Path:       v.opts.Binary,
@@ -342,16 +395,26 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{
-		v: v, cfg: cfg, log: log, cmd: cmd, pid: cmd.Process.Pid, uid: uid, cg: cg,
-		qmpSock: qmpSock, stderr: stderrPath,
-		exited: make(chan struct{}), watcherDone: make(chan struct{}), done: make(chan struct{}),
+	// QEMU is our child and not reaped yet: its pid cannot name another
+	// process before cmd.Wait, so the pidfd and the start time are its.
+	pid := cmd.Process.Pid
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("vmm pidfd: %w", err)
 	}
+	m := v.newMachine(cfg, log, pid, pidfd, uid, cg)
+	m.cmd = cmd
 	go m.waitProcess()
 	undo.Add(func() {
-		cmd.Process.Kill()
+		m.signal(unix.SIGKILL)
 		<-m.exited
+		m.closePidfd()
 	})
+	if m.start, err = processStartTime(pid); err != nil {
+		return nil, fmt.Errorf("vmm process: %w", err)
+	}
 	// QEMU now holds its copies of the sockets: when it dies, the QMP
 	// listener dies with it and a pending connection sees EOF.
 	for _, f := range parentFiles {
@@ -384,8 +447,93 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	}
 	go m.reap()
 	log.Info("machine started", "pid", m.pid, "uid", uid, "accel", cfg.Accel, "memory_mib", cfg.MemoryMiB,
-		"vcpus", cfg.VCPUs, "cache", cache, "paused", opts.Paused, "restored", opts.RestoreFrom != "",
+		"vcpus", cfg.VCPUs, "cache", cache, "workspace", cfg.Workspace != "", "paused", opts.Paused, "restored", opts.RestoreFrom != "",
 		"took", time.Since(start))
+	return m, nil
+}
+
+// newMachine is a Machine of a QEMU process that runs; the caller sets
+// cmd, start and qmp, and starts the goroutines.
+func (v *VMM) newMachine(cfg vmm.Config, log *slog.Logger, pid, pidfd int, uid uint32, cg *cgroup.Group) *Machine {
+	return &Machine{
+		v: v, cfg: cfg, log: log, pid: pid, pidfd: pidfd, uid: uid, cg: cg,
+		qmpSock: filepath.Join(cfg.WorkDir, qmpSockName), stderr: filepath.Join(cfg.WorkDir, qemuLogName),
+		exited: make(chan struct{}), watcherDone: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// Attach takes over a machine that another process started with this
+// VMM's options (an earlier daemon: QEMU outlives it, see vmm/jail) and
+// that still runs: process pid, whose start time (field 22 of
+// /proc/PID/stat, Machine.StartTime) was startTime, running as uid
+// (Machine.UID). cfg must be the Config it was started with; Attach uses
+// its ID (the cgroup), WorkDir (the QMP socket and QEMU's log) and
+// AgentSocket (removed when the machine ends), and checks none of its
+// files. It reserves uid (an error if it is outside the VMM's range or a
+// live machine holds it), opens the machine's cgroup and connects to QMP:
+// QEMU's QMP socket takes a new client once the earlier one is gone. ctx
+// bounds the attach (default callTimeout), not the machine's life.
+//
+// If the process has exited, or pid now names another process, the error
+// wraps vmm.ErrExited. On any error Attach leaves the process alone: the
+// caller decides whether to kill it (its cgroup holds it).
+//
+// The machine then behaves as a started one, except that its exit status
+// cannot be read (vmm.Exit.StatusUnknown; see waitProcess).
+func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uint64, uid uint32) (_ *Machine, err error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("attach machine %s: %w: no pid", cfg.ID, vmm.ErrExited)
+	}
+	log := v.log.With("vm", cfg.ID)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+	}
+	var undo cleanup.Stack
+	defer undo.RunIf(&err)
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("attach machine %s: %w", cfg.ID, err)
+		}
+	}()
+
+	// The pidfd first, then the start time: if the pid was reused before
+	// the pidfd was opened, the start time is the new process's.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("%w: process %d is gone", vmm.ErrExited, pid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pidfd: %w", err)
+	}
+	undo.Add(func() { unix.Close(pidfd) })
+	if got, err := processStartTime(pid); err != nil || got != startTime || pidfdExited(pidfd) {
+		return nil, fmt.Errorf("%w: process %d is not the machine's any more", vmm.ErrExited, pid)
+	}
+	if err := v.reserveUID(uid); err != nil {
+		return nil, err
+	}
+	undo.Add(func() { v.freeUID(uid) })
+	cg, err := v.opts.Cgroups.Open(cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	m := v.newMachine(cfg, log, pid, pidfd, uid, cg)
+	m.start = startTime
+	qmp, err := Dial(ctx, m.qmpSock, log)
+	if err != nil && pidfdExited(pidfd) {
+		err = fmt.Errorf("%w: process %d ended", vmm.ErrExited, pid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect qmp: %w", err)
+	}
+	m.qmp = qmp
+	events, _ := qmp.Subscribe(64)
+	go m.watchEvents(events)
+	go m.waitProcess()
+	go m.reap()
+	log.Info("machine attached", "pid", pid, "uid", uid)
 	return m, nil
 }
 
@@ -487,24 +635,96 @@ func (m *Machine) restore(ctx context.Context, fd int) error {
 	return nil
 }
 
-// waitProcess reaps QEMU and records how it ended. It runs from Start
-// until the process is gone.
+// waitProcess waits for QEMU to exit and records how it ended. It runs
+// from StartMachine or Attach until the process is gone.
+//
+// A started QEMU is this process's child: cmd.Wait reaps it and tells its
+// exit status. An attached one is not (it was reparented when the process
+// that started it died): its pidfd turns readable when it exits and its
+// status is not ours to read, so the exit counts as requested when Stop or
+// Kill asked for it, as clean when QEMU announced a shutdown the guest
+// asked for (SHUTDOWN with a guest-* reason, as after a guest poweroff,
+// when a started QEMU exits 0), and as a crash otherwise.
 func (m *Machine) waitProcess() {
-	m.cmd.Wait()
-	ps := m.cmd.ProcessState
-	exit := vmm.Exit{Code: ps.ExitCode(), Requested: m.requested.Load(), Time: time.Now()}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		exit.Signal = ws.Signal()
-	}
-	var exitErr error
-	if exit.Crashed() {
-		exitErr = &vmm.ExitError{Exit: exit, Stderr: tail(m.stderr, stderrTail)}
+	var exit vmm.Exit
+	if m.cmd != nil {
+		m.cmd.Wait()
+		ps := m.cmd.ProcessState
+		exit.Code = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			exit.Signal = ws.Signal()
+		}
+	} else {
+		waitPidfd(m.pidfd)
+		// QEMU sent its SHUTDOWN event before it exited; the watcher sees
+		// it before the end of the connection, which QEMU's exit brings.
+		select {
+		case <-m.watcherDone:
+		case <-time.After(exitGrace):
+		}
+		exit.StatusUnknown, exit.Code = true, -1
 	}
 	m.exitMu.Lock()
+	defer m.exitMu.Unlock()
+	exit.Requested, exit.Time = m.requested.Load(), time.Now()
 	exit.Reason = m.exit.Reason // a SHUTDOWN event may have come first
-	m.exit, m.exitErr = exit, exitErr
-	m.exitMu.Unlock()
+	if exit.StatusUnknown && strings.HasPrefix(exit.Reason, "guest-") {
+		exit.Code = 0
+	}
+	m.exit, m.exitErr = exit, nil
+	if exit.Crashed() {
+		m.exitErr = &vmm.ExitError{Exit: exit, Stderr: tail(m.stderr, stderrTail)}
+	}
 	close(m.exited)
+}
+
+// waitPidfd blocks until the process of pidfd has exited.
+func waitPidfd(pidfd int) {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == nil || err != unix.EINTR && err != unix.EAGAIN {
+			// Any other error would be a bad pidfd (it stays open until
+			// this returns): the machine is then released, its cgroup
+			// killed, rather than followed blind.
+			return
+		}
+	}
+}
+
+// pidfdExited reports whether the process of pidfd has exited, without
+// waiting.
+func pidfdExited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err != unix.EINTR {
+			return err == nil && n > 0
+		}
+	}
+}
+
+// signal sends sig to QEMU through its pidfd, so never to a later process
+// that reused its pid. Once QEMU has exited it does nothing.
+func (m *Machine) signal(sig unix.Signal) error {
+	m.pidMu.Lock()
+	defer m.pidMu.Unlock()
+	if m.pidfd < 0 {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(m.pidfd, sig, nil, 0); err != nil && err != unix.ESRCH {
+		return err
+	}
+	return nil
+}
+
+func (m *Machine) closePidfd() {
+	m.pidMu.Lock()
+	defer m.pidMu.Unlock()
+	if m.pidfd >= 0 {
+		unix.Close(m.pidfd)
+		m.pidfd = -1
+	}
 }
 
 // watchEvents records the reason of QEMU's SHUTDOWN event in the exit. It
@@ -528,6 +748,7 @@ func (m *Machine) watchEvents(events <-chan Event) {
 // a successful Start until then.
 func (m *Machine) reap() {
 	<-m.exited
+	m.closePidfd()
 	m.qmp.Close()
 	<-m.watcherDone
 	// Nothing of the machine can run any more (QEMU was PID 1 of its pid
@@ -605,6 +826,10 @@ func (m *Machine) call(ctx context.Context, command string, args, result any) er
 
 // PID implements vmm.Machine.
 func (m *Machine) PID() int { return m.pid }
+
+// StartTime is QEMU's start time, field 22 of /proc/PID/stat: with PID it
+// names the process for Attach, never a later one that reused the pid.
+func (m *Machine) StartTime() uint64 { return m.start }
 
 // UID is the host uid (and gid) QEMU runs as.
 func (m *Machine) UID() uint32 { return m.uid }
@@ -714,9 +939,7 @@ func (m *Machine) waitDone(ctx context.Context) error {
 // Kill implements vmm.Machine.
 func (m *Machine) Kill(ctx context.Context) error {
 	m.requested.Store(true)
-	// os.Process signals through a pidfd: never another process that
-	// reused the pid. After the process is reaped it is a no-op.
-	if err := m.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := m.signal(unix.SIGKILL); err != nil {
 		return fmt.Errorf("kill machine %s: %w", m.cfg.ID, err)
 	}
 	select {
@@ -741,6 +964,23 @@ func (m *Machine) Wait(ctx context.Context) (vmm.Exit, error) {
 
 // Done implements vmm.Machine.
 func (m *Machine) Done() <-chan struct{} { return m.done }
+
+// processStartTime reads field 22 (starttime) of /proc/PID/stat.
+func processStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')') // the name may hold ')'
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
 
 // poll calls f every few milliseconds until it returns true or an error,
 // or ctx ends.
