@@ -5,7 +5,11 @@
 // shapes (openapi.json beside this file).
 package api
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Isolation levels a runtime offers, weakest first.
 const (
@@ -275,6 +279,43 @@ type NodeInfo struct {
 	Sandboxes int    `json:"sandboxes"` // running on this node
 }
 
+// Preview is the body of GET and PUT /v1/sandboxes/{id}/preview: how the
+// sandbox's ports are reached on preview host names,
+// PORT-ID.<preview domain> (docs/API.md, "Exposed ports").
+type Preview struct {
+	// Public lets anyone reach the sandbox's ports on its preview hosts;
+	// otherwise a request needs Token.
+	Public bool `json:"public"`
+	// Token is the sandbox's access token: header X-Warren-Access-Token,
+	// query parameter warren_token (a GET is then redirected without it and
+	// the browser keeps a cookie), or that cookie. Every sandbox gets its
+	// own at create and restore; rotating it makes a new one.
+	Token string `json:"token"`
+	// URL is the preview URL of the sandbox's ports with "{port}" in place
+	// of a port, e.g. "https://{port}-sb-….preview.example.com/"; null when
+	// the node serves no preview domain.
+	URL *string `json:"url"`
+}
+
+// PortURL is the preview URL of the sandbox's port, without the token; ""
+// when the node serves no preview domain.
+func (p Preview) PortURL(port int) string {
+	if p.URL == nil {
+		return ""
+	}
+	return strings.ReplaceAll(*p.URL, "{port}", strconv.Itoa(port))
+}
+
+// SetPreviewRequest is the body of PUT /v1/sandboxes/{id}/preview.
+type SetPreviewRequest struct {
+	// Public makes the preview hosts public (true) or private (false);
+	// absent leaves it as it is.
+	Public *bool `json:"public,omitempty"`
+	// RotateToken replaces the access token with a new one: the old one
+	// stops working at once (cookies made from it included).
+	RotateToken bool `json:"rotate_token,omitempty"`
+}
+
 // CreateKeyRequest is the body of POST /v1/keys (admin key only): a new API
 // key for a tenant. Tenant names are 1-63 characters of a-z, 0-9, '_' and
 // '-', starting with a letter or digit; "admin" is the admin key's own.
@@ -365,7 +406,10 @@ type RestoreRequest struct {
 	Pids     int64   `json:"pids,omitempty"`
 	// WorkspaceMB adds an empty workspace disk to sandboxes restored from a
 	// root snapshot.
-	WorkspaceMB    int64             `json:"workspace_mb,omitempty"`
+	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
+	// Network is the egress policy of every restored sandbox (a snapshot
+	// does not carry one); nil: the default.
+	Network        *NetworkPolicy    `json:"network,omitempty"`
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`

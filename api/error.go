@@ -18,6 +18,7 @@ const (
 	CodeUnavailable      = "unavailable"        // 503: e.g. no capacity, runtime missing
 	CodeInternal         = "internal"           // 500: details only in the server's log
 	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeBadGateway       = "bad_gateway"        // 502: a sandbox's port did not answer (exposed ports)
 )
 
 var codeStatus = map[string]int{
@@ -31,6 +32,7 @@ var codeStatus = map[string]int{
 	CodeUnavailable:      http.StatusServiceUnavailable,
 	CodeInternal:         http.StatusInternalServerError,
 	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
+	CodeBadGateway:       http.StatusBadGateway,
 }
 
 // Error is an error whose message is safe to show to an API caller. Any

@@ -58,6 +58,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	if inet, err = startInternet(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer inet.stop()
 	dataDir := filepath.Join(os.Getenv("WARREN_TEST_TEMPLATE_CACHE"), "e2e-data")
 	shared, err = startDaemon(dataDir, "default", 15*time.Minute)
 	if err != nil {
@@ -112,7 +117,8 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 }
 
 // startDaemonWith is startDaemon with more environment variables and
-// server flags.
+// server flags. Every daemon's sandboxes resolve names through the test
+// internet (daemonNetFlags).
 func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flags ...string) (*daemon, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -122,6 +128,7 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}
+	args = append(args, daemonNetFlags(dataDir)...)
 	d.cmd = exec.Command(filepath.Join(bin, "warren"), append(args, flags...)...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stderr = d.log

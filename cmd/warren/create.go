@@ -24,6 +24,7 @@ func runCreate(ctx context.Context, c *cli, args []string) error {
 	if req.TimeoutSeconds, req.Env, req.Metadata, err = sf.values(fs); err != nil {
 		return err
 	}
+	req.Network = sf.net.policy()
 	cl, err := client.FromEnv()
 	if err != nil {
 		return err
@@ -40,6 +41,7 @@ func runCreate(ctx context.Context, c *cli, args []string) error {
 type sandboxFlags struct {
 	ttl       *time.Duration
 	env, meta kvFlag
+	net       *networkFlags
 }
 
 // addSandboxFlags defines the flags create and restore share on fs, the
@@ -54,6 +56,7 @@ func addSandboxFlags(fs *flag.FlagSet, runtime *string, cpus *float64, memoryMB,
 	sf.ttl = fs.Duration("timeout", 0, "delete the sandbox after this long, e.g. 30m (default: the server's)")
 	fs.Var(sf.env, "env", "set `K=V` in the environment of every command (repeatable)")
 	fs.Var(sf.meta, "meta", "attach the metadata `K=V` (repeatable)")
+	sf.net = addNetworkFlags(fs)
 	return sf
 }
 

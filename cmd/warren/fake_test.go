@@ -45,6 +45,9 @@ type fakeWarren struct {
 	signals   []string
 	replays   []string // the replay query of each attach
 	removes   []string // path and recursive of each file removal
+	previews  map[string]api.Preview
+	// previewDomain is the URL template's domain; "" for none.
+	previewDomain string
 }
 
 // fakeProc is a background process of the fake.
@@ -74,6 +77,8 @@ func newFake(t *testing.T) *fakeWarren {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", f.sandbox(f.get))
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", f.sandbox(f.delete))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/timeout", f.sandbox(f.timeout))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/preview", f.sandbox(f.getPreview))
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/preview", f.sandbox(f.setPreview))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", f.sandbox(f.exec))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/processes/{pid}/stream", f.process(f.attach))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/stdin", f.process(f.stdin))

@@ -27,6 +27,7 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 	if req.TimeoutSeconds, req.Env, req.Metadata, err = sf.values(fs); err != nil {
 		return err
 	}
+	req.Network = sf.net.policy()
 	sbs, err := cl.Restore(ctx, rest[0], req)
 	if err != nil {
 		return err

@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net/netip"
+	"strings"
 	"time"
 
 	"warren/internal/daemon"
+	"warren/internal/network"
 	"warren/internal/sandbox"
+	"warren/internal/server"
 )
 
 // runServer is `warren server`: the single-node daemon (control plane and
@@ -23,9 +27,34 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
 	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm or container (default: none)")
+	noNet := fs.Bool("no-network", false, "give sandboxes loopback only (no router, no egress, no exposed ports)")
+	pool := fs.String("net-pool", network.DefaultPool.String(), "IPv4 pool of the sandboxes' router links, a /30 each;\ntwo servers on one host need two pools")
+	mbps := fs.Int("net-mbps", network.DefaultMbps, "bandwidth limit of each sandbox, each way, in megabits per second")
+	connRate := fs.Uint("net-conn-rate", network.DefaultConnRate, "new connections per second each sandbox may open")
+	dns := fs.String("dns-upstream", "", "comma-separated DNS servers (ip:port) the sandboxes' resolver asks\n(default: the nameservers of /etc/resolv.conf)")
+	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (wildcard DNS to this server):\na domain (https preview URLs) or a URL such as http://localhost:7777 (default: none)")
 	debug := fs.Bool("debug", false, "log debug messages")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
+	}
+	if *preview != "" {
+		if err := server.CheckPreviewDomain(*preview); err != nil {
+			return badUsage(fs, "--preview-domain: "+err.Error())
+		}
+	}
+	netCfg := network.Config{Mbps: *mbps, ConnRate: uint32(*connRate)}
+	var err error
+	if netCfg.Pool, err = netip.ParsePrefix(*pool); err != nil {
+		return badUsage(fs, "--net-pool: "+err.Error())
+	}
+	if *dns != "" {
+		for _, a := range strings.Split(*dns, ",") {
+			ap, err := netip.ParseAddrPort(strings.TrimSpace(a))
+			if err != nil {
+				return badUsage(fs, "--dns-upstream: "+err.Error())
+			}
+			netCfg.Upstreams = append(netCfg.Upstreams, ap)
+		}
 	}
 	level := slog.LevelInfo
 	if *debug {
@@ -34,13 +63,16 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	cfg := sandbox.DefaultConfig()
 	cfg.DefaultTTL = *ttl
 	cfg.RequireIsolation = *require
-	err := daemon.Run(ctx, daemon.Options{
+	err = daemon.Run(ctx, daemon.Options{
 		DataDir:        *dataDir,
 		Listen:         *listen,
 		AgentBinary:    *agent,
 		EnsureTemplate: *tpl,
 		Warm:           *warm,
 		BlobStore:      *blobs,
+		PreviewDomain:  *preview,
+		Network:        netCfg,
+		NoNetwork:      *noNet,
 		Sandbox:        cfg,
 		Log:            slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
 		Out:            c.stdout,

@@ -27,6 +27,7 @@ import (
 	s3blob "warren/internal/blob/s3"
 	"warren/internal/cgroup"
 	"warren/internal/disk"
+	"warren/internal/network"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container"
 	"warren/internal/runtime/vm"
@@ -57,9 +58,16 @@ type Options struct {
 	// file:// URL, or an s3:// URL (credentials from the AWS_* environment).
 	// Default: the directory blobs in the data directory.
 	BlobStore string
+	// Network configures sandbox networking; NoNetwork turns it off (every
+	// sandbox then has loopback only).
+	Network   network.Config
+	NoNetwork bool
 	Sandbox   sandbox.Config
 	Snapshot  snapshot.Config
-	Log       *slog.Logger
+	// PreviewDomain serves sandboxes' ports on PORT-ID.<domain> (see
+	// server.Options.PreviewDomain); "" for none.
+	PreviewDomain string
+	Log           *slog.Logger
 	// Out receives the first-start admin key and the listening address.
 	Out io.Writer
 	// Ready, when set, is called with the bound address once the API serves.
@@ -161,6 +169,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer snaps.Close()
 
+	var netNode *network.Node
+	if o.NoNetwork {
+		log.Warn("sandbox networking is off: sandboxes have loopback only")
+	} else {
+		o.Network.Log = log.WithGroup("network")
+		if netNode, err = network.New(o.Network); err != nil {
+			return fmt.Errorf("sandbox networking (--no-network turns it off): %w", err)
+		}
+		defer netNode.Close()
+	}
+
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
 		Log:           log.WithGroup("sandbox"),
 		Store:         st,
@@ -169,6 +188,7 @@ func Run(ctx context.Context, o Options) error {
 		Snapshots:     snaps,
 		Runtimes:      runtimes,
 		StateDir:      filepath.Join(o.DataDir, "sandboxes"),
+		Network:       netNode,
 		CgroupVersion: cg.Version(),
 		Version:       Version,
 	}, o.Sandbox)
@@ -177,7 +197,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer mgr.Close()
 
-	srv := server.New(mgr, st, log.WithGroup("api"), server.Options{})
+	srv := server.New(mgr, st, log.WithGroup("api"), server.Options{PreviewDomain: o.PreviewDomain})
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -1,13 +1,14 @@
 // Package runtime defines what a sandbox runtime must do for the sandbox
 // manager: boot a sandbox from a disk image with its guest agent as PID 1,
-// hand back a way to reach the agent, survive a daemon restart, and tear
-// everything down without leaks. Each runtime lives in its own package
+// link it to its network, hand back a way to reach the agent, survive a
+// daemon restart, and tear everything down without leaks. Each runtime lives in its own package
 // (runtime/container, runtime/vm). This package does no I/O.
 package runtime
 
 import (
 	"context"
 	"errors"
+	"os"
 
 	"warren/internal/agentconn"
 )
@@ -37,6 +38,22 @@ type Spec struct {
 	// Dir is a directory private to the node (never visible inside the
 	// sandbox) for the runtime's sockets and logs; it exists and is empty.
 	Dir string
+	// Network links the sandbox to its router, or is nil: the sandbox then
+	// has loopback only.
+	Network Network
+}
+
+// Network is a sandbox's router (package network), as a runtime links the
+// sandbox to it. The sandbox's side is package guestnet's: the runtime sees
+// that the sandbox's init writes its files, and a VM's guest configures
+// its interface.
+type Network interface {
+	// PlugNetNS links the network namespace at path (a container's) to the
+	// router: guestnet.Iface appears there, addressed and routed.
+	PlugNetNS(path string) error
+	// Tap makes the router's tap device for a VMM and returns its
+	// descriptor (a new one each call: a resumed VM gets a new device).
+	Tap() (*os.File, error)
 }
 
 // Runtime starts sandboxes of one kind. Its methods may be called

@@ -27,6 +27,7 @@ import (
 	"warren/internal/cleanup"
 	"warren/internal/disk"
 	"warren/internal/ident"
+	"warren/internal/network"
 	"warren/internal/runtime"
 	"warren/internal/snapshot"
 	"warren/internal/store"
@@ -120,6 +121,8 @@ type Deps struct {
 	Runtimes []runtime.Runtime
 	// StateDir holds one private directory per sandbox (sockets, logs).
 	StateDir string
+	// Network gives sandboxes their networks; nil: loopback only.
+	Network *network.Node
 	// CgroupVersion is shown in node info.
 	CgroupVersion int
 	Version       string
@@ -254,6 +257,7 @@ type source struct {
 func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (api.Sandbox, error) {
 	rec.Runtime = rt.Name()
 	rec.ID = ident.New("sb-")
+	rec.PreviewToken = newPreviewToken() // per launch: a fork never shares its origin's
 	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
 		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
@@ -308,7 +312,14 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	undo.Add(func() { os.RemoveAll(dir) })
 
 	tClone := time.Now()
-	inst, err := rt.Start(ctx, m.spec(rec))
+	spec := m.spec(rec)
+	detach, err := m.attachNetwork(ctx, rec, &spec)
+	if err != nil {
+		return err
+	}
+	undo.Add(detach)
+	tNet := time.Now()
+	inst, err := rt.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -336,8 +347,8 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	m.live[rec.ID] = l
 	m.mu.Unlock()
 	go m.watch(rec.ID, l)
-	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0),
-		"runtime", tStart.Sub(tClone), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
+	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", tNet.Sub(tClone),
+		"runtime", tStart.Sub(tNet), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
 	return nil
 }
 
@@ -411,6 +422,7 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 	if err := os.RemoveAll(m.stateDir(id)); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, m.detachNetwork(id))
 	rec, err := m.deps.Store.GetSandbox(ctx, id)
 	if err == nil {
 		rec.State, rec.Error, rec.RuntimeState = state, reason, nil
@@ -547,11 +559,15 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	if err := validMetadata(req.Metadata); err != nil {
 		return store.Sandbox{}, err
 	}
+	netPol, err := m.validNetwork(req.Network)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	now := time.Now()
 	return store.Sandbox{
 		Tenant: tenant, Template: src.template, State: api.StateStarting,
 		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB, WorkspaceMB: req.WorkspaceMB,
-		Env: req.Env, Metadata: req.Metadata,
+		Env: req.Env, Metadata: req.Metadata, Network: netPol,
 		CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}, nil
 }
@@ -771,7 +787,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		State: r.State, Error: r.Error,
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,
-		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin,
+		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin, Network: r.Network,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
 	}
 }

@@ -2,18 +2,164 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"net"
 
 	"warren/api"
+	"warren/internal/guestnet"
+	"warren/internal/network/policy"
+	"warren/internal/runtime"
+	"warren/internal/store"
 )
+
+// validNetwork checks a requested egress policy. A node without sandbox
+// networking gives sandboxes loopback only, which satisfies none and
+// nothing else.
+func (m *Manager) validNetwork(p *api.NetworkPolicy) (api.NetworkPolicy, error) {
+	if p == nil {
+		return api.NetworkPolicy{}, nil
+	}
+	if m.deps.Network == nil && (!p.None || len(p.Allow) > 0 || len(p.Deny) > 0) {
+		return api.NetworkPolicy{}, api.Errorf(api.CodeBadRequest,
+			"this node has no sandbox networking (its sandboxes have loopback only): network may only be {\"none\": true}")
+	}
+	if _, err := policy.Parse(*p); err != nil {
+		return api.NetworkPolicy{}, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	return *p, nil
+}
+
+// attachNetwork makes the sandbox's router, when the node has networking,
+// records its slot in rec and gives it to spec. The policy was checked by
+// validNetwork. It returns the undo.
+func (m *Manager) attachNetwork(ctx context.Context, rec *store.Sandbox, spec *runtime.Spec) (func(), error) {
+	if m.deps.Network == nil {
+		return func() {}, nil
+	}
+	pol, err := policy.Parse(rec.Network)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.deps.Network.Attach(ctx, rec.ID, pol)
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	rec.NetSlot, spec.Network = s.Slot(), s
+	return func() { m.deps.Network.Detach(s) }, nil
+}
+
+// adoptNetwork takes back the router of a sandbox an earlier daemon
+// started and gives it to spec. A sandbox started without a network (by a
+// daemon with networking off) stays without.
+func (m *Manager) adoptNetwork(rec *store.Sandbox, spec *runtime.Spec) error {
+	if m.deps.Network == nil || rec.NetSlot == 0 {
+		return nil
+	}
+	pol, err := policy.Parse(rec.Network)
+	if err != nil {
+		return err
+	}
+	s, err := m.deps.Network.Adopt(rec.ID, rec.NetSlot, pol)
+	if err != nil {
+		return err
+	}
+	spec.Network = s
+	return nil
+}
+
+// detachNetwork removes the sandbox's router, if it has one.
+func (m *Manager) detachNetwork(id string) error {
+	if m.deps.Network == nil {
+		return nil
+	}
+	if s, ok := m.deps.Network.Lookup(id); ok {
+		return m.deps.Network.Detach(s)
+	}
+	return nil
+}
+
+// Network answers a running or paused sandbox's egress policy and counters.
+func (m *Manager) Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error) {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.NetworkStatus{}, err
+	}
+	return m.networkStatus(rec)
+}
+
+func (m *Manager) networkStatus(rec store.Sandbox) (api.NetworkStatus, error) {
+	st := api.NetworkStatus{Policy: rec.Network, Address: guestnet.Address.String(), Gateway: guestnet.Gateway.String()}
+	if m.deps.Network == nil {
+		return st, nil
+	}
+	s, ok := m.deps.Network.Lookup(rec.ID)
+	if !ok {
+		return st, nil
+	}
+	c, err := s.Counters()
+	if err != nil {
+		return api.NetworkStatus{}, fmt.Errorf("network counters of %s: %w", rec.ID, err)
+	}
+	st.Denied, st.RateLimited = c.Denied, c.RateLimited
+	return st, nil
+}
+
+// SetNetwork replaces a live sandbox's egress policy: the router's rules
+// change at once, then the record.
+func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.NetworkPolicy) (api.NetworkStatus, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	ok := l != nil && l.tenant == tenant && !l.deleting
+	m.mu.Unlock()
+	if !ok {
+		rec, err := m.record(ctx, tenant, id)
+		if err != nil {
+			return api.NetworkStatus{}, err
+		}
+		return api.NetworkStatus{}, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
+	}
+	if _, err := m.validNetwork(&p); err != nil {
+		return api.NetworkStatus{}, err
+	}
+	if s, ok := m.deps.Network.Lookup(id); ok {
+		pol, _ := policy.Parse(p) // checked above
+		if err := s.SetPolicy(pol); err != nil {
+			return api.NetworkStatus{}, fmt.Errorf("set network of %s: %w", id, err)
+		}
+	}
+	if err := m.deps.Store.SetSandboxNetwork(ctx, id, p); err != nil {
+		return api.NetworkStatus{}, err
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.NetworkStatus{}, err
+	}
+	m.log.Info("sandbox network policy changed", "sandbox", id, "none", p.None, "allow", len(p.Allow), "deny", len(p.Deny))
+	return m.networkStatus(rec)
+}
 
 // DialPort connects to a TCP port a running sandbox of tenant listens on,
 // through its router (docs/NETWORK.md). CodeNotFound for an unknown
-// sandbox, CodeConflict for one not running or on a node without sandbox
-// networking.
+// sandbox; CodeConflict for one not running, on a node without sandbox
+// networking. Nothing listening on the port is an error that matches
+// syscall.ECONNREFUSED.
 func (m *Manager) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {
 	if _, err := m.running(ctx, tenant, id); err != nil {
 		return nil, err
 	}
-	return nil, api.Errorf(api.CodeConflict, "sandbox networking is not enabled on this node")
+	if port < 1 || port > 65535 {
+		return nil, api.Errorf(api.CodeBadRequest, "port must be between 1 and 65535, got %d", port)
+	}
+	if m.deps.Network == nil {
+		return nil, api.Errorf(api.CodeConflict, "this node has no sandbox networking: ports cannot be reached")
+	}
+	s, ok := m.deps.Network.Lookup(id)
+	if !ok {
+		return nil, api.Errorf(api.CodeConflict, "sandbox %s has no network", id)
+	}
+	c, err := s.Dial(ctx, port)
+	if err != nil {
+		return nil, fmt.Errorf("dial port %d of %s: %w", port, id, err)
+	}
+	return c, nil
 }

@@ -20,7 +20,8 @@ import (
 // paused one if its runtime still has it: no agent answers until Resume) and
 // torn down otherwise; one caught starting is torn down (its Create died with
 // the old process); then what this node's sandboxes left and no live one
-// owns — cgroups, processes, loop devices, disks, directories — is removed.
+// owns — cgroups, processes, loop devices, disks, directories, routers — is
+// removed.
 // Sandboxes this store does not know are left alone: another warren server
 // on the host (another data directory) owns them.
 func (m *Manager) reconcile(ctx context.Context) error {
@@ -48,7 +49,14 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			m.teardown(ctx, rec.ID, nil, api.StateFailed, "the daemon stopped while the sandbox was starting")
 			continue
 		}
-		inst, err := rt.Adopt(ctx, m.spec(&rec), rec.RuntimeState)
+		spec := m.spec(&rec)
+		if err := m.adoptNetwork(&rec, &spec); err != nil {
+			// The runtime's sweep below ends what still runs of it.
+			log.Warn("sandbox network not adopted", "err", err)
+			m.teardown(ctx, rec.ID, nil, api.StateFailed, "its network is gone: "+err.Error())
+			continue
+		}
+		inst, err := rt.Adopt(ctx, spec, rec.RuntimeState)
 		if err != nil {
 			reason := "the sandbox stopped while the daemon was down"
 			if !errors.Is(err, runtime.ErrGone) {
@@ -82,6 +90,9 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		errs = append(errs, rt.Sweep(ctx, known, keep))
 	}
 	errs = append(errs, m.sweepFiles(keep))
+	if m.deps.Network != nil {
+		errs = append(errs, m.deps.Network.Sweep(keep))
+	}
 	return errors.Join(errs...)
 }
 

@@ -129,7 +129,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 	}
 	create := api.CreateSandboxRequest{
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Pids: req.Pids, WorkspaceMB: req.WorkspaceMB,
-		TimeoutSeconds: req.TimeoutSeconds, Env: req.Env, Metadata: req.Metadata,
+		TimeoutSeconds: req.TimeoutSeconds, Env: req.Env, Metadata: req.Metadata, Network: req.Network,
 	}
 	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID}
 	if sn.Scope == api.ScopeWorkspace {

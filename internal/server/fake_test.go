@@ -39,6 +39,12 @@ type fakeSandboxes struct {
 	next  int
 	boxes map[string]fakeBox
 	snaps map[string]fakeSnapshot
+	// previews holds each sandbox's preview access, made on first use
+	// (fake_ports_test.go).
+	previews map[string]*api.Preview
+	// ports maps "ID:PORT" to the address of a real listener DialPort
+	// connects to (exposePort); any other port is a conflict.
+	ports map[string]string
 }
 
 type fakeBox struct {
@@ -166,11 +172,35 @@ func (f *fakeSandboxes) Agent(ctx context.Context, tenant, id string) (*agentcon
 	return f.conn, nil
 }
 
-func (f *fakeSandboxes) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {
+func (f *fakeSandboxes) Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error) {
+	b, err := f.lookup(tenant, id)
+	if err != nil {
+		return api.NetworkStatus{}, err
+	}
+	return api.NetworkStatus{Policy: b.Network, Address: "10.0.2.15", Gateway: "10.0.2.2"}, nil
+}
+
+func (f *fakeSandboxes) SetNetwork(ctx context.Context, tenant, id string, p api.NetworkPolicy) (api.NetworkStatus, error) {
 	if _, err := f.lookup(tenant, id); err != nil {
+		return api.NetworkStatus{}, err
+	}
+	f.mu.Lock()
+	b := f.boxes[id]
+	b.sb.Network = p
+	f.boxes[id] = b
+	f.mu.Unlock()
+	return f.Network(ctx, tenant, id)
+}
+
+func (f *fakeSandboxes) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {
+	sb, err := f.lookup(tenant, id)
+	if err != nil {
 		return nil, err
 	}
-	return nil, api.Errorf(api.CodeConflict, "no network in the fake")
+	if sb.State != api.StateRunning {
+		return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, sb.State)
+	}
+	return f.dialExposed(ctx, id, port)
 }
 
 func (f *fakeSandboxes) Info(ctx context.Context) api.NodeInfo {

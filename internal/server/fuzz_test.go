@@ -50,6 +50,7 @@ var fuzzDecodeCases = []fuzzDecodeCase{
 	{"MkdirRequest", false, checkDecode[api.MkdirRequest]},
 	{"MoveRequest", false, checkDecode[api.MoveRequest]},
 	{"SignalRequest", false, checkDecode[api.SignalRequest]},
+	{"SetPreviewRequest", false, checkDecode[api.SetPreviewRequest]},
 }
 
 // FuzzDecodeJSON checks decodeJSON on arbitrary bodies, for every request
@@ -81,6 +82,8 @@ func FuzzDecodeJSON(f *testing.F) {
 		`{"path":"../../etc/shadow","mode":4294967296}`,
 		`{"source":"/a","destination":"/b"}`,
 		`{"signal":"SIGTERM"}`,
+		`{"public":true,"rotate_token":true}`,
+		`{"public":null}`,
 		`{"signal":"TERM","extra":1}`,
 		`{"unknown":true}`,
 		`{} {}`,
@@ -318,6 +321,14 @@ func (s *fuzzSandboxes) Resume(ctx context.Context, tenant, id string) (api.Sand
 
 func (s *fuzzSandboxes) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error) {
 	return s.calledFor(tenant).Agent(ctx, tenant, id)
+}
+
+func (s *fuzzSandboxes) Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error) {
+	return s.calledFor(tenant).Network(ctx, tenant, id)
+}
+
+func (s *fuzzSandboxes) SetNetwork(ctx context.Context, tenant, id string, p api.NetworkPolicy) (api.NetworkStatus, error) {
+	return s.calledFor(tenant).SetNetwork(ctx, tenant, id, p)
 }
 
 func (s *fuzzSandboxes) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -25,6 +28,9 @@ type requestMeta struct {
 	id string
 	// key authenticated the request; zero on routes that need none.
 	key store.Key
+	// previewTenant owns the sandbox a preview host request reached (for
+	// the access log: such a request has no key).
+	previewTenant string
 }
 
 // meta returns the request's metadata (zero outside serve).
@@ -74,7 +80,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			level = slog.LevelDebug
 		}
 		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
-			"status", rw.status, "bytes", rw.bytes, "duration", time.Since(start), "tenant", m.key.Tenant)
+			"status", rw.status, "bytes", rw.bytes, "duration", time.Since(start), "tenant", cmp.Or(m.key.Tenant, m.previewTenant))
 		if v != nil {
 			panic(http.ErrAbortHandler)
 		}
@@ -87,6 +93,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case r.RequestURI == "*":
 		s.writeError(rw, r, api.Errorf(api.CodeBadRequest, "request target * is not supported"))
+		return
+	}
+	// A preview host name is a sandbox's port whatever the path: it never
+	// reaches the API's routes (preview.go).
+	if s.servePreviewHost(rw, r) {
 		return
 	}
 	s.mux.ServeHTTP(rw, r)
@@ -137,6 +148,17 @@ func (w *responseWriter) FlushError() error {
 		w.WriteHeader(http.StatusOK)
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over for a protocol switch (the port
+// proxy's WebSocket and other upgrades): the response has begun, and the
+// access log shows 101.
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && !w.wroteHeader {
+		w.status, w.wroteHeader = http.StatusSwitchingProtocols, true
+	}
+	return c, brw, err
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.

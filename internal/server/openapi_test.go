@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -24,7 +25,7 @@ type openAPIDoc struct {
 
 type schema struct {
 	Ref        string            `json:"$ref"`
-	Type       string            `json:"type"`
+	Type       schemaType        `json:"type"`
 	Properties map[string]schema `json:"properties"`
 	Required   []string          `json:"required"`
 	Items      *schema           `json:"items"`
@@ -47,6 +48,14 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	s := New(&fakeSandboxes{}, nil, nil, Options{})
 	var routes, documented []string
 	for _, rt := range s.routes {
+		if rt.method == anyMethod {
+			// OpenAPI has no method wildcard nor a "{path...}": the route
+			// is documented once per method, with a {path} parameter.
+			for _, m := range anyMethodDocumented {
+				routes = append(routes, m+" "+strings.ReplaceAll(rt.path, "...}", "}"))
+			}
+			continue
+		}
 		routes = append(routes, rt.method+" "+rt.path)
 	}
 	for path, item := range doc.Paths {
@@ -60,6 +69,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("routes and document differ:\nserved:     %q\ndocumented: %q", routes, documented)
 	}
 }
+
+// anyMethodDocumented are the methods the OpenAPI document lists for a
+// route that serves every method.
+var anyMethodDocumented = []string{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
 
 // TestRoutesMatchAPIDoc checks the route table against the one in
 // docs/API.md.
@@ -155,6 +168,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"DebugVars":             reflect.TypeFor[api.DebugVars](),
 		"NetworkPolicy":         reflect.TypeFor[api.NetworkPolicy](),
 		"NetworkStatus":         reflect.TypeFor[api.NetworkStatus](),
+		"Preview":               reflect.TypeFor[api.Preview](),
+		"SetPreviewRequest":     reflect.TypeFor[api.SetPreviewRequest](),
 		"SnapshotList": reflect.TypeFor[struct {
 			Snapshots []api.Snapshot `json:"snapshots"`
 		}](),
@@ -221,6 +236,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			if want := jsonKind(f.Type); !kindMatches(prop, want) {
 				t.Errorf("%s.%s: schema %+v, want %s", name, tag, prop, want)
 			}
+			// A pointer always sent (no omitempty) may be null.
+			if nullable := f.Type.Kind() == reflect.Pointer && !strings.Contains(opts, "omitempty"); nullable != prop.Type.nullable {
+				t.Errorf("%s.%s: schema nullable %v, want %v", name, tag, prop.Type.nullable, nullable)
+			}
 		}
 		if len(sc.Properties) != len(fields) {
 			t.Errorf("%s: schema has %d properties, the type %d fields %v", name, len(sc.Properties), len(fields), fields)
@@ -266,5 +285,34 @@ func kindMatches(s schema, kind string) bool {
 	if kind == "$ref" {
 		return s.Ref != ""
 	}
-	return s.Type == kind
+	return s.Type.main == kind
+}
+
+// schemaType is a schema's "type": one type, or a type and "null" (a
+// field that is always present and may be null).
+type schemaType struct {
+	main     string
+	nullable bool
+}
+
+func (t *schemaType) UnmarshalJSON(b []byte) error {
+	var one string
+	if json.Unmarshal(b, &one) == nil {
+		t.main = one
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	for _, v := range list {
+		if v == "null" {
+			t.nullable = true
+		} else if t.main == "" {
+			t.main = v
+		} else {
+			return fmt.Errorf("type %s: more than one type besides null", b)
+		}
+	}
+	return nil
 }

@@ -56,10 +56,32 @@ type Sandboxes interface {
 	// by the manager, never closed by the caller. CodeNotFound for an unknown
 	// sandbox, CodeConflict for one that is not running.
 	Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error)
+	// Network returns a sandbox's egress policy and counters.
+	Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error)
+	// SetNetwork replaces a running sandbox's egress policy;
+	// CodeBadRequest for an invalid one, CodeConflict for a sandbox not
+	// running.
+	SetNetwork(ctx context.Context, tenant, id string, p api.NetworkPolicy) (api.NetworkStatus, error)
 	// DialPort connects to a TCP port a running sandbox listens on; the
-	// caller closes the connection. CodeNotFound for an unknown sandbox,
-	// CodeConflict for one not running or unreachable.
+	// caller closes the connection, and may use it for as long as it
+	// likes (ctx bounds the dial only). CodeNotFound for an unknown
+	// sandbox, CodeConflict for one not running (or a node without sandbox
+	// networking). Any other error means the sandbox runs but the port
+	// did not take the connection; nothing listening on it is an error
+	// that matches syscall.ECONNREFUSED.
 	DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error)
+	// Preview returns a sandbox's preview access (its URL left nil: the
+	// server knows its preview domain); CodeNotFound as Get.
+	Preview(ctx context.Context, tenant, id string) (api.Preview, error)
+	// SetPreview makes a sandbox's previews public or private and rotates
+	// its access token as req asks, and returns the result.
+	SetPreview(ctx context.Context, tenant, id string, req api.SetPreviewRequest) (api.Preview, error)
+	// PreviewAccess returns, for a request on a preview host name (no API
+	// key, no tenant yet), the tenant of sandbox id, its access token and
+	// whether its previews are public; CodeNotFound for an unknown
+	// sandbox. The server uses them for its access check and never shows
+	// them to the caller.
+	PreviewAccess(ctx context.Context, id string) (tenant, token string, public bool, err error)
 	// Info describes the node.
 	Info(ctx context.Context) api.NodeInfo
 	// Templates lists the templates built on the node.
@@ -107,6 +129,13 @@ type Options struct {
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
 	// is answered 413. File uploads and stdin are streams and have no bound.
 	MaxBodyBytes int64
+	// PreviewDomain, when set, serves every sandbox's ports on host names
+	// PORT-ID.<domain> (docs/API.md, "Exposed ports"). Either a domain,
+	// "preview.example.com" (preview URLs are then https on the default
+	// port), or a URL that also gives the scheme and port of preview URLs,
+	// "http://localhost:7777". Check it with CheckPreviewDomain: an
+	// invalid one is logged and serves no previews.
+	PreviewDomain string
 }
 
 // Defaults of Options.
@@ -123,6 +152,8 @@ type Server struct {
 	opts   Options
 	routes []route
 	mux    *http.ServeMux
+	// preview is the parsed Options.PreviewDomain; zero: no previews.
+	preview previewSite
 }
 
 // access says who may call a route.
@@ -133,6 +164,10 @@ const (
 	tenant               // any valid key
 	admin                // an admin key only
 )
+
+// anyMethod is the method of a route that serves every method (the
+// exposed-port proxy), as docs/API.md writes it.
+const anyMethod = "ANY"
 
 // route is one row of the route table in docs/API.md.
 type route struct {
@@ -155,6 +190,13 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux()}
+	if opts.PreviewDomain != "" {
+		site, err := parsePreviewDomain(opts.PreviewDomain)
+		if err != nil && log != nil {
+			log.Error("no preview host names: bad preview domain", "err", err)
+		}
+		s.preview = site
+	}
 	s.routes = []route{
 		{"GET", "/healthz", public, s.healthz},
 		{"GET", "/openapi.json", tenant, s.openAPI},
@@ -164,8 +206,13 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"GET", "/v1/sandboxes/{id}", tenant, s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", tenant, s.deleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/timeout", tenant, s.setTimeout},
+		{"GET", "/v1/sandboxes/{id}/network", tenant, s.getNetwork},
+		{"PUT", "/v1/sandboxes/{id}/network", tenant, s.setNetwork},
 		{"POST", "/v1/sandboxes/{id}/pause", tenant, s.pauseSandbox},
 		{"POST", "/v1/sandboxes/{id}/resume", tenant, s.resumeSandbox},
+		{"GET", "/v1/sandboxes/{id}/preview", tenant, s.getPreview},
+		{"PUT", "/v1/sandboxes/{id}/preview", tenant, s.setPreview},
+		{anyMethod, "/v1/sandboxes/{id}/ports/{port}/{path...}", tenant, s.proxyPort},
 		{"POST", "/v1/sandboxes/{id}/exec", tenant, s.exec},
 		{"GET", "/v1/sandboxes/{id}/processes", tenant, s.listProcesses},
 		{"GET", "/v1/sandboxes/{id}/processes/{pid}/stream", tenant, s.streamProcess},
@@ -194,6 +241,11 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 	allowed := map[string][]string{}
 	var paths []string
 	for _, rt := range s.routes {
+		if rt.method == anyMethod {
+			// Every method: no 405 for this path.
+			s.mux.Handle(rt.path, s.endpoint(rt))
+			continue
+		}
 		s.mux.Handle(rt.method+" "+rt.path, s.endpoint(rt))
 		if _, ok := allowed[rt.path]; !ok {
 			paths = append(paths, rt.path)

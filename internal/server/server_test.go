@@ -24,7 +24,7 @@ func deadAgent(t *testing.T) *agentconn.Conn {
 // concrete fills a route's wildcards and gives it what it needs to get past
 // input checks: query parameters and a valid body.
 func concrete(rt route, id string) (path string, body any) {
-	path = strings.NewReplacer("{id}", id, "{pid}", "7", "{name}", "default").Replace(rt.path)
+	path = strings.NewReplacer("{id}", id, "{pid}", "7", "{name}", "default", "{port}", "8080", "{path...}", "x").Replace(rt.path)
 	if strings.Contains(path, "/files") && !strings.HasSuffix(path, "/mkdir") && !strings.HasSuffix(path, "/move") {
 		path += "?path=/tmp/x"
 	}
@@ -35,6 +35,10 @@ func concrete(rt route, id string) (path string, body any) {
 		body = `{"timeout_seconds":60}`
 	case strings.HasSuffix(rt.path, "/exec"):
 		body = `{"cmd":["true"]}`
+	case strings.HasSuffix(rt.path, "/network") && rt.method == "PUT":
+		body = `{"allow":["pypi.org"]}`
+	case strings.HasSuffix(rt.path, "/preview") && rt.method == "PUT":
+		body = `{"public":true}`
 	case strings.HasSuffix(rt.path, "/signal"):
 		body = `{"signal":"TERM"}`
 	case strings.HasSuffix(rt.path, "/mkdir"):

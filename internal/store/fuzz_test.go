@@ -32,17 +32,21 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 21 {
-		return fmt.Errorf("scan of %d columns, want 21", len(dest))
+	if len(dest) != 23 {
+		return fmt.Errorf("scan of %d columns, want 23", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
 	*dest[15].(*string) = `{}`
-	*dest[17].(*[]byte) = r.runtimeState
-	*dest[18].(*int64), *dest[20].(*int64) = r.created, r.updated
-	*dest[19].(*sql.NullInt64) = r.expires
+	*dest[17].(*string), *dest[18].(*bool) = fuzzPreviewToken, true
+	*dest[19].(*[]byte) = r.runtimeState
+	*dest[20].(*int64), *dest[22].(*int64) = r.created, r.updated
+	*dest[21].(*sql.NullInt64) = r.expires
 	return nil
 }
+
+// fuzzPreviewToken is the preview token of every row storedRow serves.
+const fuzzPreviewToken = "0123456789abcdef"
 
 // FuzzScanSandbox feeds scanSandbox arbitrary stored env and metadata JSON
 // and timestamps. It never panics; it refuses exactly the JSON that is
@@ -79,7 +83,8 @@ func FuzzScanSandbox(f *testing.F) {
 		if !envOK || !metaOK {
 			t.Fatalf("env %q, metadata %q: accepted as %v, %v", env, meta, sb.Env, sb.Metadata)
 		}
-		if sb.ID != row.id || sb.Tenant != row.tenant || sb.State != row.status || string(sb.RuntimeState) != string(row.runtimeState) {
+		if sb.ID != row.id || sb.Tenant != row.tenant || sb.State != row.status || string(sb.RuntimeState) != string(row.runtimeState) ||
+			sb.PreviewToken != fuzzPreviewToken || !sb.PreviewPublic {
 			t.Fatalf("scanSandbox = %+v, columns out of place", sb)
 		}
 		for name, tm := range map[string]time.Time{"created": sb.CreatedAt, "updated": sb.UpdatedAt, "expires": sb.ExpiresAt} {

@@ -38,6 +38,12 @@ type Sandbox struct {
 	Network api.NetworkPolicy
 	// NetSlot is its slot in the node's network pool; 0 while it has none.
 	NetSlot int
+	// PreviewToken is the secret that opens the sandbox's preview hosts
+	// (docs/API.md, "Exposed ports"), kept in the clear: its owner may read
+	// it back. PreviewPublic opens them to anyone. Both change only through
+	// SetSandboxPreview.
+	PreviewToken  string
+	PreviewPublic bool
 	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
 	RuntimeState []byte
 	CreatedAt    time.Time
@@ -49,7 +55,8 @@ type Sandbox struct {
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
-	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, runtime_state, created_at, expires_at, updated_at`
+	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
+	runtime_state, created_at, expires_at, updated_at`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -91,9 +98,10 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		created = now
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
-		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot, sb.RuntimeState,
+		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
+		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
@@ -166,6 +174,29 @@ func (s *Store) SetSandboxNetwork(ctx context.Context, id string, p api.NetworkP
 	return affectedOne(res, "set network of "+id)
 }
 
+// SetSandboxPreview changes the sandbox's preview access in one statement:
+// PreviewPublic to *public unless public is nil, PreviewToken to token
+// unless token is "". It returns the record as it is afterwards;
+// ErrNotFound when the sandbox does not exist. UpdatedAt is left alone: it
+// dates the sandbox's state, which PurgeFinal goes by.
+func (s *Store) SetSandboxPreview(ctx context.Context, id string, public *bool, token string) (Sandbox, error) {
+	var pub sql.NullBool
+	if public != nil {
+		pub = sql.NullBool{Bool: *public, Valid: true}
+	}
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sandboxes SET preview_public = COALESCE(?, preview_public),
+			preview_token = CASE WHEN ? = '' THEN preview_token ELSE ? END
+		WHERE id = ?`, pub, token, token, id)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("set preview of %s: %w", id, err)
+	}
+	if err := affectedOne(res, "set preview of "+id); err != nil {
+		return Sandbox{}, err
+	}
+	return s.GetSandbox(ctx, id)
+}
+
 // DeleteSandbox forgets the sandbox with id; ErrNotFound when there is none.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
@@ -234,7 +265,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
-		&network, &sb.NetSlot, &sb.RuntimeState, &created, &expires, &updated)
+		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated)
 	if err != nil {
 		return Sandbox{}, err
 	}

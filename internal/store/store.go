@@ -91,6 +91,13 @@ var migrations = []string{
 	ALTER TABLE snapshots ADD COLUMN scope TEXT NOT NULL DEFAULT 'root';`,
 	`ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{}';
 	ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT 0;`,
+	// Exposed ports: each sandbox's preview access token and whether its
+	// preview hosts are public. Sandboxes recorded before get a token of
+	// 32 random bytes (SQLite's CSPRNG, seeded from the OS), in hex as the
+	// manager makes them.
+	`ALTER TABLE sandboxes ADD COLUMN preview_token TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN preview_public INTEGER NOT NULL DEFAULT 0;
+	UPDATE sandboxes SET preview_token = lower(hex(randomblob(32)));`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/internal/loopback"
+	"warren/internal/guestnet"
 )
 
 // newRoot is where Setup mounts the root disk before switching into it.
@@ -95,7 +95,8 @@ func parseCmdline(s string) map[string]string {
 // WorkspaceDir when warren.workspace=1, moves /dev, /proc and /sys into it,
 // empties the initramfs, makes the disk the root (mount --move, chroot:
 // what switch_root does; pivot_root cannot leave the initramfs), sets the
-// hostname from warren.hostname and brings loopback up. It returns with the
+// hostname from warren.hostname, brings loopback up and, when
+// warren.network=1, configures the network device. It returns with the
 // process in the new root; the caller then serves (vmport.Listen) as PID 1.
 //
 // On error the guest is half set up; the caller should say why on the
@@ -159,7 +160,28 @@ func Setup() error {
 			return fmt.Errorf("set hostname: %w", err)
 		}
 	}
-	return loopback.Up()
+	if err := guestnet.Up("lo"); err != nil {
+		return err
+	}
+	if params[ParamNetwork] == "1" {
+		return network(params[ParamHostname])
+	}
+	return nil
+}
+
+// network configures the guest's interface, which appears asynchronously
+// once virtio_net is loaded, and writes /etc/hosts and /etc/resolv.conf.
+func network(hostname string) error {
+	if err := waitFor(diskWait, func() bool { _, err := os.Stat("/sys/class/net/" + guestnet.Iface); return err == nil }); err != nil {
+		return fmt.Errorf("network device %s did not appear: %w", guestnet.Iface, err)
+	}
+	if err := guestnet.Configure(); err != nil {
+		return err
+	}
+	if err := guestnet.WriteFiles("/", hostname); err != nil {
+		return fmt.Errorf("network files: %w", err)
+	}
+	return nil
 }
 
 // mountDisk waits for the ext4 disk dev to appear, which it does

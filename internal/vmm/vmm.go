@@ -101,6 +101,10 @@ type Config struct {
 	// RNG gives the guest a virtio-rng device fed by the host's getrandom,
 	// so that its entropy pool fills at boot.
 	RNG bool
+	// Net gives the guest a virtio-net device, whose host end is the tap
+	// device StartOptions.Tap names (a new one at each start: the same
+	// Config restores a memory snapshot with a fresh tap).
+	Net bool
 	// WorkDir is an existing directory private to the node (never visible
 	// to the guest or to other machines) for the VMM's own files: its API
 	// socket and its stderr log. The machine leaves the log there.
@@ -240,6 +244,10 @@ type StartOptions struct {
 	// it. Restoring needs the same VMM build (and, under KVM, a compatible
 	// CPU).
 	RestoreFrom string
+	// Tap is the descriptor of the tap device behind the machine's network
+	// device (Config.Net); required with Net, nil without. The VMM process
+	// gets a copy: the caller closes its own once Start returns.
+	Tap *os.File
 }
 
 // State is what a live machine's vCPUs are doing.

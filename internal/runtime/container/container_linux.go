@@ -26,10 +26,12 @@
 //  4. The child attaches the mount, mounts /proc, /sys (read-only), /dev
 //     (a tmpfs with a few host device nodes bound in), devpts, /dev/shm and
 //     /run, masks sensitive /proc files, pivots into the disk, sets the
-//     hostname, brings up loopback, enters a new cgroup namespace, drops
+//     hostname, writes /etc/hosts and /etc/resolv.conf when the sandbox has
+//     a network (the parent linked its namespace to the sandbox's router
+//     before sending the root), enters a new cgroup namespace, drops
 //     capabilities, sets no_new_privs and installs seccomp, then closes its
 //     end of the socketpair and goes on as the agent (PID 1), serving on the
-//     inherited listening socket.
+//     inherited listening socket. (It brought loopback up first of all.)
 //  5. The parent reads EOF on success, or the child's error message.
 //
 // The root mount lives only in the sandbox's mount namespace: when its last
@@ -317,6 +319,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("join cgroup: %w", err)
 	}
 
+	if spec.Network != nil {
+		if err := spec.Network.PlugNetNS(fmt.Sprintf("/proc/%d/ns/net", p.pid)); err != nil {
+			return nil, err
+		}
+	}
 	var fds []int
 	for _, d := range disksMounted() {
 		if d.err != nil {
@@ -327,7 +334,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		}
 		fds = append(fds, d.fd)
 	}
-	cfg, _ := json.Marshal(containerinit.Config{Hostname: spec.Hostname, Workspace: spec.Workspace != ""})
+	cfg, _ := json.Marshal(containerinit.Config{
+		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil,
+	})
 	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return nil, fmt.Errorf("hand disks to init: %w", err)
 	}

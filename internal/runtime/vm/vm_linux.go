@@ -228,6 +228,7 @@ type instance struct {
 	id   string
 	dir  string
 	cfg  vmm.Config      // the machine's config, for Resume
+	net  runtime.Network // the sandbox's router, or nil; each QEMU gets a new tap
 	conn *agentconn.Conn // the one connection to the agent's port (see Dial)
 
 	done     chan struct{} // closed when the sandbox ends, not when Pause ends its QEMU
@@ -378,7 +379,7 @@ func (in *instance) Resume(ctx context.Context) error {
 	}
 	mem := filepath.Join(in.dir, memoryFile)
 	t0 := time.Now()
-	m, err := in.r.vmm.StartMachine(ctx, in.cfg, vmm.StartOptions{RestoreFrom: mem})
+	m, err := in.r.startMachine(ctx, in.cfg, in.net, vmm.StartOptions{RestoreFrom: mem})
 	if err != nil {
 		// Nothing ran: the sandbox stays paused.
 		return fmt.Errorf("restore vm: %w", err)
@@ -463,11 +464,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("vmm dir: %w", err)
 	}
 	t0 := time.Now()
-	m, err := r.vmm.StartMachine(ctx, cfg, vmm.StartOptions{})
+	m, err := r.startMachine(ctx, cfg, spec.Network, vmm.StartOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("start vm: %w", err)
 	}
-	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, done: make(chan struct{}),
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, net: spec.Network, done: make(chan struct{}),
 		st:   state{Socket: cfg.AgentSocket, Accel: cfg.Accel},
 		conn: agentconn.DialVMPort(cfg.AgentSocket)}
 	defer func() {
@@ -487,6 +488,20 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	return in, nil
 }
 
+// startMachine starts a QEMU for cfg, with a new tap of net when the
+// sandbox has a network.
+func (r *Runtime) startMachine(ctx context.Context, cfg vmm.Config, net runtime.Network, opts vmm.StartOptions) (*qemu.Machine, error) {
+	if net != nil {
+		tap, err := net.Tap()
+		if err != nil {
+			return nil, err
+		}
+		defer tap.Close() // QEMU has its own copy
+		opts.Tap = tap
+	}
+	return r.vmm.StartMachine(ctx, cfg, opts)
+}
+
 // config is the machine of spec, for Start and, after a restart, for
 // Adopt: with this process's kernel and initramfs, which only a later
 // boot or memory restore reads.
@@ -499,7 +514,7 @@ func (r *Runtime) config(spec runtime.Spec) vmm.Config {
 		ID:          spec.ID,
 		Kernel:      r.kernel.Vmlinuz,
 		Initrd:      r.initrd,
-		Cmdline:     cmdline(spec.Hostname, spec.Workspace != ""),
+		Cmdline:     cmdline(spec.Hostname, spec.Workspace != "", spec.Network != nil),
 		Disk:        spec.Disk,
 		Workspace:   spec.Workspace,
 		MemoryMiB:   mem,
@@ -508,15 +523,19 @@ func (r *Runtime) config(spec runtime.Spec) vmm.Config {
 		AgentSocket: filepath.Join(spec.Dir, "agent.sock"),
 		ConsoleLog:  filepath.Join(spec.Dir, "console.log"),
 		RNG:         true,
+		Net:         spec.Network != nil,
 		WorkDir:     filepath.Join(spec.Dir, "vmm"),
 	}
 }
 
 // cmdline is the guest kernel's command line.
-func cmdline(hostname string, workspace bool) string {
+func cmdline(hostname string, workspace, network bool) string {
 	c := "console=ttyS0 panic=-1 " + vminit.ParamVM + "=1 " + vminit.ParamHostname + "=" + hostname
 	if workspace {
 		c += " " + vminit.ParamWorkspace + "=1"
+	}
+	if network {
+		c += " " + vminit.ParamNetwork + "=1"
 	}
 	return c
 }
@@ -588,7 +607,7 @@ func (r *Runtime) reattach(ctx context.Context, spec runtime.Spec, raw []byte) (
 	if st.Accel != "" {
 		cfg.Accel = st.Accel // the machine's, as it was started
 	}
-	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, done: make(chan struct{}), st: st,
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, cfg: cfg, net: spec.Network, done: make(chan struct{}), st: st,
 		conn: agentconn.DialVMPort(cfg.AgentSocket)}
 	if st.Paused {
 		if _, err := os.Stat(filepath.Join(spec.Dir, memoryFile)); err != nil {

@@ -25,7 +25,7 @@ import (
 
 func TestCmdline(t *testing.T) {
 	for _, ws := range []bool{false, true} {
-		got := cmdline("sb-abc", ws)
+		got := cmdline("sb-abc", ws, !ws)
 		for _, want := range []string{vminit.ParamVM + "=1", vminit.ParamHostname + "=sb-abc", "console=ttyS0"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("cmdline %q lacks %q", got, want)
@@ -33,6 +33,9 @@ func TestCmdline(t *testing.T) {
 		}
 		if strings.Contains(got, vminit.ParamWorkspace+"=1") != ws {
 			t.Errorf("cmdline %q: workspace parameter, want it only with a workspace (%v)", got, ws)
+		}
+		if strings.Contains(got, vminit.ParamNetwork+"=1") != !ws {
+			t.Errorf("cmdline %q: network parameter, want it only with a network (%v)", got, !ws)
 		}
 	}
 }
@@ -44,7 +47,7 @@ func TestConfig(t *testing.T) {
 	spec := runtime.Spec{ID: "sb-1", Disk: "/d/sb-1.img", Workspace: "/d/sb-1.ws.img", Hostname: "sb-1", Dir: "/s/sb-1",
 		Limits: runtime.Limits{CPUs: 1.5, MemoryBytes: 256 << 20}}
 	cfg := r.config(spec)
-	want := vmm.Config{ID: "sb-1", Kernel: "/k/vmlinuz", Initrd: "/r/initramfs", Cmdline: cmdline("sb-1", true),
+	want := vmm.Config{ID: "sb-1", Kernel: "/k/vmlinuz", Initrd: "/r/initramfs", Cmdline: cmdline("sb-1", true, false),
 		Disk: "/d/sb-1.img", Workspace: "/d/sb-1.ws.img", MemoryMiB: 256, VCPUs: 2, Accel: accel.TCG,
 		AgentSocket: "/s/sb-1/agent.sock", ConsoleLog: "/s/sb-1/console.log", RNG: true, WorkDir: "/s/sb-1/vmm"}
 	if cfg != want {

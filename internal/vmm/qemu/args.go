@@ -12,6 +12,10 @@ import (
 // guest agent's channel; the guest finds it at /dev/virtio-ports/<name>.
 const AgentPortName = "warren.agent"
 
+// GuestMAC is the MAC address of a guest's network device: locally
+// administered, and the same in every guest (each is alone on its link).
+const GuestMAC = "02:00:0a:00:02:0f"
+
 // tcgTBSizeMiB caps TCG's translated-code buffer. QEMU 7.2 defaults to
 // 1 GiB, which a busy guest can fill and which the machine's memory limit
 // would then have to cover.
@@ -46,6 +50,7 @@ type layout struct {
 	root      diskFDs // the root disk
 	workspace diskFDs // the workspace disk; rw 0 when there is none
 	consoleFD int     // the console log, append-only
+	tapFD     int     // the network device's tap; 0 when there is none
 	restore   bool    // start with -incoming defer
 }
 
@@ -141,6 +146,12 @@ func commandLine(cfg *vmm.Config, l layout) []string {
 		"-chardev", fmt.Sprintf("socket,id=agent,fd=%d,server=on,wait=off", l.agentFD),
 		"-device", "virtserialport,bus=vser0.0,chardev=agent,name="+AgentPortName,
 	)
+	if l.tapFD != 0 {
+		args = append(args,
+			"-netdev", fmt.Sprintf("tap,id=net0,fd=%d", l.tapFD),
+			"-device", dev("virtio-net")+",netdev=net0,mac="+GuestMAC,
+		)
+	}
 	if cfg.RNG {
 		args = append(args,
 			"-object", "rng-builtin,id=rng0",

@@ -342,6 +342,9 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	if wsRW != nil {
 		l.workspace = diskFDs{rw: inherit(wsRW), ro: inherit(wsRO), cache: wsCache}
 	}
+	if opts.Tap != nil {
+		l.tapFD = inherit(opts.Tap)
+	}
 	restoreFD := 0
 	if opts.RestoreFrom != "" {
 		f, err := os.Open(opts.RestoreFrom)
@@ -545,6 +548,9 @@ func checkStart(cfg *vmm.Config, opts vmm.StartOptions, qmpSock string) error {
 	}
 	if _, err := os.Lstat(qmpSock); err == nil {
 		return fmt.Errorf("%s already exists: work dir is not fresh", qmpSock)
+	}
+	if cfg.Net != (opts.Tap != nil) {
+		return fmt.Errorf("a network device (Config.Net %v) needs a tap descriptor, and only it (StartOptions.Tap %v)", cfg.Net, opts.Tap != nil)
 	}
 	if opts.RestoreFrom != "" {
 		fi, err := os.Stat(opts.RestoreFrom)

@@ -131,6 +131,31 @@ class LifecycleTest(unittest.TestCase):
         sb.delete()
 
 
+class PreviewTest(unittest.TestCase):
+    def test_access_token_public_and_rotation(self) -> None:
+        sb = new_sandbox(self)
+        p = sb.preview()
+        self.assertRegex(p.token, r"^[0-9a-f]{64}$")
+        self.assertFalse(p.public)
+        self.assertTrue(sb.set_preview(public=True).public)
+        self.assertEqual(sb.preview().token, p.token)
+        rotated = sb.set_preview(rotate_token=True)
+        self.assertTrue(rotated.public)
+        self.assertNotEqual(rotated.token, p.token)
+        self.assertFalse(sb.set_preview(public=False).public)
+        url = sb.port_url(8080, with_token=False)
+        if p.url is None:
+            self.assertEqual(url, client().url + "/v1/sandboxes/" + sb.id + "/ports/8080/")
+        else:
+            self.assertEqual(url, p.url.replace("{port}", "8080"))
+        # A fork gets a token of its own.
+        snap = sb.snapshot()
+        self.addCleanup(snap.delete)
+        kid = Sandbox.restore(snap, client=client())[0]
+        self.addCleanup(kid.__exit__, None, None, None)
+        self.assertNotEqual(kid.preview().token, rotated.token)
+
+
 class SandboxTestCase(unittest.TestCase):
     """Tests sharing one sandbox, made for the class and deleted after it."""
 

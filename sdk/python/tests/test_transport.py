@@ -617,6 +617,88 @@ class SnapshotTest(StubCase):
             ("DELETE", "/v1/snapshots/sn-stub1")])
 
 
+class PreviewTest(StubCase):
+    TOKEN = "ab" * 32
+
+    def preview_stub(self, url: Optional[str]) -> Stub:
+        state = {"public": False, "token": self.TOKEN, "url": url}
+
+        def script(seen: Seen, n: int) -> Reply:
+            if seen.method == "PUT":
+                body = json.loads(seen.body)
+                if "public" in body:
+                    state["public"] = body["public"]
+                if body.get("rotate_token"):
+                    state["token"] = "cd" * 32
+            return 200, dict(state)
+
+        return self.stub(script)
+
+    def test_preview_and_set_preview(self) -> None:
+        s = self.preview_stub("https://{port}-sb-stub1.preview.example.com/")
+        sb = self.sandbox(self.client(s))
+        p = sb.preview()
+        self.assertEqual(p, warren.Preview(False, self.TOKEN, "https://{port}-sb-stub1.preview.example.com/"))
+        self.assertEqual(p.port_url(3000), "https://3000-sb-stub1.preview.example.com/")
+        self.assertEqual(p.port_url(3000, with_token=True),
+                         "https://3000-sb-stub1.preview.example.com/?warren_token=" + self.TOKEN)
+        p = sb.set_preview(public=True)
+        self.assertTrue(p.public)
+        self.assertEqual(p.port_url(3000, with_token=True), "https://3000-sb-stub1.preview.example.com/")
+        p = sb.set_preview(rotate_token=True)
+        self.assertEqual(p.token, "cd" * 32)
+        sb.set_preview()
+        self.assertEqual([(x.method, x.path, x.body and json.loads(x.body)) for x in s.seen], [
+            ("GET", "/v1/sandboxes/sb-stub1/preview", b""),
+            ("PUT", "/v1/sandboxes/sb-stub1/preview", {"public": True}),
+            ("PUT", "/v1/sandboxes/sb-stub1/preview", {"rotate_token": True}),
+            ("PUT", "/v1/sandboxes/sb-stub1/preview", {}),
+        ])
+        for bad in (0, 65536, -1):
+            with self.assertRaises(ValueError):
+                p.port_url(bad)
+        with self.assertRaises(TypeError):
+            p.port_url("80")  # type: ignore[arg-type]
+
+    def test_port_url(self) -> None:
+        s = self.preview_stub("https://{port}-sb-stub1.preview.example.com/")
+        sb = self.sandbox(self.client(s))
+        self.assertEqual(sb.port_url(8080), "https://8080-sb-stub1.preview.example.com/?warren_token=" + self.TOKEN)
+        self.assertEqual(sb.port_url(8080, with_token=False), "https://8080-sb-stub1.preview.example.com/")
+        # No preview domain: the API's URL of the port.
+        s = self.preview_stub(None)
+        c = self.client(s)
+        self.assertEqual(self.sandbox(c).port_url(8080), s.url + "/v1/sandboxes/sb-stub1/ports/8080/")
+
+    def test_rotation_is_not_repeated(self) -> None:
+        s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
+        sb = self.sandbox(self.client(s))
+        with self.assertRaises(warren.UnavailableError):
+            sb.set_preview(rotate_token=True)
+        self.assertEqual(s.count("PUT", "/v1/sandboxes/sb-stub1/preview"), 1)
+        with self.assertRaises(warren.UnavailableError):
+            sb.set_preview(public=False)
+        self.assertEqual(s.count("PUT", "/v1/sandboxes/sb-stub1/preview"), 1 + 4)  # the client's 4 attempts
+
+    def test_bad_gateway(self) -> None:
+        err = warren.errors.error_from_response(502, json.dumps(
+            {"error": {"code": "bad_gateway", "message": "nothing listens on port 80"}}).encode())
+        self.assertIsInstance(err, warren.UnavailableError)
+        self.assertEqual((err.code, err.status), ("bad_gateway", 502))
+
+    def test_async(self) -> None:
+        from warren import aio
+
+        s = self.preview_stub(None)
+        sb = aio.AsyncSandbox(self.sandbox(self.client(s)))
+
+        async def main() -> Tuple[bool, str]:
+            p = await sb.set_preview(public=True)
+            return p.public, await sb.port_url(80)
+
+        self.assertEqual(asyncio.run(main()), (True, s.url + "/v1/sandboxes/sb-stub1/ports/80/"))
+
+
 class ModelTest(unittest.TestCase):
     def test_origin(self) -> None:
         self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).origin, "")

@@ -35,7 +35,7 @@ from typing import Any, Callable, List, Optional, TypeVar, Union
 from . import snapshots as _snapshots
 from .client import Client
 from .files import Files
-from .models import ExecEvent, ExecResult, FileInfo, GCResult, ProcessInfo, SandboxInfo
+from .models import ExecEvent, ExecResult, FileInfo, GCResult, Preview, ProcessInfo, SandboxInfo
 from .sandbox import ExecStream, Process, Sandbox
 from .snapshots import Snapshot
 
@@ -322,6 +322,18 @@ class AsyncSandbox:
     async def resume(self) -> SandboxInfo:
         """See :meth:`warren.Sandbox.resume`."""
         return await _run(self.sync.resume)
+
+    async def preview(self) -> Preview:
+        """See :meth:`warren.Sandbox.preview`."""
+        return await _run(self.sync.preview)
+
+    async def set_preview(self, public: Optional[bool] = None, rotate_token: bool = False) -> Preview:
+        """See :meth:`warren.Sandbox.set_preview`."""
+        return await _run(self.sync.set_preview, public, rotate_token)
+
+    async def port_url(self, port: int, *, with_token: bool = True) -> str:
+        """See :meth:`warren.Sandbox.port_url`."""
+        return await _run(self.sync.port_url, port, with_token=with_token)
 
     async def delete(self) -> None:
         """See :meth:`warren.Sandbox.delete`."""

@@ -175,7 +175,8 @@ class CommandError(WarrenError):
 
 class UnavailableError(WarrenError):
     """The server cannot serve this now (503 ``unavailable``): no capacity,
-    a runtime missing, or a proxy in front of it is down."""
+    a runtime missing, or a proxy in front of it is down; also nothing
+    answering on a sandbox's port behind it (502 ``bad_gateway``)."""
 
     default_code = "unavailable"
 
@@ -205,6 +206,8 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "timeout": RequestTimeout,
     "unavailable": UnavailableError,
     "internal": InternalError,
+    # Nothing answered on a sandbox's port behind the server (exposed ports).
+    "bad_gateway": UnavailableError,
 }
 
 _CODE_BY_STATUS: Dict[int, str] = {

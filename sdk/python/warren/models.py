@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, List, Mapping, Optional
@@ -26,6 +27,7 @@ __all__ = [
     "RuntimeInfo",
     "NodeInfo",
     "GCResult",
+    "Preview",
     "parse_time",
 ]
 
@@ -364,3 +366,51 @@ class GCResult:
             bytes_freed=int(d.get("bytes_freed") or 0),
             chunks_kept=int(d.get("chunks_kept") or 0),
         )
+
+
+@dataclass(frozen=True)
+class Preview:
+    """How a sandbox's ports are reached on the server's preview host
+    names, ``PORT-ID.<preview domain>`` (:meth:`Sandbox.preview`).
+
+    Attributes:
+        public: anyone may reach the ports on the preview hosts; otherwise
+            a request needs the token.
+        token: the sandbox's access token: header ``X-Warren-Access-Token``,
+            query parameter ``warren_token`` (a browser is redirected
+            without it and keeps a cookie), or the ``warren_token`` cookie.
+        url: the preview URL with ``{port}`` in place of the port, e.g.
+            ``https://{port}-sb-….preview.example.com/``; None when the
+            server has no preview domain.
+    """
+
+    public: bool
+    token: str
+    url: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Preview":
+        """Build from the API's Preview object."""
+        url = d.get("url")
+        return cls(public=bool(d.get("public")), token=str(d.get("token") or ""),
+                   url=str(url) if url else None)
+
+    def port_url(self, port: int, *, with_token: bool = False) -> Optional[str]:
+        """The preview URL of one port, with ``?warren_token=…`` when
+        with_token is set and the preview is private; None without a
+        preview domain."""
+        _check_port(port)
+        if self.url is None:
+            return None
+        u = self.url.replace("{port}", str(port))
+        if with_token and not self.public:
+            u += "?" + urllib.parse.urlencode({"warren_token": self.token})
+        return u
+
+
+def _check_port(port: int) -> None:
+    """Refuse what is not a TCP port number."""
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"port must be an int, not {type(port).__name__}")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port must be between 1 and 65535, not {port}")

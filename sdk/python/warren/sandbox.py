@@ -23,7 +23,7 @@ from .errors import (
     _sandbox_gone,
 )
 from .files import Files
-from .models import ExecEvent, ExecResult, ProcessInfo, SandboxInfo
+from .models import ExecEvent, ExecResult, Preview, ProcessInfo, SandboxInfo
 from .snapshots import Snapshot, _client_of, _snapshot_id
 
 __all__ = ["Sandbox", "Process", "ExecStream", "Command", "OutputCallback"]
@@ -600,6 +600,49 @@ class Sandbox:
         answer = self._transport.request("POST", self._path("resume"), retry=REFUSED)
         self._info = SandboxInfo.from_json(answer.json())
         return self._info
+
+    # -- exposed ports -------------------------------------------------------
+
+    def preview(self) -> Preview:
+        """How the sandbox's ports are reached on the server's preview host
+        names: whether anyone may (``public``), its access ``token``, and
+        the ``url`` with ``{port}`` for the port (None when the server has
+        no preview domain)."""
+        return Preview.from_json(self._get(self._path("preview")))
+
+    def set_preview(self, public: Optional[bool] = None, rotate_token: bool = False) -> Preview:
+        """Make the sandbox's previews public (True) or private (False; None
+        leaves it), and with rotate_token give it a new access token: the
+        old one, and browser cookies made from it, stop working at once.
+        Returns the result.
+
+        Retried like a read unless it rotates (a repeat would rotate
+        again).
+        """
+        body: Dict[str, Any] = {}
+        if public is not None:
+            body["public"] = bool(public)
+        if rotate_token:
+            body["rotate_token"] = True
+        answer = self._transport.request(
+            "PUT", self._path("preview"), json_body=body, retry=REFUSED if rotate_token else IDEMPOTENT
+        )
+        return Preview.from_json(answer.json())
+
+    def port_url(self, port: int, *, with_token: bool = True) -> str:
+        """The URL that opens one of the sandbox's ports.
+
+        With a preview domain on the server: the port's preview URL,
+        carrying the access token (``?warren_token=…``: a browser is
+        redirected without it and keeps a cookie) when the preview is
+        private and with_token is set. Without one: the API's URL of the
+        port (``…/v1/sandboxes/ID/ports/PORT/``), which needs the API key
+        (``Authorization: Bearer``).
+        """
+        u = self.preview().port_url(port, with_token=with_token)
+        if u is not None:
+            return u
+        return self.client.url + self._path("ports", str(port)) + "/"
 
     def delete(self) -> None:
         """Stop the sandbox and delete its disk. Deleting an ended sandbox

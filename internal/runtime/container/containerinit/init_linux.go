@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/internal/loopback"
+	"warren/internal/guestnet"
 	"warren/internal/seccomp"
 )
 
@@ -49,6 +49,9 @@ type Config struct {
 	// Workspace says a second mount follows the root's in the same message:
 	// the workspace disk, mounted at /workspace.
 	Workspace bool `json:"workspace,omitempty"`
+	// Network says the runtime linked the sandbox to its router: the
+	// sandbox's /etc/hosts and /etc/resolv.conf are written for it.
+	Network bool `json:"network,omitempty"`
 }
 
 // WorkspaceDir is where the workspace disk is mounted in the sandbox.
@@ -83,7 +86,7 @@ func setup() error {
 	// Loopback belongs to the sandbox's own network namespace; bringing it up
 	// takes the kernel's global network lock, better taken now than while a
 	// create waits.
-	if err := loopback.Up(); err != nil {
+	if err := guestnet.Up("lo"); err != nil {
 		return err
 	}
 	msg, mounts, err := recvFds(FdSync)
@@ -135,6 +138,11 @@ func setup() error {
 	if cfg.Hostname != "" {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	if cfg.Network {
+		if err := guestnet.WriteFiles("/", cfg.Hostname); err != nil {
+			return fmt.Errorf("network files: %w", err)
 		}
 	}
 	// The runtime moved us into the sandbox's cgroup before sending the root:

@@ -13,11 +13,12 @@ import (
 
 // GuestModules are the modules a guest needs to reach its disk and the
 // host, by name: the virtio PCI transport, the root disk, the agent's
-// virtio-serial port and the entropy source. Their dependencies (virtio,
+// virtio-serial port, the entropy source and the network device
+// (virtio_net, with net_failover and failover). Their dependencies (virtio,
 // virtio_ring, the virtio_pci_*_dev helpers of 6.1) are not listed: they
 // are found in the kernel's own dependency data. Debian's cloud kernel
 // builds ext4, devtmpfs and the 8250 console in.
-var GuestModules = []string{"virtio_pci", "virtio_blk", "virtio_console", "virtio_rng"}
+var GuestModules = []string{"virtio_pci", "virtio_blk", "virtio_console", "virtio_rng", "virtio_net"}
 
 // Module is a loadable kernel module of a Kernel.
 type Module struct {
