@@ -217,8 +217,8 @@ func removeStaleInternets() {
 }
 
 // daemonNetFlags are the network flags of a daemon on dataDir: the test
-// internet's DNS server, and a pool of its own (the same one again when the
-// daemon restarts on the same data directory).
+// internet's DNS server, a pool of its own (the same one again when the
+// daemon restarts on the same data directory), and previewDomain.
 func daemonNetFlags(dataDir string) []string {
 	poolsMu.Lock()
 	defer poolsMu.Unlock()
@@ -227,8 +227,12 @@ func daemonNetFlags(dataDir string) []string {
 		p = fmt.Sprintf("10.%d.0.0/16", 201+len(pools))
 		pools[dataDir] = p
 	}
-	return []string{"--dns-upstream", inetDNS.String(), "--net-pool", p}
+	return []string{"--dns-upstream", inetDNS.String(), "--net-pool", p, "--preview-domain", previewDomain}
 }
+
+// previewDomain is the suite's preview domain: requests name it in their
+// Host header; no DNS is involved.
+const previewDomain = "preview.test"
 
 var (
 	poolsMu sync.Mutex

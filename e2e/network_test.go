@@ -3,16 +3,20 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"warren/api"
+	"warren/client"
 )
 
 // probeScript tries each target from inside a sandbox and prints one JSON
@@ -298,4 +302,213 @@ func waitServing(t *testing.T, id string, port int) {
 		})
 		return err == nil && res.ExitCode == 0
 	})
+}
+
+// appServer is a small app for a sandbox: on port 8000 it answers
+// "app <hostname> <path>" to any GET; on port 8001 it takes an HTTP Upgrade
+// ("echo") and then echoes what it gets until EOF.
+const appServer = `
+import http.server, socket, socketserver, threading
+host = socket.gethostname()
+class App(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("app %s %s\n" % (host, self.path)).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self):
+        while self.rfile.readline() not in (b"\r\n", b""): pass
+        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        while True:
+            b = self.connection.recv(4096)
+            if not b: break
+            self.connection.sendall(b)
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+threading.Thread(target=socketserver.ThreadingTCPServer(("0.0.0.0", 8001), Echo).serve_forever, daemon=True).start()
+http.server.ThreadingHTTPServer(("0.0.0.0", 8000), App).serve_forever()
+`
+
+// startApp runs appServer in sandbox id and waits until it listens.
+func startApp(t *testing.T, cl *client.Client, id string) {
+	t.Helper()
+	if _, err := cl.StartProcess(context.Background(), id, api.ExecRequest{Cmd: []string{"python3", "-c", appServer}}); err != nil {
+		t.Fatal(err)
+	}
+	waitServing(t, id, 8000)
+	waitServing(t, id, 8001)
+}
+
+// get sends a GET to the daemon with host as the Host header and the
+// headers given, and returns the status and body.
+func get(t *testing.T, host, path string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", shared.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestNetworkExposedPort reaches a sandbox's app through the API route
+// (with the API key; another tenant's key gets 404) and through its
+// preview host name (with its access token, or with none once public),
+// and speaks a two-way upgraded protocol through the proxy.
+func TestNetworkExposedPort(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	cl := shared.client()
+	id := shared.newSandbox(t)
+	startApp(t, cl, id)
+
+	resp, err := cl.PortRequest(ctx, "GET", id, 8000, "/some/path?q=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "app "+id+" /some/path?q=1\n" {
+		t.Errorf("API route: %d %q", resp.StatusCode, body)
+	}
+	other := tenantClient(t, "net-other")
+	if resp, err := other.PortRequest(ctx, "GET", id, 8000, "/", nil); err != nil || resp.StatusCode != 404 {
+		t.Errorf("another tenant through the API route: %v %v, want 404", resp.StatusCode, err)
+	}
+	if resp, err := cl.PortRequest(ctx, "GET", id, 8002, "/", nil); err != nil || resp.StatusCode != 502 {
+		t.Errorf("a port nothing listens on: %v %v, want 502", resp.StatusCode, err)
+	}
+	if code, _ := get(t, "", "/v1/sandboxes/"+id+"/ports/8000/", nil); code != 401 {
+		t.Errorf("API route without a key: %d, want 401", code)
+	}
+
+	// Preview host names: private by default, with the sandbox's token.
+	host := "8000-" + id + "." + previewDomain
+	pv, err := cl.Preview(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, host, "/", nil); code != 401 {
+		t.Errorf("private preview without a token: %d, want 401", code)
+	}
+	if code, _ := get(t, host, "/", map[string]string{"Authorization": "Bearer " + shared.key}); code != 401 {
+		t.Errorf("private preview with the API key: %d, want 401 (keys are not for preview hosts)", code)
+	}
+	if code, b := get(t, host, "/x", map[string]string{"X-Warren-Access-Token": pv.Token}); code != 200 || b != "app "+id+" /x\n" {
+		t.Errorf("private preview with its token: %d %q", code, b)
+	}
+	if _, err := cl.SetPreview(ctx, id, api.SetPreviewRequest{Public: ptr(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := get(t, host, "/y", nil); code != 200 || b != "app "+id+" /y\n" {
+		t.Errorf("public preview: %d %q", code, b)
+	}
+
+	// A two-way stream through an upgrade.
+	u, _ := url.Parse(shared.url)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/sandboxes/%s/ports/8001/ HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", id, u.Host, shared.key)
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(status, "101") {
+		t.Fatalf("upgrade answered %q, %v", status, err)
+	}
+	for line, _ := br.ReadString('\n'); line != "\r\n" && line != ""; line, _ = br.ReadString('\n') {
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	for _, msg := range []string{"hello\n", "again\n"} {
+		fmt.Fprint(conn, msg)
+		got, err := br.ReadString('\n')
+		if err != nil || got != msg {
+			t.Errorf("echo of %q: %q, %v", msg, got, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestNetworkForks restores one snapshot three times: every fork has the
+// same address inside, a network of its own outside, reaches the test
+// internet and serves its own app through the proxy.
+func TestNetworkForks(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	cl := shared.client()
+	id := shared.newSandbox(t)
+	snap, err := cl.Snapshot(ctx, id, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.DeleteSnapshot(context.Background(), snap.ID) })
+	forks, err := cl.Restore(ctx, snap.ID, api.RestoreRequest{Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, f := range forks {
+		t.Cleanup(func() { cl.DeleteSandbox(context.Background(), f.ID) })
+		startApp(t, cl, f.ID)
+		wantReached(t, probe(t, f.ID, "allowed.test:80"), "allowed.test:80")
+		st, err := cl.Network(ctx, f.ID)
+		if err != nil || st.Address != "10.0.2.15" {
+			t.Errorf("fork %s: network %+v, %v", f.ID, st, err)
+		}
+		nodes[nodeAddress(t, f.ID)] = true
+		resp, err := cl.PortRequest(ctx, "GET", f.ID, 8000, "/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "app "+f.ID+" /\n" {
+			t.Errorf("fork %s's port answered %q", f.ID, body)
+		}
+	}
+	if len(nodes) != len(forks) {
+		t.Errorf("forks share node addresses: %v", nodes)
+	}
+}
+
+// TestNetworkVM gives a vm sandbox (tap device, virtio-net, the guest
+// configuring its own interface) the same network: an allow-list holds,
+// the metadata address is refused, its app is reached through the proxy.
+func TestNetworkVM(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	cl := shared.client()
+	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "vm", Network: &api.NetworkPolicy{Allow: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.DeleteSandbox(context.Background(), sb.ID) })
+	got := probe(t, sb.ID, "allowed.test:80", hostPort(inetDenied, 80), hostPort(inetMeta, 80), "dns:denied.test")
+	wantReached(t, got, "allowed.test:80")
+	for _, target := range []string{hostPort(inetDenied, 80), hostPort(inetMeta, 80), "dns:denied.test"} {
+		wantRefused(t, got, target)
+	}
+	startApp(t, cl, sb.ID)
+	resp, err := cl.PortRequest(ctx, "GET", sb.ID, 8000, "/vm", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "app "+sb.ID+" /vm\n" {
+		t.Errorf("vm app through the proxy: %d %q", resp.StatusCode, body)
+	}
 }
