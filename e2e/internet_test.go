@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -21,7 +23,8 @@ import (
 
 // The suite's own internet: a network namespace on this machine holding
 // every address a sandbox is sent to in a test, routed there from the host
-// before any daemon starts. Whatever the policy under test does, a packet
+// before any daemon starts. Its HTTP servers also serve /bytes?n=N (N zero
+// bytes) and /sink (reads the body), for throughput. Whatever the policy under test does, a packet
 // to one of these addresses lands in that namespace, never off this
 // machine; and the daemons' resolvers ask its DNS server, never the
 // host's.
@@ -104,7 +107,17 @@ func startInternet() (_ *internet, err error) {
 		addr := a.String()
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintf(w, "hello from %s\n", addr)
+				switch r.URL.Path {
+				case "/bytes": // n zero bytes, for throughput
+					n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+					w.Header().Set("Content-Length", strconv.Itoa(n))
+					io.CopyN(w, zeros{}, int64(n))
+				case "/sink": // reads the body, answers its size
+					n, _ := io.Copy(io.Discard, r.Body)
+					fmt.Fprintf(w, "%d\n", n)
+				default:
+					fmt.Fprintf(w, "hello from %s\n", addr)
+				}
 			}),
 			ConnState: func(_ net.Conn, st http.ConnState) {
 				if st == http.StateNew {
@@ -132,6 +145,14 @@ func startInternet() (_ *internet, err error) {
 		in.servers = append(in.servers, shutdown{srv})
 	}
 	return in, nil
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 type shutdown struct{ s *dns.Server }

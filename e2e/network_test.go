@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -510,5 +511,77 @@ func TestNetworkVM(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "app "+sb.ID+" /vm\n" {
 		t.Errorf("vm app through the proxy: %d %q", resp.StatusCode, body)
+	}
+}
+
+// limitScript measures, from inside a sandbox, the download and upload
+// rate to the test internet (8 MB each way) and then opens 100 connections
+// as fast as it can, counting the refused ones. It prints JSON.
+const limitScript = `
+import json, socket, time, urllib.request
+url = "http://203.0.113.10"
+t0 = time.monotonic()
+n = len(urllib.request.urlopen(url + "/bytes?n=8000000", timeout=30).read())
+down = n * 8 / (time.monotonic() - t0) / 1e6
+t0 = time.monotonic()
+urllib.request.urlopen(urllib.request.Request(url + "/sink", data=bytes(8000000)), timeout=30).read()
+up = 8000000 * 8 / (time.monotonic() - t0) / 1e6
+ok = refused = 0
+for i in range(100):
+    try:
+        socket.create_connection(("203.0.113.10", 80), timeout=2).close(); ok += 1
+    except OSError:
+        refused += 1
+print(json.dumps({"down_mbps": down, "up_mbps": up, "ok": ok, "refused": refused}))
+`
+
+// TestNetworkLimits runs a sandbox on a node whose sandboxes are limited
+// to 16 Mbit/s each way and 20 new connections a second: its transfers
+// stay near the limit, and a burst of connections beyond it is refused
+// and counted.
+func TestNetworkLimits(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	id := shared.newSandbox(t)
+	snap, err := shared.client().Snapshot(ctx, id, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.client().DeleteSnapshot(context.Background(), snap.ID) })
+	node := startNode(t, nil, "--blob-store", filepath.Join(shared.dataDir, "blobs"), "--net-mbps", "16", "--net-conn-rate", "20")
+	cl := node.client()
+	sbs, err := cl.Restore(ctx, snap.ID, api.RestoreRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := sbs[0].ID
+	t.Cleanup(func() { cl.DeleteSandbox(context.Background(), sb) })
+	res, err := cl.Exec(ctx, sb, api.ExecRequest{Cmd: []string{"python3", "-c", limitScript}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("limit script: %v %+v", err, res)
+	}
+	var got struct {
+		DownMbps    float64 `json:"down_mbps"`
+		UpMbps      float64 `json:"up_mbps"`
+		OK, Refused int
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+		t.Fatalf("limit script output %q: %v", res.Stdout, err)
+	}
+	t.Logf("down %.1f Mbit/s, up %.1f Mbit/s, %d connections made, %d refused", got.DownMbps, got.UpMbps, got.OK, got.Refused)
+	for dir, rate := range map[string]float64{"download": got.DownMbps, "upload": got.UpMbps} {
+		if rate > 16*1.25 || rate < 16*0.5 {
+			t.Errorf("%s at %.1f Mbit/s, want about 16", dir, rate)
+		}
+	}
+	if got.Refused == 0 || got.OK < 20 {
+		t.Errorf("100 connections at once: %d made, %d refused; want the burst (about 40) made and the rest refused", got.OK, got.Refused)
+	}
+	st, err := cl.Network(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RateLimited == 0 {
+		t.Errorf("network status %+v: no rate-limited connection counted", st)
 	}
 }
