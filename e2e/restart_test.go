@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,8 @@ type resources struct {
 	cgroups int // warren cgroups (pids controller, present on v1 and v2)
 	loops   int // loop devices backed by a sandbox disk
 	mounts  int // host mounts under any warren data dir
+	routers int // sandbox router namespaces, bound under /run/warren/net
+	links   int // host ends of sandbox links
 }
 
 func leaks(t testing.TB) resources {
@@ -51,6 +54,17 @@ func leaks(t testing.TB) resources {
 	for _, m := range mounts {
 		if strings.Contains(m.Point, "/sandboxes/") {
 			r.mounts++
+		}
+	}
+	routers, _ := filepath.Glob("/run/warren/net/*/sb-*")
+	r.routers = len(routers)
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if strings.HasPrefix(i.Name, "ws") {
+			r.links++
 		}
 	}
 	return r
@@ -89,12 +103,18 @@ func TestRestartReconciles(t *testing.T) {
 	if err != nil || res.Stdout != "survived\n" {
 		t.Fatalf("adopted sandbox: %+v %v\n%s", res, err, shared.log.tail(20))
 	}
+	// Its network came through too: the router, its rules, the resolver.
+	wantReached(t, probe(t, keep.ID, "allowed.test:80"), "allowed.test:80")
+	wantRefused(t, probe(t, keep.ID, hostPort(inetMeta, 80)), hostPort(inetMeta, 80))
 	sb, err := c.GetSandbox(ctx, doomed.ID)
 	if err != nil || sb.State != api.StateFailed || sb.Error == "" {
 		t.Errorf("sandbox that died meanwhile: %+v %v, want failed with a reason", sb, err)
 	}
 	if _, err := os.Stat(filepath.Join(shared.dataDir, "sandboxes", doomed.ID)); !os.IsNotExist(err) {
 		t.Errorf("dead sandbox's dir left behind: %v", err)
+	}
+	if routers, _ := filepath.Glob("/run/warren/net/*/" + doomed.ID); len(routers) != 0 {
+		t.Errorf("dead sandbox's router left behind: %v", routers)
 	}
 	if err := c.DeleteSandbox(ctx, keep.ID); err != nil {
 		t.Fatal(err)
@@ -252,6 +272,12 @@ func checkConsistent(t *testing.T) {
 	for _, e := range cgroups {
 		if e.IsDir() && !running[e.Name()] {
 			t.Errorf("cgroup of %s left without a running sandbox", e.Name())
+		}
+	}
+	routers, _ := filepath.Glob("/run/warren/net/*/sb-*")
+	for _, r := range routers {
+		if !running[filepath.Base(r)] {
+			t.Errorf("router %s left without a running sandbox", r)
 		}
 	}
 	for _, dir := range []string{filepath.Join(shared.dataDir, "sandboxes"), filepath.Join(shared.dataDir, "disks", "sandboxes")} {
