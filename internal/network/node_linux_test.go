@@ -1,0 +1,166 @@
+//go:build linux
+
+package network
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"warren/api"
+	"warren/internal/guestnet"
+	"warren/internal/network/firewall"
+	"warren/internal/network/policy"
+)
+
+// testPool is a pool of three sandbox slots no other test uses.
+var testPool = netip.MustParsePrefix("10.250.0.0/28")
+
+func newTestNode(t *testing.T, runDir string) *Node {
+	t.Helper()
+	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// testSandboxNS makes a network namespace standing for a container's.
+func testSandboxNS(t *testing.T, name string) string {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return "/run/netns/" + name
+}
+
+// TestNodeLifecycle attaches routers until the pool is full, plugs one
+// into a sandbox namespace, detaches, adopts after a "restart" and sweeps,
+// and checks that the host keeps nothing of a sandbox that is gone.
+func TestNodeLifecycle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes network namespaces, links and nftables rules")
+	}
+	runDir := t.TempDir()
+	n := newTestNode(t, runDir)
+	t.Cleanup(func() {
+		for _, id := range []string{"sb-aaaaaaaaaaaaaaaaaaaa", "sb-bbbbbbbbbbbbbbbbbbbb", "sb-cccccccccccccccccccc"} {
+			if s, ok := n.Lookup(id); ok {
+				n.Detach(s)
+			}
+		}
+		n.Close()
+		firewall.DeleteHost(n.table)
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			netlink.AddrDel(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.resolver.Addr(), 32))})
+		}
+	})
+	if _, err := New(Config{Pool: testPool, RunDir: runDir}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("a second node on the same pool: %v, want refused", err)
+	}
+
+	ctx := context.Background()
+	ids := []string{"sb-aaaaaaaaaaaaaaaaaaaa", "sb-bbbbbbbbbbbbbbbbbbbb", "sb-cccccccccccccccccccc"}
+	var sbs []*Sandbox
+	for i, id := range ids {
+		s, err := n.Attach(ctx, id, policy.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Slot() != i+1 {
+			t.Errorf("%s got slot %d, want %d", id, s.Slot(), i+1)
+		}
+		sbs = append(sbs, s)
+	}
+	if _, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Errorf("attach beyond the pool: %v, want full", err)
+	}
+
+	// The sandbox's side of a plugged namespace.
+	path := testSandboxNS(t, "wtest-node-a")
+	if err := sbs[0].PlugNetNS(path); err != nil {
+		t.Fatal(err)
+	}
+	target, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	h, err := netlink.NewHandleAt(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(guestnet.Iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := h.AddrList(eth, netlink.FAMILY_V4)
+	if len(addrs) != 1 || !addrs[0].IP.Equal(guestnet.Address.AsSlice()) {
+		t.Errorf("sandbox interface addresses %v, want %s", addrs, guestnet.Address)
+	}
+
+	// A policy change reaches the router; counters read.
+	pol, _ := policy.Parse(api.NetworkPolicy{Allow: []string{"example.com"}})
+	if err := sbs[0].SetPolicy(pol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sbs[0].Counters(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Detach leaves nothing, and frees the slot.
+	if err := n.Detach(sbs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(hostIface(ids[1])); err == nil {
+		t.Error("detached sandbox's host link is still there")
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, ids[1])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("detached sandbox's router file: %v", err)
+	}
+	if err := sbs[1].SetPolicy(policy.Policy{}); !errors.Is(err, errDetached) {
+		t.Errorf("policy of a detached sandbox: %v, want errDetached", err)
+	}
+
+	// A restart: a new node adopts the routers at their slots; one it is
+	// not told to keep is swept.
+	n.Close()
+	n = newTestNode(t, runDir)
+	a, err := n.Adopt(ids[0], 1, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Adopt(ids[1], 2, pol); err == nil {
+		t.Error("adopted a detached sandbox's router")
+	}
+	if err := n.Sweep(map[string]bool{ids[0]: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, ids[2])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("swept sandbox's router file: %v", err)
+	}
+	if _, err := netlink.LinkByName(hostIface(ids[2])); err == nil {
+		t.Error("swept sandbox's host link is still there")
+	}
+	if _, err := netlink.LinkByName(hostIface(ids[0])); err != nil {
+		t.Errorf("kept sandbox's host link: %v", err)
+	}
+	if s, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}); err != nil || s.Slot() != 2 {
+		t.Errorf("attach after the sweep: slot %v, %v; want the lowest free slot, 2", s, err)
+	} else {
+		n.Detach(s)
+	}
+	if err := n.Detach(a); err != nil {
+		t.Fatal(err)
+	}
+}
