@@ -21,12 +21,17 @@ import (
 	"warren/internal/network/policy"
 )
 
-// testPool is a pool of three sandbox slots no other test uses.
-var testPool = netip.MustParsePrefix("10.250.0.0/28")
+// testPool is a pool of three sandbox slots no other test uses, and
+// testUpstreams a resolver upstream nothing answers on (no query leaves
+// the machine).
+var (
+	testPool      = netip.MustParsePrefix("10.250.0.0/28")
+	testUpstreams = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}
+)
 
 func newTestNode(t *testing.T, runDir string) *Node {
 	t.Helper()
-	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}})
+	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: testUpstreams})
 	if err != nil {
 		t.Fatal(err)
 	}

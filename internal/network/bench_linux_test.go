@@ -1,0 +1,98 @@
+//go:build linux
+
+package network
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"warren/internal/network/firewall"
+	"warren/internal/network/policy"
+)
+
+// Run with (docs/BENCHMARKS.md records the figures):
+//   sudo go test ./internal/network -run '^$' -bench 'SandboxNetwork' -benchtime 200x
+
+// BenchmarkSandboxNetwork is one sandbox's network setup, what a create
+// waits for: its router (namespace, uplink veth, addresses, route, rate
+// limit, rules) and the link into the sandbox's namespace. The teardown is
+// outside the timing. The baseline is the kernel's floor: one bare network
+// namespace made and bound.
+func BenchmarkSandboxNetwork(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	runDir := b.TempDir()
+	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: testUpstreams})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		n.Close()
+		firewall.DeleteHost(n.table)
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			netlink.AddrDel(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.resolver.Addr(), 32))})
+		}
+	})
+	ctx := context.Background()
+	b.Run("setup", func(b *testing.B) {
+		var ds []time.Duration
+		i := 0
+		for b.Loop() {
+			b.StopTimer()
+			target := filepath.Join(runDir, fmt.Sprintf("target-%d", i))
+			if err := newNetNS(target); err != nil {
+				b.Fatal(err)
+			}
+			id := fmt.Sprintf("sb-bench%012d", i)
+			i++
+			b.StartTimer()
+			t0 := time.Now()
+			s, err := n.Attach(ctx, id, policy.Policy{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.PlugNetNS(target); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(t0))
+			b.StopTimer()
+			n.Detach(s)
+			removeNetNS(target)
+			b.StartTimer()
+		}
+		reportP50(b, ds)
+	})
+	b.Run("baseline-netns", func(b *testing.B) {
+		var ds []time.Duration
+		path := filepath.Join(runDir, "baseline")
+		for b.Loop() {
+			t0 := time.Now()
+			if err := newNetNS(path); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(t0))
+			b.StopTimer()
+			removeNetNS(path)
+			b.StartTimer()
+		}
+		reportP50(b, ds)
+	})
+}
+
+func reportP50(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2])/float64(time.Millisecond), "p50-ms")
+	b.ReportMetric(float64(ds[len(ds)*99/100])/float64(time.Millisecond), "p99-ms")
+}
