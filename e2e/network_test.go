@@ -262,7 +262,7 @@ func TestNetworkPolicy(t *testing.T) {
 
 // nodeAddress is a sandbox's node-side address (its router's uplink), read
 // off the host's link to it.
-func nodeAddress(t *testing.T, id string) string {
+func nodeAddress(t testing.TB, id string) string {
 	t.Helper()
 	ifc, err := net.InterfaceByName("ws" + strings.TrimPrefix(id, "sb-")[:13])
 	if err != nil {
@@ -306,13 +306,22 @@ func waitServing(t *testing.T, id string, port int) {
 }
 
 // appServer is a small app for a sandbox: on port 8000 it answers
-// "app <hostname> <path>" to any GET; on port 8001 it takes an HTTP Upgrade
+// "app <hostname> <path>" to any GET (and N zero bytes to /bytes/N, over
+// HTTP/1.1 keep-alive); on port 8001 it takes an HTTP Upgrade
 // ("echo") and then echoes what it gets until EOF.
 const appServer = `
 import http.server, socket, socketserver, threading
 host = socket.gethostname()
 class App(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def do_GET(self):
+        if self.path.startswith("/bytes/"):
+            n = int(self.path[7:]); chunk = bytes(1 << 20)
+            self.send_response(200); self.send_header("Content-Length", str(n)); self.end_headers()
+            while n > 0:
+                self.wfile.write(chunk[:min(n, len(chunk))]); n -= len(chunk)
+            return
         body = ("app %s %s\n" % (host, self.path)).encode()
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)

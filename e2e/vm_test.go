@@ -23,7 +23,7 @@ import (
 
 // needVM skips the test when the shared daemon cannot run vm sandboxes, and
 // returns the vm runtime's info.
-func needVM(t *testing.T) api.RuntimeInfo {
+func needVM(t testing.TB) api.RuntimeInfo {
 	t.Helper()
 	need(t)
 	info, err := shared.client().Info(context.Background())

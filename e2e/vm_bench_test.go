@@ -1,0 +1,211 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/api"
+)
+
+// Run with (docs/BENCHMARKS.md records the figures; under TCG here):
+//   sudo WARREN_TEST_TEMPLATE_CACHE=/var/cache/warren-test \
+//     go test ./e2e -run '^$' -bench IdleVMs -benchtime 1x -v
+
+// idleVMs is how many idle sandboxes of each kind BenchmarkIdleVMs keeps
+// alive at once: each vm boot takes seconds under TCG.
+const idleVMs = 4
+
+// BenchmarkIdleVMs boots idleVMs idle vm sandboxes of 256 MiB, then of
+// 512 MiB, and reports what each costs the host once settled: the drop in
+// MemAvailable per VM and the charge of each QEMU's memory cgroup, split
+// into anonymous memory (guest RAM the guest touched, QEMU's heap, TCG's
+// code buffer), page cache and kernel memory. The baseline, in the same
+// run: as many idle container sandboxes.
+func BenchmarkIdleVMs(b *testing.B) {
+	rt := needVM(b)
+	b.Logf("accel %s", rt.Accel)
+	for _, mib := range []int64{256, 512} {
+		b.Run(fmt.Sprintf("vm-%dMiB", mib), func(b *testing.B) {
+			for b.Loop() {
+				idleSandboxes(b, api.CreateSandboxRequest{Runtime: "vm", MemoryMB: mib, CPUs: 1})
+			}
+		})
+	}
+	b.Run("container", func(b *testing.B) {
+		for b.Loop() {
+			idleSandboxes(b, api.CreateSandboxRequest{Runtime: "container", MemoryMB: 512, CPUs: 1})
+		}
+	})
+}
+
+// idleSandboxes creates idleVMs sandboxes of req, lets them settle, reports
+// their memory per sandbox, and deletes them; only the creates are timed.
+func idleSandboxes(b *testing.B, req api.CreateSandboxRequest) {
+	c := shared.client()
+	ctx := context.Background()
+	b.StopTimer()
+	dropCaches()
+	before := memAvailable(b)
+	var ids []string
+	b.Cleanup(func() {
+		for _, id := range ids {
+			c.DeleteSandbox(ctx, id)
+		}
+	})
+	var boot time.Duration
+	for i := 0; i < idleVMs; i++ {
+		t0 := time.Now()
+		b.StartTimer()
+		sb, err := c.CreateSandbox(ctx, req)
+		b.StopTimer()
+		if err != nil {
+			b.Fatalf("sandbox %d: %v", i, err)
+		}
+		boot += time.Since(t0)
+		ids = append(ids, sb.ID)
+		if res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec in %s: %+v %v", sb.ID, res, err)
+		}
+	}
+	settle := settleMemory(ids)
+	dropCaches()
+	after := memAvailable(b)
+
+	var charged, anon, cache, kmem, qemuRSS, guestUsed int64
+	for _, id := range ids {
+		charged += cgroupMemory(id)
+		st := memStat(id)
+		anon += st["rss"] + st["anon"] // v1 rss, v2 anon
+		cache += st["cache"] + st["file"]
+		kmem += cgroupKmem(id)
+		if req.Runtime == "vm" {
+			if pids := qemuOf(id); len(pids) == 1 {
+				qemuRSS += statusBytes(pids[0], "VmRSS")
+			}
+			res, err := c.Exec(ctx, id, api.ExecRequest{Shell: "grep -E '^(MemTotal|MemFree):' /proc/meminfo"})
+			if err == nil {
+				m := meminfo(res.Stdout)
+				guestUsed += m["MemTotal"] - m["MemFree"]
+			}
+		}
+	}
+	n := float64(len(ids))
+	mib := func(v int64) float64 { return float64(v) / n / (1 << 20) }
+	b.ReportMetric(boot.Seconds()/n, "create-s/op")
+	b.ReportMetric(mib(before-after), "host-MiB/sandbox")
+	b.ReportMetric(mib(charged), "cgroup-MiB/sandbox")
+	b.ReportMetric(mib(anon), "rss-MiB/sandbox")
+	b.ReportMetric(mib(cache), "cache-MiB/sandbox")
+	b.ReportMetric(mib(kmem), "kmem-MiB/sandbox")
+	if req.Runtime == "vm" {
+		b.ReportMetric(mib(qemuRSS), "qemu-VmRSS-MiB/sandbox")
+		b.ReportMetric(mib(guestUsed), "guest-used-MiB/sandbox")
+		b.ReportMetric(mib(charged)/float64(req.MemoryMB), "cgroup/guest-memory")
+	}
+	b.Logf("%d %s sandboxes (%d MiB): settled after %v", len(ids), req.Runtime, req.MemoryMB, settle.Round(time.Second))
+
+	for _, id := range ids {
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		eventually(b, 30*time.Second, "the sandbox's processes to be gone", func() bool {
+			return len(qemuOf(id)) == 0 && countInCgroup(id) == 0
+		})
+	}
+	ids = nil
+	b.StartTimer()
+}
+
+// settleMemory waits, up to a minute, until the sandboxes' cgroups together
+// change by less than 1 MiB a sandbox over 3 s, and returns how long that
+// took. A guest goes on touching memory for a while after its agent answers.
+func settleMemory(ids []string) time.Duration {
+	t0 := time.Now()
+	total := func() int64 {
+		var s int64
+		for _, id := range ids {
+			s += cgroupMemory(id)
+		}
+		return s
+	}
+	last, stable := total(), 0
+	for stable < 3 && time.Since(t0) < time.Minute {
+		time.Sleep(time.Second)
+		now := total()
+		if d := now - last; d < int64(len(ids))<<20 && d > -int64(len(ids))<<20 {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = now
+	}
+	return time.Since(t0)
+}
+
+// memStat is the sandbox's cgroup memory.stat (v1: rss, cache, ...; v2:
+// anon, file, kernel, ...), in bytes.
+func memStat(id string) map[string]int64 {
+	st := map[string]int64{}
+	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup/memory/warren", id, "memory.stat"),
+		filepath.Join("/sys/fs/cgroup/warren", id, "memory.stat"),
+	} {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), " "); ok {
+				st[k], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		f.Close()
+		break
+	}
+	return st
+}
+
+// cgroupKmem is the kernel memory charged to the sandbox's cgroup: v1's
+// memory.kmem.usage_in_bytes, v2's "kernel" of memory.stat.
+func cgroupKmem(id string) int64 {
+	if s := cgroupValue(id, "memory", "memory.kmem.usage_in_bytes", ""); s != "" {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	return memStat(id)["kernel"]
+}
+
+// statusBytes is a "kB" field of /proc/PID/status, in bytes.
+func statusBytes(pid, field string) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		return 0
+	}
+	return meminfo(string(b))[field]
+}
+
+// meminfo parses "Name:   N kB" lines into bytes.
+func meminfo(s string) map[string]int64 {
+	m := map[string]int64{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			if f := strings.Fields(v); len(f) == 2 && f[1] == "kB" {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				m[k] = n << 10
+			}
+		}
+	}
+	return m
+}
