@@ -7,6 +7,9 @@ variables change that:
 
 - WARREN_TEST_DATA_DIR: start the server on this data directory instead
   (only one server may use a data directory at a time);
+- WARREN_TEST_NET_POOL: give the server this sandbox network pool
+  (--net-pool, e.g. 10.233.0.0/16): one server may use a pool on a host at
+  a time, and the default one may be taken by another server;
 - WARREN_TEST_URL and WARREN_TEST_API_KEY: start nothing, and test the
   server already serving there (with an admin key, for the admin tests).
 """
@@ -77,11 +80,12 @@ class Daemon:
         """Start the server and wait until it serves; the template is built
         first if missing, which can take minutes."""
         os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [warren_binary(), "server", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
-             "--template", "default"],
-            stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
-        )
+        args = [warren_binary(), "server", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
+                "--template", "default"]
+        pool = os.environ.get("WARREN_TEST_NET_POOL")
+        if pool:
+            args += ["--net-pool", pool]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL)
         found = threading.Event()
 
         def scan() -> None:

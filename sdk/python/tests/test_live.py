@@ -156,6 +156,86 @@ class PreviewTest(unittest.TestCase):
         self.assertNotEqual(kid.preview().token, rotated.token)
 
 
+class NetworkTest(unittest.TestCase):
+    """Egress policies, inspected through the API only: no sandbox here
+    connects anywhere, and every entry is a name or range reserved for
+    documentation (example.com, example.org, TEST-NET-2 and -3)."""
+
+    ALLOW = ["example.com", "*.example.org", "198.51.100.0/24"]
+    DENY = ["203.0.113.9"]
+
+    def create(self, **kw: object) -> Sandbox:
+        """A sandbox deleted when the test ends; the test is skipped on a
+        server without sandbox networking, which refuses allow-lists."""
+        try:
+            return new_sandbox(self, **kw)
+        except warren.BadRequestError as e:
+            if "no sandbox networking" in e.message:
+                self.skipTest(f"the server has no sandbox networking: {e.message}")
+            raise
+
+    def test_create_read_change_and_bad_entries(self) -> None:
+        policy = warren.NetworkPolicy(allow=self.ALLOW, deny=self.DENY)
+        sb = self.create(network=policy)
+        self.assertEqual(sb.info.network, policy)
+        self.assertEqual(Sandbox.get(sb.id, client=client()).info.network, policy)
+        st = sb.network()
+        self.assertEqual(st.policy, policy)
+        self.assertEqual((st.address, st.gateway), ("10.0.2.15", "10.0.2.2"))
+        self.assertGreaterEqual(min(st.denied, st.rate_limited), 0)
+
+        # Replaced whole, by keywords, a policy or a dict.
+        st = sb.set_network(none=True)
+        self.assertEqual(st.policy, warren.NetworkPolicy(none=True))
+        self.assertEqual(sb.info.network, st.policy)
+        self.assertEqual(sb.network().policy, st.policy)
+        st = sb.set_network({"deny": ["203.0.113.0/24", "*.example.net"]})
+        self.assertEqual(st.policy, warren.NetworkPolicy(deny=["203.0.113.0/24", "*.example.net"]))
+        self.assertEqual(sb.refresh().network, st.policy)
+
+        # An invalid entry is the server's 400, naming it; nothing changes.
+        for bad in ("not a name!", "2001:db8::/32", "198.51.100.0/33"):
+            with self.subTest(bad=bad), self.assertRaises(warren.BadRequestError) as cm:
+                sb.set_network(allow=["example.com", bad])
+            self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+            self.assertIn(bad, cm.exception.message)
+        self.assertEqual(sb.network().policy, st.policy)
+        self.assertEqual(sb.info.network, st.policy)
+        with self.assertRaises(warren.BadRequestError) as cm:
+            Sandbox.create(client=client(), network={"deny": ["bad_entry!"]})
+        self.assertIn("bad_entry!", cm.exception.message)
+
+        self.assertTrue(sb.set_network().policy.is_default)
+        self.assertTrue(sb.network().policy.is_default)
+        sb.delete()
+        with self.assertRaises(warren.SandboxGoneError):
+            sb.set_network(none=True)
+
+    def test_restore_takes_a_policy_not_the_snapshots(self) -> None:
+        sb = self.create(network={"allow": self.ALLOW})
+        snap = sb.snapshot()
+        self.addCleanup(snap.delete)
+        with ExitStack() as stack:
+            kids = [stack.enter_context(k) for k in
+                    snap.restore(2, timeout=600, network=warren.NetworkPolicy(none=True))]
+            kids += [stack.enter_context(k) for k in Sandbox.restore(snap, client=client(), timeout=600)]
+            self.assertEqual([k.info.network for k in kids],
+                             [warren.NetworkPolicy(none=True)] * 2 + [warren.NetworkPolicy()])
+            self.assertEqual([k.network().policy for k in kids], [k.info.network for k in kids])
+        self.assertEqual(sb.network().policy, warren.NetworkPolicy(allow=self.ALLOW))
+
+    def test_async(self) -> None:
+        from warren.aio import AsyncSandbox
+
+        sb = AsyncSandbox(self.create())
+
+        async def main() -> Tuple[warren.NetworkPolicy, warren.NetworkPolicy]:
+            st = await sb.set_network(allow=["example.com"])
+            return st.policy, (await sb.network()).policy
+
+        self.assertEqual(asyncio.run(main()), (warren.NetworkPolicy(allow=["example.com"]),) * 2)
+
+
 class SandboxTestCase(unittest.TestCase):
     """Tests sharing one sandbox, made for the class and deleted after it."""
 

@@ -699,6 +699,165 @@ class PreviewTest(StubCase):
         self.assertEqual(asyncio.run(main()), (True, s.url + "/v1/sandboxes/sb-stub1/ports/80/"))
 
 
+class NetworkTest(StubCase):
+    STATUS = {"policy": {"allow": ["pypi.org", "*.pythonhosted.org"], "deny": ["203.0.113.9"]},
+              "address": "10.0.2.15", "gateway": "10.0.2.2", "denied": 3, "rate_limited": 1}
+
+    def network_stub(self) -> Stub:
+        """A stub that keeps the policy PUT to it and answers it back, and
+        answers creates and restores with a sandbox holding the policy of
+        the request."""
+        state = {"policy": {}}
+
+        def script(seen: Seen, n: int) -> Reply:
+            body = json.loads(seen.body) if seen.body else {}
+            if seen.path.endswith("/network"):
+                if seen.method == "PUT":
+                    state["policy"] = body
+                return 200, dict(self.STATUS, policy=state["policy"])
+            if seen.path.endswith("/restore"):
+                return 201, {"sandboxes": [dict(SANDBOX, id="sb-kid", network=body.get("network", {}))]}
+            return 201, dict(SANDBOX, network=body.get("network", {}))
+
+        return self.stub(script)
+
+    def test_policy_model(self) -> None:
+        P = warren.NetworkPolicy
+        self.assertEqual(P(), P.from_json({}))
+        self.assertEqual(P(), P.from_json(None))
+        self.assertTrue(P().is_default)
+        self.assertFalse(P(none=True).is_default)
+        p = P(allow=["pypi.org", "10.1.0.0/16"], deny=iter(["203.0.113.9"]))
+        self.assertEqual(p, P(allow=("pypi.org", "10.1.0.0/16"), deny=("203.0.113.9",)))
+        self.assertEqual(p.allow, ("pypi.org", "10.1.0.0/16"))
+        self.assertEqual(hash(p), hash(P.from_json(p.to_json())))
+        self.assertEqual(P().to_json(), {})
+        self.assertEqual(P(none=True).to_json(), {"none": True})
+        self.assertEqual(p.to_json(), {"allow": ["pypi.org", "10.1.0.0/16"], "deny": ["203.0.113.9"]})
+        # Types are checked here; what an entry says is the server's to judge.
+        self.assertEqual(P(allow=["not a name!"]).allow, ("not a name!",))
+        for kw in ({"allow": "pypi.org"}, {"deny": b"x"}, {"allow": [1]}, {"allow": 5}, {"none": 1},
+                   {"none": "yes"}, {"allow": {"a": 1}}):
+            with self.subTest(kw=kw), self.assertRaises(TypeError):
+                P(**kw)  # type: ignore[arg-type]
+        st = warren.NetworkStatus.from_json(self.STATUS)
+        self.assertEqual(st, warren.NetworkStatus(P(allow=["pypi.org", "*.pythonhosted.org"], deny=["203.0.113.9"]),
+                                                  "10.0.2.15", "10.0.2.2", 3, 1))
+        # A newer server's fields are ignored.
+        self.assertEqual(P.from_json({"allow": ["a.example"], "future": 1}), P(allow=["a.example"]))
+
+    def test_sandbox_info_network(self) -> None:
+        self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).network, warren.NetworkPolicy())
+        info = warren.SandboxInfo.from_json(dict(SANDBOX, network={"none": True}))
+        self.assertEqual(info.network, warren.NetworkPolicy(none=True))
+
+    def test_create_and_restore_encode_the_policy(self) -> None:
+        s = self.network_stub()
+        c = self.client(s)
+        sb = Sandbox.create(client=c, network=warren.NetworkPolicy(allow=["pypi.org"], deny=["10.0.0.0/8"]))
+        self.assertEqual(sb.info.network, warren.NetworkPolicy(allow=["pypi.org"], deny=["10.0.0.0/8"]))
+        Sandbox.create(client=c, network={"none": True})
+        Sandbox.create(client=c, network={"allow": ("a.example",), "none": None})
+        Sandbox.create(client=c, network=warren.NetworkPolicy())  # the default, said explicitly
+        plain = Sandbox.create(client=c)
+        self.assertEqual(plain.info.network, warren.NetworkPolicy())
+        kids = Sandbox.restore("sn-stub1", 2, client=c, network={"allow": ["198.51.100.0/24"]})
+        self.assertEqual(kids[0].info.network, warren.NetworkPolicy(allow=["198.51.100.0/24"]))
+        warren.Snapshot.from_json(SNAPSHOT, c).restore(network=warren.NetworkPolicy(none=True))
+        Sandbox.restore("sn-stub1", client=c)
+        self.assertEqual([(x.method, x.path, json.loads(x.body).get("network", "absent")) for x in s.seen], [
+            ("POST", "/v1/sandboxes", {"allow": ["pypi.org"], "deny": ["10.0.0.0/8"]}),
+            ("POST", "/v1/sandboxes", {"none": True}),
+            ("POST", "/v1/sandboxes", {"allow": ["a.example"]}),
+            ("POST", "/v1/sandboxes", {}),
+            ("POST", "/v1/sandboxes", "absent"),
+            ("POST", "/v1/snapshots/sn-stub1/restore", {"allow": ["198.51.100.0/24"]}),
+            ("POST", "/v1/snapshots/sn-stub1/restore", {"none": True}),
+            ("POST", "/v1/snapshots/sn-stub1/restore", "absent"),
+        ])
+
+    def test_bad_types_are_refused_before_sending(self) -> None:
+        s = self.network_stub()
+        c = self.client(s)
+        sb = self.sandbox(c)
+        calls: List[Callable[[], object]] = [
+            lambda: Sandbox.create(client=c, network={"allow": "pypi.org"}),
+            lambda: Sandbox.create(client=c, network={"alow": ["pypi.org"]}),  # a typo is not dropped
+            lambda: Sandbox.create(client=c, network=["pypi.org"]),  # type: ignore[arg-type]
+            lambda: Sandbox.create(client=c, network=True),  # type: ignore[arg-type]
+            lambda: Sandbox.restore("sn-stub1", client=c, network={"deny": [None]}),
+            lambda: sb.set_network(allow="pypi.org"),
+            lambda: sb.set_network(none=1),  # type: ignore[arg-type]
+            lambda: sb.set_network({"none": True}, allow=["a.example"]),  # both ways at once
+            lambda: sb.set_network(warren.NetworkPolicy(), deny=["a.example"]),
+            lambda: sb.set_network("pypi.org"),  # type: ignore[arg-type]
+        ]
+        for i, call in enumerate(calls):
+            with self.subTest(i=i), self.assertRaises(TypeError):
+                call()
+        self.assertEqual(s.seen, [])
+
+    def test_network_and_set_network(self) -> None:
+        s = self.network_stub()
+        sb = self.sandbox(self.client(s))
+        st = sb.network()
+        self.assertEqual((st.policy, st.address, st.gateway, st.denied, st.rate_limited),
+                         (warren.NetworkPolicy(), "10.0.2.15", "10.0.2.2", 3, 1))
+        st = sb.set_network(allow=["pypi.org", "*.pythonhosted.org"], deny=("203.0.113.9",))
+        self.assertEqual(st.policy, warren.NetworkPolicy(allow=["pypi.org", "*.pythonhosted.org"],
+                                                         deny=["203.0.113.9"]))
+        self.assertEqual(sb.info.network, st.policy)  # info follows
+        sb.set_network(warren.NetworkPolicy(none=True))
+        self.assertEqual(sb.info.network, warren.NetworkPolicy(none=True))
+        sb.set_network({"allow": ["10.1.0.0/16"]})
+        sb.set_network(none=True)
+        st = sb.set_network()  # replaced whole: back to the default
+        self.assertTrue(st.policy.is_default)
+        self.assertTrue(sb.info.network.is_default)
+        self.assertEqual([(x.method, x.path, x.body and json.loads(x.body)) for x in s.seen], [
+            ("GET", "/v1/sandboxes/sb-stub1/network", b""),
+            ("PUT", "/v1/sandboxes/sb-stub1/network", {"allow": ["pypi.org", "*.pythonhosted.org"],
+                                                       "deny": ["203.0.113.9"]}),
+            ("PUT", "/v1/sandboxes/sb-stub1/network", {"none": True}),
+            ("PUT", "/v1/sandboxes/sb-stub1/network", {"allow": ["10.1.0.0/16"]}),
+            ("PUT", "/v1/sandboxes/sb-stub1/network", {"none": True}),
+            ("PUT", "/v1/sandboxes/sb-stub1/network", {}),
+        ])
+
+    def test_errors_and_retries(self) -> None:
+        bad = 'network.allow: "not a name!" is neither an IPv4 address, a CIDR nor a domain name'
+        s = self.stub(lambda seen, n: error(400, "bad_request", bad))
+        sb = self.sandbox(self.client(s))
+        with self.assertRaises(warren.BadRequestError) as cm:
+            sb.set_network(allow=["not a name!"])
+        self.assertIn('"not a name!"', cm.exception.message)
+        self.assertEqual(sb.info.network, warren.NetworkPolicy())  # unchanged
+        with self.assertRaises(warren.BadRequestError):
+            Sandbox.create(client=self.client(s), network={"allow": ["not a name!"]})
+        s = self.stub(lambda seen, n: error(409, "conflict", "sandbox sb-stub1 is not running (state stopped)"))
+        with self.assertRaises(warren.SandboxGoneError):
+            self.sandbox(self.client(s)).set_network(none=True)
+        # Replacing a policy whole is safe to repeat: retried as reads are.
+        s = self.stub(lambda seen, n: error(503, "unavailable", "busy") if n < 3 else (200, self.STATUS))
+        self.assertEqual(self.sandbox(self.client(s)).set_network(none=True).denied, 3)
+        self.assertEqual(s.count("PUT", "/v1/sandboxes/sb-stub1/network"), 3)
+
+    def test_async(self) -> None:
+        from warren import aio
+
+        s = self.network_stub()
+        sb = aio.AsyncSandbox(self.sandbox(self.client(s)))
+
+        async def main() -> Tuple[warren.NetworkPolicy, warren.NetworkPolicy, warren.NetworkPolicy]:
+            a = (await sb.set_network(deny=["203.0.113.0/24"])).policy
+            b = (await sb.set_network({"none": True})).policy
+            return a, b, (await sb.network()).policy
+
+        self.assertEqual(asyncio.run(main()), (warren.NetworkPolicy(deny=["203.0.113.0/24"]),
+                                               warren.NetworkPolicy(none=True), warren.NetworkPolicy(none=True)))
+        self.assertEqual(sb.info.network, warren.NetworkPolicy(none=True))
+
+
 class ModelTest(unittest.TestCase):
     def test_origin(self) -> None:
         self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).origin, "")

@@ -55,6 +55,8 @@ from .models import (
     ExecResult,
     FileInfo,
     GCResult,
+    NetworkPolicy,
+    NetworkStatus,
     NodeInfo,
     Preview,
     ProcessInfo,
@@ -62,7 +64,7 @@ from .models import (
     SandboxInfo,
     Template,
 )
-from .sandbox import Command, ExecStream, OutputCallback, Process, Sandbox
+from .sandbox import Command, ExecStream, NetworkArg, OutputCallback, Process, Sandbox
 from .snapshots import Snapshot, delete_snapshot, gc, get_snapshot, list_snapshots
 
 __all__ = [
@@ -86,6 +88,7 @@ __all__ = [
     "gc",
     "Command",
     "OutputCallback",
+    "NetworkArg",
     "SandboxInfo",
     "ExecResult",
     "ExecEvent",
@@ -96,6 +99,8 @@ __all__ = [
     "NodeInfo",
     "GCResult",
     "Preview",
+    "NetworkPolicy",
+    "NetworkStatus",
     "WarrenError",
     "ConfigurationError",
     "NetworkError",

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, List, Optional, TypeVar, Union
+from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 
 from . import snapshots as _snapshots
 from .client import Client
 from .files import Files
-from .models import ExecEvent, ExecResult, FileInfo, GCResult, Preview, ProcessInfo, SandboxInfo
-from .sandbox import ExecStream, Process, Sandbox
+from .models import ExecEvent, ExecResult, FileInfo, GCResult, NetworkStatus, Preview, ProcessInfo, SandboxInfo
+from .sandbox import ExecStream, NetworkArg, Process, Sandbox
 from .snapshots import Snapshot
 
 __all__ = [
@@ -322,6 +322,21 @@ class AsyncSandbox:
     async def resume(self) -> SandboxInfo:
         """See :meth:`warren.Sandbox.resume`."""
         return await _run(self.sync.resume)
+
+    async def network(self) -> NetworkStatus:
+        """See :meth:`warren.Sandbox.network`."""
+        return await _run(self.sync.network)
+
+    async def set_network(
+        self,
+        policy: Optional[NetworkArg] = None,
+        *,
+        none: bool = False,
+        allow: Sequence[str] = (),
+        deny: Sequence[str] = (),
+    ) -> NetworkStatus:
+        """See :meth:`warren.Sandbox.set_network`."""
+        return await _run(self.sync.set_network, policy, none=none, allow=allow, deny=deny)
 
     async def preview(self) -> Preview:
         """See :meth:`warren.Sandbox.preview`."""

@@ -13,11 +13,13 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CommandError, CommandTimeout
 
 __all__ = [
+    "NetworkPolicy",
+    "NetworkStatus",
     "SandboxInfo",
     "ExecResult",
     "ExecEvent",
@@ -60,6 +62,138 @@ def _str_map(v: Any) -> Dict[str, str]:
     return {str(k): str(x) for k, x in (v or {}).items()}
 
 
+def _entries(value: Any, what: str) -> Tuple[str, ...]:
+    """A list of policy entries as a tuple of text. Only types are checked
+    here: whether an entry is a valid CIDR, address or name is the server's
+    to say (a 400 naming it)."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{what} must be a list of strings, not {type(value).__name__}")
+    out = []
+    for e in value:
+        if not isinstance(e, str):
+            raise TypeError(f"{what} entries must be strings, not {type(e).__name__}: {e!r}")
+        out.append(e)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """A sandbox's egress policy: what it may connect to (docs/NETWORK.md).
+
+    ``NetworkPolicy()`` is the default: the internet, but not private
+    ranges. Entries of ``allow`` and ``deny`` are IPv4 CIDRs
+    (``"10.1.0.0/16"``), IPv4 addresses, or domain names (``"example.com"``
+    that name only, ``"*.example.com"`` any name below it); the server
+    checks them and refuses an invalid one with
+    :class:`~warren.BadRequestError` naming it. Whatever the policy,
+    link-local (the cloud metadata address), loopback, the node itself and
+    other sandboxes are unreachable.
+
+    Attributes:
+        none: deny all egress, DNS included (exposed ports still reach the
+            sandbox through the server's proxy).
+        allow: when non-empty, the only egress allowed (plus what allowed
+            names resolve to); it may open private ranges.
+        deny: refused even when ``allow`` matches.
+
+    The lists are kept as tuples (``allow=["a"]`` equals ``allow=("a",)``).
+    Only types are checked here (a string where a list belongs is a
+    TypeError); the entries themselves are the server's to judge.
+
+    Example::
+
+        NetworkPolicy(allow=["pypi.org", "*.pythonhosted.org"], deny=["203.0.113.9"])
+        NetworkPolicy(none=True)    # no network at all
+    """
+
+    none: bool = False
+    allow: Sequence[str] = ()
+    deny: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.none, bool):
+            raise TypeError(f"network none must be a bool, not {type(self.none).__name__}")
+        object.__setattr__(self, "allow", _entries(self.allow, "network allow"))
+        object.__setattr__(self, "deny", _entries(self.deny, "network deny"))
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the default policy (no rule of its own)."""
+        return not self.none and not self.allow and not self.deny
+
+    def to_json(self) -> Dict[str, Any]:
+        """The API's NetworkPolicy object (empty fields left out, as the
+        server writes it)."""
+        d: Dict[str, Any] = {}
+        if self.none:
+            d["none"] = True
+        if self.allow:
+            d["allow"] = list(self.allow)
+        if self.deny:
+            d["deny"] = list(self.deny)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> "NetworkPolicy":
+        """Build from the API's NetworkPolicy object (None or ``{}``: the
+        default)."""
+        d = d or {}
+        return cls(
+            none=bool(d.get("none")),
+            allow=tuple(str(x) for x in d.get("allow") or []),
+            deny=tuple(str(x) for x in d.get("deny") or []),
+        )
+
+
+def _policy_of(value: Union[NetworkPolicy, Mapping[str, Any]]) -> NetworkPolicy:
+    """A policy given as a NetworkPolicy (returned as it is) or as a dict
+    with the API's fields ``none``, ``allow`` and ``deny`` (each optional;
+    None is the field's default). Another key, or a value of the wrong
+    type, is a TypeError: the SDK would otherwise drop it silently."""
+    if isinstance(value, NetworkPolicy):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"network must be a NetworkPolicy or a dict, not {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in ("none", "allow", "deny"))
+    if unknown:
+        raise TypeError(f"network: unknown field(s) {', '.join(unknown)}: want none, allow, deny")
+    none = value.get("none")
+    return NetworkPolicy(none=False if none is None else none, allow=value.get("allow"), deny=value.get("deny"))
+
+
+@dataclass(frozen=True)
+class NetworkStatus:
+    """A sandbox's network as :meth:`Sandbox.network` reports it.
+
+    Attributes:
+        policy: its egress policy.
+        address: the sandbox's own address (the same in every sandbox,
+            e.g. ``10.0.2.15``).
+        gateway: its router and DNS server (e.g. ``10.0.2.2``).
+        denied: connections and DNS queries the policy refused so far.
+        rate_limited: new connections refused by the connection-rate limit.
+    """
+
+    policy: NetworkPolicy
+    address: str = ""
+    gateway: str = ""
+    denied: int = 0
+    rate_limited: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NetworkStatus":
+        """Build from the API's NetworkStatus object."""
+        return cls(
+            policy=NetworkPolicy.from_json(d.get("policy")),
+            address=str(d.get("address") or ""),
+            gateway=str(d.get("gateway") or ""),
+            denied=int(d.get("denied") or 0),
+            rate_limited=int(d.get("rate_limited") or 0),
+        )
+
+
 @dataclass(frozen=True)
 class SandboxInfo:
     """A sandbox as the API shows it at one moment.
@@ -70,6 +204,8 @@ class SandboxInfo:
     of the snapshot its root disk was restored from, empty for one made by
     create; ``workspace_mb`` the size of its workspace disk at /workspace
     (0: none) and ``workspace_origin`` the snapshot that disk came from.
+    ``network`` is its egress policy (:class:`NetworkPolicy`; the default
+    one when it was given none).
     """
 
     id: str
@@ -89,6 +225,7 @@ class SandboxInfo:
     origin: str = ""
     workspace_mb: int = 0
     workspace_origin: str = ""
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -111,6 +248,7 @@ class SandboxInfo:
             origin=str(d.get("origin") or ""),
             workspace_mb=int(d.get("workspace_mb") or 0),
             workspace_origin=str(d.get("workspace_origin") or ""),
+            network=NetworkPolicy.from_json(d.get("network")),
         )
 
 

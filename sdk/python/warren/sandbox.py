@@ -23,10 +23,19 @@ from .errors import (
     _sandbox_gone,
 )
 from .files import Files
-from .models import ExecEvent, ExecResult, Preview, ProcessInfo, SandboxInfo
+from .models import (
+    ExecEvent,
+    ExecResult,
+    NetworkPolicy,
+    NetworkStatus,
+    Preview,
+    ProcessInfo,
+    SandboxInfo,
+    _policy_of,
+)
 from .snapshots import Snapshot, _client_of, _snapshot_id
 
-__all__ = ["Sandbox", "Process", "ExecStream", "Command", "OutputCallback"]
+__all__ = ["Sandbox", "Process", "ExecStream", "Command", "OutputCallback", "NetworkArg"]
 
 #: A command: a list of arguments run directly (argv), or a string run as a
 #: shell command line by ``/bin/sh -c``.
@@ -34,6 +43,10 @@ Command = Union[Sequence[str], str]
 
 #: A callback that receives output bytes exactly as the command wrote them.
 OutputCallback = Callable[[bytes], None]
+
+#: An egress policy as an argument: a :class:`~warren.NetworkPolicy`, or a
+#: dict with its fields (``{"allow": ["pypi.org"]}``).
+NetworkArg = Union[NetworkPolicy, Mapping[str, Any]]
 
 # Extra seconds a command's socket waits beyond the command's own timeout:
 # the agent may take a while to start it, and the answer must still arrive.
@@ -110,6 +123,7 @@ def _sandbox_body(
     env: Optional[Mapping[str, str]],
     metadata: Optional[Mapping[str, str]],
     workspace_mb: Optional[int] = None,
+    network: Optional[NetworkArg] = None,
 ) -> Dict[str, Any]:
     """The fields that CreateSandboxRequest and RestoreRequest share, for
     the arguments that are not None."""
@@ -126,6 +140,8 @@ def _sandbox_body(
         body["env"] = {str(k): str(v) for k, v in env.items()}
     if metadata:
         body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+    if network is not None:
+        body["network"] = _policy_of(network).to_json()
     return body
 
 
@@ -363,7 +379,8 @@ class Sandbox:
 
     A Sandbox is safe to share between threads: each call is one API
     request. Its :attr:`info` is a snapshot as of the last call that
-    returned it (create, get, refresh, set_timeout).
+    returned it (create, get, refresh, set_timeout; set_network updates its
+    ``network``).
 
     Example::
 
@@ -395,6 +412,7 @@ class Sandbox:
         timeout: Optional[float] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        network: Optional[NetworkArg] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it is running. Arguments left
@@ -415,13 +433,22 @@ class Sandbox:
                 it unless :meth:`set_timeout` extends it.
             env: environment variables of every command run in it.
             metadata: your own labels, kept with the sandbox.
+            network: its egress policy, a :class:`~warren.NetworkPolicy` or
+                a dict of its fields (``{"allow": ["pypi.org"]}``); None
+                for the default (the internet, not private ranges). Change
+                it later with :meth:`set_network`.
             client: the client to use (default: :func:`default_client`).
+
+        Raises:
+            BadRequestError: an argument is invalid, e.g. a network entry
+                that is neither an IPv4 address, a CIDR nor a domain name
+                (the message names it).
 
         Never retried: a failed create may or may not have made a sandbox.
         """
         client = client or default_client()
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-                             env=env, metadata=metadata, workspace_mb=workspace_mb)
+                             env=env, metadata=metadata, workspace_mb=workspace_mb, network=network)
         if template is not None:
             body["template"] = template
         if disk_mb is not None:
@@ -443,6 +470,7 @@ class Sandbox:
         timeout: Optional[float] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        network: Optional[NetworkArg] = None,
         client: Optional[Client] = None,
     ) -> List["Sandbox"]:
         """Fork: start count sandboxes from a snapshot, in parallel, and
@@ -458,10 +486,12 @@ class Sandbox:
             snapshot: a :class:`Snapshot` or its id. A pending snapshot can
                 be restored on the node that took it.
             count: how many sandboxes (the server allows 1 to 256).
-            runtime, cpus, memory_mb, pids, timeout, env, metadata: as for
-                :meth:`create`, for every one of them; the disk size is the
-                snapshot's. A workspace snapshot comes back as /workspace on
-                a fresh root disk from its template.
+            runtime, cpus, memory_mb, pids, timeout, env, metadata, network:
+                as for :meth:`create`, for every one of them; the disk size
+                is the snapshot's. A snapshot carries no egress policy:
+                without network, each gets the default. A workspace
+                snapshot comes back as /workspace on a fresh root disk from
+                its template.
             workspace_mb: an empty workspace disk for each sandbox restored
                 from a root snapshot.
             client: the client to use (default: the snapshot's, else
@@ -483,7 +513,7 @@ class Sandbox:
             # The API reads a count of 0 as "the default, 1": refuse it here.
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-                             env=env, metadata=metadata, workspace_mb=workspace_mb)
+                             env=env, metadata=metadata, workspace_mb=workspace_mb, network=network)
         body["count"] = count
         t = client.transport.timeout
         answer = client.transport.request(
@@ -600,6 +630,55 @@ class Sandbox:
         answer = self._transport.request("POST", self._path("resume"), retry=REFUSED)
         self._info = SandboxInfo.from_json(answer.json())
         return self._info
+
+    # -- network -------------------------------------------------------------
+
+    def network(self) -> NetworkStatus:
+        """The sandbox's network: its egress ``policy``, its ``address``
+        and ``gateway``, and how many connections and DNS queries the
+        policy ``denied`` (and the rate limit refused) so far."""
+        return NetworkStatus.from_json(self._get(self._path("network")))
+
+    def set_network(
+        self,
+        policy: Optional[NetworkArg] = None,
+        *,
+        none: bool = False,
+        allow: Sequence[str] = (),
+        deny: Sequence[str] = (),
+    ) -> NetworkStatus:
+        """Replace the sandbox's egress policy whole, and return its network
+        then. The new policy holds at once for new connections and DNS
+        queries (connections already open are not cut).
+
+        Give either a policy (a :class:`~warren.NetworkPolicy` or a dict of
+        its fields) or its fields as keywords, not both::
+
+            sb.set_network(allow=["pypi.org", "*.pythonhosted.org"])
+            sb.set_network(NetworkPolicy(none=True))
+            sb.set_network()                  # back to the default
+
+        Nothing kept from the old policy: with neither, the policy becomes
+        the default (the internet, not private ranges). Also updates
+        ``info.network``. Retried like a read (setting the same policy
+        twice is harmless).
+
+        Raises:
+            BadRequestError: an entry is neither an IPv4 address, a CIDR
+                nor a domain name (the message names it); the policy is
+                unchanged.
+            SandboxGoneError: the sandbox is not running.
+        """
+        if policy is not None:
+            if none or allow or deny:
+                raise TypeError("set_network takes a policy or none/allow/deny, not both")
+            pol = _policy_of(policy)
+        else:
+            pol = NetworkPolicy(none=none, allow=allow, deny=deny)
+        answer = self._transport.request("PUT", self._path("network"), json_body=pol.to_json(), retry=IDEMPOTENT)
+        status = NetworkStatus.from_json(answer.json())
+        self._info = dataclasses.replace(self._info, network=status.policy)
+        return status
 
     # -- exposed ports -------------------------------------------------------
 

@@ -24,7 +24,7 @@ from .errors import RequestTimeout
 from .models import GCResult, parse_time
 
 if TYPE_CHECKING:
-    from .sandbox import Sandbox
+    from .sandbox import NetworkArg, Sandbox
 
 __all__ = ["Snapshot", "get_snapshot", "list_snapshots", "delete_snapshot", "gc"]
 
@@ -142,6 +142,7 @@ class Snapshot:
         timeout: Optional[float] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        network: Optional["NetworkArg"] = None,
     ) -> List["Sandbox"]:
         """Start count sandboxes from this snapshot; see
         :meth:`Sandbox.restore`."""
@@ -149,7 +150,7 @@ class Snapshot:
 
         return Sandbox.restore(
             self, count, runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-            env=env, metadata=metadata,
+            env=env, metadata=metadata, network=network,
         )
 
     def delete(self) -> None:
