@@ -79,6 +79,8 @@ func newFake(t *testing.T) *fakeWarren {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/timeout", f.sandbox(f.timeout))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/preview", f.sandbox(f.getPreview))
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/preview", f.sandbox(f.setPreview))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/network", f.sandbox(f.getNetwork))
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/network", f.sandbox(f.setNetwork))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", f.sandbox(f.exec))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/processes/{pid}/stream", f.process(f.attach))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/stdin", f.process(f.stdin))
@@ -133,6 +135,9 @@ func (f *fakeWarren) addSandbox(req api.CreateSandboxRequest) api.Sandbox {
 	sb := api.Sandbox{ID: fmt.Sprintf("sb-%d", f.nextID), Template: req.Template, Runtime: "container",
 		Isolation: "container (shared host kernel)", State: api.StateRunning, CPUs: req.CPUs, MemoryMB: req.MemoryMB,
 		Env: req.Env, Metadata: req.Metadata, CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutSeconds) * time.Second)}
+	if req.Network != nil {
+		sb.Network = *req.Network
+	}
 	f.sandboxes[sb.ID] = sb
 	return sb
 }
