@@ -496,7 +496,8 @@ func TestNetworkForks(t *testing.T) {
 
 // TestNetworkVM gives a vm sandbox (tap device, virtio-net, the guest
 // configuring its own interface) the same network: an allow-list holds,
-// the metadata address is refused, its app is reached through the proxy.
+// the metadata address is refused, its app is reached through the proxy,
+// before and after a pause with memory.
 func TestNetworkVM(t *testing.T) {
 	need(t)
 	ctx := context.Background()
@@ -520,6 +521,26 @@ func TestNetworkVM(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "app "+sb.ID+" /vm\n" {
 		t.Errorf("vm app through the proxy: %d %q", resp.StatusCode, body)
+	}
+	// A resumed VM's QEMU gets a new tap; the guest's network and its app
+	// carry on.
+	if _, err := cl.PauseSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ResumeSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got = probe(t, sb.ID, "allowed.test:80", hostPort(inetMeta, 80))
+	wantReached(t, got, "allowed.test:80")
+	wantRefused(t, got, hostPort(inetMeta, 80))
+	resp, err = cl.PortRequest(ctx, "GET", sb.ID, 8000, "/resumed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "app "+sb.ID+" /resumed\n" {
+		t.Errorf("vm app after resume: %d %q", resp.StatusCode, body)
 	}
 }
 

@@ -11,6 +11,7 @@ package guestnet
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -32,6 +33,10 @@ var (
 	Address = netip.AddrFrom4([4]byte{10, 0, 2, 15})
 	// Gateway is its router, which is also its DNS server.
 	Gateway = netip.AddrFrom4([4]byte{10, 0, 2, 2})
+	// GatewayMAC is the router's MAC address on the sandbox's link, the
+	// same in every router: a VM resumed from memory (whose ARP cache
+	// remembers the gateway) finds it at a new tap device.
+	GatewayMAC = net.HardwareAddr{0x02, 0x00, 0x0a, 0x00, 0x02, 0x02}
 )
 
 // WriteFiles writes etc/hosts (localhost, and hostname at the sandbox's

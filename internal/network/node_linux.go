@@ -463,7 +463,7 @@ func (s *Sandbox) PlugNetNS(path string) error {
 	}
 	defer h.Close()
 	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: routerSandboxIface},
+		LinkAttrs: netlink.LinkAttrs{Name: routerSandboxIface, HardwareAddr: guestnet.GatewayMAC},
 		PeerName:  guestnet.Iface, PeerNamespace: netlink.NsFd(target),
 	}
 	if err := h.LinkAdd(veth); err != nil {
@@ -523,6 +523,9 @@ func (s *Sandbox) Tap() (*os.File, error) {
 	}
 	if err == nil {
 		err = h.LinkSetName(link, routerSandboxIface)
+	}
+	if err == nil {
+		err = h.LinkSetHardwareAddr(link, guestnet.GatewayMAC)
 	}
 	if err == nil {
 		err = s.routerSide(h)
