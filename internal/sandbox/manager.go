@@ -699,14 +699,26 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn
 // running returns one of tenant's running sandboxes; not_found or conflict
 // otherwise.
 func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error) {
+	l, err := m.alive(ctx, tenant, id, api.StateRunning)
+	if err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
-	l := m.live[id]
-	ok := l != nil && l.tenant == tenant && !l.deleting
-	paused := ok && l.paused
+	paused := l.paused
 	m.mu.Unlock()
 	if paused {
 		return nil, api.Errorf(api.CodeConflict, "sandbox %s is paused: resume it first", id)
 	}
+	return l, nil
+}
+
+// alive returns one of tenant's sandboxes that this process runs, running
+// or paused; not_found, or a conflict saying it is not in the state want.
+func (m *Manager) alive(ctx context.Context, tenant, id, want string) (*live, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	ok := l != nil && l.tenant == tenant && !l.deleting
+	m.mu.Unlock()
 	if ok {
 		return l, nil
 	}
@@ -714,7 +726,7 @@ func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error)
 	if err != nil {
 		return nil, err
 	}
-	return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
+	return nil, api.Errorf(api.CodeConflict, "sandbox %s is not %s (state %s)", id, want, rec.State)
 }
 
 // Info describes the node.
@@ -874,16 +886,9 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, er
 // a sandbox that is not paused. If the runtime fails before the guest ran
 // again the sandbox stays paused; else it is lost (marked failed).
 func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
-	m.mu.Lock()
-	l := m.live[id]
-	ok := l != nil && l.tenant == tenant && !l.deleting
-	m.mu.Unlock()
-	if !ok {
-		rec, err := m.record(ctx, tenant, id)
-		if err != nil {
-			return api.Sandbox{}, err
-		}
-		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, rec.State)
+	l, err := m.alive(ctx, tenant, id, api.StatePaused)
+	if err != nil {
+		return api.Sandbox{}, err
 	}
 	p, ok := l.inst.(runtime.Pauser)
 	if !ok {

@@ -104,19 +104,11 @@ func (m *Manager) networkStatus(rec store.Sandbox) (api.NetworkStatus, error) {
 	return st, nil
 }
 
-// SetNetwork replaces a live sandbox's egress policy: the router's rules
-// change at once, then the record.
+// SetNetwork replaces the egress policy of a running (or paused) sandbox:
+// the router's rules change at once, then the record.
 func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.NetworkPolicy) (api.NetworkStatus, error) {
-	m.mu.Lock()
-	l := m.live[id]
-	ok := l != nil && l.tenant == tenant && !l.deleting
-	m.mu.Unlock()
-	if !ok {
-		rec, err := m.record(ctx, tenant, id)
-		if err != nil {
-			return api.NetworkStatus{}, err
-		}
-		return api.NetworkStatus{}, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
+	if _, err := m.alive(ctx, tenant, id, api.StateRunning); err != nil {
+		return api.NetworkStatus{}, err
 	}
 	if _, err := m.validNetwork(&p); err != nil {
 		return api.NetworkStatus{}, err
