@@ -18,7 +18,7 @@ import (
 
 // Run with (docs/BENCHMARKS.md records the figures; under TCG here):
 //   sudo WARREN_TEST_TEMPLATE_CACHE=/var/cache/warren-test \
-//     go test ./e2e -run '^$' -bench IdleVMs -benchtime 1x -v
+//     go test ./e2e -run '^$' -bench IdleVMs -benchtime 1x -count 2 -v
 
 // idleVMs is how many idle sandboxes of each kind BenchmarkIdleVMs keeps
 // alive at once: each vm boot takes seconds under TCG.
@@ -80,7 +80,7 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest) {
 	dropCaches()
 	after := memAvailable(b)
 
-	var charged, anon, cache, kmem, qemuRSS, guestUsed int64
+	var charged, anon, cache, kmem, qemuRSS, guestRAM, tcgCode, thp, guestUsed int64
 	for _, id := range ids {
 		charged += cgroupMemory(id)
 		st := memStat(id)
@@ -90,6 +90,10 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest) {
 		if req.Runtime == "vm" {
 			if pids := qemuOf(id); len(pids) == 1 {
 				qemuRSS += statusBytes(pids[0], "VmRSS")
+				m := qemuMappings(pids[0], req.MemoryMB)
+				guestRAM += m.guestRAM
+				tcgCode += m.tcgCode
+				thp += m.thp
 			}
 			res, err := c.Exec(ctx, id, api.ExecRequest{Shell: "grep -E '^(MemTotal|MemFree):' /proc/meminfo"})
 			if err == nil {
@@ -108,6 +112,9 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest) {
 	b.ReportMetric(mib(kmem), "kmem-MiB/sandbox")
 	if req.Runtime == "vm" {
 		b.ReportMetric(mib(qemuRSS), "qemu-VmRSS-MiB/sandbox")
+		b.ReportMetric(mib(guestRAM), "guest-RAM-resident-MiB/sandbox")
+		b.ReportMetric(mib(tcgCode), "tcg-code-MiB/sandbox")
+		b.ReportMetric(mib(thp), "THP-MiB/sandbox")
 		b.ReportMetric(mib(guestUsed), "guest-used-MiB/sandbox")
 		b.ReportMetric(mib(charged)/float64(req.MemoryMB), "cgroup/guest-memory")
 	}
@@ -151,6 +158,58 @@ func settleMemory(ids []string) time.Duration {
 		last = now
 	}
 	return time.Since(t0)
+}
+
+// qemuMemory is where a QEMU's resident memory is, from its smaps.
+type qemuMemory struct {
+	// guestRAM is the resident part of the anonymous mapping exactly the
+	// size of the guest's memory: guest RAM the guest (or QEMU, loading the
+	// kernel and initrd) touched. Freed guest pages stay resident: nothing
+	// tells the host (no balloon, no free page reporting).
+	guestRAM int64
+	// tcgCode is the resident part of anonymous rwx mappings: TCG's
+	// translated-code buffer (tb-size).
+	tcgCode int64
+	// thp is the anonymous memory in transparent huge pages (QEMU asks for
+	// them on guest RAM and on the code buffer): a guest that touches one
+	// 4 KiB page makes 2 MiB resident.
+	thp int64
+}
+
+func qemuMappings(pid string, guestMiB int64) qemuMemory {
+	var m qemuMemory
+	f, err := os.Open(filepath.Join("/proc", pid, "smaps"))
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	var size int64
+	var perms string
+	var anon bool // no backing file
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			lo, hi, _ := strings.Cut(fields[0], "-")
+			a, _ := strconv.ParseUint(lo, 16, 64)
+			z, _ := strconv.ParseUint(hi, 16, 64)
+			size, perms, anon = int64(z-a), fields[1], len(fields) == 5
+			continue
+		}
+		if len(fields) != 3 || fields[2] != "kB" {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch {
+		case fields[0] == "Rss:" && anon && size == guestMiB<<20:
+			m.guestRAM += kb << 10
+		case fields[0] == "Rss:" && anon && perms == "rwxp":
+			m.tcgCode += kb << 10
+		case fields[0] == "AnonHugePages:":
+			m.thp += kb << 10
+		}
+	}
+	return m
 }
 
 // memStat is the sandbox's cgroup memory.stat (v1: rss, cache, ...; v2:

@@ -90,7 +90,8 @@ func hostBootTime(t *testing.T) string {
 }
 
 // vmGone waits until nothing of vm sandbox id is left on the host: no
-// QEMU, no cgroup in any controller, no disk image, no private directory.
+// QEMU, no cgroup in any controller, no router namespace, no disk image, no
+// private directory.
 func vmGone(t *testing.T, id string) {
 	t.Helper()
 	left := func() []string {
@@ -103,6 +104,8 @@ func vmGone(t *testing.T, id string) {
 			dirs = append(dirs, v2)
 		}
 		l = append(l, dirs...)
+		routers, _ := filepath.Glob("/run/warren/net/*/" + id) // its network's router namespace
+		l = append(l, routers...)
 		for _, p := range []string{
 			filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img"),
 			filepath.Join(shared.dataDir, "sandboxes", id),
@@ -479,7 +482,10 @@ func TestVMMKilled(t *testing.T) {
 	healthy(t, neighbour)
 	crashed := false
 	for _, l := range strings.Split(shared.log.String(), "\n") {
-		crashed = crashed || strings.Contains(l, "vmm crashed") && strings.Contains(l, id)
+		if strings.Contains(l, "vmm crashed") && strings.Contains(l, id) {
+			crashed = true
+			t.Logf("daemon log: %s", l)
+		}
 	}
 	if !crashed {
 		t.Errorf("the daemon's log does not say the VMM of %s crashed:\n%s", id, shared.log.tail(20))
