@@ -432,8 +432,8 @@ func TestVMEscape(t *testing.T) {
 		})
 		sb, _ := c.GetSandbox(ctx, id)
 		t.Logf("after the guest's reboot: state %s, error %q", sb.State, sb.Error)
-		if sb.Error == "" {
-			t.Error("failed sandbox without a reason")
+		if !strings.Contains(sb.Error, "the guest powered off or rebooted") {
+			t.Errorf("rebooted sandbox's reason %q does not say the guest rebooted", sb.Error)
 		}
 		if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
 			t.Errorf("exec in the rebooted sandbox: %v, want a conflict", err)
@@ -472,8 +472,8 @@ func TestVMMKilled(t *testing.T) {
 	})
 	sb, _ := c.GetSandbox(ctx, id)
 	t.Logf("after kill -9 of its QEMU: state %s, error %q", sb.State, sb.Error)
-	if sb.Error == "" {
-		t.Error("failed sandbox without a reason")
+	if !strings.Contains(sb.Error, "VMM (QEMU) crashed") || !strings.Contains(sb.Error, "signal 9") {
+		t.Errorf("failed sandbox's reason %q does not say its VMM crashed by signal 9", sb.Error)
 	}
 	if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("exec in the sandbox whose VMM died: %v, want a conflict", err)

@@ -131,3 +131,10 @@ type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 }
+
+// Explainer is an Instance that can say why it ended on its own (after Done
+// fired without Stop), for the sandbox's record: e.g. that its VMM crashed.
+// "" when it cannot tell.
+type Explainer interface {
+	ExitReason() string
+}

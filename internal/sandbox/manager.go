@@ -402,8 +402,12 @@ func (m *Manager) watch(id string, l *live) {
 	l.deleting = true
 	delete(m.live, id)
 	m.mu.Unlock()
-	m.log.Warn("sandbox exited on its own", "sandbox", id)
-	m.teardown(context.Background(), id, l, api.StateFailed, "the sandbox's init (guest agent) exited")
+	reason := "the sandbox's init (guest agent) exited"
+	if e, ok := l.inst.(runtime.Explainer); ok && e.ExitReason() != "" {
+		reason = e.ExitReason()
+	}
+	m.log.Warn("sandbox exited on its own", "sandbox", id, "reason", reason)
+	m.teardown(context.Background(), id, l, api.StateFailed, reason)
 }
 
 // teardown stops the sandbox, removes its disk and directory, and records

@@ -236,12 +236,14 @@ type instance struct {
 
 	// opMu serializes Pause, Resume and Stop; it guards the fields below,
 	// mu guards them for State.
-	opMu    sync.Mutex
-	mu      sync.Mutex
-	st      state
-	cur     *machine // nil while paused or stopped
-	paused  bool
-	stopped bool
+	opMu sync.Mutex
+	mu   sync.Mutex
+	st   state
+	cur  *machine // nil while paused or stopped
+	// exitReason says how the sandbox ended on its own, once it has.
+	exitReason string
+	paused     bool
+	stopped    bool
 
 	stopErr error
 }
@@ -254,7 +256,10 @@ type machine struct {
 	planned atomic.Bool
 }
 
-var _ runtime.Pauser = (*instance)(nil)
+var (
+	_ runtime.Pauser    = (*instance)(nil)
+	_ runtime.Explainer = (*instance)(nil)
+)
 
 func (in *instance) State() []byte {
 	in.mu.Lock()
@@ -271,9 +276,25 @@ func (in *instance) closeDone() { in.doneOnce.Do(func() { close(in.done) }) }
 // follow ends the sandbox when mc's QEMU exits, unless Pause ended it.
 func (in *instance) follow(mc *machine) {
 	<-mc.m.Done()
-	if !mc.planned.Load() {
-		in.closeDone()
+	if mc.planned.Load() {
+		return
 	}
+	exit, _ := mc.m.Wait(context.Background()) // done: returns at once
+	reason := "the guest powered off or rebooted: " + exit.String()
+	if exit.Crashed() {
+		reason = "its VMM (QEMU) crashed: " + exit.String()
+	}
+	in.mu.Lock()
+	in.exitReason = reason
+	in.mu.Unlock()
+	in.closeDone()
+}
+
+// ExitReason implements runtime.Explainer.
+func (in *instance) ExitReason() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.exitReason
 }
 
 // adopt makes m the instance's running machine.
