@@ -627,7 +627,7 @@ func (n *Node) Detach(s *Sandbox) error {
 func (s *Sandbox) destroy() error {
 	var errs []error
 	if link, err := netlink.LinkByName(s.host); err == nil {
-		errs = append(errs, netlink.LinkDel(link))
+		errs = append(errs, delLink(link))
 	}
 	s.closeNS()
 	errs = append(errs, removeNetNS(s.nsPath))
@@ -698,9 +698,19 @@ func (n *Node) Sweep(keep map[string]bool) error {
 			continue
 		}
 		n.log.Info("removing leftover sandbox link", "link", name)
-		errs = append(errs, netlink.LinkDel(l))
+		errs = append(errs, delLink(l))
 	}
 	return errors.Join(errs...)
+}
+
+// delLink deletes a host link. One that is already gone is not an error:
+// the kernel removes a veth pair on its own, asynchronously, once the
+// namespace holding its other end is gone.
+func delLink(l netlink.Link) error {
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("remove link %s: %w", l.Attrs().Name, err)
+	}
+	return nil
 }
 
 // inPool reports whether a host link has an address of the node's pool.
