@@ -288,6 +288,10 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	defer undo.RunIf(&err)
 
 	t0 := time.Now()
+	// The router is made while the disk is cloned and the runtime starts;
+	// the runtime waits for it only when it links the sandbox to it.
+	att := m.attachNetwork(ctx, rec)
+	undo.Add(att.undo)
 	diskPath := m.diskPath(rec.ID)
 	if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
 		return fmt.Errorf("clone disk: %w", err)
@@ -313,12 +317,9 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 
 	tClone := time.Now()
 	spec := m.spec(rec)
-	detach, err := m.attachNetwork(ctx, rec, &spec)
-	if err != nil {
-		return err
+	if att != nil {
+		spec.Network = att
 	}
-	undo.Add(detach)
-	tNet := time.Now()
 	inst, err := rt.Start(ctx, spec)
 	if err != nil {
 		return err
@@ -337,6 +338,9 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	}
 	tReady := time.Now()
 
+	if rec.NetSlot, err = att.slot(); err != nil {
+		return err
+	}
 	rec.State = api.StateRunning
 	rec.RuntimeState = inst.State()
 	if err := m.deps.Store.UpdateSandbox(ctx, rec); err != nil {
@@ -347,8 +351,8 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	m.live[rec.ID] = l
 	m.mu.Unlock()
 	go m.watch(rec.ID, l)
-	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", tNet.Sub(tClone),
-		"runtime", tStart.Sub(tNet), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
+	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", att.took(),
+		"runtime", tStart.Sub(tClone), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
 	return nil
 }
 

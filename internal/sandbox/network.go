@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"time"
 
 	"warren/api"
 	"warren/internal/guestnet"
+	"warren/internal/network"
 	"warren/internal/network/policy"
 	"warren/internal/runtime"
 	"warren/internal/store"
@@ -29,23 +32,97 @@ func (m *Manager) validNetwork(p *api.NetworkPolicy) (api.NetworkPolicy, error) 
 	return *p, nil
 }
 
-// attachNetwork makes the sandbox's router, when the node has networking,
-// records its slot in rec and gives it to spec. The policy was checked by
-// validNetwork. It returns the undo.
-func (m *Manager) attachNetwork(ctx context.Context, rec *store.Sandbox, spec *runtime.Spec) (func(), error) {
+// attaching is a sandbox's router in the making (network.Node.Attach, in
+// its own goroutine). It is the runtime's runtime.Network: a runtime that
+// links the sandbox waits for the router then.
+type attaching struct {
+	done  chan struct{} // closed when Attach has returned
+	n     *network.Node
+	s     *network.Sandbox
+	err   error
+	spent time.Duration
+}
+
+var _ runtime.Network = (*attaching)(nil)
+
+// attachNetwork starts making the sandbox's router, when the node has
+// networking (else it returns nil). The policy was checked by
+// validNetwork.
+func (m *Manager) attachNetwork(ctx context.Context, rec *store.Sandbox) *attaching {
 	if m.deps.Network == nil {
-		return func() {}, nil
+		return nil
 	}
-	pol, err := policy.Parse(rec.Network)
+	a := &attaching{done: make(chan struct{}), n: m.deps.Network}
+	go func() {
+		defer close(a.done)
+		t0 := time.Now()
+		defer func() { a.spent = time.Since(t0) }()
+		pol, err := policy.Parse(rec.Network)
+		if err != nil {
+			a.err = err
+			return
+		}
+		a.s, a.err = a.n.Attach(ctx, rec.ID, pol)
+		if a.err != nil {
+			a.err = fmt.Errorf("network: %w", a.err)
+		}
+	}()
+	return a
+}
+
+// wait returns the router once it is made.
+func (a *attaching) wait() (*network.Sandbox, error) {
+	<-a.done
+	return a.s, a.err
+}
+
+// PlugNetNS implements runtime.Network once the router is made.
+func (a *attaching) PlugNetNS(path string) error {
+	s, err := a.wait()
+	if err != nil {
+		return err
+	}
+	return s.PlugNetNS(path)
+}
+
+// Tap implements runtime.Network once the router is made.
+func (a *attaching) Tap() (*os.File, error) {
+	s, err := a.wait()
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.deps.Network.Attach(ctx, rec.ID, pol)
-	if err != nil {
-		return nil, fmt.Errorf("network: %w", err)
+	return s.Tap()
+}
+
+// slot is the router's slot in the pool (0 without networking), once made.
+func (a *attaching) slot() (int, error) {
+	if a == nil {
+		return 0, nil
 	}
-	rec.NetSlot, spec.Network = s.Slot(), s
-	return func() { m.deps.Network.Detach(s) }, nil
+	s, err := a.wait()
+	if err != nil {
+		return 0, err
+	}
+	return s.Slot(), nil
+}
+
+// undo removes the router, once made, after a failed start.
+func (a *attaching) undo() {
+	if a == nil {
+		return
+	}
+	if s, err := a.wait(); err == nil {
+		a.n.Detach(s)
+	}
+}
+
+// took is how long making the router took, for the start's timings.
+func (a *attaching) took() time.Duration {
+	if a == nil {
+		return 0
+	}
+	<-a.done
+	return a.spent
 }
 
 // adoptNetwork takes back the router of a sandbox an earlier daemon

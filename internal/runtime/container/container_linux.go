@@ -319,11 +319,6 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("join cgroup: %w", err)
 	}
 
-	if spec.Network != nil {
-		if err := spec.Network.PlugNetNS(fmt.Sprintf("/proc/%d/ns/net", p.pid)); err != nil {
-			return nil, err
-		}
-	}
 	var fds []int
 	for _, d := range disksMounted() {
 		if d.err != nil {
@@ -333,6 +328,13 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 			return nil, err
 		}
 		fds = append(fds, d.fd)
+	}
+	// Last before the hand-over: the sandbox's router may still be in the
+	// making (the manager makes it while the disks mount).
+	if spec.Network != nil {
+		if err := spec.Network.PlugNetNS(fmt.Sprintf("/proc/%d/ns/net", p.pid)); err != nil {
+			return nil, err
+		}
 	}
 	cfg, _ := json.Marshal(containerinit.Config{
 		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil,
