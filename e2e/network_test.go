@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
 	"warren/api"
 	"warren/client"
 )
@@ -260,20 +263,33 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 }
 
-// nodeAddress is a sandbox's node-side address (its router's uplink), read
-// off the host's link to it.
+// nodeAddress is a sandbox's node-side address: its router's uplink
+// address, read in the router's namespace (bound under /run/warren/net).
 func nodeAddress(t testing.TB, id string) string {
 	t.Helper()
-	ifc, err := net.InterfaceByName("ws" + strings.TrimPrefix(id, "sb-")[:13])
+	paths, _ := filepath.Glob("/run/warren/net/*/" + id)
+	if len(paths) != 1 {
+		t.Fatalf("router of %s: found %v", id, paths)
+	}
+	ns, err := netns.GetFromPath(paths[0])
 	if err != nil {
-		t.Fatalf("host link of %s: %v", id, err)
+		t.Fatal(err)
 	}
-	addrs, err := ifc.Addrs()
-	if err != nil || len(addrs) == 0 {
-		t.Fatalf("host link of %s has no address: %v", id, err)
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ip := addrs[0].(*net.IPNet).IP.To4()
-	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
+	defer h.Close()
+	up, err := h.LinkByName("up0")
+	if err != nil {
+		t.Fatalf("router of %s: %v", id, err)
+	}
+	addrs, err := h.AddrList(up, netlink.FAMILY_V4)
+	if err != nil || len(addrs) != 1 {
+		t.Fatalf("router of %s: uplink addresses %v, %v", id, addrs, err)
+	}
+	return addrs[0].IP.String()
 }
 
 // hostGateway is an address of the host on its uplink (or any non-loopback

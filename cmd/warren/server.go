@@ -31,6 +31,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	pool := fs.String("net-pool", network.DefaultPool.String(), "IPv4 pool of the sandboxes' router links, a /30 each;\ntwo servers on one host need two pools")
 	mbps := fs.Int("net-mbps", network.DefaultMbps, "bandwidth limit of each sandbox, each way, in megabits per second")
 	connRate := fs.Uint("net-conn-rate", network.DefaultConnRate, "new connections per second each sandbox may open")
+	netWarm := fs.Int("net-warm", network.DefaultWarm, "sandbox routers kept ready, for fast creates")
 	dns := fs.String("dns-upstream", "", "comma-separated DNS servers (ip:port) the sandboxes' resolver asks\n(default: the nameservers of /etc/resolv.conf)")
 	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (wildcard DNS to this server):\na domain (https preview URLs) or a URL such as http://localhost:7777 (default: none)")
 	debug := fs.Bool("debug", false, "log debug messages")
@@ -42,7 +43,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 			return badUsage(fs, "--preview-domain: "+err.Error())
 		}
 	}
-	netCfg := network.Config{Mbps: *mbps, ConnRate: uint32(*connRate)}
+	netCfg := network.Config{Mbps: *mbps, ConnRate: uint32(*connRate), Warm: *netWarm}
 	var err error
 	if netCfg.Pool, err = netip.ParsePrefix(*pool); err != nil {
 		return badUsage(fs, "--net-pool: "+err.Error())

@@ -5,16 +5,12 @@ package network
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
-	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
 )
 
@@ -23,31 +19,29 @@ import (
 
 // BenchmarkSandboxNetwork is one sandbox's network setup, what a create
 // waits for: its router (namespace, uplink veth, addresses, route, rate
-// limit, rules) and the link into the sandbox's namespace. The teardown is
-// outside the timing. The baseline is the kernel's floor: one bare network
-// namespace made and bound.
+// limit, rules) and the link into the sandbox's namespace; setup-warm takes
+// a router the node made ready beforehand (the pool refills outside the
+// timing). The teardown is outside the timing. The baseline is the
+// kernel's floor: one bare network namespace made and bound.
 func BenchmarkSandboxNetwork(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
 	runDir := b.TempDir()
-	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: testUpstreams})
+	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: testUpstreams, Warm: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		n.Close()
-		firewall.DeleteHost(n.table)
-		if lo, err := netlink.LinkByName("lo"); err == nil {
-			netlink.AddrDel(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.resolver.Addr(), 32))})
-		}
-	})
+	b.Cleanup(func() { cleanupNode(n) })
 	ctx := context.Background()
-	b.Run("setup", func(b *testing.B) {
+	i := 0
+	setup := func(b *testing.B, warm bool) {
 		var ds []time.Duration
-		i := 0
 		for b.Loop() {
 			b.StopTimer()
+			for warm && n.warmCount() == 0 {
+				time.Sleep(time.Millisecond)
+			}
 			target := filepath.Join(runDir, fmt.Sprintf("target-%d", i))
 			if err := newNetNS(target); err != nil {
 				b.Fatal(err)
@@ -70,7 +64,10 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 			b.StartTimer()
 		}
 		reportP50(b, ds)
-	})
+	}
+	b.Run("setup", func(b *testing.B) { setup(b, false) })
+	n.StartWarm()
+	b.Run("setup-warm", func(b *testing.B) { setup(b, true) })
 	b.Run("baseline-netns", func(b *testing.B) {
 		var ds []time.Duration
 		path := filepath.Join(runDir, "baseline")

@@ -58,6 +58,21 @@ func newNetNS(path string) (err error) {
 	return err
 }
 
+// rebind binds the namespace at from at to (which must not exist) and
+// removes from.
+func rebind(from, to string) error {
+	f, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o400)
+	if err != nil {
+		return fmt.Errorf("network namespace file: %w", err)
+	}
+	f.Close()
+	if err := unix.Mount(from, to, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(to)
+		return fmt.Errorf("bind network namespace: %w", err)
+	}
+	return removeNetNS(from)
+}
+
 // removeNetNS unbinds and removes the namespace file at path; the namespace
 // ends once nothing else holds it. A missing path is not an error.
 func removeNetNS(path string) error {

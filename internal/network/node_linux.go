@@ -8,10 +8,11 @@
 // resolver that answers by that policy (package resolver).
 //
 // Links, addresses, routes and qdiscs are made over netlink; rules over
-// nftables' netlink API. Nothing shells out. Router namespaces are bound
-// under the node's run directory, so sandboxes keep their network while
-// the daemon restarts; Adopt takes them back and Sweep removes what no
-// sandbox owns.
+// nftables' netlink API. Nothing shells out. A few routers are kept ready
+// with the default policy (Config.Warm), so that a create takes one instead
+// of waiting for the kernel. Router namespaces are bound under the node's
+// run directory, so sandboxes keep their network while the daemon
+// restarts; Adopt takes them back and Sweep removes what no sandbox owns.
 //
 // It does not decide policies (package policy parses them; the sandbox
 // manager stores them) and does not configure the inside of a sandbox: the
@@ -46,7 +47,8 @@ import (
 )
 
 // Interface names. Host ends of sandbox links are IfacePrefix followed by
-// 13 characters of the sandbox ID.
+// the 8 hex digits of their address (unique on the host: pools do not
+// overlap), so that a router is made before its sandbox has an ID.
 const (
 	IfacePrefix        = "ws"
 	tapPrefix          = "wt"
@@ -63,6 +65,11 @@ const (
 	DefaultRunDir   = "/run/warren/net"
 	DefaultMbps     = 1000
 	DefaultConnRate = 200
+	DefaultWarm     = 4
+	// warmDelay is how long the pool waits after a router was taken before
+	// it makes another: making one while a burst of creates runs would
+	// slow them down.
+	warmDelay = 100 * time.Millisecond
 	// dialTimeout bounds a connection to a sandbox's port.
 	dialTimeout = 10 * time.Second
 	// queueLatency bounds how long a packet waits in a rate limit's queue.
@@ -95,7 +102,10 @@ type Config struct {
 	// ConnRate is how many new connections per second a sandbox may open;
 	// default DefaultConnRate.
 	ConnRate uint32
-	Log      *slog.Logger
+	// Warm is how many routers are kept ready (with the default policy);
+	// 0: none, every create makes its own.
+	Warm int
+	Log  *slog.Logger
 }
 
 // Node is one daemon's sandbox networking. It is safe for concurrent use.
@@ -110,7 +120,12 @@ type Node struct {
 
 	mu     sync.Mutex
 	byID   map[string]*Sandbox
-	bySlot map[int]*Sandbox
+	bySlot map[int]*Sandbox // every router, warm ones included
+	warm   []*Sandbox       // ready routers no sandbox has taken yet
+
+	taken    chan struct{} // a warm router was taken
+	stopWarm context.CancelFunc
+	warmDone chan struct{}
 }
 
 // New sets up the node's part: it takes the pool (one server per pool on a
@@ -180,17 +195,126 @@ func New(cfg Config) (_ *Node, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	n.taken = make(chan struct{}, 1)
 	n.log.Info("sandbox networking ready", "pool", cfg.Pool, "resolver", n.resolver,
-		"upstreams", cfg.Upstreams, "mbps", cfg.Mbps, "conn_rate", cfg.ConnRate)
+		"upstreams", cfg.Upstreams, "mbps", cfg.Mbps, "conn_rate", cfg.ConnRate, "warm", cfg.Warm)
 	return n, nil
 }
 
-// Close stops the resolver and lets the pool go. Sandboxes keep their
-// routers and the host keeps its rules: a restarted daemon adopts them.
+// StartWarm starts keeping Config.Warm routers ready. The daemon calls it
+// once every sandbox of an earlier process was adopted at its slot and the
+// rest swept.
+func (n *Node) StartWarm() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopWarm != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopWarm, n.warmDone = cancel, make(chan struct{})
+	go n.keepWarm(ctx)
+}
+
+// Close stops the resolver, removes the warm routers and lets the pool go.
+// Sandboxes keep their routers and the host keeps its rules: a restarted
+// daemon adopts them.
 func (n *Node) Close() error {
-	err := n.dns.Close()
+	n.mu.Lock()
+	stop, done := n.stopWarm, n.warmDone
+	n.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	n.mu.Lock()
+	warm := n.warm
+	n.warm = nil
+	n.mu.Unlock()
+	var errs []error
+	for _, s := range warm {
+		errs = append(errs, s.destroy())
+	}
+	errs = append(errs, n.dns.Close())
 	n.lock.Close()
-	return err
+	return errors.Join(errs...)
+}
+
+// keepWarm makes routers until Config.Warm are ready, and again each time
+// one is taken (once no create has taken one for warmDelay), until ctx
+// ends.
+func (n *Node) keepWarm(ctx context.Context) {
+	defer close(n.warmDone)
+	for {
+		for n.warmCount() < n.cfg.Warm && ctx.Err() == nil {
+			if err := n.makeWarm(); err != nil {
+				n.log.Warn("warm router", "err", err)
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.taken:
+		}
+		for quiet := false; !quiet; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.taken:
+			case <-time.After(warmDelay):
+				quiet = true
+			}
+		}
+	}
+}
+
+func (n *Node) warmCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.warm)
+}
+
+// makeWarm makes a router with the default policy and adds it to the pool.
+func (n *Node) makeWarm() error {
+	s, err := n.register("", 0, policy.Policy{})
+	if err != nil {
+		return err
+	}
+	if err := s.build(filepath.Join(n.dir, fmt.Sprintf("warm-%d", s.slot))); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.warm = append(n.warm, s)
+	n.mu.Unlock()
+	return nil
+}
+
+// takeWarm takes a ready router for sandbox id, or returns nil when there
+// is none: its namespace is bound again under id's name.
+func (n *Node) takeWarm(id string) *Sandbox {
+	n.mu.Lock()
+	if len(n.warm) == 0 || n.byID[id] != nil {
+		n.mu.Unlock()
+		return nil
+	}
+	s := n.warm[len(n.warm)-1]
+	n.warm = n.warm[:len(n.warm)-1]
+	n.mu.Unlock()
+	select {
+	case n.taken <- struct{}{}:
+	default:
+	}
+	path := filepath.Join(n.dir, id)
+	if err := rebind(s.nsPath, path); err != nil {
+		n.log.Warn("take warm router", "err", err)
+		s.destroy()
+		return nil
+	}
+	n.mu.Lock()
+	s.id, s.nsPath = id, path
+	n.byID[id] = s
+	n.mu.Unlock()
+	return s
 }
 
 // resolverAddress puts the resolver's address on the host's loopback
@@ -250,30 +374,28 @@ var _ runtime.Network = (*Sandbox)(nil)
 func (s *Sandbox) Slot() int { return s.slot }
 
 func (n *Node) newSandbox(id string, slot int, pol policy.Policy) *Sandbox {
+	host := slotAddr(n.cfg.Pool, slot, 1)
 	return &Sandbox{
 		n: n, id: id, slot: slot, pol: pol, ns: netns.None(),
 		nsPath:   filepath.Join(n.dir, id),
-		host:     hostIface(id),
+		host:     hostIface(host),
 		nodeAddr: slotAddr(n.cfg.Pool, slot, 2),
-		hostAddr: slotAddr(n.cfg.Pool, slot, 1),
+		hostAddr: host,
 	}
 }
 
-// hostIface names the host end of a sandbox's link: IfacePrefix and 13
-// characters of the ID's random part (65 bits).
-func hostIface(id string) string {
-	r := id
-	if i := strings.IndexByte(id, '-'); i >= 0 {
-		r = id[i+1:]
-	}
-	return IfacePrefix + r[:min(len(r), 15-len(IfacePrefix))]
+// hostIface names the host end of a sandbox's link by its address.
+func hostIface(a netip.Addr) string {
+	b := a.As4()
+	return fmt.Sprintf("%s%08x", IfacePrefix, binary.BigEndian.Uint32(b[:]))
 }
 
-// register claims a slot for s (the lowest free one when slot is 0).
+// register claims a slot for sandbox id (the lowest free one when slot is
+// 0); id "" is a warm router's.
 func (n *Node) register(id string, slot int, pol policy.Policy) (*Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.byID[id] != nil {
+	if id != "" && n.byID[id] != nil {
 		return nil, fmt.Errorf("sandbox %s already has a network", id)
 	}
 	if slot == 0 {
@@ -290,47 +412,70 @@ func (n *Node) register(id string, slot int, pol policy.Policy) (*Sandbox, error
 		return nil, fmt.Errorf("network slot %d of sandbox %s is not free", slot, id)
 	}
 	s := n.newSandbox(id, slot, pol)
-	n.byID[id], n.bySlot[slot] = s, s
+	n.bySlot[slot] = s
+	if id != "" {
+		n.byID[id] = s
+	}
 	return s, nil
 }
 
 func (n *Node) unregister(s *Sandbox) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.byID[s.id] == s {
-		delete(n.byID, s.id)
+	if n.bySlot[s.slot] == s {
 		delete(n.bySlot, s.slot)
+	}
+	if s.id != "" && n.byID[s.id] == s {
+		delete(n.byID, s.id)
 	}
 }
 
-// Attach makes a sandbox's router: its namespace, the link to the host with
-// the slot's addresses, the rate limits and the rules of pol. The runtime
-// then links the sandbox to it (runtime.Network). On error nothing is left.
-func (n *Node) Attach(ctx context.Context, id string, pol policy.Policy) (_ *Sandbox, err error) {
+// Attach gives sandbox id its router: a warm one when the pool has one, else
+// a new one (its namespace, the link to the host with the slot's
+// addresses, the rate limits), with the rules of pol. The runtime then
+// links the sandbox to it (runtime.Network). On error nothing is left.
+func (n *Node) Attach(ctx context.Context, id string, pol policy.Policy) (*Sandbox, error) {
+	t0 := time.Now()
+	if s := n.takeWarm(id); s != nil {
+		if !pol.IsDefault() {
+			if err := s.SetPolicy(pol); err != nil {
+				n.Detach(s)
+				return nil, err
+			}
+		}
+		n.log.Debug("sandbox network attached", "sandbox", id, "slot", s.slot, "warm", true, "took", time.Since(t0))
+		return s, nil
+	}
 	s, err := n.register(id, 0, pol)
 	if err != nil {
 		return nil, err
 	}
+	if err := s.build(s.nsPath); err != nil {
+		return nil, err
+	}
+	n.log.Debug("sandbox network attached", "sandbox", id, "slot", s.slot, "warm", false, "took", time.Since(t0))
+	return s, nil
+}
+
+// build makes s's router, bound at path: its namespace, its uplink and its
+// rules. On error nothing is left and s is unregistered.
+func (s *Sandbox) build(path string) (err error) {
+	s.nsPath = path
 	defer func() {
 		if err != nil {
 			s.destroy()
 		}
 	}()
-	t0 := time.Now()
 	if err := newNetNS(s.nsPath); err != nil {
-		return nil, err
+		return err
 	}
 	if err := s.openNS(); err != nil {
-		return nil, fmt.Errorf("open router namespace: %w", err)
+		return fmt.Errorf("open router namespace: %w", err)
 	}
 	if err := s.uplink(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.apply(); err != nil {
-		return nil, err
-	}
-	n.log.Debug("sandbox network attached", "sandbox", id, "slot", s.slot, "took", time.Since(t0))
-	return s, nil
+	return s.apply()
 }
 
 // uplink links the router to the host.
@@ -669,24 +814,27 @@ func (n *Node) Adopt(id string, slot int, pol policy.Policy) (_ *Sandbox, err er
 }
 
 // Sweep removes the routers and host links of this node's pool that no
-// sandbox in keep owns. Links of other pools (another warren server) are
-// left alone.
-func (n *Node) Sweep(keep map[string]bool) error {
-	var errs []error
+// registered router (adopted, attached or warm) owns. Links of other pools
+// (another warren server) are left alone.
+func (n *Node) Sweep() error {
+	owned, paths := map[string]bool{}, map[string]bool{}
+	n.mu.Lock()
+	for _, s := range n.bySlot {
+		owned[s.host], paths[s.nsPath] = true, true
+	}
+	n.mu.Unlock()
 	entries, err := os.ReadDir(n.dir)
 	if err != nil {
 		return err
 	}
-	owned := map[string]bool{}
-	for id := range keep {
-		owned[hostIface(id)] = true
-	}
+	var errs []error
 	for _, e := range entries {
-		if e.Name() == "lock" || keep[e.Name()] {
+		path := filepath.Join(n.dir, e.Name())
+		if e.Name() == "lock" || paths[path] {
 			continue
 		}
-		n.log.Info("removing leftover sandbox router", "sandbox", e.Name())
-		errs = append(errs, removeNetNS(filepath.Join(n.dir, e.Name())))
+		n.log.Info("removing leftover sandbox router", "router", e.Name())
+		errs = append(errs, removeNetNS(path))
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -741,7 +889,7 @@ func (n *Node) lookup(src netip.Addr) (resolver.Client, bool) {
 	n.mu.Lock()
 	s := n.bySlot[int(off/4)]
 	n.mu.Unlock()
-	if s == nil {
+	if s == nil || s.id == "" {
 		return resolver.Client{}, false
 	}
 	s.mu.Lock()

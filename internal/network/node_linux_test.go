@@ -5,12 +5,14 @@ package network
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -31,11 +33,28 @@ var (
 
 func newTestNode(t *testing.T, runDir string) *Node {
 	t.Helper()
-	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: testUpstreams})
+	return newTestNodeWith(t, Config{RunDir: runDir})
+}
+
+// newTestNodeWith starts a node on testPool with cfg's other settings.
+func newTestNodeWith(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	cfg.Pool, cfg.Upstreams = testPool, testUpstreams
+	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// cleanupNode removes what a test node leaves on the host for good: its
+// host table and the resolver's address.
+func cleanupNode(n *Node) {
+	n.Close()
+	firewall.DeleteHost(n.table)
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		netlink.AddrDel(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.resolver.Addr(), 32))})
+	}
 }
 
 // testSandboxNS makes a network namespace standing for a container's.
@@ -63,11 +82,7 @@ func TestNodeLifecycle(t *testing.T) {
 				n.Detach(s)
 			}
 		}
-		n.Close()
-		firewall.DeleteHost(n.table)
-		if lo, err := netlink.LinkByName("lo"); err == nil {
-			netlink.AddrDel(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.resolver.Addr(), 32))})
-		}
+		cleanupNode(n)
 	})
 	if _, err := New(Config{Pool: testPool, RunDir: runDir}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a second node on the same pool: %v, want refused", err)
@@ -127,7 +142,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if err := n.Detach(sbs[1]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := netlink.LinkByName(hostIface(ids[1])); err == nil {
+	if _, err := netlink.LinkByName(sbs[1].host); err == nil {
 		t.Error("detached sandbox's host link is still there")
 	}
 	if _, err := os.Stat(filepath.Join(n.dir, ids[1])); !errors.Is(err, os.ErrNotExist) {
@@ -137,8 +152,8 @@ func TestNodeLifecycle(t *testing.T) {
 		t.Errorf("policy of a detached sandbox: %v, want errDetached", err)
 	}
 
-	// A restart: a new node adopts the routers at their slots; one it is
-	// not told to keep is swept.
+	// A restart: a new node adopts the routers at their slots; one no
+	// sandbox took back is swept.
 	n.Close()
 	n = newTestNode(t, runDir)
 	a, err := n.Adopt(ids[0], 1, pol)
@@ -148,16 +163,16 @@ func TestNodeLifecycle(t *testing.T) {
 	if _, err := n.Adopt(ids[1], 2, pol); err == nil {
 		t.Error("adopted a detached sandbox's router")
 	}
-	if err := n.Sweep(map[string]bool{ids[0]: true}); err != nil {
+	if err := n.Sweep(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(n.dir, ids[2])); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("swept sandbox's router file: %v", err)
 	}
-	if _, err := netlink.LinkByName(hostIface(ids[2])); err == nil {
+	if _, err := netlink.LinkByName(sbs[2].host); err == nil {
 		t.Error("swept sandbox's host link is still there")
 	}
-	if _, err := netlink.LinkByName(hostIface(ids[0])); err != nil {
+	if _, err := netlink.LinkByName(sbs[0].host); err != nil {
 		t.Errorf("kept sandbox's host link: %v", err)
 	}
 	if s, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}); err != nil || s.Slot() != 2 {
@@ -168,4 +183,79 @@ func TestNodeLifecycle(t *testing.T) {
 	if err := n.Detach(a); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNodeWarm keeps two routers ready: an attach takes one (its file
+// renamed to the sandbox's ID), with its policy applied when it is not the
+// default; the pool makes another; Close removes the ready ones and leaves
+// attached ones.
+func TestNodeWarm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes network namespaces, links and nftables rules")
+	}
+	runDir := t.TempDir()
+	n := newTestNodeWith(t, Config{RunDir: runDir, Warm: 2})
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			cleanupNode(n)
+		}
+	})
+	n.StartWarm()
+	waitWarm := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for n.warmCount() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d warm routers, want %d", n.warmCount(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitWarm(2)
+	pol, _ := policy.Parse(api.NetworkPolicy{None: true})
+	s, err := n.Attach(context.Background(), "sb-aaaaaaaaaaaaaaaaaaaa", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Slot() != 1 && s.Slot() != 2 {
+		t.Errorf("attach took slot %d, want a warm one (1 or 2)", s.Slot())
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "sb-aaaaaaaaaaaaaaaaaaaa")); err != nil {
+		t.Errorf("taken router's file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, fmt.Sprintf("warm-%d", s.Slot()))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("taken router's warm file: %v", err)
+	}
+	s.mu.Lock()
+	none := s.pol.None
+	s.mu.Unlock()
+	if !none {
+		t.Error("the taken router kept the default policy")
+	}
+	if got, ok := n.Lookup("sb-aaaaaaaaaaaaaaaaaaaa"); !ok || got != s {
+		t.Error("the taken router is not the sandbox's")
+	}
+	waitWarm(2) // slot 3, the pool's last
+	if _, ok := n.lookup(slotAddr(testPool, 3, 2)); ok {
+		t.Error("the resolver knows a warm router as a sandbox")
+	}
+	warmHost := n.warm[0].host
+	closed = true
+	cleanupNode(n)
+	if _, err := netlink.LinkByName(warmHost); err == nil {
+		t.Error("Close left a warm router's link")
+	}
+	entries, _ := os.ReadDir(n.dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "lock sb-aaaaaaaaaaaaaaaaaaaa" {
+		t.Errorf("after Close the run dir holds %v, want the lock and the attached router", names)
+	}
+	if _, err := netlink.LinkByName(s.host); err != nil {
+		t.Errorf("Close removed an attached router's link: %v", err)
+	}
+	s.destroy()
 }

@@ -91,7 +91,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	errs = append(errs, m.sweepFiles(keep))
 	if m.deps.Network != nil {
-		errs = append(errs, m.deps.Network.Sweep(keep))
+		errs = append(errs, m.deps.Network.Sweep())
+		m.deps.Network.StartWarm()
 	}
 	return errors.Join(errs...)
 }

@@ -200,6 +200,12 @@ func (p *Policy) Name(q string) Verdict {
 	return Neutral
 }
 
+// IsDefault reports whether the policy is the default one (no rule of its
+// own).
+func (p *Policy) IsDefault() bool {
+	return !p.None && len(p.AllowNets)+len(p.DenyNets)+len(p.AllowNames)+len(p.DenyNames) == 0
+}
+
 // AllowListed reports whether the policy has an allow-list, so that egress
 // not allowed by it is denied.
 func (p *Policy) AllowListed() bool { return len(p.AllowNets) > 0 || len(p.AllowNames) > 0 }
