@@ -31,6 +31,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,6 +55,34 @@ const portWait = 30 * time.Second
 // termGrace is how long processes get between SIGTERM and SIGKILL when the
 // agent itself is sent SIGTERM.
 const termGrace = 5 * time.Second
+
+// spareThreads is how many idle OS threads the agent keeps beyond those the
+// Go runtime starts with.
+const spareThreads = 8
+
+// reserveThreads makes n OS threads and leaves them idle in the Go
+// runtime's pool, which never gives them back. The agent shares its
+// sandbox's pids limit: when a fork bomb holds every pid and the runtime
+// needs a thread for a blocking call, a failed clone is fatal to a Go
+// program, and the sandbox would lose its agent. With spare threads made
+// at start (before the sandbox runs anything), it takes an idle one.
+// Threads made now are set up with the others (containerinit applies
+// every step to every thread).
+func reserveThreads(n int) {
+	var started sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread() // a thread of its own: the runtime makes one
+			started.Done()
+			<-release
+			runtime.UnlockOSThread() // and keeps it, idle, once this returns
+		}()
+	}
+	started.Wait()
+	close(release)
+}
 
 func main() {
 	// The container runtime executes the agent from a memfd, which the
@@ -97,6 +126,7 @@ func run(args []string) int {
 // serve runs the agent on l until it stops; container says the container
 // runtime started it, which must set the sandbox up first.
 func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
+	reserveThreads(spareThreads)
 	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log)}, log)
 	defer srv.Close()
 	if container {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -242,5 +244,26 @@ func TestListenFlags(t *testing.T) {
 	}
 	if code := run([]string{"--mode", "bogus", "--listen", "tcp:127.0.0.1:0"}); code != 2 {
 		t.Errorf("bad mode: exit %d", code)
+	}
+}
+
+// TestReserveThreads: the spare threads exist once reserveThreads returns,
+// and stay, idle, after the goroutines that made them are gone.
+func TestReserveThreads(t *testing.T) {
+	reserveThreads(16)
+	time.Sleep(100 * time.Millisecond)
+	runtime.GC()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if n < 17 {
+		t.Errorf("%d threads after reserving 16, want at least 17", n)
 	}
 }
