@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/disk/disktest"
 	"warren/internal/vmm/qemu"
 )
 
@@ -170,7 +171,7 @@ func TestVMEscape(t *testing.T) {
 	}
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
 	template := filepath.Join(shared.dataDir, "disks", "templates", "default.img")
-	templateHead := readAt(t, template, 0, 4096)
+	templateHead := disktest.ReadAt(t, template, 0, 4096)
 	bootTime := hostBootTime(t)
 
 	id := shared.newSandbox(t, "--runtime", "vm", "--memory", "256", "--cpus", "1")
@@ -402,16 +403,16 @@ func TestVMEscape(t *testing.T) {
 	// (Bytes 0-511 of an ext4 volume are unused, so the guest runs on.)
 	t.Run("raw disk", func(t *testing.T) {
 		neighbourDisk := filepath.Join(shared.dataDir, "disks", "sandboxes", neighbour+".img")
-		neighbourHead := readAt(t, neighbourDisk, 0, 4096)
+		neighbourHead := disktest.ReadAt(t, neighbourDisk, 0, 4096)
 		vmExec(t, id, "printf '%s' "+marker+" > /tmp/m && dd if=/tmp/m of=/dev/vda bs=512 count=1 conv=sync,fsync 2>&1", time.Minute)
-		own := readAt(t, filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img"), 0, 512)
+		own := disktest.ReadAt(t, filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img"), 0, 512)
 		if !bytes.HasPrefix(own, []byte(marker)) {
 			t.Errorf("the guest's write did not reach its own disk image: %q", own[:64])
 		}
-		if got := readAt(t, template, 0, 4096); !bytes.Equal(got, templateHead) {
+		if got := disktest.ReadAt(t, template, 0, 4096); !bytes.Equal(got, templateHead) {
 			t.Error("the template changed")
 		}
-		if got := readAt(t, neighbourDisk, 0, 4096); !bytes.Equal(got, neighbourHead) {
+		if got := disktest.ReadAt(t, neighbourDisk, 0, 4096); !bytes.Equal(got, neighbourHead) {
 			t.Error("the neighbouring sandbox's disk changed")
 		}
 		if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
@@ -443,7 +444,7 @@ func TestVMEscape(t *testing.T) {
 		if hostBootTime(t) != bootTime {
 			t.Error("the host rebooted")
 		}
-		if got := readAt(t, template, 0, 4096); !bytes.Equal(got, templateHead) {
+		if got := disktest.ReadAt(t, template, 0, 4096); !bytes.Equal(got, templateHead) {
 			t.Error("the template changed")
 		}
 	})
@@ -490,19 +491,4 @@ func TestVMMKilled(t *testing.T) {
 	if !crashed {
 		t.Errorf("the daemon's log does not say the VMM of %s crashed:\n%s", id, shared.log.tail(20))
 	}
-}
-
-// readAt reads n bytes of file path at offset off.
-func readAt(t *testing.T, path string, off int64, n int) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, n)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return b
 }

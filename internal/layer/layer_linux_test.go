@@ -139,32 +139,6 @@ func image(t *testing.T, dir, name string, size int64, seed byte, runs ...[2]int
 	return path
 }
 
-func writeAt(t *testing.T, path string, off int64, data []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(data, off); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func readAt(t *testing.T, path string, off, n int64) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, n)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func punch(t *testing.T, path string, off, n int64) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -326,7 +300,7 @@ func layerOf(t *testing.T, id, parentID, parent, child string, chunks Chunks) (M
 func TestChangedEmptyParent(t *testing.T) {
 	dir := t.TempDir()
 	img := image(t, dir, "a.img", 64*MiB, 1, [2]int64{MiB, MiB}, [2]int64{32 * MiB, 3 * MiB})
-	writeAt(t, img, 10*MiB, make([]byte, MiB)) // data blocks of zeros: no change from an empty disk
+	disktest.WriteAt(t, img, 10*MiB, make([]byte, MiB)) // data blocks of zeros: no change from an empty disk
 	ranges, stats := diffChecked(t, "", img)
 	want := []Range{{Off: MiB, Len: MiB}, {Off: 32 * MiB, Len: 3 * MiB}}
 	if !reflect.DeepEqual(ranges, want) {
@@ -361,38 +335,38 @@ func TestChanged(t *testing.T) {
 		}{
 			{"unchanged", func(t *testing.T, child string) {}, nil},
 			{"one byte", func(t *testing.T, child string) {
-				b := readAt(t, child, 9*MiB+5000, 1)
-				writeAt(t, child, 9*MiB+5000, []byte{b[0] ^ 1})
+				b := disktest.ReadAt(t, child, 9*MiB+5000, 1)
+				disktest.WriteAt(t, child, 9*MiB+5000, []byte{b[0] ^ 1})
 			}, []Range{{Off: 9*MiB + 4096, Len: 4096}}},
 			{"same bytes", func(t *testing.T, child string) {
-				writeAt(t, child, 8*MiB, readAt(t, child, 8*MiB, MiB))
+				disktest.WriteAt(t, child, 8*MiB, disktest.ReadAt(t, child, 8*MiB, MiB))
 			}, nil},
 			{"zeroed block", func(t *testing.T, child string) {
-				writeAt(t, child, 20*MiB, make([]byte, BlockSize))
+				disktest.WriteAt(t, child, 20*MiB, make([]byte, BlockSize))
 			}, []Range{{Off: 20 * MiB, Len: 4096, Zero: true}}},
 			{"punched hole", func(t *testing.T, child string) {
 				punch(t, child, 40*MiB, MiB)
 			}, []Range{{Off: 40 * MiB, Len: MiB, Zero: true}}},
 			{"hole filled", func(t *testing.T, child string) {
-				writeAt(t, child, 30*MiB+100, []byte("hello"))
-				writeAt(t, child, 31*MiB, make([]byte, MiB)) // zeros over a hole: no change
+				disktest.WriteAt(t, child, 30*MiB+100, []byte("hello"))
+				disktest.WriteAt(t, child, 31*MiB, make([]byte, MiB)) // zeros over a hole: no change
 			}, []Range{{Off: 30 * MiB, Len: 4096}}},
 			{"grown", func(t *testing.T, child string) {
 				truncate(t, child, 96*MiB)
-				writeAt(t, child, 80*MiB, []byte("x"))
-				writeAt(t, child, 90*MiB, make([]byte, MiB))
+				disktest.WriteAt(t, child, 80*MiB, []byte("x"))
+				disktest.WriteAt(t, child, 90*MiB, make([]byte, MiB))
 			}, []Range{{Off: 80 * MiB, Len: 4096}}},
 			{"merged", func(t *testing.T, child string) {
 				for _, off := range []int64{MiB + 1, MiB + 4097, MiB + 8193} {
-					writeAt(t, child, off, []byte{^readAt(t, child, off, 1)[0]})
+					disktest.WriteAt(t, child, off, []byte{^disktest.ReadAt(t, child, off, 1)[0]})
 				}
-				writeAt(t, child, MiB+3*4096, make([]byte, 2*4096))
-				writeAt(t, child, MiB+5*4096, []byte{^readAt(t, child, MiB+5*4096, 1)[0]})
+				disktest.WriteAt(t, child, MiB+3*4096, make([]byte, 2*4096))
+				disktest.WriteAt(t, child, MiB+5*4096, []byte{^disktest.ReadAt(t, child, MiB+5*4096, 1)[0]})
 			}, []Range{{Off: MiB, Len: 3 * 4096}, {Off: MiB + 3*4096, Len: 2 * 4096, Zero: true}, {Off: MiB + 5*4096, Len: 4096}}},
 			{"scattered", func(t *testing.T, child string) {
 				for range 300 {
 					off := rng.Uint64() % (63 * MiB)
-					writeAt(t, child, int64(off), randBytes(rng, 1+int(rng.Uint64()%20000)))
+					disktest.WriteAt(t, child, int64(off), randBytes(rng, 1+int(rng.Uint64()%20000)))
 				}
 			}, nil},
 		} {
@@ -436,7 +410,7 @@ func TestChangedLargeSparse(t *testing.T) {
 	child := e.clone(t, parent, "child.img")
 	offsets := []int64{12345, 2<<30 + 7*MiB, 6<<30 + 100, 9 << 30, 14<<30 + 3*MiB + 4096} // 9 GiB is a hole
 	for _, off := range offsets {
-		writeAt(t, child, off, []byte{0xaa})
+		disktest.WriteAt(t, child, off, []byte{0xaa})
 	}
 	start := time.Now()
 	ranges, stats, err := Changed(context.Background(), parent, child)
@@ -465,12 +439,12 @@ func TestRoundTrip(t *testing.T) {
 		parent := image(t, e.dir, "parent.img", 64*MiB, 5, [2]int64{0, 10 * MiB}, [2]int64{30 * MiB, 9*MiB + 4096})
 		child := e.clone(t, parent, "child.img")
 		rng := rand.NewChaCha8([32]byte{6})
-		writeAt(t, child, 2*MiB+17, randBytes(rng, 9*MiB)) // over MaxChunk: several chunks
-		writeAt(t, child, 50*MiB, randBytes(rng, 3*4096))
-		writeAt(t, child, 31*MiB, make([]byte, 5*MiB)) // zeros over data: zero extents over MaxChunk
+		disktest.WriteAt(t, child, 2*MiB+17, randBytes(rng, 9*MiB)) // over MaxChunk: several chunks
+		disktest.WriteAt(t, child, 50*MiB, randBytes(rng, 3*4096))
+		disktest.WriteAt(t, child, 31*MiB, make([]byte, 5*MiB)) // zeros over data: zero extents over MaxChunk
 		punch(t, child, 38*MiB, MiB)
 		truncate(t, child, 80*MiB)
-		writeAt(t, child, 79*MiB, bytes.Repeat([]byte("compressible "), 1000))
+		disktest.WriteAt(t, child, 79*MiB, bytes.Repeat([]byte("compressible "), 1000))
 
 		chunks := newMemChunks()
 		m, ds, ws := layerOf(t, "child", "parent", parent, child, chunks)
@@ -506,13 +480,13 @@ func TestLineage(t *testing.T) {
 		rng := rand.NewChaCha8([32]byte{7})
 		disk0 := image(t, e.dir, "0.img", 32*MiB, 8, [2]int64{0, 2 * MiB}, [2]int64{16 * MiB, 6 * MiB})
 		disk1 := e.clone(t, disk0, "1.img")
-		writeAt(t, disk1, 5*MiB, randBytes(rng, MiB))
-		writeAt(t, disk1, 17*MiB, make([]byte, MiB))
+		disktest.WriteAt(t, disk1, 5*MiB, randBytes(rng, MiB))
+		disktest.WriteAt(t, disk1, 17*MiB, make([]byte, MiB))
 		disk2 := e.clone(t, disk1, "2.img")
 		truncate(t, disk2, 40*MiB)
-		writeAt(t, disk2, 5*MiB+4096, []byte("third"))
+		disktest.WriteAt(t, disk2, 5*MiB+4096, []byte("third"))
 		punch(t, disk2, 16*MiB, 4096)
-		writeAt(t, disk2, 39*MiB, randBytes(rng, 4096))
+		disktest.WriteAt(t, disk2, 39*MiB, randBytes(rng, 4096))
 
 		chunks := newMemChunks()
 		l0, _, _ := layerOf(t, "l0", "", "", disk0, chunks)
@@ -607,7 +581,7 @@ func TestWriteAmplification(t *testing.T) {
 		child := e.clone(t, parent, "scattered.img")
 		slots := rand.New(rng).Perm(128 * MiB / (64 << 10))[:128]
 		for _, s := range slots {
-			writeAt(t, child, int64(s)*(64<<10), randBytes(rng, 64<<10))
+			disktest.WriteAt(t, child, int64(s)*(64<<10), randBytes(rng, 64<<10))
 		}
 		_, ds, ws := layerOf(t, "scattered", "parent", parent, child, chunks)
 		t.Logf("8 MiB scattered: diff %+v; write %+v", ds, ws)
@@ -616,7 +590,7 @@ func TestWriteAmplification(t *testing.T) {
 		}
 
 		child = e.clone(t, parent, "one-byte.img")
-		writeAt(t, child, 77*MiB+3, []byte{^readAt(t, child, 77*MiB+3, 1)[0]})
+		disktest.WriteAt(t, child, 77*MiB+3, []byte{^disktest.ReadAt(t, child, 77*MiB+3, 1)[0]})
 		_, ds, ws = layerOf(t, "one-byte", "parent", parent, child, chunks)
 		t.Logf("1 byte: diff %+v; write %+v", ds, ws)
 		if ws.Changed != BlockSize || ws.Stored > 16<<10 {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"warren/api"
+	"warren/internal/disk/disktest"
 	"warren/internal/ident"
 )
 
@@ -27,7 +28,7 @@ func TestRestartResumesUploads(t *testing.T) {
 	fs := &faultStore{Store: openFileBlobs(t, dir)}
 	n := newNode(t, "n1", fs, testConfig())
 	sb, disk := n.newDisk(t, n.template(t))
-	writeAt(t, disk, 9*MiB, randBytes(1, 64*KiB))
+	disktest.WriteAt(t, disk, 9*MiB, randBytes(1, 64*KiB))
 
 	pending := func(ids ...string) {
 		t.Helper()
@@ -59,7 +60,7 @@ func TestRestartResumesUploads(t *testing.T) {
 	t.Log("a snapshot's upload held at its first chunk")
 	g = newGate(t, "chunks/")
 	fs.setOnPut(g.hook)
-	writeAt(t, disk, 30*MiB, randBytes(2, 64*KiB))
+	disktest.WriteAt(t, disk, 30*MiB, randBytes(2, 64*KiB))
 	s1, h1 := n.take(t, tenant, sb, disk, "")
 	g.await(t)
 	if !exists(t, fs, intentKey(s1.ID)) {
@@ -203,7 +204,7 @@ func TestUploadFailures(t *testing.T) {
 		{"a chunk Put is lost", losePuts("chunks/", 1)},
 	} {
 		fs.setOnPut(step.hook)
-		writeAt(t, disk, int64(50+i)*MiB, randBytes(uint64(10+i), 64*KiB))
+		disktest.WriteAt(t, disk, int64(50+i)*MiB, randBytes(uint64(10+i), 64*KiB))
 		sn, h := n.take(t, tenant, sb, disk, "")
 		if got := n.durable(t, sn.ID); got.ChangedBytes != 64*KiB {
 			t.Errorf("%s (%s): changed %d, want 65536", sn.ID, step.name, got.ChangedBytes)
@@ -240,14 +241,14 @@ func TestFailedParent(t *testing.T) {
 		}
 		return nil
 	})
-	writeAt(t, disk, 70*MiB, randBytes(1, 64*KiB))
+	disktest.WriteAt(t, disk, 70*MiB, randBytes(1, 64*KiB))
 	a1, _ := n.take(t, tenant, sb, disk, "")
 	g.await(t)
 	mu.Lock()
 	failing[intentKey(a1.ID)] = true
 	mu.Unlock()
-	writeAt(t, disk, 70*MiB, randBytes(2, 64*KiB))
-	writeAt(t, disk, 71*MiB, randBytes(3, 4*KiB))
+	disktest.WriteAt(t, disk, 70*MiB, randBytes(2, 64*KiB))
+	disktest.WriteAt(t, disk, 71*MiB, randBytes(3, 4*KiB))
 	a2, h2 := n.take(t, tenant, sb, disk, "")
 	if a2.Parent != a1.ID {
 		t.Fatalf("A2's intended parent = %s, want A1 %s", a2.Parent, a1.ID)
@@ -285,7 +286,7 @@ func TestDurabilityInvariant(t *testing.T) {
 	n.durable(t, s0.ID)
 
 	sbF, diskF := n.restore(t, tenant, s0.ID)
-	writeAt(t, diskF, 80*MiB, randBytes(1, 256*KiB))
+	disktest.WriteAt(t, diskF, 80*MiB, randBytes(1, 256*KiB))
 	fs.setOnPut(failPuts("chunks/", -1))
 	f1, _ := n.take(t, tenant, sbF, diskF, s0.ID)
 	if sn := n.wait(t, f1.ID); sn.State != api.SnapshotFailed {
@@ -293,7 +294,7 @@ func TestDurabilityInvariant(t *testing.T) {
 	}
 
 	sbP, diskP := n.restore(t, tenant, s0.ID)
-	writeAt(t, diskP, 90*MiB, randBytes(2, 5*MiB)) // two chunks
+	disktest.WriteAt(t, diskP, 90*MiB, randBytes(2, 5*MiB)) // two chunks
 	g := newGate(t, "chunks/")
 	fs.setOnPut(g.hook)
 	p1, _ := n.take(t, tenant, sbP, diskP, s0.ID)
@@ -324,7 +325,7 @@ func TestStoredBytesAfterRetry(t *testing.T) {
 	s0, _ := n.take(t, tenant, sb, disk, "")
 	n.durable(t, s0.ID)
 
-	writeAt(t, disk, 20*MiB, randBytes(1, 256*KiB))
+	disktest.WriteAt(t, disk, 20*MiB, randBytes(1, 256*KiB))
 	fs.setOnPut(failPuts("manifests/", 1))
 	s1, _ := n.take(t, tenant, sb, disk, "")
 	sn := n.durable(t, s1.ID)
@@ -350,11 +351,11 @@ func TestTake(t *testing.T) {
 	var thaws int
 	var frozenHash string
 	freeze := func(context.Context) (func() error, error) {
-		writeAt(t, disk, 11*MiB, randBytes(1, 4*KiB)) // flushed by the freeze
+		disktest.WriteAt(t, disk, 11*MiB, randBytes(1, 4*KiB)) // flushed by the freeze
 		return func() error {
 			thaws++
 			frozenHash = contentHash(t, disk)
-			writeAt(t, disk, 12*MiB, randBytes(2, 4*KiB)) // after thaw
+			disktest.WriteAt(t, disk, 12*MiB, randBytes(2, 4*KiB)) // after thaw
 			return nil
 		}, nil
 	}

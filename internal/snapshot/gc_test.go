@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"warren/api"
+	"warren/internal/disk/disktest"
 	"warren/internal/ident"
 )
 
@@ -40,20 +41,20 @@ func TestDeleteAndGC(t *testing.T) {
 	dir := t.TempDir()
 	n := newNode(t, "n1", openFileBlobs(t, dir), testConfig())
 	x, xDisk := n.newDisk(t, n.template(t))
-	writeAt(t, xDisk, 6*MiB, randBytes(1, 64*KiB))
+	disktest.WriteAt(t, xDisk, 6*MiB, randBytes(1, 64*KiB))
 	s0, h0 := n.take(t, tenant, x, xDisk, "")
 	base := s0.Parent
 
 	shared := randBytes(2, 64*KiB)
 	y, yDisk := n.restore(t, tenant, s0.ID)
-	writeAt(t, yDisk, 62*MiB, shared)
-	writeAt(t, yDisk, 64*MiB, randBytes(3, 64*KiB))
+	disktest.WriteAt(t, yDisk, 62*MiB, shared)
+	disktest.WriteAt(t, yDisk, 64*MiB, randBytes(3, 64*KiB))
 	s1, _ := n.take(t, tenant, y, yDisk, s0.ID)
 	z, zDisk := n.restore(t, tenant, s0.ID)
-	writeAt(t, zDisk, 62*MiB, shared)
-	writeAt(t, zDisk, 66*MiB, randBytes(4, 64*KiB))
+	disktest.WriteAt(t, zDisk, 62*MiB, shared)
+	disktest.WriteAt(t, zDisk, 66*MiB, randBytes(4, 64*KiB))
 	s2, _ := n.take(t, tenant, z, zDisk, s0.ID)
-	writeAt(t, yDisk, 70*MiB, randBytes(5, 4*KiB))
+	disktest.WriteAt(t, yDisk, 70*MiB, randBytes(5, 4*KiB))
 	s3, h3 := n.take(t, tenant, y, yDisk, s0.ID)
 	for _, id := range []string{s0.ID, s1.ID, s2.ID, s3.ID} {
 		n.durable(t, id)
@@ -205,7 +206,7 @@ func TestGCWithUploadsElsewhere(t *testing.T) {
 		s0, _ := n1.take(t, tenant, x, xDisk, "")
 		n1.durable(t, s0.ID)
 		block := randBytes(1, 64*KiB)
-		writeAt(t, xDisk, 50*MiB, block)
+		disktest.WriteAt(t, xDisk, 50*MiB, block)
 		d, _ := n1.take(t, tenant, x, xDisk, "")
 		n1.durable(t, d.ID)
 		chunk := chunksOf(t, n1, d.ID)
@@ -217,7 +218,7 @@ func TestGCWithUploadsElsewhere(t *testing.T) {
 		fs := &faultStore{Store: openFileBlobs(t, dir)}
 		n2 := newNode(t, "n2", fs, testConfig())
 		y, yDisk := n2.restore(t, tenant, s0.ID)
-		writeAt(t, yDisk, 50*MiB, block)
+		disktest.WriteAt(t, yDisk, 50*MiB, block)
 		g := newGate(t, "manifests/")
 		fs.setOnPut(g.hook)
 		e, h := n2.take(t, tenant, y, yDisk, s0.ID)
@@ -249,7 +250,7 @@ func TestGCWithUploadsElsewhere(t *testing.T) {
 		fs1 := &faultStore{Store: openFileBlobs(t, dir)}
 		n1 := newNode(t, "n1", fs1, testConfig())
 		x, xDisk := n1.newDisk(t, n1.template(t))
-		writeAt(t, xDisk, 50*MiB, randBytes(1, 64*KiB))
+		disktest.WriteAt(t, xDisk, 50*MiB, randBytes(1, 64*KiB))
 		s0, _ := n1.take(t, tenant, x, xDisk, "")
 		n1.durable(t, s0.ID)
 
@@ -269,7 +270,7 @@ func TestGCWithUploadsElsewhere(t *testing.T) {
 		}()
 		g.await(t) // marked; about to delete S0's (or the base's) manifest
 
-		writeAt(t, yDisk, 51*MiB, randBytes(2, 4*KiB))
+		disktest.WriteAt(t, yDisk, 51*MiB, randBytes(2, 4*KiB))
 		s1, h := n2.take(t, tenant, y, yDisk, s0.ID)
 		n2.durable(t, s1.ID)
 		g.release()
@@ -305,7 +306,7 @@ func TestChunkStoredByAnotherWriter(t *testing.T) {
 	if err := n.blobs.Put(ctx, "chunks/"+hash, theirs); err != nil {
 		t.Fatal(err)
 	}
-	writeAt(t, xDisk, 33*MiB, data)
+	disktest.WriteAt(t, xDisk, 33*MiB, data)
 	s1, h := n.take(t, tenant, x, xDisk, "")
 	sn := n.wait(t, s1.ID)
 	if sn.State != api.SnapshotDurable {

@@ -249,22 +249,6 @@ func (n *node) checkRestores(t *testing.T, tenant string, want map[string]string
 	}
 }
 
-// writeAt writes data into the image at off.
-func writeAt(t *testing.T, path string, off int64, data []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(data, off); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // punchHole deallocates n bytes of the image at off.
 func punchHole(t *testing.T, path string, off, n int64) {
 	t.Helper()

@@ -3,6 +3,8 @@
 package snapshot_test
 
 import (
+	"warren/internal/disk/disktest"
+
 	"context"
 	"fmt"
 	"strings"
@@ -26,7 +28,7 @@ func TestLookupRefuses(t *testing.T) {
 
 	g := newGate(t, "chunks/")
 	fs.setOnPut(g.hook)
-	writeAt(t, xDisk, 44*MiB, randBytes(1, 64*KiB))
+	disktest.WriteAt(t, xDisk, 44*MiB, randBytes(1, 64*KiB))
 	pending, _ := n1.take(t, tenant, x, xDisk, "")
 	g.await(t)
 
@@ -88,7 +90,7 @@ func TestDeleteSeenEverywhere(t *testing.T) {
 	x, xDisk := n1.newDisk(t, n1.template(t))
 	s0, _ := n1.take(t, tenant, x, xDisk, "")
 	y, yDisk := n1.restore(t, tenant, s0.ID)
-	writeAt(t, yDisk, 12*MiB, randBytes(1, 64*KiB))
+	disktest.WriteAt(t, yDisk, 12*MiB, randBytes(1, 64*KiB))
 	a1, _ := n1.take(t, tenant, y, yDisk, s0.ID)
 	n1.durable(t, s0.ID)
 	n1.durable(t, a1.ID)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"warren/api"
+	"warren/internal/disk/disktest"
 	"warren/internal/snapshot"
 )
 
@@ -49,14 +50,14 @@ func TestWorkspaceScope(t *testing.T) {
 	n1 := newNode(t, "n1", openFileBlobs(t, dir), testConfig())
 	x, root := n1.newDisk(t, n1.template(t))
 	ws := n1.workspaceImage(t, x)
-	writeAt(t, ws, 1*MiB, randBytes(1, 128*KiB))
-	writeAt(t, ws, 40*MiB, randBytes(2, 64*KiB))
+	disktest.WriteAt(t, ws, 1*MiB, randBytes(1, 128*KiB))
+	disktest.WriteAt(t, ws, 40*MiB, randBytes(2, 64*KiB))
 
 	s0, hs0 := n1.take(t, tenant, x, root, "")
 	w0, hw0 := n1.takeSource(t, workspace(tenant, x, ws, ""))
-	writeAt(t, root, 3*MiB, randBytes(3, 4*KiB))
+	disktest.WriteAt(t, root, 3*MiB, randBytes(3, 4*KiB))
 	s1, hs1 := n1.take(t, tenant, x, root, "")
-	writeAt(t, ws, 2*MiB, randBytes(4, 4*KiB))
+	disktest.WriteAt(t, ws, 2*MiB, randBytes(4, 4*KiB))
 	w1, hw1 := n1.takeSource(t, workspace(tenant, x, ws, ""))
 	for _, id := range []string{s0.ID, w0.ID, s1.ID, w1.ID} {
 		n1.durable(t, id)
@@ -93,7 +94,7 @@ func TestWorkspaceScope(t *testing.T) {
 		t.Errorf("node 2: Lookup(W1) scope = %q (%v), want workspace", sn.Scope, err)
 	}
 	y, yws := n2.restore(t, tenant, w1.ID)
-	writeAt(t, yws, 5*MiB, randBytes(5, 4*KiB))
+	disktest.WriteAt(t, yws, 5*MiB, randBytes(5, 4*KiB))
 	f1, hf1 := n2.takeSource(t, workspace(tenant, y, yws, w1.ID))
 	if sn := n2.durable(t, f1.ID); sn.Parent != w1.ID || sn.Scope != api.ScopeWorkspace || sn.ChangedBytes != 4*KiB {
 		t.Errorf("fork of W1: parent %s, scope %s, changed %d; want W1, workspace, 4096", sn.Parent, sn.Scope, sn.ChangedBytes)

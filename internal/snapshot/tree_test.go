@@ -15,6 +15,7 @@ import (
 	"warren/internal/blob"
 	"warren/internal/blob/s3"
 	"warren/internal/blob/s3test"
+	"warren/internal/disk/disktest"
 )
 
 // tree is a search tree of snapshots taken on one node:
@@ -48,8 +49,8 @@ func buildTree(t *testing.T, n *node) tree {
 	}
 
 	x, xDisk := n.newDisk(t, n.template(t))
-	writeAt(t, xDisk, 8*MiB, randBytes(1, 4*KiB))
-	writeAt(t, xDisk, 120*MiB, randBytes(2, 4*KiB))
+	disktest.WriteAt(t, xDisk, 8*MiB, randBytes(1, 4*KiB))
+	disktest.WriteAt(t, xDisk, 120*MiB, randBytes(2, 4*KiB))
 	s0, h := n.take(t, tenant, x, xDisk, "")
 	tr.s0, tr.base = s0.ID, s0.Parent
 	record(s0.ID, h, x, 8*KiB)
@@ -64,24 +65,24 @@ func buildTree(t *testing.T, n *node) tree {
 	d, dDisk := n.restore(t, tenant, s0.ID)
 	g, gDisk := n.restore(t, tenant, s0.ID)
 	// The sandbox of S0 goes on writing; its snapshot must not change.
-	writeAt(t, xDisk, 8*MiB, randBytes(3, 64*KiB))
+	disktest.WriteAt(t, xDisk, 8*MiB, randBytes(3, 64*KiB))
 
 	block := randBytes(10, 64*KiB)
-	writeAt(t, aDisk, 1*MiB+8*KiB, randBytes(11, 4*KiB)) // a hole in the template
-	writeAt(t, aDisk, 40*MiB+4*KiB, randBytes(12, 4*KiB))
-	writeAt(t, aDisk, 150*MiB, randBytes(13, 4*KiB))
-	writeAt(t, aDisk, 60*MiB, block)
+	disktest.WriteAt(t, aDisk, 1*MiB+8*KiB, randBytes(11, 4*KiB)) // a hole in the template
+	disktest.WriteAt(t, aDisk, 40*MiB+4*KiB, randBytes(12, 4*KiB))
+	disktest.WriteAt(t, aDisk, 150*MiB, randBytes(13, 4*KiB))
+	disktest.WriteAt(t, aDisk, 60*MiB, block)
 
-	writeAt(t, bDisk, 16*MiB, make([]byte, 64*KiB)) // the template's run, as written zeros
-	punchHole(t, bDisk, 100*MiB, 256*KiB)           // and as a hole
-	writeAt(t, bDisk, 5*MiB, randBytes(14, 4*KiB))
+	disktest.WriteAt(t, bDisk, 16*MiB, make([]byte, 64*KiB)) // the template's run, as written zeros
+	punchHole(t, bDisk, 100*MiB, 256*KiB)                    // and as a hole
+	disktest.WriteAt(t, bDisk, 5*MiB, randBytes(14, 4*KiB))
 
 	resize(t, cDisk, 320*MiB)
-	writeAt(t, cDisk, 300*MiB, randBytes(15, 1*MiB))
-	writeAt(t, cDisk, 320*MiB-512*KiB, randBytes(16, 512*KiB))
+	disktest.WriteAt(t, cDisk, 300*MiB, randBytes(15, 1*MiB))
+	disktest.WriteAt(t, cDisk, 320*MiB-512*KiB, randBytes(16, 512*KiB))
 
 	resize(t, gDisk, 192*MiB) // drops the template's last two runs
-	writeAt(t, gDisk, 192*MiB-4*KiB, randBytes(18, 4*KiB))
+	disktest.WriteAt(t, gDisk, 192*MiB-4*KiB, randBytes(18, 4*KiB))
 
 	a1, h := n.take(t, tenant, a, aDisk, s0.ID)
 	record(a1.ID, h, a, 3*4*KiB+64*KiB)
@@ -98,12 +99,12 @@ func buildTree(t *testing.T, n *node) tree {
 	// E writes A's block once A1 has stored it.
 	n.durable(t, a1.ID)
 	e, eDisk := n.restore(t, tenant, s0.ID)
-	writeAt(t, eDisk, 60*MiB, block)
+	disktest.WriteAt(t, eDisk, 60*MiB, block)
 	e1, h := n.take(t, tenant, e, eDisk, s0.ID)
 	record(e1.ID, h, e, 64*KiB)
 	tr.e1 = e1.ID
 
-	writeAt(t, aDisk, 2*MiB, randBytes(17, 4*KiB))
+	disktest.WriteAt(t, aDisk, 2*MiB, randBytes(17, 4*KiB))
 	a2, h := n.take(t, tenant, a, aDisk, s0.ID)
 	record(a2.ID, h, a, 4*KiB)
 	tr.a2 = a2.ID
@@ -244,7 +245,7 @@ func treeScenario(t *testing.T, openBlobs func(*testing.T) blob.Store) {
 
 	t.Log("node 2 snapshots a disk restored there; node 1 restores it")
 	sb, disk := n2.restore(t, tenant, tr.a2)
-	writeAt(t, disk, 3*MiB, randBytes(20, 4*KiB))
+	disktest.WriteAt(t, disk, 3*MiB, randBytes(20, 4*KiB))
 	f1, h := n2.take(t, tenant, sb, disk, tr.a2)
 	sn := n2.durable(t, f1.ID)
 	if v := n2.eng.View(ctx, sn); v.Parent != tr.a2 || !slices.Equal(v.Lineage, []string{tr.s0, tr.a1, tr.a2}) ||
@@ -291,7 +292,7 @@ func TestMaterializeOnce(t *testing.T) {
 	var ids []string
 	hashes := map[string]string{}
 	for i := range rounds {
-		writeAt(t, disk, int64(7+i)*MiB, randBytes(uint64(i), 64*KiB))
+		disktest.WriteAt(t, disk, int64(7+i)*MiB, randBytes(uint64(i), 64*KiB))
 		sn, h := n1.take(t, tenant, sb, disk, "")
 		n1.durable(t, sn.ID)
 		ids, hashes[sn.ID] = append(ids, sn.ID), h

@@ -70,3 +70,34 @@ func closePool(t testing.TB, pool *disk.Pool, dataDir string) {
 		}
 	}
 }
+
+// WriteAt writes data into the image at path at offset off.
+func WriteAt(t testing.TB, path string, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ReadAt reads n bytes of the image at path at offset off.
+func ReadAt(t testing.TB, path string, off, n int64) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return b
+}
