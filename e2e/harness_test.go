@@ -13,8 +13,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,19 +60,32 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	dataDir := filepath.Join(os.Getenv("WARREN_TEST_TEMPLATE_CACHE"), "e2e-data")
+	// The template first (debootstrap from the host's mirror, cached in
+	// dataDir), by a daemon without networking, before the test internet
+	// exists: nothing of the suite's can be in the way of the mirror.
+	builder, err := startDaemonWith(dataDir, "default", 15*time.Minute, nil, "--no-network")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build the default template:", err)
+		return 1
+	}
+	builder.stop()
 	if inet, err = startInternet(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	defer inet.stop()
-	dataDir := filepath.Join(os.Getenv("WARREN_TEST_TEMPLATE_CACHE"), "e2e-data")
-	shared, err = startDaemon(dataDir, "default", 15*time.Minute)
+	shared, err = startDaemon(dataDir, "default", time.Minute)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	code := m.Run()
 	shared.stop()
+	if err := inet.checkRoutes(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: the suite's routes:", err)
+		code = 1
+	}
 	return code
 }
 
@@ -117,8 +132,8 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 }
 
 // startDaemonWith is startDaemon with more environment variables and
-// server flags. Every daemon's sandboxes resolve names through the test
-// internet (daemonNetFlags).
+// server flags. Once the test internet is up, every daemon's sandboxes
+// resolve names through it and reach it (daemonNetFlags, routePool).
 func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flags ...string) (*daemon, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -128,7 +143,9 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}
-	args = append(args, daemonNetFlags(dataDir)...)
+	if inet != nil {
+		args = append(args, daemonNetFlags()...)
+	}
 	d.cmd = exec.Command(filepath.Join(bin, "warren"), append(args, flags...)...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stderr = d.log
@@ -163,7 +180,30 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 		return nil, err
 	}
 	d.key = strings.TrimSpace(string(key))
+	if inet != nil {
+		if err := d.routePool(); err != nil {
+			d.kill()
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// routePool sends the sandboxes of the daemon's network pool, which it
+// recorded in its data directory, to the test internet.
+func (d *daemon) routePool() error {
+	b, err := os.ReadFile(filepath.Join(d.dataDir, "net-pool"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // sandbox networking is off
+	}
+	if err != nil {
+		return err
+	}
+	pool, err := netip.ParsePrefix(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("the daemon's recorded network pool: %w", err)
+	}
+	return inet.routePool(pool)
 }
 
 // startNode starts a second node for the test on a fresh data directory,

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,77 +23,119 @@ import (
 )
 
 // The suite's own internet: a network namespace on this machine holding
-// every address a sandbox is sent to in a test, routed there from the host
-// before any daemon starts. Its HTTP servers also serve /bytes?n=N (N zero
-// bytes) and /sink (reads the body), for throughput. Whatever the policy under test does, a packet
-// to one of these addresses lands in that namespace, never off this
-// machine; and the daemons' resolvers ask its DNS server, never the
-// host's.
+// every address a sandbox is sent to in a test. Its HTTP servers also
+// serve /bytes?n=N (N zero bytes) and /sink (reads the body), for
+// throughput. Its addresses are picked when the suite starts from blocks
+// the host does not use (hostnet_test.go), and only the suite's sandboxes
+// are routed to them: a rule sends packets from the pools of the suite's
+// daemons to a table of the suite's, which holds a /32 for each served
+// address, a throw route for each pool (the host's own traffic to its
+// sandboxes keeps the main table) and an unreachable default, so that a
+// test sandbox's packet lands in the namespace or nowhere, never off this
+// machine, whatever the policy under test does. The daemons' resolvers ask
+// its DNS server, never the host's.
 var (
 	// inetAllowed and inetDenied serve HTTP on port 80 (answering their
 	// own address), as do the metadata address and inetPrivate.
-	inetAllowed = netip.MustParseAddr("203.0.113.10")
-	inetDenied  = netip.MustParseAddr("203.0.113.11")
-	inetPrivate = netip.MustParseAddr("10.254.0.10")
-	inetMeta    = netip.MustParseAddr("169.254.169.254")
-	// inetDNS answers the names of testNames, and refuses others.
-	inetDNS = netip.MustParseAddrPort("203.0.113.53:53")
+	inetAllowed, inetDenied, inetPrivate netip.Addr
+	inetMeta                             = netip.MustParseAddr("169.254.169.254")
+	// inetDNS answers the names of testNames, and refuses others. It is
+	// the far end of the link to the namespace.
+	inetDNS netip.AddrPort
+	// testNames are the test internet's DNS names.
+	testNames map[string]netip.Addr
 )
-
-// testNames are the test internet's DNS names.
-var testNames = map[string]netip.Addr{
-	"allowed.test.":  inetAllowed,
-	"denied.test.":   inetDenied,
-	"metadata.test.": inetMeta,
-	"private.test.":  inetPrivate,
-}
-
-// inetRoutes are routed from the host to the test internet.
-var inetRoutes = []string{"203.0.113.0/24", inetMeta.String() + "/32", inetPrivate.String() + "/32"}
 
 // internet is the running test internet.
 type internet struct {
 	ns       string
 	hostEnd  string
+	hostAddr netip.Addr // the host end's address
+	table    int        // the suite's routing table
+	pref     int        // the priority of its rules
+	host     *hostUse   // what the host used when the suite started
 	servers  []interface{ Close() error }
+
 	mu       sync.Mutex
 	accepted map[string]int // connections each HTTP address accepted
+	pools    []netip.Prefix // the suite's daemons' pools, routed here
 }
 
 // inet is the suite's test internet, set up by runMain.
 var inet *internet
 
-// startInternet makes the namespace, its addresses, the host's routes to
-// them, and starts its HTTP and DNS servers.
+// served are the addresses the test internet answers on.
+func (in *internet) served() []netip.Addr {
+	return []netip.Addr{inetAllowed, inetDenied, inetPrivate, inetMeta, inetDNS.Addr()}
+}
+
+// startInternet picks the test internet's addresses, makes its namespace,
+// the link to it and the suite's table, and starts its HTTP and DNS
+// servers. A collision it cannot avoid fails at once, saying why.
 func startInternet() (_ *internet, err error) {
 	b := make([]byte, 4)
 	rand.Read(b)
 	in := &internet{ns: "wtest-inet-" + hex.EncodeToString(b), accepted: map[string]int{}}
 	in.hostEnd = "wti" + hex.EncodeToString(b)
 	nsEnd := in.hostEnd + "n"
+	removeStaleInternets()
+	removeStaleRoutes()
+	if in.host, err = readHostUse(); err != nil {
+		return nil, err
+	}
+	pub, err := in.host.pick("public addresses", inetPublic)
+	if err != nil {
+		return nil, err
+	}
+	priv, err := in.host.pick("private address", inetPrivateBlocks)
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(in.host.addrs, inetMeta) {
+		return nil, fmt.Errorf("test internet: %s is an address of this host, so no test can route it to the test internet", inetMeta)
+	}
+	nth := func(p netip.Prefix, n byte) netip.Addr {
+		a := p.Addr().As4()
+		a[3] = n
+		return netip.AddrFrom4(a)
+	}
+	in.hostAddr, inetDNS = nth(pub, 1), netip.AddrPortFrom(nth(pub, 2), 53)
+	inetAllowed, inetDenied, inetPrivate = nth(pub, 10), nth(pub, 11), nth(priv, 10)
+	testNames = map[string]netip.Addr{
+		"allowed.test.":  inetAllowed,
+		"denied.test.":   inetDenied,
+		"metadata.test.": inetMeta,
+		"private.test.":  inetPrivate,
+	}
+	if in.table, in.pref, err = freeTable(); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			in.stop()
 		}
 	}()
-	removeStaleInternets()
+	far := inetDNS.Addr().String()
+	table := fmt.Sprint(in.table)
 	steps := [][]string{
 		{"netns", "add", in.ns},
 		{"link", "add", in.hostEnd, "type", "veth", "peer", "name", nsEnd},
 		{"link", "set", nsEnd, "netns", in.ns},
-		{"addr", "add", "198.51.100.1/30", "dev", in.hostEnd},
+		// /32s with a peer: the main table gains only the route to far.
+		{"addr", "add", in.hostAddr.String() + "/32", "peer", far + "/32", "dev", in.hostEnd},
 		{"link", "set", in.hostEnd, "up"},
-		{"-n", in.ns, "addr", "add", "198.51.100.2/30", "dev", nsEnd},
+		{"-n", in.ns, "addr", "add", far + "/32", "peer", in.hostAddr.String() + "/32", "dev", nsEnd},
 		{"-n", in.ns, "link", "set", nsEnd, "up"},
 		{"-n", in.ns, "link", "set", "lo", "up"},
-		{"-n", in.ns, "route", "add", "default", "via", "198.51.100.1"},
+		{"-n", in.ns, "route", "add", "default", "via", in.hostAddr.String()},
+		{"route", "add", "unreachable", "default", "table", table, "proto", fmt.Sprint(routeProto)},
 	}
-	for _, a := range []netip.Addr{inetAllowed, inetDenied, inetPrivate, inetMeta, inetDNS.Addr()} {
-		steps = append(steps, []string{"-n", in.ns, "addr", "add", a.String() + "/32", "dev", "lo"})
-	}
-	for _, r := range inetRoutes {
-		// replace: a run killed before its cleanup may have left them.
-		steps = append(steps, []string{"route", "replace", r, "via", "198.51.100.2"})
+	for _, a := range in.served() {
+		if a != inetDNS.Addr() {
+			steps = append(steps, []string{"-n", in.ns, "addr", "add", a.String() + "/32", "dev", "lo"})
+		}
+		steps = append(steps, []string{"route", "add", a.String() + "/32", "via", far, "dev", in.hostEnd,
+			"table", table, "proto", fmt.Sprint(routeProto)})
 	}
 	for _, s := range steps {
 		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
@@ -145,6 +188,29 @@ func startInternet() (_ *internet, err error) {
 		in.servers = append(in.servers, shutdown{srv})
 	}
 	return in, nil
+}
+
+// routePool sends the sandboxes of a daemon's pool to the test internet
+// (once per pool): a throw route first, so that the host's own packets
+// to the pool's addresses, which come from the pool too, keep the main
+// table.
+func (in *internet) routePool(pool netip.Prefix) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if slices.Contains(in.pools, pool) {
+		return nil
+	}
+	table := fmt.Sprint(in.table)
+	for _, s := range [][]string{
+		{"route", "add", "throw", pool.String(), "table", table, "proto", fmt.Sprint(routeProto)},
+		{"rule", "add", "from", pool.String(), "lookup", table, "pref", fmt.Sprint(in.pref)},
+	} {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			return fmt.Errorf("test internet: ip %v: %v: %s", s, err, out)
+		}
+	}
+	in.pools = append(in.pools, pool)
+	return nil
 }
 
 // zeros reads as an endless run of zero bytes.
@@ -218,8 +284,10 @@ func (in *internet) stop() {
 	for _, s := range in.servers {
 		s.Close()
 	}
-	for _, r := range inetRoutes {
-		exec.Command("ip", "route", "del", r).Run()
+	if in.table != 0 {
+		for exec.Command("ip", "rule", "del", "table", fmt.Sprint(in.table)).Run() == nil {
+		}
+		exec.Command("ip", "route", "flush", "table", fmt.Sprint(in.table)).Run()
 	}
 	exec.Command("ip", "link", "del", in.hostEnd).Run()
 	exec.Command("ip", "netns", "del", in.ns).Run()
@@ -237,25 +305,15 @@ func removeStaleInternets() {
 	}
 }
 
-// daemonNetFlags are the network flags of a daemon on dataDir: the test
-// internet's DNS server, a pool of its own (the same one again when the
-// daemon restarts on the same data directory), and previewDomain.
-func daemonNetFlags(dataDir string) []string {
-	poolsMu.Lock()
-	defer poolsMu.Unlock()
-	p, ok := pools[dataDir]
-	if !ok {
-		p = fmt.Sprintf("10.%d.0.0/16", 201+len(pools))
-		pools[dataDir] = p
-	}
-	return []string{"--dns-upstream", inetDNS.String(), "--net-pool", p, "--preview-domain", previewDomain}
+// daemonNetFlags are the network flags of a daemon: the test internet's
+// DNS server, a pool of its own that nothing else on the host uses (picked
+// by the daemon at its first start on a data directory, the same one again
+// when it restarts there; startDaemonWith routes it to the test internet),
+// and previewDomain.
+func daemonNetFlags() []string {
+	return []string{"--dns-upstream", inetDNS.String(), "--net-pool", "auto", "--preview-domain", previewDomain}
 }
 
 // previewDomain is the suite's preview domain: requests name it in their
 // Host header; no DNS is involved.
 const previewDomain = "preview.test"
-
-var (
-	poolsMu sync.Mutex
-	pools   = map[string]string{}
-)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -148,7 +149,7 @@ func TestNetworkDefault(t *testing.T) {
 		"dns:allowed.test", hostPort(inetAllowed, 80), "allowed.test:80",
 		hostPort(inetMeta, 80), hostPort(inetPrivate, 80),
 		bNode+":8080", "10.0.2.2:8080", "10.0.2.2:"+apiPort,
-		"198.51.100.1:"+fmt.Sprint(hostSvc), hostGateway(t)+":"+fmt.Sprint(hostSvc),
+		hostPort(inet.hostAddr, hostSvc), hostGateway(t)+":"+fmt.Sprint(hostSvc),
 		hostPort(inetDNS.Addr(), 53),
 	)
 	if r := got["dns:allowed.test"]; r.Addr != inetAllowed.String() {
@@ -162,7 +163,7 @@ func TestNetworkDefault(t *testing.T) {
 	}
 	for _, target := range []string{
 		hostPort(inetMeta, 80), hostPort(inetPrivate, 80), bNode + ":8080", "10.0.2.2:8080", "10.0.2.2:" + apiPort,
-		"198.51.100.1:" + fmt.Sprint(hostSvc), hostGateway(t) + ":" + fmt.Sprint(hostSvc), hostPort(inetDNS.Addr(), 53),
+		hostPort(inet.hostAddr, hostSvc), hostGateway(t) + ":" + fmt.Sprint(hostSvc), hostPort(inetDNS.Addr(), 53),
 	} {
 		wantRefused(t, got, target)
 	}
@@ -214,7 +215,7 @@ func TestNetworkPolicy(t *testing.T) {
 	wantRefused(t, got, "allowed.test:80")
 
 	// An allow CIDR opens a private range, by address.
-	if _, err := cl.SetNetwork(ctx, sb.ID, api.NetworkPolicy{Allow: []string{"10.254.0.0/16"}}); err != nil {
+	if _, err := cl.SetNetwork(ctx, sb.ID, api.NetworkPolicy{Allow: []string{netip.PrefixFrom(inetPrivate, 16).Masked().String()}}); err != nil {
 		t.Fatal(err)
 	}
 	got = probe(t, sb.ID, hostPort(inetPrivate, 80), hostPort(inetAllowed, 80), hostPort(inetMeta, 80))
@@ -561,11 +562,12 @@ func TestNetworkVM(t *testing.T) {
 }
 
 // limitScript measures, from inside a sandbox, the download and upload
-// rate to the test internet (8 MB each way) and then opens 100 connections
-// as fast as it can, counting the refused ones. It prints JSON.
+// rate to the test internet address in argv[1] (8 MB each way) and then
+// opens 100 connections as fast as it can, counting the refused ones. It
+// prints JSON.
 const limitScript = `
-import json, socket, time, urllib.request
-url = "http://203.0.113.10"
+import json, socket, sys, time, urllib.request
+url = "http://" + sys.argv[1]
 t0 = time.monotonic()
 n = len(urllib.request.urlopen(url + "/bytes?n=8000000", timeout=30).read())
 down = n * 8 / (time.monotonic() - t0) / 1e6
@@ -575,7 +577,7 @@ up = 8000000 * 8 / (time.monotonic() - t0) / 1e6
 ok = refused = 0
 for i in range(100):
     try:
-        socket.create_connection(("203.0.113.10", 80), timeout=2).close(); ok += 1
+        socket.create_connection((sys.argv[1], 80), timeout=2).close(); ok += 1
     except OSError:
         refused += 1
 print(json.dumps({"down_mbps": down, "up_mbps": up, "ok": ok, "refused": refused}))
@@ -602,7 +604,7 @@ func TestNetworkLimits(t *testing.T) {
 	}
 	sb := sbs[0].ID
 	t.Cleanup(func() { cl.DeleteSandbox(context.Background(), sb) })
-	res, err := cl.Exec(ctx, sb, api.ExecRequest{Cmd: []string{"python3", "-c", limitScript}})
+	res, err := cl.Exec(ctx, sb, api.ExecRequest{Cmd: []string{"python3", "-c", limitScript, inetAllowed.String()}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("limit script: %v %+v", err, res)
 	}

@@ -65,5 +65,17 @@ command -v go >/dev/null || { echo "warren: Go 1.21 or later is needed on PATH" 
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/warren-agent ./cmd/warren-agent
 go build -trimpath -o bin/warren ./cmd/warren
-# The S3 blob-store tests run against versitygw, built from the Go module proxy.
-[[ -x bin/versitygw ]] || GOBIN="$PWD/bin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+# The S3 blob-store tests run against versitygw, built from the Go module
+# proxy (about 3 minutes on 2 cores) once per machine into a cache outside
+# the clone, as Go caches its builds: every clone after the first reuses it.
+versitygw_version=v1.8.0
+versitygw_dir="${XDG_CACHE_HOME:-$HOME/.cache}/warren/versitygw@$versitygw_version"
+if [[ ! -x $versitygw_dir/versitygw ]]; then
+	echo "warren: building versitygw $versitygw_version into $versitygw_dir (once per machine)" >&2
+	mkdir -p "$versitygw_dir"
+	tmp=$(mktemp -d "$versitygw_dir/.build-XXXXXX")
+	GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+	mv "$tmp/versitygw" "$versitygw_dir/versitygw"
+	rmdir "$tmp"
+fi
+export WARREN_VERSITYGW="$versitygw_dir/versitygw"

@@ -28,7 +28,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
 	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm or container (default: none)")
 	noNet := fs.Bool("no-network", false, "give sandboxes loopback only (no router, no egress, no exposed ports)")
-	pool := fs.String("net-pool", network.DefaultPool.String(), "IPv4 pool of the sandboxes' router links, a /30 each;\ntwo servers on one host need two pools")
+	pool := fs.String("net-pool", network.DefaultPool.String(), "IPv4 pool of the sandboxes' router links, a /30 each; two servers on one host\nneed two pools. \"auto\": a free /16 of 10.202.0.0-10.250.0.0, recorded in the data dir")
 	mbps := fs.Int("net-mbps", network.DefaultMbps, "bandwidth limit of each sandbox, each way, in megabits per second")
 	connRate := fs.Uint("net-conn-rate", network.DefaultConnRate, "new connections per second each sandbox may open")
 	netWarm := fs.Int("net-warm", network.DefaultWarm, "sandbox routers kept ready, for fast creates")
@@ -45,8 +45,11 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	}
 	netCfg := network.Config{Mbps: *mbps, ConnRate: uint32(*connRate), Warm: *netWarm}
 	var err error
-	if netCfg.Pool, err = netip.ParsePrefix(*pool); err != nil {
-		return badUsage(fs, "--net-pool: "+err.Error())
+	autoPool := *pool == "auto"
+	if !autoPool {
+		if netCfg.Pool, err = netip.ParsePrefix(*pool); err != nil {
+			return badUsage(fs, "--net-pool: "+err.Error()+` (want a prefix such as 10.202.0.0/16, or "auto")`)
+		}
 	}
 	if *dns != "" {
 		for _, a := range strings.Split(*dns, ",") {
@@ -73,6 +76,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 		BlobStore:      *blobs,
 		PreviewDomain:  *preview,
 		Network:        netCfg,
+		AutoNetPool:    autoPool,
 		NoNetwork:      *noNet,
 		Sandbox:        cfg,
 		Log:            slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),

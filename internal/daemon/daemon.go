@@ -62,8 +62,11 @@ type Options struct {
 	// sandbox then has loopback only).
 	Network   network.Config
 	NoNetwork bool
-	Sandbox   sandbox.Config
-	Snapshot  snapshot.Config
+	// AutoNetPool picks a free network pool at first start and records it
+	// in the data directory for the next (network.Config.PoolFile).
+	AutoNetPool bool
+	Sandbox     sandbox.Config
+	Snapshot    snapshot.Config
 	// PreviewDomain serves sandboxes' ports on PORT-ID.<domain> (see
 	// server.Options.PreviewDomain); "" for none.
 	PreviewDomain string
@@ -174,6 +177,9 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("sandbox networking is off: sandboxes have loopback only")
 	} else {
 		o.Network.Log = log.WithGroup("network")
+		if o.AutoNetPool {
+			o.Network.PoolFile = filepath.Join(o.DataDir, "net-pool")
+		}
 		if netNode, err = network.New(o.Network); err != nil {
 			return fmt.Errorf("sandbox networking (--no-network turns it off): %w", err)
 		}

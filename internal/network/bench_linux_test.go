@@ -28,7 +28,7 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 		b.Skip("needs root")
 	}
 	runDir := b.TempDir()
-	n, err := New(Config{Pool: testPool, RunDir: runDir, Upstreams: testUpstreams, Warm: 1})
+	n, err := New(Config{Pool: testPool(), RunDir: runDir, Upstreams: testUpstreams, Warm: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -29,7 +29,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,8 +88,14 @@ var alwaysDeny = []netip.Prefix{
 type Config struct {
 	// Pool is the node's sandbox address pool: a /30 per sandbox, the first
 	// for the resolver. IPv4, /16 to /28. Two warren servers on one host
-	// need two pools. Default DefaultPool.
+	// need two pools; New refuses one that overlaps another server's pool
+	// or the host's addresses and routes. Default DefaultPool.
 	Pool netip.Prefix
+	// PoolFile, when set, makes the pool automatic: the one recorded in
+	// this file, else the first free one of AutoPools, then recorded
+	// there (so that a restarted server finds its sandboxes' addresses
+	// again). Pool is ignored.
+	PoolFile string
 	// RunDir holds the router namespaces' files; default DefaultRunDir.
 	RunDir string
 	// Upstreams are the DNS servers the resolver asks; default the host's
@@ -135,9 +140,6 @@ func New(cfg Config) (_ *Node, err error) {
 	if !cfg.Pool.IsValid() {
 		cfg.Pool = DefaultPool
 	}
-	if !cfg.Pool.Addr().Is4() || cfg.Pool.Bits() < 16 || cfg.Pool.Bits() > 28 {
-		return nil, fmt.Errorf("network pool %s: must be IPv4, /16 to /28", cfg.Pool)
-	}
 	cfg.Pool = cfg.Pool.Masked()
 	if cfg.RunDir == "" {
 		cfg.RunDir = DefaultRunDir
@@ -156,28 +158,25 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	pool, lock, err := claimPool(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	cfg.Pool = pool
 	base := cfg.Pool.Addr().As4()
 	tag := fmt.Sprintf("%08x", binary.BigEndian.Uint32(base[:]))
 	n := &Node{
 		cfg: cfg, log: cfg.Log.With("subsystem", "network"),
-		dir:      filepath.Join(cfg.RunDir, tag+"-"+strconv.Itoa(cfg.Pool.Bits())),
+		dir:      poolDir(cfg.RunDir, cfg.Pool),
+		lock:     lock,
 		table:    fmt.Sprintf("warren_%s_%d", tag, cfg.Pool.Bits()),
 		resolver: netip.AddrPortFrom(slotAddr(cfg.Pool, 0, 1), 53),
 		byID:     map[string]*Sandbox{}, bySlot: map[int]*Sandbox{},
-	}
-	if err := os.MkdirAll(n.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("network run dir: %w", err)
-	}
-	if n.lock, err = os.OpenFile(filepath.Join(n.dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600); err != nil {
-		return nil, fmt.Errorf("network pool lock: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			n.lock.Close()
-		}
-	}()
-	if err := unix.Flock(int(n.lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil, fmt.Errorf("network pool %s is in use by another warren server on this host (give each its own --net-pool): %w", cfg.Pool, err)
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
 		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,11 +24,20 @@ import (
 	"warren/internal/network/policy"
 )
 
-// testPool is a pool of three sandbox slots no other test uses, and
-// testUpstreams a resolver upstream nothing answers on (no query leaves
+// testPool is a pool of three sandbox slots that nothing on the host uses:
+// no address, route or live warren server's pool (checked at first use),
+// and testUpstreams a resolver upstream nothing answers on (no query leaves
 // the machine).
 var (
-	testPool      = netip.MustParsePrefix("10.250.0.0/28")
+	testPool = sync.OnceValue(func() netip.Prefix {
+		for i := range 256 {
+			p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 250, byte(i), 0}), 28)
+			if checkPoolFree(DefaultRunDir, p, false) == nil {
+				return p
+			}
+		}
+		panic("no /28 of 10.250.0.0/16 is free on this host for the network tests")
+	})
 	testUpstreams = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}
 )
 
@@ -39,7 +49,7 @@ func newTestNode(t *testing.T, runDir string) *Node {
 // newTestNodeWith starts a node on testPool with cfg's other settings.
 func newTestNodeWith(t *testing.T, cfg Config) *Node {
 	t.Helper()
-	cfg.Pool, cfg.Upstreams = testPool, testUpstreams
+	cfg.Pool, cfg.Upstreams = testPool(), testUpstreams
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +94,7 @@ func TestNodeLifecycle(t *testing.T) {
 		}
 		cleanupNode(n)
 	})
-	if _, err := New(Config{Pool: testPool, RunDir: runDir}); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := New(Config{Pool: testPool(), RunDir: runDir}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a second node on the same pool: %v, want refused", err)
 	}
 
@@ -237,7 +247,7 @@ func TestNodeWarm(t *testing.T) {
 		t.Error("the taken router is not the sandbox's")
 	}
 	waitWarm(2) // slot 3, the pool's last
-	if _, ok := n.lookup(slotAddr(testPool, 3, 2)); ok {
+	if _, ok := n.lookup(slotAddr(testPool(), 3, 2)); ok {
 		t.Error("the resolver knows a warm router as a sandbox")
 	}
 	warmHost := n.warm[0].host

@@ -9,9 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"warren/internal/atomicfile"
 )
 
 // AdminTenant is the tenant of the admin key EnsureAdminKey creates.
@@ -96,57 +97,10 @@ func (s *Store) EnsureAdminKey(ctx context.Context, path string) (key string, cr
 	if err != nil {
 		return "", false, fmt.Errorf("ensure admin key: %w", err)
 	}
-	if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(key+"\n"), 0o600); err != nil {
 		return "", false, fmt.Errorf("ensure admin key: %w", err)
 	}
 	return key, true, nil
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it over path, syncing both, so that path is never seen half-written.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	committed := false
-	defer func() {
-		if !committed {
-			os.Remove(tmp)
-		}
-	}()
-	// CreateTemp makes the file 0600 already; Chmod states the mode asked
-	// for whatever the umask.
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	committed = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // randomString returns n random bytes in keyEncoding. crypto/rand.Read

@@ -132,7 +132,7 @@ func (c *Catalog) makeRootfs(ctx context.Context, r recipe, rootfs string, progr
 		if err := os.Mkdir(rootfs, 0o755); err != nil {
 			return err
 		}
-		return run(ctx, w, "tar", "--extract", "--file", cache, "--directory", rootfs,
+		return run(ctx, w, nil, "tar", "--extract", "--file", cache, "--directory", rootfs,
 			"--numeric-owner", "--same-owner", "--preserve-permissions", "--xattrs", "--xattrs-include=*")
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -144,7 +144,7 @@ func (c *Catalog) makeRootfs(ctx context.Context, r recipe, rootfs string, progr
 	}
 	w := newLineWriter(progress, "debootstrap")
 	w.Printf("installing %s %s with %s from %s", r.suite, r.variant, strings.Join(r.include, ","), mirror)
-	if err := run(ctx, w, "debootstrap", r.debootstrapArgs(rootfs, mirror)...); err != nil {
+	if err := debootstrap(ctx, w, r.debootstrapArgs(rootfs, mirror), mirror, filepath.Dir(rootfs), defaultFetchBounds); err != nil {
 		return err
 	}
 	c.saveCache(ctx, r, rootfs, cache, progress)
@@ -160,7 +160,7 @@ func (c *Catalog) saveCache(ctx context.Context, r recipe, rootfs, cache string,
 	tmp, err := os.CreateTemp(filepath.Dir(cache), "."+filepath.Base(cache)+"-")
 	if err == nil {
 		tmp.Close()
-		err = run(ctx, w, "tar", "--create", "--file", tmp.Name(), "--directory", rootfs,
+		err = run(ctx, w, nil, "tar", "--create", "--file", tmp.Name(), "--directory", rootfs,
 			"--numeric-owner", "--xattrs", "--xattrs-include=*", ".")
 		if err == nil {
 			err = os.Rename(tmp.Name(), cache)
@@ -197,8 +197,75 @@ func makeImage(ctx context.Context, rootfs, img string, size int64, progress io.
 	}
 	w := newLineWriter(progress, "mkfs")
 	w.Printf("making a %d MiB ext4 image", size>>20)
-	return run(ctx, w, "mkfs.ext4", "-q", "-F", "-L", "warren-root", "-E", "root_owner=0:0",
+	return run(ctx, w, nil, "mkfs.ext4", "-q", "-F", "-L", "warren-root", "-E", "root_owner=0:0",
 		"-d", rootfs, img, fmt.Sprintf("%dk", size>>10))
+}
+
+// fetchBounds bound debootstrap's downloads, so that a mirror that does
+// not answer makes a build fail within minutes, naming the mirror, instead
+// of hanging.
+type fetchBounds struct {
+	// Connect and Read bound each of wget's connections and reads, and
+	// Tries its attempts at one file.
+	Connect, Read time.Duration
+	Tries         int
+	// Stall is how long debootstrap may go without printing a line of
+	// progress (its retries of a failed download do not count).
+	Stall time.Duration
+	// Max bounds the whole install.
+	Max time.Duration
+}
+
+// defaultFetchBounds are the bounds of every build. A good mirror serves
+// the default template's packages in about 70 s on the machines warren is
+// built on.
+var defaultFetchBounds = fetchBounds{
+	Connect: 15 * time.Second, Read: 30 * time.Second, Tries: 2,
+	Stall: 3 * time.Minute, Max: 20 * time.Minute,
+}
+
+// errSlow is the cause of a debootstrap stopped by its bounds.
+var errSlow = errors.New("debootstrap too slow")
+
+// debootstrap runs debootstrap with args within bounds b: wget's through a
+// wgetrc in work, the whole run's by a watchdog.
+func debootstrap(ctx context.Context, w *lineWriter, args []string, mirror, work string, b fetchBounds) error {
+	wgetrc := filepath.Join(work, "wgetrc")
+	secs := func(d time.Duration) int { return max(1, int(d.Seconds())) }
+	conf := fmt.Sprintf("connect_timeout = %d\ndns_timeout = %d\nread_timeout = %d\ntries = %d\n",
+		secs(b.Connect), secs(b.Connect), secs(b.Read), b.Tries)
+	if err := os.WriteFile(wgetrc, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, b.Max, fmt.Errorf("%w: not done after %v", errSlow, b.Max))
+	defer cancel()
+	ctx, stall := context.WithCancelCause(ctx)
+	defer stall(nil)
+	w.progress = func(line string) bool { return !strings.Contains(line, "Retrying failed download") }
+	w.touch()
+	go func() {
+		t := time.NewTicker(min(time.Second, b.Stall/4))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if w.idle() > b.Stall {
+					stall(fmt.Errorf("%w: no progress for %v", errSlow, b.Stall))
+					return
+				}
+			}
+		}
+	}()
+	err := run(ctx, w, []string{"WGETRC=" + wgetrc}, "debootstrap", args...)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errSlow) {
+		return fmt.Errorf("debootstrap from %s: %w (last output: %s; is the mirror reachable from this host?)", mirror, cause, w.last)
+	}
+	if err != nil {
+		return fmt.Errorf("debootstrap from %s: %w", mirror, err)
+	}
+	return nil
 }
 
 // run runs a build command with its output going to out. The command gets
@@ -206,9 +273,12 @@ func makeImage(ctx context.Context, rootfs, img string, size int64, progress io.
 // /proc and /sys in the new root) disappears with it even if it is killed,
 // and removing the work directory can never reach into a mount. It gets its
 // own process group too, so that cancelling ctx kills its children as well.
-func run(ctx context.Context, out *lineWriter, name string, args ...string) error {
+func run(ctx context.Context, out *lineWriter, env []string, name string, args ...string) error {
 	out.last = "" // only the command's own output explains its failure
 	cmd := exec.CommandContext(ctx, name, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,4 +254,71 @@ func (c cancelOn) Write(p []byte) (int, error) {
 		c.cancel()
 	}
 	return len(p), nil
+}
+
+// TestDebootstrapSilentMirror: a mirror that accepts connections and never
+// answers (the failure of issue 12, where debootstrap sat for 12 minutes)
+// fails the install within its bounds, naming the mirror: through wget's
+// read timeout, and through the watchdog when nothing is printed.
+func TestDebootstrapSilentMirror(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: debootstrap")
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		t.Skipf("needs debootstrap: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	mirror := "http://" + ln.Addr().String() + "/debian"
+	for _, tc := range []struct {
+		name   string
+		bounds fetchBounds
+		want   string
+		within time.Duration
+	}{
+		{"read timeout", fetchBounds{Connect: time.Second, Read: time.Second, Tries: 1, Stall: time.Minute, Max: 2 * time.Minute},
+			"debootstrap from " + mirror + ": debootstrap: exit status", time.Minute},
+		{"no progress", fetchBounds{Connect: time.Minute, Read: time.Minute, Tries: 1, Stall: 2 * time.Second, Max: 2 * time.Minute},
+			"debootstrap from " + mirror + ": debootstrap too slow: no progress for 2s", 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := t.TempDir()
+			r := recipes["default"]
+			start := time.Now()
+			var out bytes.Buffer
+			err := debootstrap(context.Background(), newLineWriter(&out, "debootstrap"),
+				r.debootstrapArgs(filepath.Join(work, "rootfs"), mirror), mirror, work, tc.bounds)
+			took := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q\noutput:\n%s", err, tc.want, out.String())
+			}
+			if took > tc.within {
+				t.Errorf("failed after %v, want within %v", took, tc.within)
+			}
+			t.Logf("failed after %v: %v", took.Round(time.Millisecond), err)
+		})
+	}
 }

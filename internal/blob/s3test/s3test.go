@@ -49,8 +49,8 @@ type Server struct {
 // Start starts versitygw on a free 127.0.0.1 port and a new temporary
 // directory, waits until it answers, creates a bucket, and stops the
 // server when the test ends. It skips the test when the binary is
-// missing: it looks at $WARREN_VERSITYGW (failing the test if that names
-// no file), then <repo root>/bin/versitygw (scripts/deps.sh builds it).
+// missing: it runs $WARREN_VERSITYGW (failing the test if that names no
+// file).
 //
 // When t can set environment variables for the test (a *testing.T, B or
 // F), Start also sets the AWS_* variables of Server.Env in this process
@@ -143,44 +143,19 @@ func Start(t testing.TB) Server {
 	return srv
 }
 
-// binary finds the versitygw binary or skips the test.
+// binary finds the versitygw binary, $WARREN_VERSITYGW (scripts/deps.sh
+// builds it and sets it), or skips the test.
 func binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("WARREN_VERSITYGW"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			// Set on purpose, so a typo must not pass as a skip.
-			t.Fatalf("versitygw not usable at $WARREN_VERSITYGW: %v", err)
-		}
-		return p
+	p := os.Getenv("WARREN_VERSITYGW")
+	if p == "" {
+		t.Skip("versitygw not built: $WARREN_VERSITYGW is not set (scripts/test.sh builds it and sets it)")
 	}
-	root, err := repoRoot()
-	if err != nil {
-		t.Skipf("versitygw not built: run scripts/deps.sh (%v)", err)
-	}
-	p := filepath.Join(root, "bin", "versitygw")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("versitygw not built: run scripts/deps.sh (or set $WARREN_VERSITYGW): %v", err)
+		// Set on purpose, so a typo must not pass as a skip.
+		t.Fatalf("versitygw not usable at $WARREN_VERSITYGW: %v", err)
 	}
 	return p
-}
-
-// repoRoot walks up from the working directory (a test's package
-// directory) to the directory holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // freeAddr returns a 127.0.0.1 address with a port no one listened on a

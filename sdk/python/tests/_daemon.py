@@ -8,8 +8,8 @@ variables change that:
 - WARREN_TEST_DATA_DIR: start the server on this data directory instead
   (only one server may use a data directory at a time);
 - WARREN_TEST_NET_POOL: give the server this sandbox network pool
-  (--net-pool, e.g. 10.233.0.0/16): one server may use a pool on a host at
-  a time, and the default one may be taken by another server;
+  (--net-pool, e.g. 10.233.0.0/16) instead of "auto" (a free pool, never
+  the default one, which a warren the user runs may hold);
 - WARREN_TEST_URL and WARREN_TEST_API_KEY: start nothing, and test the
   server already serving there (with an admin key, for the admin tests).
 """
@@ -82,9 +82,7 @@ class Daemon:
         os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
         args = [warren_binary(), "server", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
                 "--template", "default"]
-        pool = os.environ.get("WARREN_TEST_NET_POOL")
-        if pool:
-            args += ["--net-pool", pool]
+        args += ["--net-pool", os.environ.get("WARREN_TEST_NET_POOL") or "auto"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL)
         found = threading.Event()
 
