@@ -232,3 +232,79 @@ func randomHex(t *testing.T) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// TestEscapeAgent: the sandbox's root cannot reach into its PID 1, the
+// agent, which holds the host's end of things (its console log, its
+// listening socket): no ptrace, no pidfd_getfd, no memory access, no kcmp,
+// no listing of its descriptors (issue 13, item 1). It can still ptrace its
+// own processes (gdb, strace). And no process of a sandbox holds a
+// descriptor the daemon inherited from whatever started it.
+func TestEscapeAgent(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	out := python(t, id, syscallProbe+`
+import os, subprocess
+pidfd = os.pidfd_open(1)
+call("pidfd_getfd(1, stdout)", 438, pidfd, 1, 0)
+call("pidfd_getfd(1, listener)", 438, pidfd, 3, 0)
+call("ptrace(SEIZE, 1)", 101, 0x4206, 1, 0, 0)
+call("ptrace(ATTACH, 1)", 101, 16, 1, 0, 0)
+buf = ctypes.create_string_buffer(8)
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+local = iovec(ctypes.cast(buf, ctypes.c_void_p), 8)
+remote = iovec(0x400000, 8)
+call("process_vm_readv(1)", 310, 1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+call("process_vm_writev(1)", 311, 1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+call("kcmp(1, self, FILE)", 312, 1, os.getpid(), 0, 1, 1)
+for path in ("/proc/1/mem", "/proc/1/environ"):
+    try:
+        open(path, "rb").read(1)
+        print(path, "OK")
+    except OSError as e:
+        print(path, errno.errorcode.get(e.errno, str(e.errno)))
+try:
+    os.readlink("/proc/1/fd/1")
+    print("readlink /proc/1/fd/1 OK")
+except OSError as e:
+    print("readlink /proc/1/fd/1", errno.errorcode.get(e.errno, str(e.errno)))
+child = subprocess.Popen(["sleep", "30"])
+call("ptrace(SEIZE, own child)", 101, 0x4206, child.pid, 0, 0)
+child.kill()
+`)
+	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
+	if len(lines) != 12 {
+		t.Fatalf("probe did not run every call: %q %q", out.Stdout, out.Stderr)
+	}
+	for _, line := range lines {
+		own := strings.Contains(line, "own child")
+		if own != strings.HasSuffix(line, " OK") {
+			t.Errorf("sandbox root: %s", line)
+		}
+	}
+	// From the host: no process of the sandbox holds the daemon's stray
+	// descriptor.
+	procs := cgroupValue(id, "pids", "cgroup.procs", "cgroup.procs")
+	if procs == "" {
+		t.Fatal("no processes found in the sandbox's cgroup")
+	}
+	for _, pid := range strings.Fields(procs) {
+		checkNoStray(t, pid)
+	}
+}
+
+// checkNoStray fails t if process pid holds the daemons' stray descriptor
+// (strayFile).
+func checkNoStray(t *testing.T, pid string) {
+	t.Helper()
+	stray := fmt.Sprintf("pipe:[%d]", strayInode)
+	fds, err := os.ReadDir(filepath.Join("/proc", pid, "fd"))
+	if err != nil {
+		t.Errorf("descriptors of %s: %v", pid, err)
+	}
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join("/proc", pid, "fd", fd.Name())); target == stray {
+			t.Errorf("process %s of a sandbox holds the daemon's inherited descriptor as fd %s", pid, fd.Name())
+		}
+	}
+}

@@ -56,6 +56,10 @@ func runMain(m *testing.M) int {
 		return m.Run()
 	}
 	var err error
+	if strayFile, strayInode, err = strayPipe(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	if bin, err = binaries(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -87,6 +91,27 @@ func runMain(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// strayFile is handed to every daemon (fd 3) without close-on-exec, and
+// strayInode is its pipe's inode, as /proc/PID/fd shows it.
+var (
+	strayFile  *os.File
+	strayInode uint64
+)
+
+// strayPipe makes the stray descriptor: the read end of a pipe.
+func strayPipe() (*os.File, uint64, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	w.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(r.Fd()), &st); err != nil {
+		return nil, 0, err
+	}
+	return r, st.Ino, nil
 }
 
 // binaries returns a directory with freshly built warren binaries:
@@ -148,6 +173,9 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	}
 	d.cmd = exec.Command(filepath.Join(bin, "warren"), append(args, flags...)...)
 	d.cmd.Env = append(os.Environ(), env...)
+	// A descriptor without close-on-exec, as a careless parent leaves:
+	// nothing of a sandbox may ever hold it (TestEscapeAgent).
+	d.cmd.ExtraFiles = []*os.File{strayFile}
 	d.cmd.Stderr = d.log
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {

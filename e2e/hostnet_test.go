@@ -285,11 +285,12 @@ func (in *internet) checkRoutes() error {
 		return fmt.Errorf("the test internet's link: %w", err)
 	}
 	for _, r := range routes {
-		var dst netip.Prefix
+		var dst netip.Prefix // invalid for a default route
 		if r.Dst != nil {
 			a, _ := netip.AddrFromSlice(r.Dst.IP.To4())
-			bits, _ := r.Dst.Mask.Size()
-			dst = netip.PrefixFrom(a, bits)
+			if bits, _ := r.Dst.Mask.Size(); bits > 0 {
+				dst = netip.PrefixFrom(a, bits)
+			}
 		}
 		switch {
 		case r.Table == in.table && r.Type == unix.RTN_UNICAST:
@@ -301,7 +302,7 @@ func (in *internet) checkRoutes() error {
 				errs = append(errs, fmt.Errorf("the suite's table throws %s, not one of its daemons' pools %v", r.Dst, pools))
 			}
 		case r.Table == in.table && r.Type == unix.RTN_UNREACHABLE:
-			if r.Dst != nil {
+			if dst.IsValid() {
 				errs = append(errs, fmt.Errorf("the suite's table has an unreachable route to %s", r.Dst))
 			}
 		case r.Table == in.table:

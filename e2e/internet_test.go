@@ -134,8 +134,12 @@ func startInternet() (_ *internet, err error) {
 		if a != inetDNS.Addr() {
 			steps = append(steps, []string{"-n", in.ns, "addr", "add", a.String() + "/32", "dev", "lo"})
 		}
-		steps = append(steps, []string{"route", "add", a.String() + "/32", "via", far, "dev", in.hostEnd,
-			"table", table, "proto", fmt.Sprint(routeProto)})
+		via := []string{"via", far}
+		if a == inetDNS.Addr() {
+			via = nil // the far end itself
+		}
+		steps = append(steps, append(append([]string{"route", "add", a.String() + "/32"}, via...),
+			"dev", in.hostEnd, "table", table, "proto", fmt.Sprint(routeProto)))
 	}
 	for _, s := range steps {
 		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {

@@ -208,6 +208,7 @@ func TestVMEscape(t *testing.T) {
 		if st["NoNewPrivs"] != "1" {
 			t.Errorf("QEMU NoNewPrivs: %q, want 1", st["NoNewPrivs"])
 		}
+		checkNoStray(t, pid)
 		// QEMU's -sandbox filter, synchronized to every thread.
 		tasks, _ := filepath.Glob(filepath.Join("/proc", pid, "task", "*"))
 		for _, task := range tasks {

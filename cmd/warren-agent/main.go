@@ -85,6 +85,15 @@ func reserveThreads(n int) {
 }
 
 func main() {
+	// Not dumpable: the sandbox's root (which has no CAP_SYS_PTRACE) can
+	// then neither ptrace PID 1 nor take its descriptors (pidfd_getfd),
+	// read or write its memory (/proc/1/mem, process_vm_*), compare its
+	// files (kcmp) or list them (/proc/1/fd). Its own processes stay
+	// dumpable from their exec on, so gdb and strace work on them.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "warren-agent: prctl(PR_SET_DUMPABLE, 0):", err)
+		os.Exit(1)
+	}
 	// The container runtime executes the agent from a memfd, which the
 	// kernel names after its fd number; ps and top should say what it is.
 	os.WriteFile("/proc/self/comm", []byte("warren-agent"), 0)

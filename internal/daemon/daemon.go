@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +70,10 @@ type Options struct {
 	// PreviewDomain serves sandboxes' ports on PORT-ID.<domain> (see
 	// server.Options.PreviewDomain); "" for none.
 	PreviewDomain string
-	Log           *slog.Logger
+	// Server tunes the API server (limits, timeouts); PreviewDomain above
+	// is its PreviewDomain.
+	Server server.Options
+	Log    *slog.Logger
 	// Out receives the first-start admin key and the listening address.
 	Out io.Writer
 	// Ready, when set, is called with the bound address once the API serves.
@@ -83,6 +86,12 @@ const DefaultDataDir = "/var/lib/warren"
 // Run starts the daemon and serves until ctx ends. Sandboxes keep running
 // after it returns; the next Run adopts them.
 func Run(ctx context.Context, o Options) error {
+	// Whatever started the daemon may have left it descriptors without
+	// close-on-exec; none may reach a sandbox's init or a VMM, which get
+	// only the descriptors their runtime hands them.
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close-on-exec for inherited descriptors: %w", err)
+	}
 	log := o.Log
 	if o.DataDir == "" {
 		o.DataDir = DefaultDataDir
@@ -203,17 +212,14 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer mgr.Close()
 
-	srv := server.New(mgr, st, log.WithGroup("api"), server.Options{PreviewDomain: o.PreviewDomain})
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	o.Server.PreviewDomain = o.PreviewDomain
+	srv := server.New(mgr, st, log.WithGroup("api"), o.Server)
+	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	ln = srv.Limit(ln)
 	fmt.Fprintf(o.Out, "warren %s serving on http://%s (data dir %s, isolation %s)\n", Version, ln.Addr(), o.DataDir, isolations(runtimes))
 	log.Info("serving", "addr", ln.Addr().String(), "clone_mode", pool.Mode().String(), "cgroup_version", cg.Version(),
 		"blob_store", blobs.String())

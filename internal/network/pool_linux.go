@@ -161,7 +161,9 @@ func checkPoolFree(runDir string, pool netip.Prefix, adopt bool) error {
 	}
 	for _, r := range routes {
 		p, ok := prefixOf(r.Dst)
-		if !ok || p.Bits() == 0 || !p.Overlaps(pool) || own(r.LinkIndex, p) {
+		// A throw route sends its lookups on to the next rule's table: it
+		// holds no address.
+		if !ok || p.Bits() == 0 || r.Type == unix.RTN_THROW || !p.Overlaps(pool) || own(r.LinkIndex, p) {
 			continue
 		}
 		via := names[r.LinkIndex]

@@ -108,6 +108,13 @@ func TestPoolOverlap(t *testing.T) {
 		}
 		wantFree(t, runDir, "10.201.0.0/16", true, "route to 10.201.128.0/17 (dummy1, table 100)")
 		wantFree(t, runDir, "10.201.0.0/24", true, "")
+		// A throw route holds no address.
+		throw := &netlink.Route{Table: 101, Type: unix.RTN_THROW,
+			Dst: &net.IPNet{IP: net.IPv4(10, 201, 0, 0), Mask: net.CIDRMask(16, 32)}}
+		if err := netlink.RouteAdd(throw); err != nil {
+			t.Error(err)
+		}
+		wantFree(t, runDir, "10.201.0.0/24", true, "")
 		// A default route is no overlap.
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: d.Attrs().Index, Gw: net.IPv4(192, 0, 2, 1)}); err != nil {
 			t.Error(err)

@@ -274,7 +274,11 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.srv = New(e.fake, st, log, opts)
-	hs := httptest.NewServer(e.srv.Handler())
+	// Served as the daemon serves it: its http.Server and its limits.
+	hs := httptest.NewUnstartedServer(nil)
+	hs.Config = e.srv.HTTPServer(nil)
+	hs.Listener = e.srv.Limit(hs.Listener)
+	hs.Start()
 	t.Cleanup(hs.Close)
 	e.url = hs.URL
 	return e

@@ -57,11 +57,12 @@ var errPanic = errors.New("handler panicked")
 // request.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &responseWriter{ResponseWriter: w}
+	rw := &responseWriter{ResponseWriter: w, writeIdle: s.opts.Timeouts.WriteIdle}
 	m := &requestMeta{id: newRequestID()}
 	id := m.id
 	rw.Header().Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), metaKey{}, m))
+	defer limitBody(rw, r, s.opts.Timeouts.BodyIdle)()
 	defer func() {
 		v := recover()
 		if v != nil && v != http.ErrAbortHandler {
@@ -114,6 +115,7 @@ func newRequestID() string {
 // has begun (after which an error can no longer change the status).
 type responseWriter struct {
 	http.ResponseWriter
+	writeIdle   time.Duration
 	status      int
 	bytes       int64
 	wroteHeader bool
@@ -132,11 +134,13 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Write begins the response with 200 if nothing else began it.
+// Write begins the response with 200 if nothing else began it. The client
+// must take each write within writeIdle.
 func (w *responseWriter) Write(b []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.writeDeadline()
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err
@@ -147,7 +151,16 @@ func (w *responseWriter) FlushError() error {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.writeDeadline()
 	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// writeDeadline gives the next write writeIdle; a writer that cannot take
+// deadlines (a test recorder) goes without.
+func (w *responseWriter) writeDeadline() {
+	if w.writeIdle > 0 {
+		http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.writeIdle))
+	}
 }
 
 // Hijack hands the connection over for a protocol switch (the port
@@ -157,6 +170,10 @@ func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil && !w.wroteHeader {
 		w.status, w.wroteHeader = http.StatusSwitchingProtocols, true
+	}
+	if err == nil {
+		// The taker times the connection from now on.
+		c.SetDeadline(time.Time{})
 	}
 	return c, brw, err
 }

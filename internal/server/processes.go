@@ -162,6 +162,7 @@ const stdinChunk = 64 << 10
 // body is streamed to the process's stdin in order; close=true then sends
 // EOF.
 func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) error {
+	streamBody(r)
 	closeAfter, err := boolQuery(r, "close")
 	if err != nil {
 		return err

@@ -68,6 +68,7 @@ type portTarget struct {
 // request goes to the port of the caller's sandbox, with the path after
 // the port and the query.
 func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request) error {
+	streamBody(r)
 	id, err := sandboxID(r)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -56,6 +57,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if ae.Code == api.CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="warren"`)
+		// A client without a valid key keeps no connection.
+		w.Header().Set("Connection", "close")
 	}
 	writeJSON(w, ae.Status(), api.ErrorBody{Error: *ae})
 }
@@ -64,7 +67,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // one JSON object into v, refusing unknown fields. An empty body leaves v as
 // it is when emptyOK, and is refused otherwise.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	bodyDeadline(r, time.Now().Add(s.opts.Timeouts.JSONBody))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if errors.Is(err, errBodyTimeout) {
+		w.Header().Set("Connection", "close")
+		return api.Errorf(api.CodeBadRequest, "the request body did not arrive within %v", s.opts.Timeouts.JSONBody)
+	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		return api.Errorf(api.CodeTooLarge, "request body larger than %d bytes", tooBig.Limit)

@@ -136,6 +136,10 @@ type Options struct {
 	// "http://localhost:7777". Check it with CheckPreviewDomain: an
 	// invalid one is logged and serves no previews.
 	PreviewDomain string
+	// Timeouts bound how long a client may hold a connection without
+	// progress, and Conns how many it may hold (conns.go).
+	Timeouts Timeouts
+	Conns    ListenerLimits
 }
 
 // Defaults of Options.
@@ -189,6 +193,7 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	opts.Timeouts = opts.Timeouts.withDefaults()
 	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux()}
 	if opts.PreviewDomain != "" {
 		site, err := parsePreviewDomain(opts.PreviewDomain)
