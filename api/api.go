@@ -148,7 +148,18 @@ type ExecRequest struct {
 	// Stream answers with a stream of ExecEvent, one JSON object a line
 	// (application/x-ndjson), instead of one ExecResult at the end.
 	Stream bool `json:"stream,omitempty"`
+	// OutputEncoding is how ExecResult carries stdout and stderr: "utf8"
+	// (the default: text, with U+FFFD for bytes that are not UTF-8) or
+	// "base64" (exact bytes, a third larger; JSON would write a control
+	// byte such as NUL as six).
+	OutputEncoding string `json:"output_encoding,omitempty"`
 }
+
+// Output encodings of ExecRequest.OutputEncoding.
+const (
+	EncodingUTF8   = "utf8"
+	EncodingBase64 = "base64"
+)
 
 // ExecResult is the answer to a foreground, non-streaming exec, and to a
 // process wait. Output that is not valid UTF-8 is shown with U+FFFD in
@@ -162,8 +173,11 @@ type ExecResult struct {
 	Status     string  `json:"status,omitempty"` // e.g. "exit status 1", "signal: killed"
 	DurationMs float64 `json:"duration_ms"`
 	// Truncated is set when the output exceeded the server's limit for a
-	// non-streaming exec and was cut.
+	// non-streaming exec (--exec-output-max, per stream) and was cut.
 	Truncated bool `json:"truncated,omitempty"`
+	// Encoding is the encoding of Stdout and Stderr (ExecRequest's
+	// OutputEncoding; empty for utf8).
+	Encoding string `json:"encoding,omitempty"`
 }
 
 // ExecEvent types.

@@ -19,6 +19,7 @@ const (
 	CodeInternal         = "internal"           // 500: details only in the server's log
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeBadGateway       = "bad_gateway"        // 502: a sandbox's port did not answer (exposed ports)
+	CodeTooMany          = "too_many_requests"  // 429: a bound on concurrent calls was reached
 )
 
 var codeStatus = map[string]int{
@@ -33,6 +34,7 @@ var codeStatus = map[string]int{
 	CodeInternal:         http.StatusInternalServerError,
 	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
 	CodeBadGateway:       http.StatusBadGateway,
+	CodeTooMany:          http.StatusTooManyRequests,
 }
 
 // Error is an error whose message is safe to show to an API caller. Any

@@ -200,6 +200,11 @@ func TestBadInput(t *testing.T) {
 		// A regression test: this many seconds once overflowed a Duration and passed.
 		{"absurd timeout", "POST", "/v1/sandboxes", `{"timeout_seconds":99999999999999}`, true, 400, api.CodeBadRequest},
 		{"unknown template", "POST", "/v1/sandboxes", `{"template":"nope"}`, true, 404, api.CodeNotFound},
+		// Regression tests of issue 13, item 14: these were 500s.
+		{"template ../etc", "POST", "/v1/sandboxes", `{"template":"../etc"}`, true, 400, api.CodeBadRequest},
+		{"template A", "POST", "/v1/sandboxes", `{"template":"A"}`, true, 400, api.CodeBadRequest},
+		{"template .hidden", "POST", "/v1/sandboxes", `{"template":".hidden"}`, true, 400, api.CodeBadRequest},
+		{"build template ../etc", "POST", "/v1/templates/..%2Fetc/build", "", true, 400, api.CodeBadRequest},
 		{"unknown runtime", "POST", "/v1/sandboxes", `{"runtime":"magic"}`, true, 400, api.CodeBadRequest},
 		{"path escape", "GET", "/v1/sandboxes/" + id + "/files?path=/../../etc/shadow", "", true, 400, api.CodeBadRequest},
 		{"missing file", "GET", "/v1/sandboxes/" + id + "/files?path=/nope", "", true, 404, api.CodeNotFound},

@@ -34,6 +34,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	netWarm := fs.Int("net-warm", network.DefaultWarm, "sandbox routers kept ready, for fast creates")
 	dns := fs.String("dns-upstream", "", "comma-separated DNS servers (ip:port) the sandboxes' resolver asks\n(default: the nameservers of /etc/resolv.conf)")
 	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (wildcard DNS to this server):\na domain (https preview URLs) or a URL such as http://localhost:7777 (default: none)")
+	execOut := fs.Int64("exec-output-max", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a non-streaming exec keeps (the rest is dropped, and the result says truncated)")
 	maxConns := fs.Int("max-conns", server.DefaultMaxConns, "API connections open at once (beyond it, new ones wait)")
 	maxConnsIP := fs.Int("max-conns-per-ip", server.DefaultMaxConnsPerIP, "API connections one client address may hold (beyond it, new ones are closed)")
 	debug := fs.Bool("debug", false, "log debug messages")
@@ -79,11 +80,14 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 		PreviewDomain:  *preview,
 		Network:        netCfg,
 		AutoNetPool:    autoPool,
-		Server:         server.Options{Conns: server.ListenerLimits{Total: *maxConns, PerIP: *maxConnsIP}},
-		NoNetwork:      *noNet,
-		Sandbox:        cfg,
-		Log:            slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
-		Out:            c.stdout,
+		Server: server.Options{
+			MaxOutputBytes: *execOut,
+			Conns:          server.ListenerLimits{Total: *maxConns, PerIP: *maxConnsIP},
+		},
+		NoNetwork: *noNet,
+		Sandbox:   cfg,
+		Log:       slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
+		Out:       c.stdout,
 	})
 	if err != nil && ctx.Err() != nil {
 		// Stopped by a signal while starting (e.g. during a template build).

@@ -226,10 +226,12 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		name = m.cfg.DefaultTemplate
 	}
 	tpl, err := m.deps.Templates.Get(name)
-	if errors.Is(err, template.ErrNotFound) {
+	switch {
+	case errors.Is(err, template.ErrInvalidName):
+		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "template: %v", template.ValidName(name))
+	case errors.Is(err, template.ErrNotFound):
 		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "template %q not found", name)
-	}
-	if err != nil {
+	case err != nil:
 		return api.Sandbox{}, fmt.Errorf("template %s: %w", name, err)
 	}
 	src := source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes}

@@ -39,17 +39,53 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	conn, err := s.sb.Agent(r.Context(), caller(r).Tenant, id)
+	switch req.OutputEncoding {
+	case "", api.EncodingUTF8, api.EncodingBase64:
+	default:
+		return api.Errorf(api.CodeBadRequest, "output_encoding %q: want %q or %q", req.OutputEncoding, api.EncodingUTF8, api.EncodingBase64)
+	}
+	tenant := caller(r).Tenant
+	conn, err := s.sb.Agent(r.Context(), tenant, id)
 	if err != nil {
 		return err
 	}
+	release, err := s.holdStream(id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	switch {
 	case req.Background:
 		return s.execBackground(w, r, id, conn, start)
 	case req.Stream:
 		return s.execStream(w, r, id, conn, start)
 	}
-	return s.execCollect(w, r, id, conn, start)
+	releaseCollect, err := s.holdCollect(tenant)
+	if err != nil {
+		return err
+	}
+	defer releaseCollect()
+	return s.execCollect(w, r, id, conn, start, req.OutputEncoding)
+}
+
+// holdStream takes one of sandbox id's concurrent streams.
+func (s *Server) holdStream(id string) (release func(), err error) {
+	return s.streams.acquire(id, s.opts.Limits.StreamsPerSandbox, "execs and process streams on sandbox "+id)
+}
+
+// holdCollect takes one of tenant's and one of the node's non-streaming
+// execs.
+func (s *Server) holdCollect(tenant string) (release func(), err error) {
+	releaseTenant, err := s.collects.acquire("tenant "+tenant, s.opts.Limits.CollectsPerTenant, "non-streaming execs of this tenant (stream the output instead)")
+	if err != nil {
+		return nil, err
+	}
+	releaseNode, err := s.collects.acquire("", s.opts.Limits.CollectsOnNode, "non-streaming execs on this node (stream the output instead)")
+	if err != nil {
+		releaseTenant()
+		return nil, err
+	}
+	return func() { releaseNode(); releaseTenant() }, nil
 }
 
 // startRequest checks an ExecRequest and translates it for the agent.
@@ -182,46 +218,47 @@ func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id strin
 	}
 	defer release()
 	if pid == 0 {
-		res, err := s.collect(ctx, id, stream, 0)
+		res, _, stderr, err := s.collect(ctx, id, stream, 0)
 		if err != nil {
 			return err
 		}
 		return api.Errorf(api.CodeBadRequest, "cannot start %s: %s (exit code %d)",
-			start.GetProcess().GetCmd(), strings.TrimSpace(res.Stderr), res.ExitCode)
+			start.GetProcess().GetCmd(), strings.TrimSpace(strings.ToValidUTF8(string(stderr), "\uFFFD")), res.ExitCode)
 	}
 	return writeJSON(w, http.StatusAccepted, api.StartedProcess{PID: pid, Tag: start.GetTag()})
 }
 
 // execCollect runs a foreground process and answers its ExecResult. A caller
 // that leaves before the end kills the process.
-func (s *Server) execCollect(w http.ResponseWriter, r *http.Request, id string, conn *agentconn.Conn, start *processpb.StartRequest) error {
+func (s *Server) execCollect(w http.ResponseWriter, r *http.Request, id string, conn *agentconn.Conn, start *processpb.StartRequest, encoding string) error {
 	ctx := r.Context()
 	stream, pid, release, err := startProcess(ctx, id, conn, start)
 	if err != nil {
 		return err
 	}
 	defer release()
-	res, err := s.collect(ctx, id, stream, pid)
+	res, stdout, stderr, err := s.collect(ctx, id, stream, pid)
 	if err != nil {
 		if ctx.Err() != nil {
 			s.kill(ctx, id, conn, pid)
 		}
 		return err
 	}
-	return writeJSON(w, http.StatusOK, res)
+	return writeExecResult(w, res, stdout, stderr, encoding)
 }
 
 // collect reads a started process's events to its end, keeping up to
-// MaxOutputBytes of each output stream.
-func (s *Server) collect(ctx context.Context, id string, stream *startStream, pid uint32) (api.ExecResult, error) {
-	res := api.ExecResult{PID: pid}
-	stdout := &capped{max: s.opts.MaxOutputBytes}
-	stderr := &capped{max: s.opts.MaxOutputBytes}
+// MaxOutputBytes of each output stream. The result's Stdout and Stderr are
+// left empty: the output is returned as it came.
+func (s *Server) collect(ctx context.Context, id string, stream *startStream, pid uint32) (res api.ExecResult, stdout, stderr []byte, err error) {
+	res = api.ExecResult{PID: pid}
+	out := &capped{max: s.opts.MaxOutputBytes}
+	errOut := &capped{max: s.opts.MaxOutputBytes}
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
-			stdout.write(d.GetStdout())
-			stderr.write(d.GetStderr())
+			out.write(d.GetStdout())
+			errOut.write(d.GetStderr())
 			continue
 		}
 		if end := ev.GetEnd(); end != nil {
@@ -229,12 +266,11 @@ func (s *Server) collect(ctx context.Context, id string, stream *startStream, pi
 			res.Status = end.GetStatus()
 			res.TimedOut = end.GetTimedOut()
 			res.DurationMs = float64(end.GetDurationUs()) / 1000
-			res.Stdout, res.Stderr = string(stdout.buf), string(stderr.buf)
-			res.Truncated = stdout.truncated || stderr.truncated
-			return res, nil
+			res.Truncated = out.truncated || errOut.truncated
+			return res, out.buf, errOut.buf, nil
 		}
 	}
-	return api.ExecResult{}, agentError(ctx, id, streamEnd(id, stream.Err()))
+	return api.ExecResult{}, nil, nil, agentError(ctx, id, streamEnd(id, stream.Err()))
 }
 
 // streamEnd is the error of an event stream that stopped before the

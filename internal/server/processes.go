@@ -78,6 +78,11 @@ func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.holdStream(id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	stream, err := conn.Process.Connect(r.Context(), connect.NewRequest(&processpb.ConnectRequest{
 		Process: pidSelector(pid), Replay: replay,
 	}))
@@ -118,6 +123,11 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.holdStream(id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// The timeout is a cancellation with a cause, not a deadline: a deadline
 	// would travel to the agent, whose answer to it could arrive before this
 	// side's context noticed.

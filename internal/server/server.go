@@ -123,9 +123,11 @@ type Keys interface {
 // Options tune the server. Zero values take the defaults.
 type Options struct {
 	// MaxOutputBytes bounds each of stdout and stderr kept for a foreground,
-	// non-streaming exec (default 16 MiB). Output beyond it is read and
-	// dropped, and the result says Truncated.
+	// non-streaming exec (default DefaultMaxOutputBytes). Output beyond it
+	// is read and dropped, and the result says Truncated.
 	MaxOutputBytes int64
+	// Limits bound concurrent execs and streams (limits.go).
+	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
 	// is answered 413. File uploads and stdin are streams and have no bound.
 	MaxBodyBytes int64
@@ -144,8 +146,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultMaxOutputBytes = 16 << 20
-	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxBodyBytes = 1 << 20
 )
 
 // Server serves the API. Build it with New.
@@ -158,6 +159,9 @@ type Server struct {
 	mux    *http.ServeMux
 	// preview is the parsed Options.PreviewDomain; zero: no previews.
 	preview previewSite
+	// streams counts each sandbox's open execs and process streams;
+	// collects the non-streaming execs by tenant and in all (key "").
+	streams, collects counter
 }
 
 // access says who may call a route.
@@ -194,6 +198,7 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	opts.Timeouts = opts.Timeouts.withDefaults()
+	opts.Limits = opts.Limits.withDefaults()
 	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux()}
 	if opts.PreviewDomain != "" {
 		site, err := parsePreviewDomain(opts.PreviewDomain)
