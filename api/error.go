@@ -19,22 +19,26 @@ const (
 	CodeInternal         = "internal"           // 500: details only in the server's log
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeBadGateway       = "bad_gateway"        // 502: a sandbox's port did not answer (exposed ports)
-	CodeTooMany          = "too_many_requests"  // 429: a bound on concurrent calls was reached
+	CodeTooMany          = "too_many_requests"  // 429: a bound on concurrent calls, or a tenant's quota, was reached
+	// CodeInsufficientStorage (507): the node cannot promise the disk asked
+	// for, or its free disk is below its reserve.
+	CodeInsufficientStorage = "insufficient_storage"
 )
 
 var codeStatus = map[string]int{
-	CodeBadRequest:       http.StatusBadRequest,
-	CodeUnauthorized:     http.StatusUnauthorized,
-	CodeForbidden:        http.StatusForbidden,
-	CodeNotFound:         http.StatusNotFound,
-	CodeConflict:         http.StatusConflict,
-	CodeTooLarge:         http.StatusRequestEntityTooLarge,
-	CodeTimeout:          http.StatusGatewayTimeout,
-	CodeUnavailable:      http.StatusServiceUnavailable,
-	CodeInternal:         http.StatusInternalServerError,
-	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
-	CodeBadGateway:       http.StatusBadGateway,
-	CodeTooMany:          http.StatusTooManyRequests,
+	CodeBadRequest:          http.StatusBadRequest,
+	CodeUnauthorized:        http.StatusUnauthorized,
+	CodeForbidden:           http.StatusForbidden,
+	CodeNotFound:            http.StatusNotFound,
+	CodeConflict:            http.StatusConflict,
+	CodeTooLarge:            http.StatusRequestEntityTooLarge,
+	CodeTimeout:             http.StatusGatewayTimeout,
+	CodeUnavailable:         http.StatusServiceUnavailable,
+	CodeInternal:            http.StatusInternalServerError,
+	CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	CodeBadGateway:          http.StatusBadGateway,
+	CodeTooMany:             http.StatusTooManyRequests,
+	CodeInsufficientStorage: http.StatusInsufficientStorage,
 }
 
 // Error is an error whose message is safe to show to an API caller. Any

@@ -55,6 +55,7 @@ func runMain(m *testing.M) int {
 	if skipReason != "" {
 		return m.Run()
 	}
+	noteForeign()
 	var err error
 	if strayFile, strayInode, err = strayPipe(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

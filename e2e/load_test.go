@@ -29,7 +29,9 @@ func TestLoadConcurrentCreates(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			start := time.Now()
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			// 128 MiB each: the node admits 100 of them whatever else runs
+			// (100 of the default 512 MiB would be more than it may promise).
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{MemoryMB: 128})
 			if err != nil {
 				errs[i] = err
 				return

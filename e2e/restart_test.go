@@ -18,6 +18,41 @@ import (
 	"warren/internal/mountinfo"
 )
 
+// foreign are the sandbox cgroups, routers and loop-device backing files
+// that existed when the suite started: another warren's on the host (a user
+// may run one beside the suite), which the leak checks leave out.
+var foreign = map[string]bool{}
+
+// noteForeign records what exists before the suite starts.
+func noteForeign() {
+	for _, p := range hostSandboxThings() {
+		foreign[p] = true
+	}
+}
+
+// hostSandboxThings lists the cgroups (by sandbox ID), router namespaces
+// and sandbox-disk loop backing files on the host.
+func hostSandboxThings() []string {
+	var out []string
+	for _, dir := range []string{"/sys/fs/cgroup/pids/warren", "/sys/fs/cgroup/warren"} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.IsDir() {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	routers, _ := filepath.Glob("/run/warren/net/*/sb-*")
+	out = append(out, routers...)
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, err := os.ReadFile(b); err == nil && strings.Contains(string(f), "/disks/sandboxes/") {
+			out = append(out, strings.TrimSpace(string(f)))
+		}
+	}
+	return out
+}
+
 // resources counts what sandboxes hold on the host, to find leaks.
 type resources struct {
 	cgroups int // warren cgroups (pids controller, present on v1 and v2)
@@ -32,7 +67,7 @@ func leaks(t testing.TB) resources {
 	for _, dir := range []string{"/sys/fs/cgroup/pids/warren", "/sys/fs/cgroup/warren"} {
 		if entries, err := os.ReadDir(dir); err == nil {
 			for _, e := range entries {
-				if e.IsDir() {
+				if e.IsDir() && !foreign[e.Name()] {
 					r.cgroups++
 				}
 			}
@@ -41,7 +76,7 @@ func leaks(t testing.TB) resources {
 	}
 	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, b := range backing {
-		if f, err := os.ReadFile(b); err == nil && strings.Contains(string(f), "/disks/sandboxes/") {
+		if f, err := os.ReadFile(b); err == nil && strings.Contains(string(f), "/disks/sandboxes/") && !foreign[strings.TrimSpace(string(f))] {
 			r.loops++
 		}
 	}
@@ -55,7 +90,11 @@ func leaks(t testing.TB) resources {
 		}
 	}
 	routers, _ := filepath.Glob("/run/warren/net/*/sb-*")
-	r.routers = len(routers)
+	for _, p := range routers {
+		if !foreign[p] {
+			r.routers++
+		}
+	}
 	return r
 }
 
@@ -259,13 +298,13 @@ func checkConsistent(t *testing.T) {
 	}
 	cgroups, _ := os.ReadDir("/sys/fs/cgroup/pids/warren")
 	for _, e := range cgroups {
-		if e.IsDir() && !running[e.Name()] {
+		if e.IsDir() && !running[e.Name()] && !foreign[e.Name()] {
 			t.Errorf("cgroup of %s left without a running sandbox", e.Name())
 		}
 	}
 	routers, _ := filepath.Glob("/run/warren/net/*/sb-*")
 	for _, r := range routers {
-		if !running[filepath.Base(r)] {
+		if !running[filepath.Base(r)] && !foreign[r] {
 			t.Errorf("router %s left without a running sandbox", r)
 		}
 	}

@@ -37,6 +37,16 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	execOut := fs.Int64("exec-output-max", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a non-streaming exec keeps (the rest is dropped, and the result says truncated)")
 	maxConns := fs.Int("max-conns", server.DefaultMaxConns, "API connections open at once (beyond it, new ones wait)")
 	maxConnsIP := fs.Int("max-conns-per-ip", server.DefaultMaxConnsPerIP, "API connections one client address may hold (beyond it, new ones are closed)")
+	adm := sandbox.DefaultAdmission
+	fs.Float64Var(&adm.CPUOvercommit, "cpu-overcommit", adm.CPUOvercommit, "vCPUs the node may promise per CPU it has")
+	fs.Float64Var(&adm.MemoryOvercommit, "memory-overcommit", adm.MemoryOvercommit, "memory the node may promise per MiB it has (after the reserve);\nall sandboxes together still never get more than it has")
+	fs.Float64Var(&adm.DiskOvercommit, "disk-overcommit", adm.DiskOvercommit, "sandbox disk (sparse) the node may promise per MiB of its data directory's filesystem")
+	fs.Int64Var(&adm.ReserveMemoryMB, "reserve-memory-mb", 0, "memory kept for the host and the daemon (default: 1 GiB or a tenth of it, the larger)")
+	fs.Int64Var(&adm.ReserveDiskMB, "reserve-disk-mb", 0, "free disk below which creates, restores and snapshots are refused\n(default: 2 GiB or a twentieth of the filesystem, the larger)")
+	fs.IntVar(&adm.Tenant.Sandboxes, "tenant-max-sandboxes", adm.Tenant.Sandboxes, "sandboxes one tenant may have at once on this node")
+	fs.Float64Var(&adm.Tenant.CPUs, "tenant-max-cpus", 0, "vCPUs one tenant may hold on this node (0: no bound but the node's)")
+	fs.Int64Var(&adm.Tenant.MemoryMB, "tenant-max-memory-mb", 0, "memory one tenant may hold on this node (0: no bound but the node's)")
+	fs.Int64Var(&adm.Tenant.DiskMB, "tenant-max-disk-mb", 0, "disk one tenant may hold on this node (0: no bound but the node's)")
 	debug := fs.Bool("debug", false, "log debug messages")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -70,6 +80,7 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	cfg := sandbox.DefaultConfig()
 	cfg.DefaultTTL = *ttl
 	cfg.RequireIsolation = *require
+	cfg.Admission = adm
 	err = daemon.Run(ctx, daemon.Options{
 		DataDir:        *dataDir,
 		Listen:         *listen,

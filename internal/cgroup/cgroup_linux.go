@@ -332,6 +332,33 @@ func (h *Hierarchy) Create(name string, l Limits) (*Group, error) {
 	return g, nil
 }
 
+// LimitAll sets limits l on warren/ itself, which holds every sandbox of
+// every warren server on the host: together they can then never take the
+// memory or pids the host keeps for itself. CPUs in l are ignored.
+func (h *Hierarchy) LimitAll(l Limits) error {
+	l.CPUs = 0
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("limit cgroup %s: %w", parentDir, err)
+	}
+	if err := h.prepareParents(); err != nil {
+		return fmt.Errorf("limit cgroup %s: %w", parentDir, err)
+	}
+	// The group of name "" is warren/ itself. On v1 memsw may never be
+	// below the memory limit, which an earlier start may have set lower
+	// than this one's: lift it first.
+	g := &Group{h: h}
+	if h.version == 1 && l.MemoryBytes > 0 && g.exists("memory", "memory.memsw.limit_in_bytes") {
+		if err := g.write("memory", "memory.memsw.limit_in_bytes", -1); err != nil {
+			return fmt.Errorf("limit cgroup %s: lift swap limit: %w", parentDir, err)
+		}
+	}
+	if err := h.setLimits(g, l); err != nil {
+		return fmt.Errorf("limit cgroup %s: %w", parentDir, err)
+	}
+	h.log.Info("sandboxes bounded in all", "memory", l.MemoryBytes, "pids", l.Pids)
+	return nil
+}
+
 // prepareParents makes warren/ in every hierarchy if missing and readies it
 // for children: v1 cpuset needs CPUs and memory nodes, v2 needs the
 // controllers enabled on the way down.

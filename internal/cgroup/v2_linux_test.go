@@ -5,6 +5,7 @@ package cgroup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -336,5 +337,25 @@ func TestV2Destroy(t *testing.T) {
 	}
 	if err := g.Destroy(ctx); err != nil {
 		t.Errorf("second Destroy: %v", err)
+	}
+}
+
+// TestV2LimitAll: the warren/ parent gets the memory and pids limits that
+// hold every sandbox of the host together (issue 13, item 4: it had none),
+// swap off with them, and no CPU limit.
+func TestV2LimitAll(t *testing.T) {
+	f := newFakeV2(t)
+	if err := f.h.LimitAll(Limits{CPUs: 2, MemoryBytes: 20 << 30, Pids: 30720}); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"memory.max": fmt.Sprint(20 << 30), "memory.swap.max": "0", "pids.max": "30720", "cpu.max": "max 100000",
+	} {
+		if got := f.get(t, filepath.Join(parentDir, file)); got != want {
+			t.Errorf("warren/%s = %q, want %q", file, got, want)
+		}
+	}
+	if err := f.h.LimitAll(Limits{Pids: -1}); err == nil {
+		t.Error("negative pids accepted")
 	}
 }

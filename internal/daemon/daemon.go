@@ -16,6 +16,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -138,6 +140,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("cgroups: %w", err)
 	}
+	host, err := hostCapacity(o.DataDir)
+	if err != nil {
+		return err
+	}
+	// Every sandbox of the host together stays below what the host keeps
+	// for itself, whatever the admission's overcommit.
+	memMB, pids := sandbox.HostShare(host, o.Sandbox.Admission)
+	if err := cg.LimitAll(cgroup.Limits{MemoryBytes: memMB << 20, Pids: pids}); err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
 	ctr, err := container.New(log.WithGroup("container"), cg, agentBin, container.Options{
 		Warm:    o.Warm,
 		WarmDir: filepath.Join(o.DataDir, "warm"),
@@ -206,6 +218,7 @@ func Run(ctx context.Context, o Options) error {
 		Network:       netNode,
 		CgroupVersion: cg.Version(),
 		Version:       Version,
+		Host:          host,
 	}, o.Sandbox)
 	if err != nil {
 		return err
@@ -296,6 +309,41 @@ func agentBinary(path string) (string, error) {
 		return "", fmt.Errorf("guest agent binary: %w (build it with `make` or pass --agent)", err)
 	}
 	return path, nil
+}
+
+// hostCapacity reads what the host has: its CPUs, memory, pid_max, and
+// the size of the filesystem holding dataDir.
+func hostCapacity(dataDir string) (sandbox.HostCapacity, error) {
+	h := sandbox.HostCapacity{CPUs: goruntime.NumCPU()}
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return h, fmt.Errorf("host memory: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return h, fmt.Errorf("host memory: %q: %w", line, err)
+			}
+			h.MemoryMB = kb >> 10
+		}
+	}
+	if h.MemoryMB == 0 {
+		return h, errors.New("host memory: no MemTotal in /proc/meminfo")
+	}
+	b, err = os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return h, fmt.Errorf("pid_max: %w", err)
+	}
+	if h.PidMax, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
+		return h, fmt.Errorf("pid_max: %w", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dataDir, &st); err != nil {
+		return h, fmt.Errorf("data dir filesystem: %w", err)
+	}
+	h.DiskMB = int64(st.Blocks) * st.Bsize >> 20
+	return h, nil
 }
 
 // isolations lists the available runtimes' isolation, strongest first.

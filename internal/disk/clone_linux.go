@@ -137,7 +137,11 @@ func MakeExt4(ctx context.Context, path string, size int64) error {
 	}
 	if err == nil {
 		var out []byte
-		out, err = exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-b", "4096", "-L", "warren-ws", "-E", "root_owner=0:0",
+		// Lazy journal and inode tables: the image stays sparse (a 256 GiB
+		// one takes 7 MiB of the host, not the 1.1 GiB its zeroed journal
+		// did), and a fresh sparse file reads as zeros anyway.
+		out, err = exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-b", "4096", "-L", "warren-ws",
+			"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1",
 			path, fmt.Sprintf("%dk", size>>10)).CombinedOutput()
 		if err != nil {
 			err = fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))

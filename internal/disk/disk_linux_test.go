@@ -613,3 +613,23 @@ func benchmarkClone(b *testing.B, p *Pool) {
 		b.StartTimer()
 	}
 }
+
+// TestMakeExt4Sparse is a regression test of issue 13, item 4: a 256 GiB
+// workspace took 1.1 GiB of the host at create (its zeroed journal).
+func TestMakeExt4Sparse(t *testing.T) {
+	requireTools(t, "mkfs.ext4", "dumpe2fs")
+	img := filepath.Join(t.TempDir(), "ws.img")
+	if err := MakeExt4(t.Context(), img, 256<<30); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(img, &st); err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Blocks * 512; used > 64<<20 {
+		t.Errorf("a new 256 GiB workspace uses %d MiB of the host, want under 64", used>>20)
+	}
+	if out, err := exec.Command("dumpe2fs", "-h", img).CombinedOutput(); err != nil || !strings.Contains(string(out), "Block size:               4096") {
+		t.Errorf("dumpe2fs: %v\n%s", err, out)
+	}
+}

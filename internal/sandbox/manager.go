@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
@@ -56,6 +57,8 @@ type Config struct {
 	// RequireIsolation, when set (api.IsolationVM or api.IsolationContainer),
 	// refuses to create or restore a sandbox in a weaker runtime.
 	RequireIsolation string
+	// Admission bounds what the node promises (admit.go).
+	Admission Admission
 }
 
 // minWorkspaceMB is the smallest workspace disk: room for ext4's own
@@ -126,6 +129,8 @@ type Deps struct {
 	// CgroupVersion is shown in node info.
 	CgroupVersion int
 	Version       string
+	// Host is what the node's host has, for admission.
+	Host HostCapacity
 }
 
 // Manager runs the node's sandboxes. It is safe for concurrent use.
@@ -136,6 +141,9 @@ type Manager struct {
 
 	mu   sync.Mutex       // guards live
 	live map[string]*live // sandboxes this process runs, by ID
+
+	// ledger holds what the node's sandboxes claim of it.
+	ledger *ledger
 
 	stop   context.CancelFunc // stops the reaper
 	reaper sync.WaitGroup
@@ -167,6 +175,11 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("disks dir: %w", err)
 	}
 	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}}
+	capacity, adm := newCapacity(deps.Host, m.cfg.Admission)
+	m.cfg.Admission = adm
+	m.ledger = newLedger(capacity, adm.Tenant)
+	m.log.Info("admission", "cpus", capacity.cpus, "memory_mb", capacity.memoryMB, "disk_mb", capacity.diskMB,
+		"max_pids", capacity.maxPids, "reserve_disk_mb", capacity.reserveDiskMB, "tenant", adm.Tenant)
 	if err := m.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
@@ -239,7 +252,52 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	ids, err := m.admit(rec, rt, 1)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	rec.ID = ids[0]
 	return m.launch(ctx, rt, rec, src)
+}
+
+// admit checks a validated sandbox against the host and claims n of it
+// from the node and the tenant (all or none); it returns their new IDs.
+func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string, error) {
+	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
+		return nil, err
+	}
+	if err := m.checkDiskFree("creates and restores are"); err != nil {
+		return nil, err
+	}
+	rec.Runtime = rt.Name()
+	c := claimOf(rec)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = ident.New("sb-")
+	}
+	if err := m.ledger.admit(ids, c); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// claimOf is what sandbox rec holds of its node.
+func claimOf(rec store.Sandbox) claim {
+	c := claim{tenant: rec.Tenant, cpus: rec.CPUs, memoryMB: rec.MemoryMB, diskMB: rec.DiskMB + rec.WorkspaceMB}
+	if rec.Runtime == "vm" {
+		c.memoryMB += vmOverheadMB
+	}
+	return c
+}
+
+// checkDiskFree refuses what would write to the node's disk once its free
+// space is below the reserve; what says what is refused.
+func (m *Manager) checkDiskFree(what string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.deps.StateDir, &st); err != nil {
+		return fmt.Errorf("free disk: %w", err)
+	}
+	return m.ledger.diskFree(int64(st.Bavail)*st.Bsize>>20, what)
 }
 
 // source is the disk a new sandbox starts from: its template's image, or a
@@ -255,10 +313,15 @@ type source struct {
 	workspaceOrigin string
 }
 
-// launch records a validated sandbox and starts it.
-func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (api.Sandbox, error) {
+// launch records a validated, admitted sandbox (its ID set) and starts it;
+// if it does not start, its claim is released.
+func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (_ api.Sandbox, err error) {
+	defer func() {
+		if err != nil {
+			m.ledger.release(rec.ID)
+		}
+	}()
 	rec.Runtime = rt.Name()
-	rec.ID = ident.New("sb-")
 	rec.PreviewToken = newPreviewToken() // per launch: a fork never shares its origin's
 	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
@@ -419,6 +482,7 @@ func (m *Manager) watch(id string, l *live) {
 // teardown stops the sandbox, removes its disk and directory, and records
 // the final state.
 func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reason string) error {
+	m.ledger.release(id)
 	var errs []error
 	if l != nil {
 		l.conn.Close()

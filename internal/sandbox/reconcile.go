@@ -81,6 +81,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, paused: paused}
 		m.live[rec.ID] = l
+		m.ledger.restore(rec.ID, claimOf(rec))
 		keep[rec.ID] = true
 		go m.watch(rec.ID, l)
 		log.Info("sandbox adopted after restart")

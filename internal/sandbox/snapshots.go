@@ -38,6 +38,9 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, err
 	}
+	if err := m.checkDiskFree("snapshots are"); err != nil {
+		return api.Snapshot{}, err
+	}
 	rec, err := m.record(ctx, tenant, id)
 	if err != nil {
 		return api.Snapshot{}, err
@@ -151,6 +154,18 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 	if err != nil {
 		return nil, err
 	}
+	ids, err := m.admit(rec, rt, count)
+	if err != nil {
+		return nil, err
+	}
+	admitted := true
+	defer func() {
+		if admitted { // not launched: the claims go
+			for _, id := range ids {
+				m.ledger.release(id)
+			}
+		}
+	}()
 	image, err := m.deps.Snapshots.Materialize(ctx, sn)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInternal, "restore %s: %v", id, err)
@@ -164,10 +179,13 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, restoreParallel*goruntime.NumCPU())
+	admitted = false // launch owns each claim from here
 	for i := range count {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			rec := rec
+			rec.ID = ids[i]
 			out[i], errs[i] = m.launch(ctx, rt, rec, src)
 		})
 	}

@@ -54,8 +54,8 @@ func (t Timeouts) withDefaults() Timeouts {
 
 // Defaults of ListenerLimits.
 const (
-	DefaultMaxConns      = 4096
-	DefaultMaxConnsPerIP = 512
+	DefaultMaxConns      = 8192
+	DefaultMaxConnsPerIP = 2048
 )
 
 // HTTPServer is the http.Server that serves s, with its timeouts.

@@ -60,12 +60,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	case req.Stream:
 		return s.execStream(w, r, id, conn, start)
 	}
-	releaseCollect, err := s.holdCollect(tenant)
-	if err != nil {
-		return err
-	}
-	defer releaseCollect()
-	return s.execCollect(w, r, id, conn, start, req.OutputEncoding)
+	return s.execCollect(w, r, id, conn, start, tenant, req.OutputEncoding)
 }
 
 // holdStream takes one of sandbox id's concurrent streams.
@@ -73,20 +68,7 @@ func (s *Server) holdStream(id string) (release func(), err error) {
 	return s.streams.acquire(id, s.opts.Limits.StreamsPerSandbox, "execs and process streams on sandbox "+id)
 }
 
-// holdCollect takes one of tenant's and one of the node's non-streaming
-// execs.
-func (s *Server) holdCollect(tenant string) (release func(), err error) {
-	releaseTenant, err := s.collects.acquire("tenant "+tenant, s.opts.Limits.CollectsPerTenant, "non-streaming execs of this tenant (stream the output instead)")
-	if err != nil {
-		return nil, err
-	}
-	releaseNode, err := s.collects.acquire("", s.opts.Limits.CollectsOnNode, "non-streaming execs on this node (stream the output instead)")
-	if err != nil {
-		releaseTenant()
-		return nil, err
-	}
-	return func() { releaseNode(); releaseTenant() }, nil
-}
+
 
 // startRequest checks an ExecRequest and translates it for the agent.
 func startRequest(req api.ExecRequest) (*processpb.StartRequest, error) {
@@ -218,7 +200,8 @@ func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id strin
 	}
 	defer release()
 	if pid == 0 {
-		res, _, stderr, err := s.collect(ctx, id, stream, 0)
+		res, stdout, stderr, err := s.collect(ctx, id, caller(r).Tenant, stream, 0)
+		s.output.give(caller(r).Tenant, int64(len(stdout)+len(stderr)))
 		if err != nil {
 			return err
 		}
@@ -230,14 +213,15 @@ func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id strin
 
 // execCollect runs a foreground process and answers its ExecResult. A caller
 // that leaves before the end kills the process.
-func (s *Server) execCollect(w http.ResponseWriter, r *http.Request, id string, conn *agentconn.Conn, start *processpb.StartRequest, encoding string) error {
+func (s *Server) execCollect(w http.ResponseWriter, r *http.Request, id string, conn *agentconn.Conn, start *processpb.StartRequest, tenant, encoding string) error {
 	ctx := r.Context()
 	stream, pid, release, err := startProcess(ctx, id, conn, start)
 	if err != nil {
 		return err
 	}
 	defer release()
-	res, stdout, stderr, err := s.collect(ctx, id, stream, pid)
+	res, stdout, stderr, err := s.collect(ctx, id, tenant, stream, pid)
+	defer s.output.give(tenant, int64(len(stdout)+len(stderr)))
 	if err != nil {
 		if ctx.Err() != nil {
 			s.kill(ctx, id, conn, pid)
@@ -248,12 +232,15 @@ func (s *Server) execCollect(w http.ResponseWriter, r *http.Request, id string, 
 }
 
 // collect reads a started process's events to its end, keeping up to
-// MaxOutputBytes of each output stream. The result's Stdout and Stderr are
-// left empty: the output is returned as it came.
-func (s *Server) collect(ctx context.Context, id string, stream *startStream, pid uint32) (res api.ExecResult, stdout, stderr []byte, err error) {
+// MaxOutputBytes of each output stream, as far as tenant's output budget
+// goes. The result's Stdout and Stderr are left empty: the output is
+// returned as it came, and the caller gives its bytes back to the budget
+// (s.output.give) once it no longer holds them.
+func (s *Server) collect(ctx context.Context, id, tenant string, stream *startStream, pid uint32) (res api.ExecResult, stdout, stderr []byte, err error) {
 	res = api.ExecResult{PID: pid}
-	out := &capped{max: s.opts.MaxOutputBytes}
-	errOut := &capped{max: s.opts.MaxOutputBytes}
+	out := &capped{max: s.opts.MaxOutputBytes, take: func(n int64) int64 { return s.output.take(tenant, n) }}
+	errOut := &capped{max: s.opts.MaxOutputBytes, take: out.take}
+
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
@@ -270,6 +257,7 @@ func (s *Server) collect(ctx context.Context, id string, stream *startStream, pi
 			return res, out.buf, errOut.buf, nil
 		}
 	}
+	s.output.give(tenant, int64(len(out.buf)+len(errOut.buf)))
 	return api.ExecResult{}, nil, nil, agentError(ctx, id, streamEnd(id, stream.Err()))
 }
 
@@ -282,16 +270,25 @@ func streamEnd(id string, err error) error {
 	return err
 }
 
-// capped keeps the first max bytes written to it.
+// capped keeps the first max bytes written to it, as far as take (when
+// set) grants them.
 type capped struct {
 	max       int64
+	take      func(n int64) int64
 	buf       []byte
 	truncated bool
 }
 
 // write keeps what fits of p and notes whether some did not.
 func (c *capped) write(p []byte) {
-	room := c.max - int64(len(c.buf))
+	if len(p) == 0 || c.truncated {
+		c.truncated = c.truncated || len(p) > 0
+		return
+	}
+	room := min(c.max-int64(len(c.buf)), int64(len(p)))
+	if room > 0 && c.take != nil {
+		room = c.take(room)
+	}
 	if int64(len(p)) > room {
 		p = p[:max(room, 0)]
 		c.truncated = true

@@ -6,17 +6,18 @@ import (
 	"warren/api"
 )
 
-// Bounds on what one exec, one sandbox and one tenant may hold of the
-// daemon (docs/API.md, "Limits"). Output collected for a non-streaming exec
-// is the daemon's memory: each such exec holds up to twice MaxOutputBytes,
-// so their number is bounded per tenant and on the node. Streaming execs
-// and process streams hold little memory but an agent stream each, and are
-// bounded per sandbox.
+// Bounds on what execs hold of the daemon (docs/API.md, "Limits"). Output
+// collected for a non-streaming exec is the daemon's memory: each stream is
+// kept to MaxOutputBytes, and all the output held at once comes from a
+// budget per tenant and one for the node; an exec whose share runs out
+// keeps what it got and says truncated, so any number of execs with small
+// output run at once. Execs and process streams hold an agent stream each,
+// and are bounded per sandbox.
 const (
 	DefaultMaxOutputBytes       = 4 << 20
-	DefaultMaxStreamsPerSandbox = 64
-	DefaultMaxCollectsPerTenant = 16
-	DefaultMaxCollectsOnNode    = 64
+	DefaultMaxStreamsPerSandbox = 256
+	DefaultOutputPerTenant      = 256 << 20
+	DefaultOutputOnNode         = 1 << 30
 )
 
 // Limits bound concurrent calls; zero fields take the defaults above.
@@ -24,20 +25,20 @@ type Limits struct {
 	// StreamsPerSandbox bounds the execs (collected or streamed) and
 	// process streams open at once on one sandbox.
 	StreamsPerSandbox int
-	// CollectsPerTenant and CollectsOnNode bound the non-streaming execs
-	// in flight, whose output the daemon holds.
-	CollectsPerTenant, CollectsOnNode int
+	// OutputPerTenant and OutputOnNode bound the bytes of output that
+	// non-streaming execs hold at once.
+	OutputPerTenant, OutputOnNode int64
 }
 
 func (l Limits) withDefaults() Limits {
 	if l.StreamsPerSandbox <= 0 {
 		l.StreamsPerSandbox = DefaultMaxStreamsPerSandbox
 	}
-	if l.CollectsPerTenant <= 0 {
-		l.CollectsPerTenant = DefaultMaxCollectsPerTenant
+	if l.OutputPerTenant <= 0 {
+		l.OutputPerTenant = DefaultOutputPerTenant
 	}
-	if l.CollectsOnNode <= 0 {
-		l.CollectsOnNode = DefaultMaxCollectsOnNode
+	if l.OutputOnNode <= 0 {
+		l.OutputOnNode = DefaultOutputOnNode
 	}
 	return l
 }
@@ -71,4 +72,41 @@ func (c *counter) acquire(key string, max int, what string) (release func(), err
 			}
 		})
 	}, nil
+}
+
+// budget hands out bytes of a node-wide total and of per-tenant totals.
+// It is safe for concurrent use.
+type budget struct {
+	perTenant, onNode int64
+
+	mu     sync.Mutex
+	node   int64            // bytes held in all; guarded by mu
+	tenant map[string]int64 // bytes held by tenant; guarded by mu
+}
+
+// take grants tenant up to n bytes, as many as both its budget and the
+// node's have left.
+func (b *budget) take(tenant string, n int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tenant == nil {
+		b.tenant = map[string]int64{}
+	}
+	n = max(0, min(n, b.onNode-b.node, b.perTenant-b.tenant[tenant]))
+	b.node += n
+	b.tenant[tenant] += n
+	return n
+}
+
+// give returns n bytes tenant took.
+func (b *budget) give(tenant string, n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.node -= n
+	if b.tenant[tenant] -= n; b.tenant[tenant] <= 0 {
+		delete(b.tenant, tenant)
+	}
 }

@@ -70,6 +70,33 @@ func TestWriteExecResult(t *testing.T) {
 	}
 }
 
+// TestBudget: output is granted up to the tenant's and the node's budgets,
+// and comes back when given.
+func TestBudget(t *testing.T) {
+	b := &budget{perTenant: 100, onNode: 150}
+	if got := b.take("a", 80); got != 80 {
+		t.Errorf("a takes 80 of 100: got %d", got)
+	}
+	if got := b.take("a", 80); got != 20 {
+		t.Errorf("a takes 80 more: got %d, want its last 20", got)
+	}
+	if got := b.take("b", 100); got != 50 {
+		t.Errorf("b takes 100: got %d, want the node's last 50", got)
+	}
+	b.give("a", 100)
+	if got := b.take("b", 100); got != 50 {
+		t.Errorf("b after a gave back: got %d, want its last 50", got)
+	}
+	if got := b.take("c", -5); got != 0 {
+		t.Errorf("a negative take: %d", got)
+	}
+	c := &capped{max: 10, take: func(n int64) int64 { return b.take("a", n) }}
+	c.write([]byte("0123456789abc"))
+	if string(c.buf) != "0123456789" || !c.truncated {
+		t.Errorf("capped kept %q truncated %v", c.buf, c.truncated)
+	}
+}
+
 func TestCounter(t *testing.T) {
 	var c counter
 	var releases []func()

@@ -159,9 +159,10 @@ type Server struct {
 	mux    *http.ServeMux
 	// preview is the parsed Options.PreviewDomain; zero: no previews.
 	preview previewSite
-	// streams counts each sandbox's open execs and process streams;
-	// collects the non-streaming execs by tenant and in all (key "").
-	streams, collects counter
+	// streams counts each sandbox's open execs and process streams.
+	streams counter
+	// output is what non-streaming execs may hold of output.
+	output *budget
 }
 
 // access says who may call a route.
@@ -199,7 +200,8 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 	}
 	opts.Timeouts = opts.Timeouts.withDefaults()
 	opts.Limits = opts.Limits.withDefaults()
-	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux()}
+	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux(),
+		output: &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode}}
 	if opts.PreviewDomain != "" {
 		site, err := parsePreviewDomain(opts.PreviewDomain)
 		if err != nil && log != nil {

@@ -1,0 +1,227 @@
+package sandbox
+
+import (
+	"fmt"
+	"sync"
+
+	"warren/api"
+)
+
+// Admission: the node promises only what it holds. Each sandbox claims its
+// vCPUs, memory (a VM's VMM overhead included) and disk (root plus
+// workspace) from the moment it is admitted until its teardown, paused or
+// not. The node's capacity is what the host has, less a reserve for the
+// host and the daemon, times a configured overcommit; a tenant's share is
+// bounded too. Nothing here does I/O: the host's figures come in as
+// HostCapacity, and the disk's free space is checked by the caller.
+
+// HostCapacity is what the node's host has, as the daemon read it.
+type HostCapacity struct {
+	CPUs     int   // online CPUs
+	MemoryMB int64 // MemTotal
+	DiskMB   int64 // size of the filesystem holding the data directory
+	PidMax   int64 // kernel.pid_max
+}
+
+// Admission configures the node's admission. Zero fields take the defaults
+// of DefaultAdmission.
+type Admission struct {
+	// CPUOvercommit, MemoryOvercommit and DiskOvercommit are how much more
+	// the node may promise than it holds (after the reserves). A sandbox's
+	// CPUs are a cap, not a reservation, and its disk is sparse; its
+	// memory is a cap too, but the warren parent cgroup holds every
+	// sandbox together below the host's memory less the reserve, so an
+	// overcommitted node OOM-kills inside a sandbox, never the host.
+	CPUOvercommit, MemoryOvercommit, DiskOvercommit float64
+	// ReserveMemoryMB is kept for the host and the daemon; 0 takes the
+	// larger of 1 GiB and a tenth of the host's memory.
+	ReserveMemoryMB int64
+	// ReserveDiskMB is the free disk below which creates, restores and
+	// snapshots are refused; 0 takes the larger of 2 GiB and a twentieth
+	// of the filesystem.
+	ReserveDiskMB int64
+	// ReservePids are pids kept for the host: no sandbox may have more
+	// than pid_max less these, nor all of them together.
+	ReservePids int64
+	// Tenant bounds one tenant's share of the node; zero fields: none
+	// beyond the node's.
+	Tenant TenantLimits
+}
+
+// TenantLimits bound what one tenant holds on the node at once.
+type TenantLimits struct {
+	Sandboxes int
+	CPUs      float64
+	MemoryMB  int64
+	DiskMB    int64
+}
+
+// DefaultAdmission are the documented defaults (docs/SECURITY.md).
+var DefaultAdmission = Admission{
+	CPUOvercommit: 4, MemoryOvercommit: 1.5, DiskOvercommit: 4,
+	ReservePids: 2048,
+	Tenant:      TenantLimits{Sandboxes: 256},
+}
+
+// vmOverheadMB is what a VM sandbox's QEMU holds beyond its guest's memory
+// (its heap and devices, and TCG's code buffer: docs/BENCHMARKS.md).
+const vmOverheadMB = 224
+
+// claim is what one sandbox holds of the node.
+type claim struct {
+	tenant   string
+	cpus     float64
+	memoryMB int64
+	diskMB   int64
+}
+
+// capacity is what the node may promise in all.
+type capacity struct {
+	cpus             float64
+	memoryMB         int64 // after the reserve, times the overcommit
+	diskMB           int64
+	hostMemoryMB     int64 // after the reserve: the most one sandbox may have
+	maxPids          int64
+	reserveDiskMB    int64
+	memoryOvercommit float64
+}
+
+// newCapacity works out the node's capacity from the host's and a.
+func newCapacity(h HostCapacity, a Admission) (capacity, Admission) {
+	d := DefaultAdmission
+	for _, f := range []struct{ v, def *float64 }{
+		{&a.CPUOvercommit, &d.CPUOvercommit}, {&a.MemoryOvercommit, &d.MemoryOvercommit}, {&a.DiskOvercommit, &d.DiskOvercommit},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	if a.ReserveMemoryMB <= 0 {
+		a.ReserveMemoryMB = max(1024, h.MemoryMB/10)
+	}
+	if a.ReserveDiskMB <= 0 {
+		a.ReserveDiskMB = max(2048, h.DiskMB/20)
+	}
+	if a.ReservePids <= 0 {
+		a.ReservePids = d.ReservePids
+	}
+	if a.Tenant.Sandboxes <= 0 {
+		a.Tenant.Sandboxes = d.Tenant.Sandboxes
+	}
+	hostMem := max(0, h.MemoryMB-a.ReserveMemoryMB)
+	return capacity{
+		cpus:             float64(h.CPUs) * a.CPUOvercommit,
+		memoryMB:         int64(float64(hostMem) * a.MemoryOvercommit),
+		diskMB:           int64(float64(h.DiskMB) * a.DiskOvercommit),
+		hostMemoryMB:     hostMem,
+		maxPids:          max(0, h.PidMax-a.ReservePids),
+		reserveDiskMB:    a.ReserveDiskMB,
+		memoryOvercommit: a.MemoryOvercommit,
+	}, a
+}
+
+// HostShare is what all sandboxes together may really use of the host,
+// whatever the overcommit: its memory and its pids less the reserves. The
+// daemon sets them as the limits of the warren parent cgroup.
+func HostShare(h HostCapacity, a Admission) (memoryMB, pids int64) {
+	c, _ := newCapacity(h, a)
+	return c.hostMemoryMB, c.maxPids
+}
+
+// ledger holds the claims of the node's sandboxes. It is safe for
+// concurrent use; it does no I/O.
+type ledger struct {
+	cap    capacity
+	tenant TenantLimits
+
+	mu     sync.Mutex
+	claims map[string]claim // by sandbox ID; guarded by mu
+}
+
+func newLedger(cap capacity, tenant TenantLimits) *ledger {
+	return &ledger{cap: cap, tenant: tenant, claims: map[string]claim{}}
+}
+
+// fits checks one sandbox's own size against the host: no overcommit lets
+// one sandbox have more memory or pids than the host has.
+func (l *ledger) fits(memoryMB, pids int64) error {
+	if memoryMB > l.cap.hostMemoryMB {
+		return api.Errorf(api.CodeBadRequest, "memory_mb %d is more than this node has for sandboxes (%d MiB: its memory less a reserve for the host)", memoryMB, l.cap.hostMemoryMB)
+	}
+	if pids > l.cap.maxPids {
+		return api.Errorf(api.CodeBadRequest, "pids %d is more than this node has for sandboxes (%d: its pid_max less a reserve for the host)", pids, l.cap.maxPids)
+	}
+	return nil
+}
+
+// admit records the claims of sandboxes ids (all of one tenant) if the
+// node and the tenant can hold them all, and none otherwise: 409 for CPUs
+// and memory, 507 for disk, 429 for the tenant's limits, each naming what
+// is short.
+func (l *ledger) admit(ids []string, c claim) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var node, tenant claim
+	tenantCount := 0
+	for _, h := range l.claims {
+		node.cpus += h.cpus
+		node.memoryMB += h.memoryMB
+		node.diskMB += h.diskMB
+		if h.tenant == c.tenant {
+			tenantCount++
+			tenant.cpus += h.cpus
+			tenant.memoryMB += h.memoryMB
+			tenant.diskMB += h.diskMB
+		}
+	}
+	n := len(ids)
+	want := claim{cpus: c.cpus * float64(n), memoryMB: c.memoryMB * int64(n), diskMB: c.diskMB * int64(n)}
+	sandboxes := "a sandbox"
+	if n > 1 {
+		sandboxes = fmt.Sprintf("%d sandboxes", n)
+	}
+	switch t := l.tenant; {
+	case t.Sandboxes > 0 && tenantCount+n > t.Sandboxes:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d sandboxes at once on this node (%d running)", t.Sandboxes, tenantCount)
+	case t.CPUs > 0 && tenant.cpus+want.cpus > t.CPUs:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %g vCPUs on this node (%g held, %g asked)", t.CPUs, tenant.cpus, want.cpus)
+	case t.MemoryMB > 0 && tenant.memoryMB+want.memoryMB > t.MemoryMB:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of memory on this node (%d held, %d asked)", t.MemoryMB, tenant.memoryMB, want.memoryMB)
+	case t.DiskMB > 0 && tenant.diskMB+want.diskMB > t.DiskMB:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of disk on this node (%d held, %d asked)", t.DiskMB, tenant.diskMB, want.diskMB)
+	case node.cpus+want.cpus > l.cap.cpus:
+		return api.Errorf(api.CodeConflict, "this node cannot hold %s of %g vCPUs: %g of its %g are promised", sandboxes, c.cpus, node.cpus, l.cap.cpus)
+	case node.memoryMB+want.memoryMB > l.cap.memoryMB:
+		return api.Errorf(api.CodeConflict, "this node cannot hold %s of %d MiB memory: %d of its %d MiB are promised", sandboxes, c.memoryMB, node.memoryMB, l.cap.memoryMB)
+	case node.diskMB+want.diskMB > l.cap.diskMB:
+		return api.Errorf(api.CodeInsufficientStorage, "this node cannot hold %s of %d MiB disk: %d of its %d MiB are promised", sandboxes, c.diskMB, node.diskMB, l.cap.diskMB)
+	}
+	for _, id := range ids {
+		l.claims[id] = c
+	}
+	return nil
+}
+
+// release drops sandbox id's claim; releasing twice, or an ID without a
+// claim, does nothing.
+func (l *ledger) release(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.claims, id)
+}
+
+// restore records the claim of a sandbox adopted after a restart, whether
+// or not it fits: it already runs.
+func (l *ledger) restore(id string, c claim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claims[id] = c
+}
+
+// diskFree checks the free disk of the node against its reserve.
+func (l *ledger) diskFree(freeMB int64, what string) error {
+	if freeMB < l.cap.reserveDiskMB {
+		return api.Errorf(api.CodeInsufficientStorage, "this node's disk has %d MiB free, below its reserve of %d MiB: %s refused until space is freed", freeMB, l.cap.reserveDiskMB, what)
+	}
+	return nil
+}
