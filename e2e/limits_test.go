@@ -18,8 +18,8 @@ import (
 	"warren/internal/server"
 )
 
-// daemonRSS is the daemon's resident memory in bytes.
-func (d *daemon) rss(t *testing.T) int64 {
+// rss is the daemon's resident memory in bytes.
+func (d *daemon) rss(t testing.TB) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
 	if err != nil {

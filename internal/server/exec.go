@@ -68,8 +68,6 @@ func (s *Server) holdStream(id string) (release func(), err error) {
 	return s.streams.acquire(id, s.opts.Limits.StreamsPerSandbox, "execs and process streams on sandbox "+id)
 }
 
-
-
 // startRequest checks an ExecRequest and translates it for the agent.
 func startRequest(req api.ExecRequest) (*processpb.StartRequest, error) {
 	bad := func(format string, args ...any) (*processpb.StartRequest, error) {
