@@ -138,9 +138,9 @@ func BenchmarkFork100(b *testing.B) {
 	sn := shared.snapshot(b, id)
 	b.Cleanup(func() { deleteSnapshotsOf(b, id) })
 	for b.Loop() {
-		// 128 MiB each: 100 of the default 512 MiB are more than the node
-		// may promise (admission).
-		sbs, err := c.Restore(ctx, sn, api.RestoreRequest{Count: 100, MemoryMB: 128})
+		// 128 MiB and a quarter of a CPU each: 100 of the defaults are
+		// more than the node may promise (admission).
+		sbs, err := c.Restore(ctx, sn, api.RestoreRequest{Count: 100, MemoryMB: 128, CPUs: 0.25})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -28,7 +28,9 @@ type HostCapacity struct {
 type Admission struct {
 	// CPUOvercommit, MemoryOvercommit and DiskOvercommit are how much more
 	// the node may promise than it holds (after the reserves). A sandbox's
-	// CPUs are a cap, not a reservation, and its disk is sparse; its
+	// CPUs are a cap on time shared with the others, not a reservation
+	// (overcommitted, they run slower, nothing fails), and its disk is
+	// sparse; its
 	// memory is a cap too, but the warren parent cgroup holds every
 	// sandbox together below the host's memory less the reserve, so an
 	// overcommitted node OOM-kills inside a sandbox, never the host.
@@ -58,7 +60,7 @@ type TenantLimits struct {
 
 // DefaultAdmission are the documented defaults (docs/SECURITY.md).
 var DefaultAdmission = Admission{
-	CPUOvercommit: 4, MemoryOvercommit: 1.5, DiskOvercommit: 4,
+	CPUOvercommit: 32, MemoryOvercommit: 1.5, DiskOvercommit: 4,
 	ReservePids: 2048,
 	Tenant:      TenantLimits{Sandboxes: 256},
 }

@@ -20,7 +20,7 @@ func TestCapacityDefaults(t *testing.T) {
 	if a.ReserveMemoryMB != 2457 || a.ReserveDiskMB != 12800 || a.ReservePids != 2048 {
 		t.Errorf("reserves %d MiB, %d MiB, %d pids", a.ReserveMemoryMB, a.ReserveDiskMB, a.ReservePids)
 	}
-	if c.cpus != 8 || c.hostMemoryMB != 24576-2457 || c.memoryMB != 33178 ||
+	if c.cpus != 64 || c.hostMemoryMB != 24576-2457 || c.memoryMB != 33178 ||
 		c.diskMB != 4*250<<10 || c.maxPids != 32768-2048 {
 		t.Errorf("capacity %+v", c)
 	}
@@ -45,7 +45,7 @@ func TestAdmission(t *testing.T) {
 			api.CodeInsufficientStorage, "cannot hold a sandbox of 262144 MiB disk"},
 		{"memory", Admission{}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 4,
 			api.CodeConflict, "MiB memory"},
-		{"cpus", Admission{}, repeat(claim{tenant: "t", cpus: 2, memoryMB: 64, diskMB: 1}, 10), 1, 4,
+		{"cpus", Admission{CPUOvercommit: 4}, repeat(claim{tenant: "t", cpus: 2, memoryMB: 64, diskMB: 1}, 10), 1, 4,
 			api.CodeConflict, "of 2 vCPUs: 8 of its 8 are promised"},
 		{"a restore of 256 at once", Admission{}, []claim{{tenant: "t", cpus: 1, memoryMB: 512, diskMB: 2048}}, 256, 0,
 			api.CodeConflict, "cannot hold 256 sandboxes"},
@@ -142,7 +142,7 @@ func TestAdmissionFitsHost(t *testing.T) {
 // TestAdmissionConcurrent: admits racing for the last room never promise
 // more than the node holds.
 func TestAdmissionConcurrent(t *testing.T) {
-	cap, adm := newCapacity(host, Admission{})
+	cap, adm := newCapacity(host, Admission{CPUOvercommit: 4})
 	l := newLedger(cap, adm.Tenant)
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -30,12 +30,16 @@ import (
 // defaults of DefaultTimeouts.
 type Timeouts struct {
 	Header, Idle, BodyIdle, JSONBody, WriteIdle time.Duration
+	// PortAnswer bounds how long a sandbox's port may take to answer a
+	// proxied request's headers (502 beyond).
+	PortAnswer time.Duration
 }
 
 // DefaultTimeouts are the documented defaults (docs/API.md, "Limits").
 var DefaultTimeouts = Timeouts{
 	Header: 10 * time.Second, Idle: 60 * time.Second,
 	BodyIdle: 60 * time.Second, JSONBody: 60 * time.Second, WriteIdle: 60 * time.Second,
+	PortAnswer: 60 * time.Second,
 }
 
 // withDefaults fills t's zero fields from DefaultTimeouts.
@@ -43,7 +47,7 @@ func (t Timeouts) withDefaults() Timeouts {
 	d := DefaultTimeouts
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&t.Header, &d.Header}, {&t.Idle, &d.Idle}, {&t.BodyIdle, &d.BodyIdle},
-		{&t.JSONBody, &d.JSONBody}, {&t.WriteIdle, &d.WriteIdle},
+		{&t.JSONBody, &d.JSONBody}, {&t.WriteIdle, &d.WriteIdle}, {&t.PortAnswer, &d.PortAnswer},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.def

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"html"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,11 +22,15 @@ import (
 // like a third party's site: the API key is never asked for there).
 // Access is the sandbox's own: anyone when its previews are public, else
 // its access token, from the X-Warren-Access-Token header, the warren_token
-// query parameter or the warren_token cookie. A GET carrying a good token
-// in its query is redirected to the same URL without it, with the cookie
-// set (HttpOnly, SameSite=Lax, Secure under https, for that host only), so
-// a shared link keeps working in a browser. An unknown sandbox and a wrong
-// token get the same 401.
+// query parameter or the access cookie. A GET carrying a good token in its
+// query is answered with a page that sets the cookie and goes on at once to
+// the same URL without the token (Refresh), so a shared link keeps working
+// in a browser. The cookie is for that host only, HttpOnly and
+// SameSite=Strict, and where previews are https it is Secure and named
+// __Host-warren_token, which no sibling host can set. A Strict cookie is
+// not sent on a cross-site redirect, which is why the page goes on by
+// itself (a same-site navigation) rather than by a 302. An unknown sandbox
+// and a wrong token get the same 401.
 //
 // The domain itself (no port-id label) is not a preview host: the API may
 // be served there. Any other name under it is, and one that does not parse
@@ -230,22 +235,28 @@ func presentedToken(r *http.Request, token string) (header, query, cookie bool) 
 	for _, v := range r.URL.Query()[tokenParam] {
 		query = match(v) || query
 	}
-	// Every cookie of the name: a page on a sibling host may have set one
+	// Every cookie of the names: a page on a sibling host may have set one
 	// for the whole domain, and it must not hide the host's own.
-	for _, c := range r.CookiesNamed(tokenCookie) {
-		cookie = match(c.Value) || cookie
+	for _, name := range []string{tokenCookie, tokenCookieSecure} {
+		for _, c := range r.CookiesNamed(name) {
+			cookie = match(c.Value) || cookie
+		}
 	}
 	return header, query, cookie
 }
 
 // setTokenCookie answers a GET whose query carried the access token: a
-// redirect to the same URL without it, setting the cookie that carries the
-// token from then on, for this host name only.
+// page that goes on at once to the same URL without it, setting the cookie
+// that carries the token from then on, for this host name only.
 func (s *Server) setTokenCookie(w http.ResponseWriter, r *http.Request, token string) {
 	secure := r.TLS != nil || s.preview.scheme == "https" || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	name := tokenCookie
+	if secure {
+		name = tokenCookieSecure
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: tokenCookie, Value: token, Path: "/",
-		HttpOnly: true, Secure: secure, SameSite: http.SameSiteLaxMode,
+		Name: name, Value: token, Path: "/",
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode,
 	})
 	loc := cmp.Or(r.URL.EscapedPath(), "/")
 	if strings.HasPrefix(loc, "//") {
@@ -255,9 +266,13 @@ func (s *Server) setTokenCookie(w http.ResponseWriter, r *http.Request, token st
 	if q := withoutParam(r.URL.RawQuery, tokenParam); q != "" {
 		loc += "?" + q
 	}
-	w.Header().Set("Location", loc)
+	w.Header().Set("Refresh", "0; url="+loc)
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusFound)
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "<!doctype html><meta http-equiv=\"refresh\" content=\"0; url=%s\"><a href=\"%s\">continue</a>\n",
+		html.EscapeString(loc), html.EscapeString(loc))
 }
 
 // getPreview answers GET /v1/sandboxes/{id}/preview.

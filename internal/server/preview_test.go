@@ -353,8 +353,10 @@ func TestPreviewHostAccess(t *testing.T) {
 	apiError(t, e.roundTrip(e.previewRequest("GET", host, "/", nil)), http.StatusUnauthorized, api.CodeUnauthorized)
 }
 
-// A link with the token in its query opens in a browser: a redirect to
-// the same URL without it, and a cookie for that host from then on.
+// A link with the token in its query opens in a browser: a page that goes
+// on to the same URL without it (Refresh, a same-site navigation that
+// carries the Strict cookie; a 302 in a cross-site chain would not), and a
+// cookie for that host from then on: __Host- prefixed under https.
 func TestPreviewTokenInQuery(t *testing.T) {
 	for _, tc := range []struct {
 		domain string
@@ -367,22 +369,28 @@ func TestPreviewTokenInQuery(t *testing.T) {
 		host := "8080-" + id + ".preview.test"
 		req := e.previewRequest("GET", host, "/app/page?b=2&"+tokenParam+"="+token+"&a=%20", nil)
 		resp := e.roundTrip(req)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/app/page?b=2&a=%20" {
-			t.Fatalf("status %d, Location %q; want 302 to the URL without the token", resp.StatusCode, resp.Header.Get("Location"))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Refresh") != "0; url=/app/page?b=2&a=%20" ||
+			!strings.Contains(string(body), `content="0; url=/app/page?b=2&amp;a=%20"`) {
+			t.Fatalf("status %d, Refresh %q, body %q; want a page going on to the URL without the token", resp.StatusCode, resp.Header.Get("Refresh"), body)
+		}
+		wantName := tokenCookie
+		if tc.secure {
+			wantName = tokenCookieSecure
 		}
 		var cookie *http.Cookie
 		for _, c := range resp.Cookies() {
-			if c.Name == tokenCookie {
+			if c.Name == wantName {
 				cookie = c
 			}
 		}
 		if cookie == nil || cookie.Value != token || !cookie.HttpOnly || cookie.Secure != tc.secure ||
-			cookie.SameSite != http.SameSiteLaxMode || cookie.Path != "/" || cookie.Domain != "" {
-			t.Errorf("%s: cookie %+v; want the token, HttpOnly, Secure %v, Lax, path /, this host only", tc.domain, cookie, tc.secure)
+			cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/" || cookie.Domain != "" {
+			t.Errorf("%s: cookie %+v; want %s: the token, HttpOnly, Secure %v, Strict, path /, this host only", tc.domain, cookie, wantName, tc.secure)
 		}
-		if resp.Header.Get("Cache-Control") != "no-store" {
-			t.Errorf("redirect Cache-Control %q", resp.Header.Get("Cache-Control"))
+		if resp.Header.Get("Cache-Control") != "no-store" || resp.Header.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("Cache-Control %q, Referrer-Policy %q", resp.Header.Get("Cache-Control"), resp.Header.Get("Referrer-Policy"))
 		}
 		// The browser follows with the cookie.
 		req = e.previewRequest("GET", host, "/app/page?b=2&a=%20", nil)
@@ -395,8 +403,8 @@ func TestPreviewTokenInQuery(t *testing.T) {
 		req = e.previewRequest("GET", host, "//evil.example/x?"+tokenParam+"="+token, nil)
 		resp = e.roundTrip(req)
 		resp.Body.Close()
-		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusFound || loc != "/.//evil.example/x" {
-			t.Errorf("redirect of //evil.example/x: %d to %q", resp.StatusCode, loc)
+		if loc := resp.Header.Get("Refresh"); loc != "0; url=/.//evil.example/x" {
+			t.Errorf("going on from //evil.example/x: %d to %q", resp.StatusCode, loc)
 		}
 		// Another method is not redirected: proxied without the parameter.
 		req = e.previewRequest("POST", host, "/form?"+tokenParam+"="+token+"&k=v", strings.NewReader("x"))
@@ -451,4 +459,53 @@ func jsonDecode(resp *http.Response, v any) error {
 		return err
 	}
 	return json.Unmarshal(data, v)
+}
+
+// TestSandboxAnswerSanitized is the regression test of issue 13, item 9: a
+// sandbox planted cookies on its siblings' previews (Domain= the preview
+// parent, warren's own token cookie), wiped the site's storage
+// (Clear-Site-Data), bound every sibling to HTTPS (includeSubDomains), and
+// added its own X-Request-Id beside warren's.
+func TestSandboxAnswerSanitized(t *testing.T) {
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Set-Cookie", "sid=abc; Domain=preview.test; Path=/; HttpOnly")
+		h.Add("Set-Cookie", tokenCookie+"=forged; Domain=preview.test; Path=/")
+		h.Add("Set-Cookie", tokenCookieSecure+"=forged; Path=/; Secure")
+		h.Add("Set-Cookie", "theme=dark; Path=/app")
+		h.Add("Set-Cookie", "not a cookie")
+		h.Set("Clear-Site-Data", `"cookies", "storage"`)
+		h.Set("Strict-Transport-Security", "max-age=63072000; includeSubDomains; preload")
+		h.Set("X-Request-Id", "sandbox-made")
+		io.WriteString(w, "ok")
+	})
+	e, id := newPortEnv(t, Options{PreviewDomain: "preview.test"}, backend)
+	e.call("PUT", "/v1/sandboxes/"+id+"/preview", e.keyA, `{"public":true}`, http.StatusOK, nil)
+	check := func(resp *http.Response, route bool) {
+		t.Helper()
+		resp.Body.Close()
+		var got []string
+		for _, c := range resp.Cookies() {
+			got = append(got, c.Name+" domain="+c.Domain+" path="+c.Path)
+		}
+		want := []string{"sid domain= path=/", "theme domain= path=/app"}
+		if route {
+			prefix := "/v1/sandboxes/" + id + "/ports/8080"
+			want = []string{"sid domain= path=" + prefix + "/", "theme domain= path=" + prefix + "/app"}
+		}
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("cookies %q, want %q", got, want)
+		}
+		if v := resp.Header.Values("Clear-Site-Data"); len(v) != 0 {
+			t.Errorf("Clear-Site-Data passed: %q", v)
+		}
+		if v := resp.Header.Get("Strict-Transport-Security"); v != "max-age=63072000" {
+			t.Errorf("HSTS %q, want max-age only", v)
+		}
+		if v := resp.Header.Values("X-Request-Id"); len(v) != 1 || v[0] == "sandbox-made" {
+			t.Errorf("X-Request-Id %q, want warren's alone", v)
+		}
+	}
+	check(e.roundTrip(e.previewRequest("GET", "8080-"+id+".preview.test", "/", nil)), false)
+	check(e.do("GET", "/v1/sandboxes/"+id+"/ports/8080/", e.keyA, nil), true)
 }

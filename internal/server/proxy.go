@@ -38,14 +38,18 @@ import (
 // the API route, the preview token's header, query parameter and cookie
 // everywhere.
 
-// dialTimeout bounds the connection to a sandbox's port.
+// dialTimeout bounds the connection to a sandbox's port (and
+// Timeouts.PortAnswer its answer's headers once the request is sent).
 const dialTimeout = 10 * time.Second
 
-// Names of the preview access token in a request (preview.go).
+// Names of the preview access token in a request (preview.go). The cookie
+// is __Host- prefixed where previews are https: host-only and Secure, which
+// no sibling host can overwrite.
 const (
-	tokenHeader = "X-Warren-Access-Token"
-	tokenParam  = "warren_token"
-	tokenCookie = "warren_token"
+	tokenHeader       = "X-Warren-Access-Token"
+	tokenParam        = "warren_token"
+	tokenCookie       = "warren_token"
+	tokenCookieSecure = "__Host-warren_token"
 )
 
 // portTarget is where a proxied request goes and what it came with.
@@ -117,6 +121,13 @@ func afterSegments(p string, n int) string {
 // error only when nothing was sent to the caller yet (the dial failed);
 // later failures are answered 502 or cut the caller's connection.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, t portTarget) error {
+	// A port that takes requests and never answers holds one of the
+	// sandbox's streams each.
+	release, err := s.holdStream(t.id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	dctx, cancel := context.WithTimeout(r.Context(), dialTimeout)
 	conn, err := s.sb.DialPort(dctx, t.tenant, t.id, t.port)
 	cancel()
@@ -131,12 +142,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, t portTarget) err
 		DisableCompression: true, // relay bytes as the sandbox sent them
 		// Generous, but bounded: the answer's headers are held in memory.
 		MaxResponseHeaderBytes: 1 << 20,
+		ResponseHeaderTimeout:  s.opts.Timeouts.PortAnswer,
 	}
 	defer tr.CloseIdleConnections()
 	rp := &httputil.ReverseProxy{
-		Rewrite:       func(pr *httputil.ProxyRequest) { rewrite(pr, t) },
-		Transport:     tr,
-		FlushInterval: -1,
+		Rewrite:        func(pr *httputil.ProxyRequest) { rewrite(pr, t) },
+		ModifyResponse: func(resp *http.Response) error { sanitizeAnswer(resp.Header, t); return nil },
+		Transport:      tr,
+		FlushInterval:  -1,
 		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the caller left; what broke is the cut
@@ -189,6 +202,7 @@ func rewrite(pr *httputil.ProxyRequest, t portTarget) {
 	}
 	out.Header.Del(tokenHeader)
 	withoutCookie(out.Header, tokenCookie)
+	withoutCookie(out.Header, tokenCookieSecure)
 	if t.apiKey {
 		out.Header.Del("Authorization")
 		out.Header.Del("X-API-Key")
@@ -199,6 +213,47 @@ func rewrite(pr *httputil.ProxyRequest, t portTarget) {
 	}
 	if isWarrenKey(out.Header.Get("X-API-Key")) {
 		out.Header.Del("X-API-Key")
+	}
+}
+
+// sanitizeAnswer takes from a sandbox's answer what would reach beyond its
+// own host name: a sandbox's preview hosts share a parent domain with every
+// other sandbox's (the same site, to a browser), and the API route shares
+// the API's origin.
+//   - Set-Cookie: host-only (its Domain dropped), never a cookie of warren's
+//     access token, and on the API route under the route's path;
+//   - Clear-Site-Data, which would wipe the whole site's storage, is
+//     dropped; HSTS loses includeSubDomains (and preload), which would bind
+//     every sibling host;
+//   - the sandbox's X-Request-Id is dropped: warren's is the request's.
+func sanitizeAnswer(h http.Header, t portTarget) {
+	cookies := h.Values("Set-Cookie")
+	h.Del("Set-Cookie")
+	for _, line := range cookies {
+		c, err := http.ParseSetCookie(line)
+		if err != nil || c.Name == tokenCookie || c.Name == tokenCookieSecure {
+			continue
+		}
+		c.Domain = ""
+		if t.prefix != "" && !strings.HasPrefix(c.Path, t.prefix+"/") {
+			c.Path = t.prefix + "/" + strings.TrimPrefix(c.Path, "/")
+		}
+		if v := c.String(); v != "" {
+			h.Add("Set-Cookie", v)
+		}
+	}
+	h.Del("Clear-Site-Data")
+	h.Del("X-Request-Id")
+	if v := h.Get("Strict-Transport-Security"); v != "" {
+		var kept []string
+		for d := range strings.SplitSeq(v, ";") {
+			switch strings.ToLower(strings.TrimSpace(d)) {
+			case "includesubdomains", "preload", "":
+			default:
+				kept = append(kept, strings.TrimSpace(d))
+			}
+		}
+		h.Set("Strict-Transport-Security", strings.Join(kept, "; "))
 	}
 }
 

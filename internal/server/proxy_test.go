@@ -559,3 +559,40 @@ func TestDialError(t *testing.T) {
 		t.Errorf("the unexpected error is not in the log:\n%s", logs)
 	}
 }
+
+// TestPortThatNeverAnswers is the regression test of issue 13, item 12: a
+// port that takes the request and never answers was waited for forever.
+// Now it is a 502 after Timeouts.PortAnswer, and such requests hold one
+// of the sandbox's streams each (429 beyond them).
+func TestPortThatNeverAnswers(t *testing.T) {
+	hang := make(chan struct{})
+	arrived := make(chan struct{}, 16)
+	defer close(hang) // before the backends' cleanups, which wait for their handlers
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-hang
+	})
+	e, id := newPortEnv(t, Options{Timeouts: Timeouts{PortAnswer: 300 * time.Millisecond}}, backend)
+	start := time.Now()
+	apiError(t, e.do("GET", "/v1/sandboxes/"+id+"/ports/8080/", e.keyA, nil), http.StatusBadGateway, api.CodeBadGateway)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("502 after %v, want about 300ms", took)
+	}
+	<-arrived
+	// Two hung requests hold the sandbox's two streams; a third is refused.
+	e2, id2 := newPortEnv(t, Options{Limits: Limits{StreamsPerSandbox: 2}}, backend)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", e2.url+"/v1/sandboxes/"+id2+"/ports/8080/", nil)
+			req.Header.Set("Authorization", "Bearer "+e2.keyA)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	<-arrived
+	<-arrived
+	apiError(t, e2.do("GET", "/v1/sandboxes/"+id2+"/ports/8080/", e2.keyA, nil), http.StatusTooManyRequests, api.CodeTooMany)
+}
