@@ -288,9 +288,12 @@ type NodeInfo struct {
 	Runtimes      []RuntimeInfo `json:"runtimes"`
 	CloneMode     string        `json:"clone_mode"` // how disks are cloned: reflink, reflink (xfs loop image), copy
 	CgroupVersion int           `json:"cgroup_version"`
-	// BlobStore is where the node stores snapshots (never with credentials).
-	BlobStore string `json:"blob_store"`
-	Sandboxes int    `json:"sandboxes"` // running on this node
+	// BlobStore is where the node stores snapshots (never with
+	// credentials); shown to an admin key only.
+	BlobStore string `json:"blob_store,omitempty"`
+	// Sandboxes is how many of the caller's tenant's sandboxes run on the
+	// node (every tenant's for an admin key).
+	Sandboxes int `json:"sandboxes"`
 }
 
 // Preview is the body of GET and PUT /v1/sandboxes/{id}/preview: how the

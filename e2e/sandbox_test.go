@@ -393,6 +393,27 @@ func TestTenants(t *testing.T) {
 			t.Error("tenant b lists tenant a's sandbox")
 		}
 	}
+	// Node info shows a tenant its own count and not where snapshots are
+	// stored (issue 13, item 13: it showed every tenant's and the blob
+	// store); the admin sees both.
+	for _, tc := range []struct {
+		name string
+		cl   *client.Client
+		want int
+	}{{"tenant a", a, 1}, {"tenant b", b, 0}} {
+		info, err := tc.cl.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Sandboxes != tc.want || info.BlobStore != "" {
+			t.Errorf("%s's info: %d sandboxes, blob store %q, %v; want %d and none", tc.name, info.Sandboxes, info.BlobStore, err, tc.want)
+		}
+	}
+	if info, err := shared.client().Info(ctx); err != nil {
+		t.Error(err)
+	} else if info.BlobStore == "" || info.Sandboxes < 1 {
+		t.Errorf("admin's info: %+v", info)
+	}
 	// Tenant a's file is untouched and its sandbox alive.
 	res, err := a.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat", "/root/f"}})
 	if err != nil || res.Stdout != "mine\n" {

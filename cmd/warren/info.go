@@ -23,7 +23,9 @@ func runInfo(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintf(tw, "kernel:\t%s\n", info.Kernel)
 		fmt.Fprintf(tw, "clone mode:\t%s\n", info.CloneMode)
 		fmt.Fprintf(tw, "cgroup:\tv%d\n", info.CgroupVersion)
-		fmt.Fprintf(tw, "blob store:\t%s\n", info.BlobStore)
+		if info.BlobStore != "" { // an admin key's view
+			fmt.Fprintf(tw, "blob store:\t%s\n", info.BlobStore)
+		}
 		fmt.Fprintf(tw, "sandboxes:\t%d\n", info.Sandboxes)
 		fmt.Fprintln(tw, "runtimes:")
 		for _, r := range info.Runtimes {

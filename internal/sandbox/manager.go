@@ -804,13 +804,15 @@ func (m *Manager) alive(ctx context.Context, tenant, id, want string) (*live, er
 }
 
 // Info describes the node.
-func (m *Manager) Info(ctx context.Context) api.NodeInfo {
+func (m *Manager) Info(ctx context.Context, tenant string, admin bool) api.NodeInfo {
 	info := api.NodeInfo{
 		Version:       m.deps.Version,
 		Kernel:        kernelName(),
 		CloneMode:     m.deps.Pool.Mode().String(),
 		CgroupVersion: m.deps.CgroupVersion,
-		BlobStore:     m.deps.Snapshots.BlobStore(),
+	}
+	if admin {
+		info.BlobStore = m.deps.Snapshots.BlobStore()
 	}
 	for _, rt := range m.deps.Runtimes {
 		ri := api.RuntimeInfo{Name: rt.Name(), Isolation: rt.Isolation(), Available: true, Accel: accelOf(rt)}
@@ -820,7 +822,11 @@ func (m *Manager) Info(ctx context.Context) api.NodeInfo {
 		info.Runtimes = append(info.Runtimes, ri)
 	}
 	m.mu.Lock()
-	info.Sandboxes = len(m.live)
+	for _, l := range m.live {
+		if admin || l.tenant == tenant {
+			info.Sandboxes++
+		}
+	}
 	m.mu.Unlock()
 	return info
 }

@@ -203,9 +203,13 @@ func (f *fakeSandboxes) DialPort(ctx context.Context, tenant, id string, port in
 	return f.dialExposed(ctx, id, port)
 }
 
-func (f *fakeSandboxes) Info(ctx context.Context) api.NodeInfo {
-	return api.NodeInfo{Version: "test", Kernel: "6.18", CgroupVersion: 1,
+func (f *fakeSandboxes) Info(ctx context.Context, tenant string, admin bool) api.NodeInfo {
+	info := api.NodeInfo{Version: "test", Kernel: "6.18", CgroupVersion: 1,
 		Runtimes: []api.RuntimeInfo{{Name: "container", Isolation: "container (shared host kernel)", Available: true}}}
+	if admin {
+		info.BlobStore = "file:/test/blobs"
+	}
+	return info
 }
 
 func (f *fakeSandboxes) Templates(ctx context.Context) ([]api.Template, error) {

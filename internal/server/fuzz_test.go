@@ -335,7 +335,9 @@ func (s *fuzzSandboxes) DialPort(ctx context.Context, tenant, id string, port in
 	return s.calledFor(tenant).DialPort(ctx, tenant, id, port)
 }
 
-func (s *fuzzSandboxes) Info(ctx context.Context) api.NodeInfo { return s.current().Info(ctx) }
+func (s *fuzzSandboxes) Info(ctx context.Context, tenant string, admin bool) api.NodeInfo {
+	return s.current().Info(ctx, tenant, admin)
+}
 
 func (s *fuzzSandboxes) Templates(ctx context.Context) ([]api.Template, error) {
 	return s.current().Templates(ctx)

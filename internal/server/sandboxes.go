@@ -14,7 +14,8 @@ import (
 
 // info answers GET /v1/info.
 func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, s.sb.Info(r.Context()))
+	k := caller(r)
+	return writeJSON(w, http.StatusOK, s.sb.Info(r.Context(), k.Tenant, k.Admin))
 }
 
 // createSandbox answers POST /v1/sandboxes. An empty body asks for every

@@ -82,8 +82,9 @@ type Sandboxes interface {
 	// sandbox. The server uses them for its access check and never shows
 	// them to the caller.
 	PreviewAccess(ctx context.Context, id string) (tenant, token string, public bool, err error)
-	// Info describes the node.
-	Info(ctx context.Context) api.NodeInfo
+	// Info describes the node as tenant may see it: its own sandboxes'
+	// count; everyone's, and where snapshots are stored, for an admin.
+	Info(ctx context.Context, tenant string, admin bool) api.NodeInfo
 	// Templates lists the templates built on the node.
 	Templates(ctx context.Context) ([]api.Template, error)
 	// BuildTemplate builds (or rebuilds) the template name, writing progress
