@@ -341,10 +341,19 @@ type CreateKeyRequest struct {
 }
 
 // Key is a new API key. The key itself is shown this once: the server keeps
-// only its hash.
+// only its hash. ID names it in listings and for revocation.
 type Key struct {
+	ID     string `json:"id"`
 	Key    string `json:"key"`
 	Tenant string `json:"tenant"`
+}
+
+// KeyInfo is one API key as GET /v1/keys lists it: never the key itself.
+type KeyInfo struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Snapshot states. A snapshot is pending from the moment its disk is cloned

@@ -186,3 +186,23 @@ func (c *Client) CreateKey(ctx context.Context, tenant string) (*api.Key, error)
 	}
 	return &k, nil
 }
+
+// ListKeys lists every API key's ID, tenant and age, never a key (admin
+// key only).
+func (c *Client) ListKeys(ctx context.Context) ([]api.KeyInfo, error) {
+	var list struct {
+		Keys []api.KeyInfo `json:"keys"`
+	}
+	cl := &call{op: "list keys", method: http.MethodGet, path: "/v1/keys", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &list); err != nil {
+		return nil, err
+	}
+	return list.Keys, nil
+}
+
+// DeleteKey revokes the API key named id (admin key only): it
+// authenticates nothing from the next request on.
+func (c *Client) DeleteKey(ctx context.Context, id string) error {
+	cl := &call{op: "delete key", method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: retryIdempotent}
+	return c.do(ctx, cl, nil)
+}

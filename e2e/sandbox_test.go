@@ -422,4 +422,26 @@ func TestTenants(t *testing.T) {
 	if _, err := b.CreateKey(ctx, "tenant-c"); !api.IsCode(err, api.CodeForbidden) {
 		t.Errorf("a tenant key made a key: %v, want forbidden", err)
 	}
+	// The admin lists the keys (never a key) and revokes b's: b is out at
+	// once, a is not.
+	out, errOut, code := shared.cli(t, nil, "key", "ls", "--json")
+	var keys []api.KeyInfo
+	if code != 0 || json.Unmarshal([]byte(out), &keys) != nil || strings.Contains(out, "wk_") {
+		t.Fatalf("warren key ls: exit %d, %q %q", code, out, errOut)
+	}
+	var bID string
+	for _, k := range keys {
+		if k.Tenant == "tenant-b" {
+			bID = k.ID
+		}
+	}
+	if _, errOut, code := shared.cli(t, nil, "key", "rm", bID); bID == "" || code != 0 {
+		t.Fatalf("warren key rm %q: exit %d %s", bID, code, errOut)
+	}
+	if _, err := b.ListSandboxes(ctx); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Errorf("a revoked key: %v, want unauthorized", err)
+	}
+	if _, err := a.ListSandboxes(ctx); err != nil {
+		t.Errorf("tenant a after b's key was revoked: %v", err)
+	}
 }

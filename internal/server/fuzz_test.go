@@ -224,8 +224,26 @@ func (k fuzzKeys) LookupKey(ctx context.Context, key string) (store.Key, error) 
 
 func (k fuzzKeys) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
 	key := "wk_fuzz_new_" + tenant
-	k[key] = store.Key{Tenant: tenant, Admin: admin}
+	k[key] = store.Key{ID: "key-" + tenant, Tenant: tenant, Admin: admin}
 	return key, nil
+}
+
+func (k fuzzKeys) ListKeys(ctx context.Context) ([]store.Key, error) {
+	var out []store.Key
+	for _, rec := range k {
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func (k fuzzKeys) DeleteKey(ctx context.Context, id string) error {
+	for key, rec := range k {
+		if rec.ID == id {
+			delete(k, key)
+			return nil
+		}
+	}
+	return store.ErrNotFound
 }
 
 var _ Keys = fuzzKeys(nil)

@@ -193,6 +193,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TemplateBuildEvent":   reflect.TypeFor[api.TemplateBuildEvent](),
 		"CreateKeyRequest":     reflect.TypeFor[api.CreateKeyRequest](),
 		"Key":                  reflect.TypeFor[api.Key](),
+		"KeyInfo":              reflect.TypeFor[api.KeyInfo](),
+		"KeyList": reflect.TypeFor[struct {
+			Keys []api.KeyInfo `json:"keys"`
+		}](),
 		"SandboxList": reflect.TypeFor[struct {
 			Sandboxes []api.Sandbox `json:"sandboxes"`
 		}](),

@@ -190,5 +190,53 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, api.Key{Key: key, Tenant: req.Tenant})
+	k, err := s.keys.LookupKey(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, api.Key{ID: k.ID, Key: key, Tenant: req.Tenant})
+}
+
+// listKeys answers GET /v1/keys: every key's ID, tenant and age, never the
+// key (the server keeps only hashes).
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
+	keys, err := s.keys.ListKeys(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]api.KeyInfo, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, api.KeyInfo{ID: k.ID, Tenant: k.Tenant, Admin: k.Admin, CreatedAt: k.CreatedAt})
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Keys []api.KeyInfo `json:"keys"`
+	}{out})
+}
+
+// deleteKey answers DELETE /v1/keys/{id}: the key authenticates nothing
+// from the next request on. An admin key is not revoked this way: the
+// daemon keeps it in DATA/admin.key and makes a new one at start when that
+// file is removed.
+func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	keys, err := s.keys.ListKeys(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.ID != id {
+			continue
+		}
+		if k.Admin {
+			return api.Errorf(api.CodeBadRequest, "key %s is an admin key: remove the data directory's admin.key and restart the server to replace it", id)
+		}
+		if err := s.keys.DeleteKey(r.Context(), id); errors.Is(err, store.ErrNotFound) {
+			break // revoked meanwhile
+		} else if err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return api.Errorf(api.CodeNotFound, "key %s not found", id)
 }

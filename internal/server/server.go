@@ -119,6 +119,11 @@ type Keys interface {
 	// CreateKey makes a new key of tenant and returns it; the tenant's name
 	// is already valid.
 	CreateKey(ctx context.Context, tenant string, admin bool) (string, error)
+	// ListKeys returns every key's record (never a key).
+	ListKeys(ctx context.Context) ([]store.Key, error)
+	// DeleteKey revokes the key named id; store.ErrNotFound when there is
+	// none.
+	DeleteKey(ctx context.Context, id string) error
 }
 
 // Options tune the server. Zero values take the defaults.
@@ -249,6 +254,8 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"GET", "/v1/templates", tenant, s.listTemplates},
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},
+		{"GET", "/v1/keys", admin, s.listKeys},
+		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},
 		{"GET", "/v1/debug/vars", admin, s.debugVars},
 	}
 	allowed := map[string][]string{}

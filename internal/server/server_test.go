@@ -120,7 +120,11 @@ func TestAdminOnlyRoutes(t *testing.T) {
 		apiError(t, e.do(rt.method, path, e.keyA, body), http.StatusForbidden, api.CodeForbidden)
 		resp := e.do(rt.method, path, e.admin, body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		want := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
+		if strings.HasPrefix(rt.path, "/v1/keys/{id}") {
+			want = resp.StatusCode == http.StatusNotFound // no key of that ID
+		}
+		if !want {
 			t.Errorf("%s %s with the admin key: status %d", rt.method, path, resp.StatusCode)
 		}
 	}
@@ -132,8 +136,8 @@ func TestTenantIsolation(t *testing.T) {
 	e.call("POST", "/v1/sandboxes", e.keyA, `{"template":"default"}`, http.StatusCreated, &sb)
 	tested := 0
 	for _, rt := range e.srv.routes {
-		if !strings.Contains(rt.path, "{id}") {
-			continue
+		if !strings.Contains(rt.path, "{id}") || rt.access == admin {
+			continue // a sandbox's or a snapshot's ID, not a key's
 		}
 		tested++
 		path, body := concrete(rt, sb.ID)
@@ -551,4 +555,47 @@ func TestCreateKey(t *testing.T) {
 	for _, body := range []string{`{"tenant":""}`, `{"tenant":"Upper"}`, `{"tenant":"a/b"}`, `{"tenant":"admin"}`, `{}`} {
 		apiError(t, e.do("POST", "/v1/keys", e.admin, body), http.StatusBadRequest, api.CodeBadRequest)
 	}
+}
+
+// TestKeysListAndRevoke is the regression test of issue 13, item 15: keys
+// could be neither listed nor revoked.
+func TestKeysListAndRevoke(t *testing.T) {
+	e := newTestEnv(t, deadAgent(t), Options{})
+	var k api.Key
+	e.call("POST", "/v1/keys", e.admin, `{"tenant":"c"}`, http.StatusCreated, &k)
+	if k.ID == "" || k.Key == "" || k.Tenant != "c" {
+		t.Fatalf("new key %+v", k)
+	}
+	var list struct{ Keys []api.KeyInfo }
+	e.call("GET", "/v1/keys", e.admin, nil, http.StatusOK, &list)
+	var found *api.KeyInfo
+	admins := 0
+	for i, ki := range list.Keys {
+		if ki.ID == k.ID {
+			found = &list.Keys[i]
+		}
+		if ki.Admin {
+			admins++
+		}
+	}
+	if found == nil || found.Tenant != "c" || found.Admin || found.CreatedAt.IsZero() || len(list.Keys) != 4 || admins != 1 {
+		t.Fatalf("listed %+v; want the new key among 4, one admin", list.Keys)
+	}
+	resp := e.do("GET", "/v1/keys", e.admin, nil)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), k.Key) || strings.Contains(string(body), "wk_") {
+		t.Error("a key listing shows a key")
+	}
+	e.call("GET", "/v1/sandboxes", k.Key, nil, http.StatusOK, nil)
+	e.call("DELETE", "/v1/keys/"+k.ID, e.admin, nil, http.StatusNoContent, nil)
+	apiError(t, e.do("GET", "/v1/sandboxes", k.Key, nil), http.StatusUnauthorized, api.CodeUnauthorized)
+	apiError(t, e.do("DELETE", "/v1/keys/"+k.ID, e.admin, nil), http.StatusNotFound, api.CodeNotFound)
+	for _, ki := range list.Keys {
+		if ki.Admin {
+			apiError(t, e.do("DELETE", "/v1/keys/"+ki.ID, e.admin, nil), http.StatusBadRequest, api.CodeBadRequest)
+		}
+	}
+	apiError(t, e.do("GET", "/v1/keys", e.keyA, nil), http.StatusForbidden, api.CodeForbidden)
+	e.call("GET", "/v1/sandboxes", e.admin, nil, http.StatusOK, nil)
 }

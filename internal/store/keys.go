@@ -73,6 +73,44 @@ func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 	return k, nil
 }
 
+// ListKeys returns every key's record, oldest first.
+func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, tenant, admin, created_at FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	defer rows.Close()
+	var out []Key
+	for rows.Next() {
+		var k Key
+		var created int64
+		if err := rows.Scan(&k.ID, &k.Tenant, &k.Admin, &created); err != nil {
+			return nil, fmt.Errorf("list keys: %w", err)
+		}
+		k.CreatedAt = fromNanos(created)
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteKey revokes the key named id: from now on it authenticates
+// nothing. ErrNotFound when there is no such key.
+func (s *Store) DeleteKey(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete key: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("delete key: %w", err)
+	} else if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // EnsureAdminKey returns the admin key kept in the file at path. When the
 // file is missing, or holds a key that is not a known admin key, it creates
 // a new admin key for tenant AdminTenant, writes it to path (mode 0600,
