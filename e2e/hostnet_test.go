@@ -349,3 +349,27 @@ func TestHostRoutes(t *testing.T) {
 	t.Logf("host routes unchanged to %d mirror and resolver addresses; the test internet serves %v from %v, routed for pools %v",
 		len(inet.host.routeTo), inet.served(), inet.hostAddr, inet.pools)
 }
+
+// TestPickAvoidsHostRanges: a block is free only when no host address,
+// route, resolver or mirror falls in it (issue 12: the mirror sat in
+// 203.0.113.0/24, which the suite had taken over), and with none free the
+// suite fails at once, saying so. It needs no root: it checks the choice,
+// not the host.
+func TestPickAvoidsHostRanges(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	addr := netip.MustParseAddr
+	u := &hostUse{
+		nets:  []netip.Prefix{pfx("192.0.2.0/24"), pfx("10.201.0.4/30")},
+		addrs: []netip.Addr{addr("192.0.2.2"), addr("203.0.113.80"), addr("10.255.255.53")},
+	}
+	if got, err := u.pick("public addresses", inetPublic); err != nil || got != pfx("198.51.100.0/24") {
+		t.Errorf("pick = %v, %v; want 198.51.100.0/24 (192.0.2.0/24 is the host's link, 203.0.113.0/24 holds the mirror)", got, err)
+	}
+	u.nets = append(u.nets, pfx("198.51.0.0/16"))
+	if _, err := u.pick("public addresses", inetPublic); err == nil || !strings.Contains(err.Error(), "no free block") {
+		t.Errorf("with every block in use: %v, want an error saying so", err)
+	}
+	if got, err := u.pick("private address", inetPrivateBlocks); err != nil || got != pfx("172.31.254.0/24") {
+		t.Errorf("private pick = %v, %v", got, err)
+	}
+}
