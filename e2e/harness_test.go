@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/client"
+	"warren/internal/network"
 )
 
 // skipReason is why this machine cannot run the suite; "" when it can.
@@ -90,6 +91,14 @@ func runMain(m *testing.M) int {
 	if err := inet.checkRoutes(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: the suite's routes:", err)
 		code = 1
+	}
+	// Every daemon is stopped and its sandboxes deleted: what their pools
+	// left on the host goes too (a pool with a sandbox left stays, and
+	// says why).
+	for _, p := range inet.pools {
+		if err := network.Release("", p); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+		}
 	}
 	return code
 }

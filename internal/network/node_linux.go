@@ -168,13 +168,11 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	cfg.Pool = pool
-	base := cfg.Pool.Addr().As4()
-	tag := fmt.Sprintf("%08x", binary.BigEndian.Uint32(base[:]))
 	n := &Node{
 		cfg: cfg, log: cfg.Log.With("subsystem", "network"),
 		dir:      poolDir(cfg.RunDir, cfg.Pool),
 		lock:     lock,
-		table:    fmt.Sprintf("warren_%s_%d", tag, cfg.Pool.Bits()),
+		table:    hostTable(cfg.Pool),
 		resolver: netip.AddrPortFrom(slotAddr(cfg.Pool, 0, 1), 53),
 		byID:     map[string]*Sandbox{}, bySlot: map[int]*Sandbox{},
 	}

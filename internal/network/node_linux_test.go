@@ -20,7 +20,6 @@ import (
 
 	"warren/api"
 	"warren/internal/guestnet"
-	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
 )
 
@@ -58,13 +57,10 @@ func newTestNodeWith(t *testing.T, cfg Config) *Node {
 }
 
 // cleanupNode removes what a test node leaves on the host for good: its
-// host table and the resolver's address.
+// host table, the resolver's address and its run directory.
 func cleanupNode(n *Node) {
 	n.Close()
-	firewall.DeleteHost(n.table)
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		netlink.AddrDel(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.resolver.Addr(), 32))})
-	}
+	Release(n.cfg.RunDir, n.cfg.Pool)
 }
 
 // testSandboxNS makes a network namespace standing for a container's.

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/atomicfile"
+	"warren/internal/network/firewall"
 )
 
 // A node's pool is its alone on the host: New takes a lock for it in the
@@ -101,6 +102,58 @@ func lockPool(runDir string, pool netip.Prefix) (_ *os.File, err error) {
 		return nil, err
 	}
 	return lock, nil
+}
+
+// hostTable names the host's nftables table of pool's server.
+func hostTable(pool netip.Prefix) string {
+	b := pool.Addr().As4()
+	return fmt.Sprintf("warren_%08x_%d", binary.BigEndian.Uint32(b[:]), pool.Bits())
+}
+
+// Release removes what a server left on the host for its pool once it is
+// gone for good (a server keeps it across restarts, for its sandboxes):
+// the host's rules of the pool, the resolver's address and the pool's run
+// directory. It fails if a server holds the pool, or if a sandbox's
+// router is still there.
+func Release(runDir string, pool netip.Prefix) error {
+	if runDir == "" {
+		runDir = DefaultRunDir
+	}
+	pool = pool.Masked()
+	dir := poolDir(runDir, pool)
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing of it is left
+	}
+	if err != nil {
+		return fmt.Errorf("release network pool %s: %w", pool, err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("release network pool %s: a server holds it: %w", pool, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("release network pool %s: %w", pool, err)
+	}
+	for _, e := range entries {
+		if e.Name() != "lock" {
+			return fmt.Errorf("release network pool %s: router %s is still there", pool, e.Name())
+		}
+	}
+	var errs []error
+	errs = append(errs, firewall.DeleteHost(hostTable(pool)))
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(slotAddr(pool, 0, 1), 32))}
+		if err := netlink.AddrDel(lo, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			errs = append(errs, fmt.Errorf("resolver address: %w", err))
+		}
+	}
+	errs = append(errs, os.RemoveAll(dir))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("release network pool %s: %w", pool, err)
+	}
+	return nil
 }
 
 // poolDir is the run directory of pool: its routers' namespace files and

@@ -205,3 +205,44 @@ func TestHostIfaceAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestRelease: what a gone server left for its pool goes, but never while
+// a server holds the pool or a sandbox's router is still there.
+func TestRelease(t *testing.T) {
+	runDir := t.TempDir()
+	pool := netip.MustParsePrefix("10.201.0.0/24")
+	inOwnNetNS(t, func() {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		netlink.LinkSetUp(lo)
+		lock, err := lockPool(runDir, pool)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		addAddr(t, lo, "10.201.0.1/32")
+		if err := Release(runDir, pool); err == nil || !strings.Contains(err.Error(), "a server holds it") {
+			t.Errorf("release of a held pool: %v", err)
+		}
+		lock.Close()
+		router := filepath.Join(poolDir(runDir, pool), "sb-aaaaaaaaaaaaaaaaaaaa")
+		os.WriteFile(router, nil, 0o600)
+		if err := Release(runDir, pool); err == nil || !strings.Contains(err.Error(), "still there") {
+			t.Errorf("release with a router left: %v", err)
+		}
+		os.Remove(router)
+		if err := Release(runDir, pool); err != nil {
+			t.Errorf("release: %v", err)
+		}
+		if _, err := os.Stat(poolDir(runDir, pool)); !os.IsNotExist(err) {
+			t.Errorf("pool dir left: %v", err)
+		}
+		wantFree(t, runDir, "10.201.0.0/24", false, "")
+		if err := Release(runDir, pool); err != nil {
+			t.Errorf("a second release: %v", err)
+		}
+	})
+}
