@@ -264,4 +264,7 @@ func TestNodeWarm(t *testing.T) {
 		t.Errorf("Close removed an attached router's link: %v", err)
 	}
 	s.destroy()
+	if err := Release(runDir, testPool()); err != nil {
+		t.Errorf("release once the last router is gone: %v", err)
+	}
 }
