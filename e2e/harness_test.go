@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/client"
 	"warren/internal/network"
 )
@@ -258,6 +259,21 @@ func startNode(t testing.TB, env []string, flags ...string) *daemon {
 	}
 	t.Cleanup(d.stop)
 	return d
+}
+
+// snapshotNode starts a node (startNode) on the suite's blob store with
+// flags, and takes a durable snapshot of a new sandbox of the shared daemon
+// for the test to restore there (a node has no template). The snapshot is
+// deleted when the test ends.
+func snapshotNode(t *testing.T, flags ...string) (*daemon, string) {
+	t.Helper()
+	id := shared.newSandbox(t)
+	snap, err := shared.client().Snapshot(context.Background(), id, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.client().DeleteSnapshot(context.Background(), snap.ID) })
+	return startNode(t, nil, append([]string{"--blob-store", filepath.Join(shared.dataDir, "blobs")}, flags...)...), snap.ID
 }
 
 // stop asks the daemon to exit (SIGTERM) and waits.

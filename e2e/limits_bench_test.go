@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,9 +16,12 @@ import (
 	"warren/api"
 )
 
-// BenchmarkDaemonMemoryUnderAttack measures the daemon's resident memory
-// under the two attacks of issue 13, items 2 and 3, each against the RSS
-// the same daemon had just before (ratios, since the machine is shared):
+// BenchmarkDaemonMemoryUnderAttack measures a daemon's resident memory
+// under the two attacks of issue 13, items 2 and 3, against the RSS the
+// same daemon had just before (ratios, since the machine is shared). Each
+// iteration starts a fresh daemon (a node sharing the suite's blob store,
+// its sandbox restored from a snapshot), so that no iteration inherits
+// another's heap:
 //   - output: 4 non-streaming execs at once, each printing 16 MiB of NUL on
 //     both streams (before the fix, one took the daemon from 51 to 765 MB);
 //   - idle: 1,000 connections opened and left idle, without a key.
@@ -25,33 +29,48 @@ import (
 // Reported: MiB before, MiB after, and after/before.
 func BenchmarkDaemonMemoryUnderAttack(b *testing.B) {
 	need(b)
-	id := shared.newSandbox(b)
-	cl := shared.client()
 	ctx := context.Background()
-	u, _ := url.Parse(shared.url)
+	id := shared.newSandbox(b)
+	snap := shared.snapshot(b, id)
+	b.Cleanup(func() { deleteSnapshotsOf(b, id) })
+	fresh := func(b *testing.B) (*daemon, string) {
+		node := startNode(b, nil, "--blob-store", filepath.Join(shared.dataDir, "blobs"))
+		sbs, err := node.client().Restore(ctx, snap, api.RestoreRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { node.client().DeleteSandbox(context.Background(), sbs[0].ID) })
+		return node, sbs[0].ID
+	}
 	b.Run("output", func(b *testing.B) {
 		for b.Loop() {
-			before := shared.rss(b)
+			b.StopTimer()
+			node, sb := fresh(b)
+			b.StartTimer()
+			before := node.rss(b)
 			var wg sync.WaitGroup
 			for range 4 {
 				wg.Go(func() {
-					if _, err := cl.Exec(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", nulBomb}}); err != nil {
+					if _, err := node.client().Exec(ctx, sb, api.ExecRequest{Cmd: []string{"python3", "-c", nulBomb}}); err != nil {
 						b.Error(err)
 					}
 				})
 			}
 			wg.Wait()
-			after := shared.rss(b)
-			report(b, before, after)
+			report(b, before, node.rss(b))
 		}
 	})
 	b.Run("idle", func(b *testing.B) {
-		fds := func() int {
-			entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", shared.cmd.Process.Pid))
-			return len(entries)
-		}
 		for b.Loop() {
-			before, open := shared.rss(b), fds()
+			b.StopTimer()
+			node, _ := fresh(b)
+			b.StartTimer()
+			u, _ := url.Parse(node.url)
+			fds := func() int {
+				entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", node.cmd.Process.Pid))
+				return len(entries)
+			}
+			before, open := node.rss(b), fds()
 			var conns []net.Conn
 			for range 1000 {
 				c, err := net.Dial("tcp", u.Host)
@@ -61,7 +80,7 @@ func BenchmarkDaemonMemoryUnderAttack(b *testing.B) {
 				conns = append(conns, c)
 			}
 			eventually(b, 10*time.Second, "the daemon to accept the connections", func() bool { return fds() >= open+len(conns) })
-			after := shared.rss(b)
+			after := node.rss(b)
 			for _, c := range conns {
 				c.Close()
 			}

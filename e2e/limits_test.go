@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,22 +210,16 @@ func TestAdmission(t *testing.T) {
 func TestTenantQuota(t *testing.T) {
 	need(t)
 	ctx := context.Background()
-	id := shared.newSandbox(t)
-	snap, err := shared.client().Snapshot(ctx, id, api.CreateSnapshotRequest{Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { shared.client().DeleteSnapshot(context.Background(), snap.ID) })
-	node := startNode(t, nil, "--blob-store", filepath.Join(shared.dataDir, "blobs"), "--tenant-max-sandboxes", "2")
+	node, snap := snapshotNode(t, "--tenant-max-sandboxes", "2")
 	admin := node.client()
-	two, err := admin.Restore(ctx, snap.ID, api.RestoreRequest{Count: 2})
+	two, err := admin.Restore(ctx, snap, api.RestoreRequest{Count: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, sb := range two {
 		t.Cleanup(func() { admin.DeleteSandbox(context.Background(), sb.ID) })
 	}
-	if _, err := admin.Restore(ctx, snap.ID, api.RestoreRequest{}); !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "at most 2 sandboxes") {
+	if _, err := admin.Restore(ctx, snap, api.RestoreRequest{}); !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "at most 2 sandboxes") {
 		t.Errorf("a third sandbox: %v, want too_many_requests naming the quota", err)
 	}
 	// The bound frees with a delete. (That another tenant is not held
@@ -235,7 +228,7 @@ func TestTenantQuota(t *testing.T) {
 	if err := admin.DeleteSandbox(ctx, two[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	again, err := admin.Restore(ctx, snap.ID, api.RestoreRequest{})
+	again, err := admin.Restore(ctx, snap, api.RestoreRequest{})
 	if err != nil {
 		t.Fatalf("after a delete, the tenant's sandbox: %v", err)
 	}

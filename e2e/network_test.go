@@ -590,15 +590,9 @@ print(json.dumps({"down_mbps": down, "up_mbps": up, "ok": ok, "refused": refused
 func TestNetworkLimits(t *testing.T) {
 	need(t)
 	ctx := context.Background()
-	id := shared.newSandbox(t)
-	snap, err := shared.client().Snapshot(ctx, id, api.CreateSnapshotRequest{Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { shared.client().DeleteSnapshot(context.Background(), snap.ID) })
-	node := startNode(t, nil, "--blob-store", filepath.Join(shared.dataDir, "blobs"), "--net-mbps", "16", "--net-conn-rate", "20")
+	node, snap := snapshotNode(t, "--net-mbps", "16", "--net-conn-rate", "20")
 	cl := node.client()
-	sbs, err := cl.Restore(ctx, snap.ID, api.RestoreRequest{})
+	sbs, err := cl.Restore(ctx, snap, api.RestoreRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,21 @@ func inOwnNetNS(t *testing.T, f func()) {
 	})
 }
 
+// upLoopback brings the namespace's loopback up and returns it (nil, with
+// the test failed, if it cannot).
+func upLoopback(t *testing.T) netlink.Link {
+	t.Helper()
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	return lo
+}
+
 // mustLink makes a link named name (one end of a veth pair: the host may
 // have no dummy links) with addresses addrs.
 func mustLink(t *testing.T, name string, addrs ...string) netlink.Link {
@@ -81,12 +96,10 @@ func wantFree(t *testing.T, runDir, pool string, adopt bool, want string) {
 func TestPoolOverlap(t *testing.T) {
 	runDir := t.TempDir()
 	inOwnNetNS(t, func() {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			t.Error(err)
+		lo := upLoopback(t)
+		if lo == nil {
 			return
 		}
-		netlink.LinkSetUp(lo)
 		wantFree(t, runDir, "10.201.0.0/16", true, "")
 
 		d := mustLink(t, "dummy0", "10.201.5.1/24")
@@ -212,12 +225,10 @@ func TestRelease(t *testing.T) {
 	runDir := t.TempDir()
 	pool := netip.MustParsePrefix("10.201.0.0/24")
 	inOwnNetNS(t, func() {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			t.Error(err)
+		lo := upLoopback(t)
+		if lo == nil {
 			return
 		}
-		netlink.LinkSetUp(lo)
 		lock, err := lockPool(runDir, pool)
 		if err != nil {
 			t.Error(err)
