@@ -34,7 +34,9 @@ const (
 
 // Sandbox is one sandbox as the API shows it.
 type Sandbox struct {
-	ID        string `json:"id"`
+	ID string `json:"id"`
+	// Tenant owns the sandbox.
+	Tenant    string `json:"tenant"`
 	Template  string `json:"template"`
 	Runtime   string `json:"runtime"`
 	Isolation string `json:"isolation"` // e.g. "container (shared host kernel)": never more than it is

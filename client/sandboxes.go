@@ -74,10 +74,22 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error
 
 // ListSandboxes returns the caller's sandboxes.
 func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
+	return c.listSandboxes(ctx, nil)
+}
+
+// ListAllTenantsSandboxes lists every tenant's sandboxes (admin key only).
+func (c *Client) ListAllTenantsSandboxes(ctx context.Context) ([]api.Sandbox, error) {
+	return c.listSandboxes(ctx, allTenants)
+}
+
+// allTenants is the query of the admin scope of listings and deletions.
+var allTenants = url.Values{"all_tenants": {"true"}}
+
+func (c *Client) listSandboxes(ctx context.Context, q url.Values) ([]api.Sandbox, error) {
 	var list struct {
 		Sandboxes []api.Sandbox `json:"sandboxes"`
 	}
-	cl := &call{op: "list sandboxes", method: http.MethodGet, path: "/v1/sandboxes", retry: retryIdempotent}
+	cl := &call{op: "list sandboxes", method: http.MethodGet, path: "/v1/sandboxes", query: q, retry: retryIdempotent}
 	if err := c.do(ctx, cl, &list); err != nil {
 		return nil, err
 	}
@@ -88,6 +100,13 @@ func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
 // answer was lost deleted it, the 404 of the next attempt counts as success.
 func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	cl := &call{op: "delete sandbox", method: http.MethodDelete, path: sandboxPath(id), retry: retryIdempotent, goneIsDone: true}
+	return c.do(ctx, cl, nil)
+}
+
+// DeleteAnyTenantsSandbox deletes sandbox id whichever tenant owns it
+// (admin key only).
+func (c *Client) DeleteAnyTenantsSandbox(ctx context.Context, id string) error {
+	cl := &call{op: "delete sandbox", method: http.MethodDelete, path: sandboxPath(id), query: allTenants, retry: retryIdempotent, goneIsDone: true}
 	return c.do(ctx, cl, nil)
 }
 

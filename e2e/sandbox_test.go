@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -443,5 +444,17 @@ func TestTenants(t *testing.T) {
 	}
 	if _, err := a.ListSandboxes(ctx); err != nil {
 		t.Errorf("tenant a after b's key was revoked: %v", err)
+	}
+	// The admin sees tenant a's sandbox among every tenant's, and deletes
+	// it (issue 13, item 15).
+	out, errOut, code = shared.cli(t, nil, "ls", "--all-tenants")
+	if code != 0 || !regexp.MustCompile(`(?m)^tenant-a +`+sb.ID+` `).MatchString(out) {
+		t.Errorf("warren ls --all-tenants: exit %d, %q %q; want tenant-a's %s", code, out, errOut, sb.ID)
+	}
+	if _, errOut, code := shared.cli(t, nil, "rm", "--all-tenants", sb.ID); code != 0 {
+		t.Errorf("warren rm --all-tenants %s: exit %d %s", sb.ID, code, errOut)
+	}
+	if _, err := a.GetSandbox(ctx, sb.ID); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("tenant a's sandbox after the admin deleted it: %v", err)
 	}
 }

@@ -14,23 +14,33 @@ func runList(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("ls", "[flags]", "List your live sandboxes (starting or running).")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	all := fs.Bool("all", false, "also list ended sandboxes (stopped or failed; the server keeps them for a while)")
+	allTenants := fs.Bool("all-tenants", false, "every tenant's sandboxes, with a TENANT column (admin key only)")
 	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
 		return err
 	}
-	list, err := cl.ListSandboxes(ctx)
+	list := cl.ListSandboxes
+	if *allTenants {
+		list = cl.ListAllTenantsSandboxes
+	}
+	sbs, err := list(ctx)
 	if err != nil {
 		return err
 	}
 	if !*all {
-		list = slices.DeleteFunc(list, func(sb api.Sandbox) bool {
+		sbs = slices.DeleteFunc(sbs, func(sb api.Sandbox) bool {
 			return sb.State == api.StateStopped || sb.State == api.StateFailed
 		})
 	}
-	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
+	return printTable(c.stdout, *asJSON, sbs, 2, func(tw io.Writer) {
+		tenant := func(sb api.Sandbox) string { return "" }
+		if *allTenants {
+			tenant = func(sb api.Sandbox) string { return sb.Tenant + "\t" }
+			fmt.Fprint(tw, "TENANT\t")
+		}
 		fmt.Fprintln(tw, "ID\tTEMPLATE\tRUNTIME\tSTATE\tCREATED\tEXPIRES")
-		for _, sb := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.Runtime, sb.State, when(sb.CreatedAt), when(sb.ExpiresAt))
+		for _, sb := range sbs {
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\n", tenant(sb), sb.ID, sb.Template, sb.Runtime, sb.State, when(sb.CreatedAt), when(sb.ExpiresAt))
 		}
 	})
 }

@@ -7,12 +7,17 @@ import (
 )
 
 func runRemove(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("rm", "ID...", "Delete sandboxes. Exits 1 if any could not be deleted, naming them.")
+	fs := c.newFlags("rm", "[flags] ID...", "Delete sandboxes. Exits 1 if any could not be deleted, naming them.")
+	allTenants := fs.Bool("all-tenants", false, "delete whichever tenant owns them (admin key only)")
 	cl, ids, err := connect(fs, args, 1, -1)
 	if err != nil {
 		return err
 	}
-	return c.deleteEach(ctx, "rm", ids, cl.DeleteSandbox)
+	del := cl.DeleteSandbox
+	if *allTenants {
+		del = cl.DeleteAnyTenantsSandbox
+	}
+	return c.deleteEach(ctx, "rm", ids, del)
 }
 
 // deleteEach deletes every id, going on after a failure: each failure is

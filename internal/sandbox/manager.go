@@ -676,7 +676,7 @@ func validMetadata(md map[string]string) error {
 // record returns the sandbox's record if tenant may see it.
 func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox, error) {
 	rec, err := m.deps.Store.GetSandbox(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Tenant != tenant) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Tenant != tenant && tenant != store.AnyTenant) {
 		return store.Sandbox{}, api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
 	}
 	if err != nil {
@@ -696,6 +696,9 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, erro
 
 // List returns the tenant's sandboxes, the recently ended ones included.
 func (m *Manager) List(ctx context.Context, tenant string) ([]api.Sandbox, error) {
+	if tenant == store.AnyTenant {
+		tenant = "" // the store's every tenant
+	}
 	recs, err := m.deps.Store.ListSandboxes(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -875,7 +878,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		}
 	}
 	return api.Sandbox{
-		ID: r.ID, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
+		ID: r.ID, Tenant: r.Tenant, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
 		State: r.State, Error: r.Error,
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,

@@ -93,7 +93,7 @@ func (f *fakeSandboxes) lookup(tenant, id string) (api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.boxes[id]
-	if !ok || b.tenant != tenant {
+	if !ok || (b.tenant != tenant && tenant != store.AnyTenant) {
 		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
 	}
 	return b.sb, nil
@@ -108,7 +108,7 @@ func (f *fakeSandboxes) List(ctx context.Context, tenant string) ([]api.Sandbox,
 	defer f.mu.Unlock()
 	var out []api.Sandbox
 	for _, b := range f.boxes {
-		if b.tenant == tenant {
+		if b.tenant == tenant || tenant == store.AnyTenant {
 			out = append(out, b.sb)
 		}
 	}

@@ -34,7 +34,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 
 // listSandboxes answers GET /v1/sandboxes.
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.sb.List(r.Context(), caller(r).Tenant)
+	tenant, err := tenantScope(r)
+	if err != nil {
+		return err
+	}
+	list, err := s.sb.List(r.Context(), tenant)
 	if err != nil {
 		return err
 	}
@@ -65,11 +69,32 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.sb.Delete(r.Context(), caller(r).Tenant, id); err != nil {
+	tenant, err := tenantScope(r)
+	if err != nil {
+		return err
+	}
+	if err := s.sb.Delete(r.Context(), tenant, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// tenantScope is the tenant a sandbox listing or deletion acts for: the
+// caller's, or with all_tenants=true every tenant (store.AnyTenant), which
+// only an admin key may ask.
+func tenantScope(r *http.Request) (string, error) {
+	all, err := boolQuery(r, "all_tenants")
+	if err != nil {
+		return "", err
+	}
+	if !all {
+		return caller(r).Tenant, nil
+	}
+	if !caller(r).Admin {
+		return "", api.Errorf(api.CodeForbidden, "all_tenants needs an admin key")
+	}
+	return store.AnyTenant, nil
 }
 
 // setTimeout answers POST /v1/sandboxes/{id}/timeout. The manager judges

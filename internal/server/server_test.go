@@ -599,3 +599,29 @@ func TestKeysListAndRevoke(t *testing.T) {
 	apiError(t, e.do("GET", "/v1/keys", e.keyA, nil), http.StatusForbidden, api.CodeForbidden)
 	e.call("GET", "/v1/sandboxes", e.admin, nil, http.StatusOK, nil)
 }
+
+// TestAdminScope is the regression test of issue 13, item 15 (its
+// sandboxes half): the admin could neither see nor delete a tenant's
+// sandboxes. With all_tenants=true it can; without it, or with a tenant
+// key, nothing changes.
+func TestAdminScope(t *testing.T) {
+	e := newTestEnv(t, deadAgent(t), Options{})
+	var sb api.Sandbox
+	e.call("POST", "/v1/sandboxes", e.keyA, `{"template":"default"}`, http.StatusCreated, &sb)
+	var list struct{ Sandboxes []api.Sandbox }
+	e.call("GET", "/v1/sandboxes?all_tenants=true", e.admin, nil, http.StatusOK, &list)
+	if len(list.Sandboxes) != 1 || list.Sandboxes[0].ID != sb.ID {
+		t.Errorf("admin's listing of every tenant: %+v", list.Sandboxes)
+	}
+	for _, path := range []string{"/v1/sandboxes?all_tenants=true", "/v1/sandboxes/" + sb.ID + "?all_tenants=true"} {
+		method := "GET"
+		if strings.Contains(path, sb.ID) {
+			method = "DELETE"
+		}
+		apiError(t, e.do(method, path, e.keyB, nil), http.StatusForbidden, api.CodeForbidden)
+	}
+	apiError(t, e.do("GET", "/v1/sandboxes?all_tenants=maybe", e.admin, nil), http.StatusBadRequest, api.CodeBadRequest)
+	apiError(t, e.do("DELETE", "/v1/sandboxes/"+sb.ID, e.admin, nil), http.StatusNotFound, api.CodeNotFound)
+	e.call("DELETE", "/v1/sandboxes/"+sb.ID+"?all_tenants=true", e.admin, nil, http.StatusNoContent, nil)
+	apiError(t, e.do("GET", "/v1/sandboxes/"+sb.ID, e.keyA, nil), http.StatusNotFound, api.CodeNotFound)
+}

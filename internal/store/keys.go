@@ -18,6 +18,11 @@ import (
 // AdminTenant is the tenant of the admin key EnsureAdminKey creates.
 const AdminTenant = "admin"
 
+// AnyTenant, given where a tenant is asked for, means every tenant: the
+// admin scope of listing and deleting sandboxes. No tenant can be called
+// it (tenant names are a-z, 0-9, '_' and '-').
+const AnyTenant = "*"
+
 // keyPrefix starts every API key, so that a leaked key is recognizable
 // (secret scanners, logs).
 const keyPrefix = "wk_"
