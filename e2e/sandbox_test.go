@@ -454,7 +454,7 @@ func TestTenants(t *testing.T) {
 	if _, errOut, code := shared.cli(t, nil, "rm", "--all-tenants", sb.ID); code != 0 {
 		t.Errorf("warren rm --all-tenants %s: exit %d %s", sb.ID, code, errOut)
 	}
-	if _, err := a.GetSandbox(ctx, sb.ID); !api.IsCode(err, api.CodeNotFound) {
-		t.Errorf("tenant a's sandbox after the admin deleted it: %v", err)
+	if got, err := a.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateStopped {
+		t.Errorf("tenant a's sandbox after the admin deleted it: %+v %v; want it stopped", got, err)
 	}
 }
