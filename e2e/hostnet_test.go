@@ -70,23 +70,17 @@ func readHostUse() (*hostUse, error) {
 		return nil, fmt.Errorf("list the host's addresses: %w", err)
 	}
 	for _, a := range addrs {
-		ip, _ := netip.AddrFromSlice(a.IP.To4())
-		bits, _ := a.Mask.Size()
-		u.addrs = append(u.addrs, ip)
-		u.nets = append(u.nets, netip.PrefixFrom(ip, bits).Masked())
+		p := toPrefix(a.IPNet)
+		u.addrs = append(u.addrs, p.Addr())
+		u.nets = append(u.nets, p.Masked())
 	}
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list the host's routes: %w", err)
 	}
 	for _, r := range routes {
-		if r.Dst == nil {
-			continue // a default route
-		}
-		ip, _ := netip.AddrFromSlice(r.Dst.IP.To4())
-		bits, _ := r.Dst.Mask.Size()
-		if bits > 0 {
-			u.nets = append(u.nets, netip.PrefixFrom(ip, bits).Masked())
+		if p := toPrefix(r.Dst); p.IsValid() { // not a default route
+			u.nets = append(u.nets, p.Masked())
 		}
 	}
 	resolvers, err := resolvConf("/etc/resolv.conf")
@@ -103,6 +97,19 @@ func readHostUse() (*hostUse, error) {
 		}
 	}
 	return u, nil
+}
+
+// toPrefix is n as a prefix (not masked: an address keeps its host
+// bits); invalid for nil and for a default route (0.0.0.0/0).
+func toPrefix(n *net.IPNet) netip.Prefix {
+	if n == nil {
+		return netip.Prefix{}
+	}
+	a, _ := netip.AddrFromSlice(n.IP.To4())
+	if bits, _ := n.Mask.Size(); bits > 0 {
+		return netip.PrefixFrom(a, bits)
+	}
+	return netip.Prefix{}
 }
 
 // free reports whether nothing the host uses falls in block.
@@ -285,13 +292,7 @@ func (in *internet) checkRoutes() error {
 		return fmt.Errorf("the test internet's link: %w", err)
 	}
 	for _, r := range routes {
-		var dst netip.Prefix // invalid for a default route
-		if r.Dst != nil {
-			a, _ := netip.AddrFromSlice(r.Dst.IP.To4())
-			if bits, _ := r.Dst.Mask.Size(); bits > 0 {
-				dst = netip.PrefixFrom(a, bits)
-			}
-		}
+		dst := toPrefix(r.Dst) // invalid for a default route
 		switch {
 		case r.Table == in.table && r.Type == unix.RTN_UNICAST:
 			if dst.Bits() != 32 || !slices.Contains(served, dst.Addr()) {
@@ -323,13 +324,7 @@ func (in *internet) checkRoutes() error {
 		if r.Table != in.table {
 			continue
 		}
-		var src netip.Prefix
-		if r.Src != nil {
-			a, _ := netip.AddrFromSlice(r.Src.IP.To4())
-			bits, _ := r.Src.Mask.Size()
-			src = netip.PrefixFrom(a, bits)
-		}
-		if r.Src == nil || r.Dst != nil || !slices.Contains(pools, src) {
+		if src := toPrefix(r.Src); !src.IsValid() || r.Dst != nil || !slices.Contains(pools, src) {
 			errs = append(errs, fmt.Errorf("a rule to the suite's table selects from %v to %v, not only a pool of its daemons %v", r.Src, r.Dst, pools))
 		}
 	}

@@ -73,9 +73,12 @@ versitygw_dir="${XDG_CACHE_HOME:-$HOME/.cache}/warren/versitygw@$versitygw_versi
 if [[ ! -x $versitygw_dir/versitygw ]]; then
 	echo "warren: building versitygw $versitygw_version into $versitygw_dir (once per machine)" >&2
 	mkdir -p "$versitygw_dir"
-	tmp=$(mktemp -d "$versitygw_dir/.build-XXXXXX")
-	GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
-	mv "$tmp/versitygw" "$versitygw_dir/versitygw"
-	rmdir "$tmp"
+	(
+		# Built aside and renamed in: a failed build leaves nothing behind.
+		tmp=$(mktemp -d "$versitygw_dir/.build-XXXXXX")
+		trap 'rm -rf "$tmp"' EXIT
+		GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+		mv "$tmp/versitygw" "$versitygw_dir/versitygw"
+	)
 fi
 export WARREN_VERSITYGW="$versitygw_dir/versitygw"

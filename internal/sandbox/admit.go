@@ -79,13 +79,12 @@ type claim struct {
 
 // capacity is what the node may promise in all.
 type capacity struct {
-	cpus             float64
-	memoryMB         int64 // after the reserve, times the overcommit
-	diskMB           int64
-	hostMemoryMB     int64 // after the reserve: the most one sandbox may have
-	maxPids          int64
-	reserveDiskMB    int64
-	memoryOvercommit float64
+	cpus          float64
+	memoryMB      int64 // after the reserve, times the overcommit
+	diskMB        int64
+	hostMemoryMB  int64 // after the reserve: the most one sandbox may have
+	maxPids       int64
+	reserveDiskMB int64
 }
 
 // newCapacity works out the node's capacity from the host's and a.
@@ -112,13 +111,12 @@ func newCapacity(h HostCapacity, a Admission) (capacity, Admission) {
 	}
 	hostMem := max(0, h.MemoryMB-a.ReserveMemoryMB)
 	return capacity{
-		cpus:             float64(h.CPUs) * a.CPUOvercommit,
-		memoryMB:         int64(float64(hostMem) * a.MemoryOvercommit),
-		diskMB:           int64(float64(h.DiskMB) * a.DiskOvercommit),
-		hostMemoryMB:     hostMem,
-		maxPids:          max(0, h.PidMax-a.ReservePids),
-		reserveDiskMB:    a.ReserveDiskMB,
-		memoryOvercommit: a.MemoryOvercommit,
+		cpus:          float64(h.CPUs) * a.CPUOvercommit,
+		memoryMB:      int64(float64(hostMem) * a.MemoryOvercommit),
+		diskMB:        int64(float64(h.DiskMB) * a.DiskOvercommit),
+		hostMemoryMB:  hostMem,
+		maxPids:       max(0, h.PidMax-a.ReservePids),
+		reserveDiskMB: a.ReserveDiskMB,
 	}, a
 }
 
