@@ -46,7 +46,10 @@ type Sandbox struct {
 	Accel string `json:"accel,omitempty"`
 	State string `json:"state"`
 	// Error says why a failed sandbox failed.
-	Error    string            `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// DiskKept says a failed sandbox still holds its disks, until ExpiresAt
+	// or until it is deleted: a snapshot of it saves its work.
+	DiskKept bool              `json:"disk_kept,omitempty"`
 	CPUs     float64           `json:"cpus"`
 	MemoryMB int64             `json:"memory_mb"`
 	Pids     int64             `json:"pids"`
@@ -63,7 +66,8 @@ type Sandbox struct {
 	// Network is the sandbox's egress policy (docs/NETWORK.md).
 	Network   NetworkPolicy `json:"network"`
 	CreatedAt time.Time     `json:"created_at"`
-	// ExpiresAt is when the sandbox is deleted unless its timeout is extended.
+	// ExpiresAt is when the sandbox is deleted unless its timeout is
+	// extended; for a failed sandbox that kept its disks, when they go.
 	ExpiresAt time.Time `json:"expires_at"`
 }
 

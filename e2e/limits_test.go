@@ -8,19 +8,29 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"warren/api"
+	"warren/client"
+	"warren/internal/runtime"
 	"warren/internal/server"
 )
 
 // rss is the daemon's resident memory in bytes.
 func (d *daemon) rss(t testing.TB) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	return rssOf(t, d.cmd.Process.Pid)
+}
+
+// rssOf is process pid's resident memory in bytes.
+func rssOf(t testing.TB, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +104,83 @@ func TestExecOutputBounded(t *testing.T) {
 	}
 	if _, err := cl.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}, OutputEncoding: "hex"}); !api.IsCode(err, api.CodeBadRequest) {
 		t.Errorf("output_encoding hex: %v, want 400", err)
+	}
+}
+
+// TestAgentOutlivesSlowReaders is the regression test of issue 13, item 7:
+// 40 streaming `yes` with readers that stopped reading drove the agent of
+// a 512 MiB sandbox to 498 MB and the kernel killed it; the sandbox failed
+// and its disk was deleted. Now the agent's output buffers are bounded in
+// total, the sandbox's processes run in a subgroup held to the sandbox's
+// memory while the agent keeps a reserve beside it, and a memory hog is
+// the one the OOM killer takes.
+func TestAgentOutlivesSlowReaders(t *testing.T) {
+	need(t)
+	cl := shared.client()
+	ctx := context.Background()
+	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{MemoryMB: 512, CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.DeleteSandbox(context.Background(), sb.ID) })
+	agent := initPid(t, sb.ID)
+	before := rssOf(t, agent)
+
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var streams []*client.EventStream
+	for range 40 {
+		s, err := cl.ExecStream(sctx, sb.ID, api.ExecRequest{Cmd: []string{"yes", strings.Repeat("y", 1000)}})
+		if err != nil {
+			t.Fatalf("stream %d: %v", len(streams), err)
+		}
+		if _, err := s.Next(); err != nil { // it started; now stop reading
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	var peak int64
+	for range 16 {
+		time.Sleep(500 * time.Millisecond)
+		peak = max(peak, rssOf(t, agent))
+	}
+	t.Logf("agent RSS %d MiB idle, peak %d MiB with 40 stalled streams", before>>20, peak>>20)
+	if peak > 160<<20 {
+		t.Errorf("the agent's RSS reached %d MiB with 40 stalled streams (idle: %d MiB); want its buffers bounded", peak>>20, before>>20)
+	}
+	stop()
+	for _, s := range streams {
+		s.Close()
+	}
+
+	// The sandbox's processes run in the work subgroup; the group adds the
+	// agent's reserve.
+	res, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat", "/proc/self/cgroup"}})
+	if err != nil || !strings.Contains(res.Stdout, ":memory:/work\n") || !strings.Contains(res.Stdout, ":pids:/work\n") {
+		t.Errorf("a sandbox process's cgroups: %v %+v; want memory and pids in /work", err, res)
+	}
+	for file, want := range map[string]int64{
+		"memory.limit_in_bytes":      (512 + runtime.AgentMemoryMB) << 20,
+		"work/memory.limit_in_bytes": 512 << 20,
+	} {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/warren", sb.ID, file))
+		if got, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil || got != want {
+			t.Errorf("%s = %q (%v), want %d", file, b, err, want)
+		}
+	}
+	// A hog is killed, not the agent.
+	hog, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", "b = b'x' * (1 << 30)"}})
+	if err != nil || hog.ExitCode != 137 {
+		t.Errorf("1 GiB in a 512 MiB sandbox: %v %+v; want killed (137)", err, hog)
+	}
+	if got := initPid(t, sb.ID); got != agent {
+		t.Fatalf("the agent changed from pid %d to %d", agent, got)
+	}
+	if res, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Errorf("exec after: %v %+v", err, res)
+	}
+	if got, err := cl.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+		t.Errorf("sandbox after: %v %+v", err, got)
 	}
 }
 

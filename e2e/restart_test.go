@@ -135,8 +135,11 @@ func TestRestartReconciles(t *testing.T) {
 	wantReached(t, probe(t, keep.ID, "allowed.test:80"), "allowed.test:80")
 	wantRefused(t, probe(t, keep.ID, hostPort(inetMeta, 80)), hostPort(inetMeta, 80))
 	sb, err := c.GetSandbox(ctx, doomed.ID)
-	if err != nil || sb.State != api.StateFailed || sb.Error == "" {
-		t.Errorf("sandbox that died meanwhile: %+v %v, want failed with a reason", sb, err)
+	if err != nil || sb.State != api.StateFailed || sb.Error == "" || !sb.DiskKept {
+		t.Errorf("sandbox that died meanwhile: %+v %v, want failed with a reason, its disk kept", sb, err)
+	}
+	if err := c.DeleteSandbox(ctx, doomed.ID); err != nil {
+		t.Errorf("delete the failed sandbox: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(shared.dataDir, "sandboxes", doomed.ID)); !os.IsNotExist(err) {
 		t.Errorf("dead sandbox's dir left behind: %v", err)
@@ -206,27 +209,63 @@ func TestSecondServerRefused(t *testing.T) {
 }
 
 // Killing a sandbox's init (the agent) from the host gives a clear state,
-// not a hang: the sandbox is failed with a reason and its resources go.
+// not a hang: the sandbox is failed with a reason and its processes go.
+// Its disk stays (issue 13, item 7: a crash deleted the user's work): a
+// snapshot of the failed sandbox saves it, and a delete removes it.
 func TestInitKilled(t *testing.T) {
 	need(t)
+	ctx := context.Background()
 	id := shared.newSandbox(t)
+	c := shared.client()
+	if _, err := c.Exec(ctx, id, api.ExecRequest{Shell: "echo work > /root/work && sync"}); err != nil {
+		t.Fatal(err)
+	}
 	before := countInCgroup(id)
 	if before == 0 {
 		t.Fatal("no process of the sandbox found")
 	}
 	syscall.Kill(initPid(t, id), syscall.SIGKILL)
-	c := shared.client()
+	var failed *api.Sandbox
 	eventually(t, 15*time.Second, "the sandbox to be failed", func() bool {
-		sb, err := c.GetSandbox(context.Background(), id)
+		sb, err := c.GetSandbox(ctx, id)
+		failed = sb
 		return err == nil && sb.State == api.StateFailed && strings.Contains(sb.Error, "exited")
 	})
-	if _, err := c.Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
+	if !failed.DiskKept || !strings.Contains(failed.Error, "disk is kept") {
+		t.Errorf("failed sandbox: %+v; want its disk kept, and the error saying so", failed)
+	}
+	if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("exec in a sandbox whose init died: %v, want conflict", err)
 	}
-	eventually(t, 10*time.Second, "its processes and disk to go", func() bool {
-		_, err := os.Stat(filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img"))
-		return countInCgroup(id) == 0 && os.IsNotExist(err)
-	})
+	disk := filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img")
+	eventually(t, 10*time.Second, "its processes to go", func() bool { return countInCgroup(id) == 0 })
+	if _, err := os.Stat(disk); err != nil {
+		t.Fatalf("the failed sandbox's disk: %v; want it kept", err)
+	}
+
+	sn, err := c.Snapshot(ctx, id, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatalf("snapshot of the failed sandbox: %v", err)
+	}
+	t.Cleanup(func() { c.DeleteSnapshot(context.Background(), sn.ID) })
+	restored, err := c.Restore(ctx, sn.ID, api.RestoreRequest{})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	t.Cleanup(func() { c.DeleteSandbox(context.Background(), restored[0].ID) })
+	if res, err := c.Exec(ctx, restored[0].ID, api.ExecRequest{Cmd: []string{"cat", "/root/work"}}); err != nil || res.Stdout != "work\n" {
+		t.Errorf("the work in the restored sandbox: %+v %v", res, err)
+	}
+
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(disk); !os.IsNotExist(err) {
+		t.Errorf("the failed sandbox's disk after its delete: %v; want it gone", err)
+	}
+	if _, err := c.GetSandbox(ctx, id); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("the failed sandbox after its delete: %v; want not found", err)
+	}
 }
 
 // kill -9 of the daemon in the middle of a create, an exec or a file upload,
@@ -284,10 +323,14 @@ func checkConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	running := map[string]bool{}
+	running, disks := map[string]bool{}, map[string]bool{}
 	for _, sb := range sbs {
+		if sb.DiskKept {
+			disks[sb.ID] = true
+		}
 		switch sb.State {
 		case api.StateRunning:
+			disks[sb.ID] = true
 			running[sb.ID] = true
 			if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
 				t.Errorf("running sandbox %s does not answer: %v", sb.ID, err)
@@ -308,11 +351,14 @@ func checkConsistent(t *testing.T) {
 			t.Errorf("router %s left without a running sandbox", r)
 		}
 	}
-	for _, dir := range []string{filepath.Join(shared.dataDir, "sandboxes"), filepath.Join(shared.dataDir, "disks", "sandboxes")} {
+	for dir, owners := range map[string]map[string]bool{
+		filepath.Join(shared.dataDir, "sandboxes"):          running,
+		filepath.Join(shared.dataDir, "disks", "sandboxes"): disks,
+	} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
-			if id := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".img"), ".ws"); !running[id] {
-				t.Errorf("%s left in %s without a running sandbox", e.Name(), dir)
+			if id := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".img"), ".ws"); !owners[id] {
+				t.Errorf("%s left in %s without a running sandbox or a failed one that keeps its disk", e.Name(), dir)
 			}
 		}
 	}

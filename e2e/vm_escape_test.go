@@ -90,6 +90,20 @@ func hostBootTime(t *testing.T) string {
 	return ""
 }
 
+// keptDisk checks that failed sandbox id kept its disk (issue 13, item 7),
+// then deletes it.
+func keptDisk(t *testing.T, id string) {
+	t.Helper()
+	c := shared.client()
+	sb, err := c.GetSandbox(context.Background(), id)
+	if err != nil || !sb.DiskKept || !exists(filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img")) {
+		t.Errorf("failed sandbox %+v (%v): want its disk kept", sb, err)
+	}
+	if err := c.DeleteSandbox(context.Background(), id); err != nil {
+		t.Errorf("delete the failed sandbox: %v", err)
+	}
+}
+
 // vmGone waits until nothing of vm sandbox id is left on the host: no
 // QEMU, no cgroup in any controller, no router namespace, no disk image, no
 // private directory.
@@ -423,7 +437,8 @@ func TestVMEscape(t *testing.T) {
 
 	// A reboot as the guest's root (sysrq b: immediate, no shutdown) ends
 	// the machine (QEMU runs with -no-reboot): the sandbox is failed, with a
-	// reason, and everything of it goes; the host did not reboot.
+	// reason, and everything of it goes but its disk, until it is deleted;
+	// the host did not reboot.
 	t.Run("reboot", func(t *testing.T) {
 		if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: "sleep 0.5; echo b > /proc/sysrq-trigger"}); err != nil {
 			t.Fatal(err)
@@ -440,6 +455,7 @@ func TestVMEscape(t *testing.T) {
 		if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
 			t.Errorf("exec in the rebooted sandbox: %v, want a conflict", err)
 		}
+		keptDisk(t, id)
 		vmGone(t, id)
 		healthy(t, neighbour)
 		if hostBootTime(t) != bootTime {
@@ -453,7 +469,8 @@ func TestVMEscape(t *testing.T) {
 
 // TestVMMKilled: kill -9 of a vm sandbox's QEMU from the host (a VMM crash)
 // is detected: the sandbox is failed with a reason, the daemon says the VMM
-// crashed and keeps serving, and nothing of the sandbox is left.
+// crashed and keeps serving, and nothing of the sandbox is left but its
+// disk, until it is deleted.
 func TestVMMKilled(t *testing.T) {
 	needVM(t)
 	ctx := context.Background()
@@ -480,6 +497,7 @@ func TestVMMKilled(t *testing.T) {
 	if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("exec in the sandbox whose VMM died: %v, want a conflict", err)
 	}
+	keptDisk(t, id)
 	vmGone(t, id)
 	healthy(t, neighbour)
 	crashed := false

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,6 +95,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "warren-agent: prctl(PR_SET_DUMPABLE, 0):", err)
 		os.Exit(1)
 	}
+	// The agent's output buffers are bounded in total (package agent):
+	// near that, collect garbage harder rather than grow into the reserve
+	// the container runtime keeps for the agent (runtime.AgentMemoryMB).
+	debug.SetMemoryLimit(48 << 20)
 	// The container runtime executes the agent from a memfd, which the
 	// kernel names after its fd number; ps and top should say what it is.
 	os.WriteFile("/proc/self/comm", []byte("warren-agent"), 0)
@@ -144,7 +149,7 @@ func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
 		// any sandbox exists), then set the sandbox up. Until Setup returns
 		// the root is the host's: nothing here may touch a file.
 		srv.Warm()
-		containerinit.Setup()
+		containerinit.Setup(srv.JoinWork)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

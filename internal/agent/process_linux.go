@@ -145,7 +145,7 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 	p := &proc{
 		tag:      req.Tag,
 		config:   proto.CloneOf(cfg),
-		out:      newOutput(),
+		out:      newOutput(&s.output),
 		stdout:   stdoutR,
 		stderr:   stderrR,
 		stdin:    stdinW,
@@ -162,7 +162,7 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 	argv := append([]string{cfg.GetCmd()}, cfg.GetArgs()...)
 	s.reaper.forkMu.RLock()
 	p.started = time.Now()
-	pid, err := syscall.ForkExec(bin, argv, attr)
+	pid, err := s.forkExec(bin, argv, attr)
 	if err == nil {
 		p.pid = uint32(pid)
 		s.reaper.register(pid, p.onExit)

@@ -60,6 +60,8 @@ type Server struct {
 	started time.Time
 	users   *userDB
 	procs   *procTable
+	output  outputMemory // every process's output, together
+	spawn   chan func()  // runs forks on the thread in the work cgroup (JoinWork); nil without one
 	reaper  *reaper
 	handler http.Handler
 

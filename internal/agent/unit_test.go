@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -125,7 +126,7 @@ func TestUserDB(t *testing.T) {
 }
 
 func TestReplayKeepsTailAndOrder(t *testing.T) {
-	o := newOutput()
+	o := newOutput(&outputMemory{})
 	o.publish(streamStdout, []byte("a"))
 	o.publish(streamStderr, []byte("B"))
 	o.publish(streamStdout, []byte("c"))
@@ -139,7 +140,7 @@ func TestReplayKeepsTailAndOrder(t *testing.T) {
 		t.Errorf("replay %q", got)
 	}
 	// Past the limit, only the newest replayLimit bytes of a stream stay.
-	o = newOutput()
+	o = newOutput(&outputMemory{})
 	chunk := bytes.Repeat([]byte{'x'}, 100_000)
 	for range 30 {
 		o.publish(streamStdout, chunk)
@@ -159,7 +160,7 @@ func TestReplayKeepsTailAndOrder(t *testing.T) {
 		t.Errorf("replayed %d bytes", len(all))
 	}
 	// Tiny alternating writes are bounded by count.
-	o = newOutput()
+	o = newOutput(&outputMemory{})
 	for i := range 3 * replayMaxChunks {
 		o.publish(streamID(i%2), []byte{'.'})
 	}
@@ -171,7 +172,7 @@ func TestReplayKeepsTailAndOrder(t *testing.T) {
 // TestSlowConsumerIsCut: a consumer that stops reading is cut off after the
 // stall timeout; another consumer gets everything and the producer goes on.
 func TestSlowConsumerIsCut(t *testing.T) {
-	o := newOutput()
+	o := newOutput(&outputMemory{})
 	o.stall = 100 * time.Millisecond
 	slow := o.subscribe(false)
 	fast := o.subscribe(false)
@@ -212,3 +213,64 @@ func TestSlowConsumerIsCut(t *testing.T) {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }
+
+// TestOutputBoundedAcrossProcesses: many processes writing to streams whose
+// consumers have stopped reading hold a bounded total, not a per-stream
+// bound times the number of streams (the agent was OOM-killed that way).
+func TestOutputBoundedAcrossProcesses(t *testing.T) {
+	var mem outputMemory
+	const procs = 40
+	outs := make([]*output, procs)
+	subs := make([]*subscriber, procs)
+	var wg sync.WaitGroup
+	for i := range outs {
+		outs[i] = newOutput(&mem)
+		subs[i] = outs[i].subscribe(false)
+		wg.Go(func() {
+			for range 200 {
+				outs[i].publish(streamStdout, make([]byte, 32<<10))
+			}
+		})
+	}
+	held := func() (queued, replay int) {
+		for i, o := range outs {
+			o.mu.Lock()
+			queued += subs[i].held()
+			replay += o.replay[0].bytes + o.replay[1].bytes
+			o.mu.Unlock()
+		}
+		return
+	}
+	// Every producer is now waiting on its consumer.
+	time.Sleep(500 * time.Millisecond)
+	queued, replay := held()
+	maxQueued := int(max(queueBudget*(1+math.Log(procs)), procs*queueFloor)) + procs*(32<<10+eventOverhead)
+	if queued > maxQueued {
+		t.Errorf("streams hold %d bytes, over %d", queued, maxQueued)
+	}
+	if maxReplay := replayBudget + replayLimit + procs*replayFloor; replay > maxReplay {
+		t.Errorf("replay logs hold %d bytes, over %d", replay, maxReplay)
+	}
+	if got := int(mem.replay.Load()); got != replay {
+		t.Errorf("account says %d replay bytes, logs hold %d", got, replay)
+	}
+	// One consumer reading gets its process going again.
+	go func() {
+		for {
+			evs, err := subs[0].next(nil, nil)
+			if err != nil || (len(evs) > 0 && evs[len(evs)-1].end != nil) {
+				return
+			}
+		}
+	}()
+	for _, o := range outs {
+		o.finish(&processpb.ProcessEvent_EndEvent{})
+	}
+	wg.Wait()
+	if n := mem.streams.Load(); n != 0 {
+		t.Errorf("%d streams still counted after every process ended", n)
+	}
+	if n := mem.replay.Load(); n != 0 {
+		t.Errorf("%d replay bytes of running processes after every process ended", n)
+	}
+}

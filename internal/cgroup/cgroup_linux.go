@@ -53,6 +53,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -451,28 +452,38 @@ func (h *Hierarchy) setLimitsV1(g *Group, l Limits) error {
 			return fmt.Errorf("set cpu limit: %w", err)
 		}
 	}
-	if l.MemoryBytes > 0 {
-		// The memory limit first: memsw may never be below it.
-		if err := g.write("memory", "memory.limit_in_bytes", l.MemoryBytes); err != nil {
-			return fmt.Errorf("set memory limit: %w", err)
-		}
-		if g.exists("memory", "memory.memsw.limit_in_bytes") {
-			if err := g.write("memory", "memory.memsw.limit_in_bytes", l.MemoryBytes); err != nil {
-				return fmt.Errorf("set swap limit: %w", err)
-			}
-		} else {
-			h.warnSwap()
-		}
-		// Belt and braces against swapping; some kernels refuse it, and
-		// memsw above already stops the escape where swap is accounted.
-		if err := g.write("memory", "memory.swappiness", 0); err != nil {
-			h.log.Debug("memory.swappiness not writable", "name", g.name, "err", err)
-		}
+	if err := h.limitMemoryV1(g.dir("memory"), l.MemoryBytes); err != nil {
+		return err
 	}
 	if l.Pids > 0 {
 		if err := g.write("pids", "pids.max", l.Pids); err != nil {
 			return fmt.Errorf("set pids limit: %w", err)
 		}
+	}
+	return nil
+}
+
+// limitMemoryV1 caps the memory of the v1 memory group at dir, and its swap
+// with it; 0 leaves it unlimited.
+func (h *Hierarchy) limitMemoryV1(dir string, bytes int64) error {
+	if bytes == 0 {
+		return nil
+	}
+	// The memory limit first: memsw may never be below it.
+	if err := writeFile(filepath.Join(dir, "memory.limit_in_bytes"), strconv.FormatInt(bytes, 10)); err != nil {
+		return fmt.Errorf("set memory limit: %w", err)
+	}
+	if memsw := filepath.Join(dir, "memory.memsw.limit_in_bytes"); fileExists(memsw) {
+		if err := writeFile(memsw, strconv.FormatInt(bytes, 10)); err != nil {
+			return fmt.Errorf("set swap limit: %w", err)
+		}
+	} else {
+		h.warnSwap()
+	}
+	// Belt and braces against swapping; some kernels refuse it, and memsw
+	// above already stops the escape where swap is accounted.
+	if err := writeFile(filepath.Join(dir, "memory.swappiness"), "0"); err != nil {
+		h.log.Debug("memory.swappiness not writable", "dir", dir, "err", err)
 	}
 	return nil
 }

@@ -29,6 +29,11 @@ func writeFile(path, v string) error {
 	return f.Close()
 }
 
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // readString reads a control file, without surrounding space.
 func readString(path string) (string, error) {
 	data, err := os.ReadFile(path)

@@ -44,6 +44,24 @@ func (g *Group) dirs() []string {
 	return dirs
 }
 
+// dirsWithWork are dirs, each followed by its work subgroup's (see Work)
+// in the controllers that may have one.
+func (g *Group) dirsWithWork() []string {
+	var dirs []string
+	for _, d := range g.dirs() {
+		dirs = append(dirs, d)
+		if g.h.version == 1 {
+			for _, c := range workControllers {
+				if d == g.dir(c) {
+					dirs = append(dirs, filepath.Join(d, workDir))
+					break
+				}
+			}
+		}
+	}
+	return dirs
+}
+
 // dir is the group's directory for controller c; on v2 there is only one.
 func (g *Group) dir(c string) string {
 	if g.h.version == 2 {
@@ -56,10 +74,7 @@ func (g *Group) write(c, file string, v any) error {
 	return writeFile(filepath.Join(g.dir(c), file), fmt.Sprint(v))
 }
 
-func (g *Group) exists(c, file string) bool {
-	_, err := os.Stat(filepath.Join(g.dir(c), file))
-	return err == nil
-}
+func (g *Group) exists(c, file string) bool { return fileExists(filepath.Join(g.dir(c), file)) }
 
 // AddProc moves process pid, with all its threads, into the group in every
 // controller. Call it before the process runs untrusted code. If it fails
@@ -76,12 +91,77 @@ func (g *Group) AddProc(pid int) error {
 	return nil
 }
 
+// workDir is the name of a group's work subgroup (see Work).
+const workDir = "work"
+
+// workControllers are the v1 controllers a work subgroup is made in: the
+// ones whose limits it keeps apart from the group's. The others (cpu,
+// freezer…) see the whole group as one.
+var workControllers = []string{"memory", "pids"}
+
+// Work makes the group's work subgroup, warren/<name>/work, with limits l
+// (memory and pids; CPUs are the group's), and returns its tasks files,
+// open for writing. The container runtime's agent moves one thread of its
+// own into it through them and starts every sandbox process from that
+// thread, so that the sandbox's processes are held to l while the agent,
+// left in the group, keeps what the group has beyond l for itself: a fork
+// bomb or a memory hog in the sandbox cannot take the agent's last pid or
+// page, and the OOM killer picks among the sandbox's processes first.
+//
+// The files are opened here, by the daemon, so the kernel checks a write
+// against the daemon's credentials (cgroup v1 checks those the file was
+// opened with): the agent needs no cgroupfs. It should close them as soon
+// as its thread has moved.
+//
+// Work is for cgroup v1, where a thread may sit in another group than its
+// process. On v2 it returns no files and makes nothing: the sandbox's
+// processes share the group with the agent there.
+func (g *Group) Work(l Limits) ([]*os.File, error) {
+	if g.h.version != 1 {
+		return nil, nil
+	}
+	if err := l.validate(); err != nil {
+		return nil, fmt.Errorf("work cgroup of %s: %w", g.name, err)
+	}
+	var files []*os.File
+	fail := func(err error) ([]*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("work cgroup of %s: %w", g.name, err)
+	}
+	for _, c := range workControllers {
+		dir := filepath.Join(g.dir(c), workDir)
+		if err := g.h.mkdir(dir); err != nil {
+			return fail(err)
+		}
+		var err error
+		switch c {
+		case "memory":
+			err = g.h.limitMemoryV1(dir, l.MemoryBytes)
+		case "pids":
+			if l.Pids > 0 {
+				err = writeFile(filepath.Join(dir, "pids.max"), strconv.FormatInt(l.Pids, 10))
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			return fail(err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
 // Procs returns the sorted PIDs of the processes in the group, in the
 // caller's PID namespace: on v1, those in any of its controllers. A missing
 // group has none.
 func (g *Group) Procs() ([]int, error) {
 	var pids []int
-	for _, d := range g.dirs() {
+	for _, d := range g.dirsWithWork() {
 		data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -273,10 +353,9 @@ func (g *Group) Destroy(ctx context.Context) error {
 	if err := g.Kill(ctx); err != nil {
 		return fmt.Errorf("destroy cgroup %s: %w", g.name, err)
 	}
-	// Children before parents does not matter here: a group has no
-	// children. The kernel may still be tearing down tasks that left
-	// cgroup.procs, so rmdir retries on EBUSY.
-	for _, d := range slices.Backward(g.dirs()) {
+	// The work subgroup goes before the group. The kernel may still be
+	// tearing down tasks that left cgroup.procs, so rmdir retries on EBUSY.
+	for _, d := range slices.Backward(g.dirsWithWork()) {
 		err := poll(ctx, func() (bool, error) {
 			err := g.h.rmdir(d)
 			switch {

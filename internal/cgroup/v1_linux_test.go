@@ -376,6 +376,61 @@ func TestV1DestroyRemovesEverything(t *testing.T) {
 	}
 }
 
+// TestV1WorkKeepsTheAgentsShare: a process that starts its children from a
+// thread it moved into the work subgroup keeps its own memory when a child
+// runs the subgroup out of memory: the OOM killer takes the child. Destroy
+// removes the subgroup with the group.
+func TestV1WorkKeepsTheAgentsShare(t *testing.T) {
+	h := requireV1(t)
+	g := newGroup(t, h, Limits{MemoryBytes: 128 << 20, Pids: 64})
+	tasks, err := g.Work(Limits{MemoryBytes: 64 << 20, Pids: 16})
+	if err != nil {
+		t.Fatalf("Work: %v", err)
+	}
+	for c, want := range map[string]map[string]string{
+		"memory": {"memory.limit_in_bytes": fmt.Sprint(64 << 20)},
+		"pids":   {"pids.max": "16"},
+	} {
+		for f, v := range want {
+			if got := readTrim(t, filepath.Join(g.dir(c), workDir, f)); got != v {
+				t.Errorf("work %s/%s = %q, want %q", c, f, got, v)
+			}
+		}
+	}
+	cmd := helper("agent")
+	cmd.ExtraFiles = tasks
+	c := startInGroup(t, g, cmd)
+	for _, f := range tasks {
+		f.Close()
+	}
+	ps := c.wait(t, 60*time.Second)
+	out := c.output(t, c.stdout)
+	if !ps.Success() || !strings.Contains(out, "agent survived") {
+		t.Fatalf("agent: %v, stdout %q, stderr %q; want it to survive its child's OOM", ps, out, c.output(t, c.stderr))
+	}
+	if !strings.Contains(out, "hog: killed true") {
+		t.Errorf("the hog was not OOM-killed: %q, stderr %q", out, c.output(t, c.stderr))
+	}
+	for _, ctl := range workControllers {
+		if !strings.Contains(out, ctl+":/"+parentDir+"/"+g.Name()+"/"+workDir+"\n") {
+			t.Errorf("the hog did not run in the %s work subgroup: %q", ctl, out)
+		}
+	}
+	if !strings.Contains(out, "freezer:/"+parentDir+"/"+g.Name()+"\n") {
+		t.Errorf("the hog is not in the group's freezer: %q", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	for _, d := range g.dirsWithWork() {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there after Destroy (%v)", d, err)
+		}
+	}
+}
+
 func TestV1DetectAtMatchesDetect(t *testing.T) {
 	h := requireV1(t)
 	at, err := DetectAt("/sys/fs/cgroup", 1, nil)

@@ -24,6 +24,15 @@ type Limits struct {
 	Pids        int64   // 0 = unlimited
 }
 
+// The agent's reserve: what a container sandbox's agent holds of the node
+// beside the sandbox's own Limits, which its processes get in full (the
+// container runtime keeps them in a subgroup; see cgroup.Group.Work). The
+// node's admission counts it.
+const (
+	AgentMemoryMB = 64
+	AgentPids     = 64
+)
+
 // Spec is everything a runtime needs to start one sandbox.
 type Spec struct {
 	ID string

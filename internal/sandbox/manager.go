@@ -286,6 +286,8 @@ func claimOf(rec store.Sandbox) claim {
 	c := claim{tenant: rec.Tenant, cpus: rec.CPUs, memoryMB: rec.MemoryMB, diskMB: rec.DiskMB + rec.WorkspaceMB}
 	if rec.Runtime == "vm" {
 		c.memoryMB += vmOverheadMB
+	} else {
+		c.memoryMB += runtime.AgentMemoryMB
 	}
 	return c
 }
@@ -479,8 +481,11 @@ func (m *Manager) watch(id string, l *live) {
 	m.teardown(context.Background(), id, l, api.StateFailed, reason)
 }
 
-// teardown stops the sandbox, removes its disk and directory, and records
-// the final state.
+// teardown stops the sandbox, removes its directory and records the final
+// state. Its disks go too, except when a sandbox that ran fails (its agent
+// died, or it could not be adopted after a restart): those stay until its
+// owner deletes it or its expiry passes (dropDisks), so that a crash never
+// loses the user's work, which a snapshot of the failed sandbox saves.
 func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reason string) error {
 	m.ledger.release(id)
 	var errs []error
@@ -488,16 +493,21 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 		l.conn.Close()
 		errs = append(errs, l.inst.Stop(ctx))
 	}
-	for _, p := range []string{m.diskPath(id), m.workspacePath(id)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	keep := err == nil && state == api.StateFailed && (rec.State == api.StateRunning || rec.State == api.StatePaused) &&
+		rec.ExpiresAt.After(time.Now())
+	if keep {
+		m.ledger.restore(id, diskClaim(rec))
+		reason += fmt.Sprintf("; its disk is kept until %s (or until it is deleted): snapshot it to save its work",
+			rec.ExpiresAt.UTC().Format(time.RFC3339))
+	} else {
+		errs = append(errs, m.removeDisks(id))
+		rec.ExpiresAt = time.Time{}
 	}
-	if err := os.RemoveAll(m.stateDir(id)); err != nil {
-		errs = append(errs, err)
+	if rerr := os.RemoveAll(m.stateDir(id)); rerr != nil {
+		errs = append(errs, rerr)
 	}
 	errs = append(errs, m.detachNetwork(id))
-	rec, err := m.deps.Store.GetSandbox(ctx, id)
 	if err == nil {
 		rec.State, rec.Error, rec.RuntimeState = state, reason, nil
 		err = m.deps.Store.UpdateSandbox(ctx, &rec)
@@ -508,6 +518,44 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 	if err := errors.Join(errs...); err != nil {
 		m.log.Error("sandbox teardown", "sandbox", id, "err", err)
 		return err
+	}
+	return nil
+}
+
+// keepsDisks says whether an ended sandbox still holds its disks: it
+// failed after it ran, and its expiry has not passed (teardown clears the
+// expiry of every other ended sandbox, and dropDisks of this one).
+func keepsDisks(rec store.Sandbox) bool {
+	return rec.State == api.StateFailed && !rec.ExpiresAt.IsZero()
+}
+
+// diskClaim is what a failed sandbox that keeps its disks holds of the node.
+func diskClaim(rec store.Sandbox) claim {
+	return claim{tenant: rec.Tenant, diskMB: rec.DiskMB + rec.WorkspaceMB}
+}
+
+// removeDisks removes a sandbox's disk images.
+func (m *Manager) removeDisks(id string) error {
+	var errs []error
+	for _, p := range []string{m.diskPath(id), m.workspacePath(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropDisks removes the disks a failed sandbox kept (teardown), and records
+// that it keeps none: no expiry.
+func (m *Manager) dropDisks(ctx context.Context, rec store.Sandbox) error {
+	err := m.removeDisks(rec.ID)
+	m.ledger.release(rec.ID)
+	if err == nil {
+		rec.ExpiresAt = time.Time{}
+		err = m.deps.Store.UpdateSandbox(ctx, &rec)
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("drop disks of failed sandbox %s: %w", rec.ID, err)
 	}
 	return nil
 }
@@ -717,6 +765,11 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
+	if keepsDisks(rec) {
+		if err := m.dropDisks(ctx, rec); err != nil {
+			return err
+		}
+	}
 	if rec.State == api.StateStopped || rec.State == api.StateFailed {
 		return m.deps.Store.DeleteSandbox(ctx, id)
 	}
@@ -879,7 +932,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 	}
 	return api.Sandbox{
 		ID: r.ID, Tenant: r.Tenant, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
-		State: r.State, Error: r.Error,
+		State: r.State, Error: r.Error, DiskKept: keepsDisks(r),
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,
 		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin, Network: r.Network,
@@ -907,10 +960,16 @@ func (m *Manager) reap(ctx context.Context) {
 			continue
 		}
 		for _, rec := range expired {
-			if rec.State == api.StateStarting {
+			switch {
+			case rec.State == api.StateStarting:
 				continue // Create owns it until it runs or fails
+			case keepsDisks(rec):
+				if err := m.dropDisks(ctx, rec); err != nil {
+					m.log.Error("expire failed sandbox", "sandbox", rec.ID, "err", err)
+				}
+			default:
+				m.kill(ctx, rec.ID, "timeout expired")
 			}
-			m.kill(ctx, rec.ID, "timeout expired")
 		}
 		if _, err := m.deps.Store.PurgeFinal(ctx, now.Add(-m.cfg.KeepFinal)); err != nil && ctx.Err() == nil {
 			m.log.Error("purge ended sandboxes", "err", err)

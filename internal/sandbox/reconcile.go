@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,7 +91,19 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	for _, rt := range m.deps.Runtimes {
 		errs = append(errs, rt.Sweep(ctx, known, keep))
 	}
-	errs = append(errs, m.sweepFiles(keep))
+	// Failed sandboxes keep their disks (teardown), those that failed just
+	// now included.
+	if recs, err = m.deps.Store.ListSandboxes(ctx, ""); err != nil {
+		return err
+	}
+	keepDisks := maps.Clone(keep)
+	for _, rec := range recs {
+		if keepsDisks(rec) {
+			keepDisks[rec.ID] = true
+			m.ledger.restore(rec.ID, diskClaim(rec))
+		}
+	}
+	errs = append(errs, m.sweepFiles(keep, keepDisks))
 	if m.deps.Network != nil {
 		errs = append(errs, m.deps.Network.Sweep())
 		m.deps.Network.StartWarm()
@@ -109,7 +122,7 @@ func (m *Manager) runtimeNamed(name string) runtime.Runtime {
 
 // sweepFiles removes sandbox directories, disks and loop devices that no
 // kept sandbox owns.
-func (m *Manager) sweepFiles(keep map[string]bool) error {
+func (m *Manager) sweepFiles(keep, keepDisks map[string]bool) error {
 	var errs []error
 	loops, err := disk.StaleLoops(disksDir(m.deps.Pool))
 	errs = append(errs, err)
@@ -123,14 +136,15 @@ func (m *Manager) sweepFiles(keep map[string]bool) error {
 	for _, d := range []struct {
 		dir   string
 		owner func(name string) string
-	}{{m.deps.StateDir, func(name string) string { return name }}, {disksDir(m.deps.Pool), diskOwner}} {
+		keep  map[string]bool
+	}{{m.deps.StateDir, func(name string) string { return name }, keep}, {disksDir(m.deps.Pool), diskOwner, keepDisks}} {
 		entries, err := os.ReadDir(d.dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, e := range entries {
-			if keep[d.owner(e.Name())] {
+			if d.keep[d.owner(e.Name())] {
 				continue
 			}
 			m.log.Info("removing leftover sandbox file", "path", filepath.Join(d.dir, e.Name()))

@@ -22,8 +22,9 @@ const (
 	restoreParallel = 4
 )
 
-// Snapshot saves a running sandbox's disk. It answers once the disk is
-// cloned (pending), or with req.Wait once the snapshot is durable or failed.
+// Snapshot saves a running sandbox's disk, or the disk a failed one kept.
+// It answers once the disk is cloned (pending), or with req.Wait once the
+// snapshot is durable or failed.
 func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
 	snaps := m.deps.Snapshots
 	wait := defaultSnapshotWait
@@ -34,8 +35,13 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if req.WaitTimeoutSeconds > 0 {
 		wait = time.Duration(req.WaitTimeoutSeconds) * time.Second
 	}
-	l, err := m.running(ctx, tenant, id)
-	if err != nil {
+	var freezeFS func(ctx context.Context, mountpoint string) (func() error, error)
+	if l, err := m.running(ctx, tenant, id); err == nil {
+		freezeFS = l.inst.Freeze
+	} else if rec, rerr := m.record(ctx, tenant, id); rerr == nil && keepsDisks(rec) {
+		// A failed sandbox's disks are mounted nowhere: nothing to freeze.
+		freezeFS = func(context.Context, string) (func() error, error) { return func() error { return nil }, nil }
+	} else {
 		return api.Snapshot{}, err
 	}
 	if err := m.checkDiskFree("snapshots are"); err != nil {
@@ -65,7 +71,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	default:
 		return api.Snapshot{}, api.Errorf(api.CodeBadRequest, "scope must be root or workspace, got %q", req.Scope)
 	}
-	freeze := func(ctx context.Context) (func() error, error) { return l.inst.Freeze(ctx, mountpoint) }
+	freeze := func(ctx context.Context) (func() error, error) { return freezeFS(ctx, mountpoint) }
 	sn, err := snaps.Take(ctx, src, freeze)
 	if err != nil {
 		return api.Snapshot{}, api.Errorf(api.CodeInternal, "snapshot of %s: %v", id, err)

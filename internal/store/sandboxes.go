@@ -206,20 +206,23 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return affectedOne(res, "delete sandbox "+id)
 }
 
-// ExpiredSandboxes returns the sandboxes not in a final state whose
-// ExpiresAt is set and not after now, oldest first.
+// ExpiredSandboxes returns the sandboxes not in a final state, and the
+// failed ones (which keep their disks until they expire), whose ExpiresAt
+// is set and not after now, oldest first.
 func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
 	return s.querySandboxes(ctx, "expired sandboxes",
 		`SELECT `+sandboxColumns+` FROM sandboxes
-		WHERE state NOT IN `+finalStates+` AND expires_at IS NOT NULL AND expires_at <= ?
+		WHERE (state NOT IN `+finalStates+` OR state = '`+api.StateFailed+`') AND expires_at IS NOT NULL AND expires_at <= ?
 		ORDER BY created_at, id`, now.UnixNano())
 }
 
 // PurgeFinal deletes the sandboxes in a final state last updated before
-// olderThan and returns how many it deleted.
+// olderThan, but no failed one that still has an expiry (it keeps its
+// disks until then), and returns how many it deleted.
 func (s *Store) PurgeFinal(ctx context.Context, olderThan time.Time) (int, error) {
 	res, err := s.db.ExecContext(ctx,
-		`DELETE FROM sandboxes WHERE state IN `+finalStates+` AND updated_at < ?`, olderThan.UnixNano())
+		`DELETE FROM sandboxes WHERE state IN `+finalStates+` AND updated_at < ?
+		AND (state != '`+api.StateFailed+`' OR expires_at IS NULL)`, olderThan.UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("purge sandboxes: %w", err)
 	}

@@ -377,7 +377,8 @@ func TestExpiredAndPurge(t *testing.T) {
 	mk("sb-future", api.StateRunning, now.Add(time.Minute))
 	mk("sb-never", api.StateRunning, time.Time{})
 	mk("sb-stopped", api.StateStopped, now.Add(-time.Hour))
-	mk("sb-failed", api.StateFailed, now.Add(-time.Hour))
+	mk("sb-failed", api.StateFailed, now.Add(-time.Hour)) // keeps its disks until they are dropped
+	mk("sb-failed-bare", api.StateFailed, time.Time{})
 
 	expired, err := s.ExpiredSandboxes(ctx, now)
 	if err != nil {
@@ -387,7 +388,7 @@ func TestExpiredAndPurge(t *testing.T) {
 	for _, sb := range expired {
 		got = append(got, sb.ID)
 	}
-	if want := []string{"sb-past", "sb-now"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"sb-past", "sb-now", "sb-failed"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ExpiredSandboxes = %v, want %v", got, want)
 	}
 
@@ -400,12 +401,21 @@ func TestExpiredAndPurge(t *testing.T) {
 		t.Errorf("PurgeFinal(now) = %d, %v; want 2", n, err)
 	}
 	list, _ := s.ListSandboxes(ctx, "")
-	if len(list) != 4 {
-		t.Errorf("%d sandboxes left, want 4", len(list))
+	if len(list) != 5 {
+		t.Errorf("%d sandboxes left, want 5", len(list))
 	}
 	for _, sb := range list {
-		if isFinal(sb.State) {
+		if isFinal(sb.State) && sb.ID != "sb-failed" {
 			t.Errorf("%s in state %s survived the purge", sb.ID, sb.State)
 		}
+	}
+	// Once its disks are dropped (no expiry), a failed sandbox goes too.
+	failed, _ := s.GetSandbox(ctx, "sb-failed")
+	failed.ExpiresAt = time.Time{}
+	if err := s.UpdateSandbox(ctx, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PurgeFinal(ctx, time.Now().Add(time.Second)); err != nil || n != 1 {
+		t.Errorf("PurgeFinal(now) after the failed sandbox's disks went = %d, %v; want 1", n, err)
 	}
 }

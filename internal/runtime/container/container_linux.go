@@ -19,16 +19,19 @@
 //  2. It starts the agent from a sealed memfd in new namespaces; the user
 //     namespace maps the sandbox's uids 0-65535 to a host range of its own
 //     (by slot), so root in the sandbox is an unprivileged, unique host uid.
-//  3. It puts the child in the cgroup, mounts the loop device as a detached
-//     ext4 mount, idmapped into the child's user namespace (files stay owned
-//     by uid 0 on disk, so the same image boots in a VM), and passes the mount
-//     to the child over a socketpair.
+//  3. It puts the child in the cgroup, makes the cgroup's work subgroup
+//     (cgroup v1), mounts the loop device as a detached ext4 mount, idmapped
+//     into the child's user namespace (files stay owned by uid 0 on disk, so
+//     the same image boots in a VM), and passes the mount and the work
+//     subgroup's tasks files to the child over a socketpair.
 //  4. The child attaches the mount, mounts /proc, /sys (read-only), /dev
 //     (a tmpfs with a few host device nodes bound in), devpts, /dev/shm and
 //     /run, masks sensitive /proc files, pivots into the disk, sets the
 //     hostname, writes /etc/hosts and /etc/resolv.conf when the sandbox has
 //     a network (the parent linked its namespace to the sandbox's router
-//     before sending the root), enters a new cgroup namespace, drops
+//     before sending the root), enters a new cgroup namespace, moves the
+//     agent's spawning thread into the work subgroup (so every sandbox
+//     process starts there, and the agent keeps its reserve), drops
 //     capabilities, sets no_new_privs and installs seccomp, then closes its
 //     end of the socketpair and goes on as the agent (PID 1), serving on the
 //     inherited listening socket. (It brought loopback up first of all.)
@@ -306,11 +309,21 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	undo.Add(p.kill)
 
-	cg, err := r.cgroups.Create(spec.ID, cgroup.Limits{
-		CPUs:        spec.Limits.CPUs,
-		MemoryBytes: spec.Limits.MemoryBytes,
-		Pids:        spec.Limits.Pids,
-	})
+	// The sandbox's processes get its limits in full, in the group's work
+	// subgroup; the group adds the agent's reserve on top, so that nothing
+	// the sandbox runs can take the agent's memory or its last pid. Without
+	// a work subgroup (cgroup v2) they share the group's limits.
+	limits := cgroup.Limits{CPUs: spec.Limits.CPUs, MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids}
+	group := limits
+	if r.cgroups.Version() == 1 {
+		if group.MemoryBytes > 0 {
+			group.MemoryBytes += runtime.AgentMemoryMB << 20
+		}
+		if group.Pids > 0 {
+			group.Pids += runtime.AgentPids
+		}
+	}
+	cg, err := r.cgroups.Create(spec.ID, group)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -318,6 +331,15 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err := cg.AddProc(p.pid); err != nil {
 		return nil, fmt.Errorf("join cgroup: %w", err)
 	}
+	work, err := cg.Work(limits)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range work {
+			f.Close()
+		}
+	}()
 
 	var fds []int
 	for _, d := range disksMounted() {
@@ -336,8 +358,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 			return nil, err
 		}
 	}
+	for _, f := range work {
+		fds = append(fds, int(f.Fd()))
+	}
 	cfg, _ := json.Marshal(containerinit.Config{
-		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil,
+		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil, Work: len(work),
 	})
 	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return nil, fmt.Errorf("hand disks to init: %w", err)

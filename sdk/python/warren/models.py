@@ -199,7 +199,9 @@ class SandboxInfo:
     """A sandbox as the API shows it at one moment.
 
     ``state`` is ``starting``, ``running``, ``paused``, ``stopped`` or
-    ``failed`` (then ``error`` says why). ``isolation`` says honestly what
+    ``failed`` (then ``error`` says why, and ``disk_kept`` whether it still
+    holds its disks until ``expires_at``: a snapshot of it saves its work).
+    ``isolation`` says honestly what
     separates it from the host, e.g. ``"container (shared host kernel)"``. ``origin`` is the id
     of the snapshot its root disk was restored from, empty for one made by
     create; ``workspace_mb`` the size of its workspace disk at /workspace
@@ -222,6 +224,7 @@ class SandboxInfo:
     env: Dict[str, str] = field(default_factory=dict)
     metadata: Dict[str, str] = field(default_factory=dict)
     error: str = ""
+    disk_kept: bool = False
     origin: str = ""
     workspace_mb: int = 0
     workspace_origin: str = ""
@@ -245,6 +248,7 @@ class SandboxInfo:
             env=_str_map(d.get("env")),
             metadata=_str_map(d.get("metadata")),
             error=str(d.get("error") or ""),
+            disk_kept=bool(d.get("disk_kept")),
             origin=str(d.get("origin") or ""),
             workspace_mb=int(d.get("workspace_mb") or 0),
             workspace_origin=str(d.get("workspace_origin") or ""),

@@ -52,7 +52,14 @@ type Config struct {
 	// Network says the runtime linked the sandbox to its router: the
 	// sandbox's /etc/hosts and /etc/resolv.conf are written for it.
 	Network bool `json:"network,omitempty"`
+	// Work is how many tasks files of the cgroup's work subgroup follow the
+	// mounts (cgroup.Group.Work): Setup's joinWork gets them.
+	Work int `json:"work,omitempty"`
 }
+
+// maxWork bounds Config.Work: one tasks file per controller of a work
+// subgroup.
+const maxWork = 2
 
 // WorkspaceDir is where the workspace disk is mounted in the sandbox.
 const WorkspaceDir = "workspace"
@@ -62,11 +69,13 @@ const WorkspaceDir = "workspace"
 func Started() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
 
 // Setup sets the sandbox up from inside its new namespaces and returns when
-// it is ready for the agent to serve. On failure it reports the error to
-// the runtime and exits.
-func Setup() {
+// it is ready for the agent to serve. joinWork gets the work subgroup's
+// tasks files, when the runtime sent them, and must move the thread the
+// agent starts processes from into it; Setup closes them after. On failure
+// it reports the error to the runtime and exits.
+func Setup(joinWork func(tasks []int) error) {
 	unix.Close(FdSelf)
-	if err := setup(); err != nil {
+	if err := setup(joinWork); err != nil {
 		unix.Write(FdSync, []byte(err.Error()))
 		os.Exit(1)
 	}
@@ -75,7 +84,7 @@ func Setup() {
 }
 
 // setup builds the sandbox from inside its new namespaces.
-func setup() error {
+func setup(joinWork func(tasks []int) error) error {
 	// Work that needs neither the root nor the cgroup is done before the
 	// root arrives, which for a warm init is before any sandbox waits for
 	// it. The bounding set only limits what later execs may gain, not what
@@ -89,18 +98,27 @@ func setup() error {
 	if err := guestnet.Up("lo"); err != nil {
 		return err
 	}
-	msg, mounts, err := recvFds(FdSync)
+	msg, fds, err := recvFds(FdSync)
 	if err != nil {
 		return fmt.Errorf("receive root mount: %w", err)
 	}
-	root := mounts[0]
 	var cfg Config
 	if err := json.Unmarshal(msg, &cfg); err != nil {
 		return fmt.Errorf("init config: %w", err)
 	}
-	if cfg.Workspace != (len(mounts) == 2) {
-		return fmt.Errorf("init config: workspace %v with %d mounts", cfg.Workspace, len(mounts))
+	mounts := 1
+	if cfg.Workspace {
+		mounts++
 	}
+	if cfg.Work < 0 || cfg.Work > maxWork || len(fds) != mounts+cfg.Work {
+		return fmt.Errorf("init config: workspace %v and %d work files with %d descriptors", cfg.Workspace, cfg.Work, len(fds))
+	}
+	root, work := fds[0], fds[mounts:]
+	defer func() {
+		for _, fd := range work {
+			unix.Close(fd)
+		}
+	}()
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -116,10 +134,10 @@ func setup() error {
 		if err := ensureDir(WorkspaceDir, 0o755); err != nil {
 			return err
 		}
-		if err := unix.MoveMount(mounts[1], "", unix.AT_FDCWD, WorkspaceDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		if err := unix.MoveMount(fds[1], "", unix.AT_FDCWD, WorkspaceDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("attach workspace: %w", err)
 		}
-		unix.Close(mounts[1])
+		unix.Close(fds[1])
 	}
 	if err := mountSystem(); err != nil {
 		return err
@@ -152,6 +170,11 @@ func setup() error {
 	if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
 		return fmt.Errorf("cgroup namespace: %w", err)
 	}
+	if len(work) > 0 {
+		if err := joinWork(work); err != nil {
+			return err
+		}
+	}
 	if err := limitCapabilities(); err != nil {
 		return err
 	}
@@ -174,12 +197,13 @@ func allThreads(trap, a1, a2, a3 uintptr) error {
 	return nil
 }
 
-// recvFds receives a message with one or two file descriptors (SCM_RIGHTS)
-// on fd: the root mount, and the workspace mount if any. An empty message
-// means the runtime went away (its process ended).
+// recvFds receives a message with file descriptors (SCM_RIGHTS) on fd: the
+// root mount, the workspace mount if any, and the work subgroup's tasks
+// files if any. An empty message means the runtime went away (its process
+// ended).
 func recvFds(fd int) ([]byte, []int, error) {
 	buf := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace((2+maxWork)*4))
 	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return nil, nil, err
@@ -190,7 +214,7 @@ func recvFds(fd int) ([]byte, []int, error) {
 	}
 	for _, m := range msgs {
 		fds, err := unix.ParseUnixRights(&m)
-		if err == nil && (len(fds) == 1 || len(fds) == 2) {
+		if err == nil && len(fds) >= 1 {
 			return buf[:n], fds, nil
 		}
 	}
