@@ -7,7 +7,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -306,5 +308,54 @@ func checkNoStray(t *testing.T, pid string) {
 		if target, _ := os.Readlink(filepath.Join("/proc", pid, "fd", fd.Name())); target == stray {
 			t.Errorf("process %s of a sandbox holds the daemon's inherited descriptor as fd %s", pid, fd.Name())
 		}
+	}
+}
+
+// TestEscapeFilesAsUser is the e2e regression test of issue 13, item 8:
+// with user=user the files API read /etc/shadow, and through a symlink the
+// user made (~/cfg -> /etc/profile.d) it wrote /etc/profile.d/evil.sh, which
+// a root login shell then ran. Now a files call naming a user has only that
+// user's rights.
+func TestEscapeFilesAsUser(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	cl := shared.client()
+	ctx := context.Background()
+	if res := inSandbox(t, id, "user", "ln -s /etc/profile.d ~/cfg && echo mine > ~/mine"); res.ExitCode != 0 {
+		t.Fatalf("set up as user: %+v", res)
+	}
+	read := func(path, user string) (int, string) {
+		q := url.Values{"path": {path}, "user": {user}}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, shared.url+"/v1/sandboxes/"+id+"/files?"+q.Encode(), nil)
+		req.Header.Set("Authorization", "Bearer "+shared.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := read("/etc/shadow", "user"); code != http.StatusForbidden {
+		t.Errorf("read /etc/shadow as user: %d %q, want 403", code, body)
+	}
+	if code, body := read("mine", "user"); code != http.StatusOK || body != "mine\n" {
+		t.Errorf("read ~/mine as user: %d %q", code, body)
+	}
+	if code, _ := read("/etc/shadow", "root"); code != http.StatusOK {
+		t.Errorf("read /etc/shadow as root: %d, want 200", code)
+	}
+	_, err := cl.WriteFile(ctx, id, "cfg/evil.sh", strings.NewReader("echo owned\n"), 0o644, "user")
+	if !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("write cfg/evil.sh as user through its symlink to /etc/profile.d: %v, want forbidden", err)
+	}
+	if _, err := cl.Mkdir(ctx, id, "cfg/sub", 0o755, "user"); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("mkdir cfg/sub as user: %v, want forbidden", err)
+	}
+	if res := inSandbox(t, id, "", "ls /etc/profile.d"); strings.Contains(res.Stdout, "evil") || strings.Contains(res.Stdout, "sub") {
+		t.Errorf("/etc/profile.d after the attempts: %q", res.Stdout)
+	}
+	if fi, err := cl.WriteFile(ctx, id, "new/file", strings.NewReader("x"), 0o600, "user"); err != nil || fi.Owner != "user" {
+		t.Errorf("write in its home as user: %+v %v", fi, err)
 	}
 }

@@ -25,7 +25,9 @@ import (
 //	PUT /files?path=P[&mode=0644][&user=U]     body → the EntryInfo (protojson)
 //
 // user (alias username, E2B's name) is whose home a relative path starts
-// from, and who owns what PUT creates. Errors are
+// from and whose rights the call has (asUser): it opens, creates and
+// renames with that user's credentials, and what PUT creates is theirs.
+// Errors are
 // {"code":"not_found","message":"..."} with the connect code's name, sent
 // with the HTTP status of httpStatus.
 
@@ -70,11 +72,15 @@ func (s *Server) fileTarget(r *http.Request) (string, *account, error) {
 // getFile streams a regular file. It is opened non-blocking, so naming a
 // FIFO cannot hang the call.
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
-	p, _, err := s.fileTarget(r)
+	p, acc, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	var f *os.File
+	err = asUser(acc, func() (err error) {
+		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		return err
+	})
 	if err != nil {
 		return fsError("read", p, err)
 	}
@@ -118,16 +124,23 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		mode = unixToFileMode(uint32(u))
 	}
-	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write %s: is a directory", p))
-	}
 	dir := path.Dir(p)
-	if err := mkdirAll(dir, 0o755, acc); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".warren-upload-*")
+	var tmp *os.File
+	err = asUser(acc, func() error {
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write %s: is a directory", p))
+		}
+		if err := mkdirAll(dir, 0o755, acc); err != nil {
+			return err
+		}
+		var err error
+		if tmp, err = os.CreateTemp(dir, ".warren-upload-*"); err != nil {
+			return fsError("create", p, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fsError("create", p, err)
+		return err
 	}
 	committed := false
 	defer func() {
@@ -158,7 +171,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	if err := tmp.Close(); err != nil {
 		return fsError("close", p, err)
 	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
+	if err := asUser(acc, func() error { return os.Rename(tmp.Name(), p) }); err != nil {
 		return fsError("rename", p, err)
 	}
 	committed = true

@@ -184,11 +184,27 @@ func TestFileWriteAtomicAndErrors(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument)
 }
 
+// nobodyDir is a new directory that user nobody owns, on a path nobody
+// may walk.
+func nobodyDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestFileOwnerAndMode(t *testing.T) {
 	needRoot(t)
 	conn, _ := startAgent(t, agent.Options{})
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := nobodyDir(t)
 	target := filepath.Join(dir, "new", "owned.txt")
 	e, err := conn.WriteFile(ctx, target, 0o640|os.ModeSetgid, "nobody", strings.NewReader("x"))
 	if err != nil {
@@ -203,6 +219,66 @@ func TestFileOwnerAndMode(t *testing.T) {
 	}
 	if p := st.Msg.GetEntry(); p.GetOwner() != "nobody" || p.GetPermissions() != "drwxr-xr-x" {
 		t.Errorf("created parent %v", p)
+	}
+}
+
+// TestFilesAsUser is the regression test of issue 13, item 8: with
+// user=user the files API read /etc/shadow, and through a symlink that
+// user made (~/cfg -> /etc/profile.d) wrote a script a root login shell
+// then ran. A call naming a user now has that user's rights, through any
+// symlink; root's calls keep root's.
+func TestFilesAsUser(t *testing.T) {
+	needRoot(t)
+	conn, _ := startAgent(t, agent.Options{})
+	ctx := context.Background()
+	home := nobodyDir(t)
+	rootOnly := filepath.Join(filepath.Dir(home), "root-only")
+	if err := os.Mkdir(rootOnly, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(rootOnly, "shadow")
+	if err := os.WriteFile(secret, []byte("root:$6$secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(rootOnly, filepath.Join(home, "cfg")); err != nil {
+		t.Fatal(err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("%s as nobody: %v, want permission denied", what, err)
+		}
+	}
+
+	_, _, err := conn.ReadFile(ctx, secret, "nobody")
+	denied("read a root-only file", err)
+	_, err = conn.WriteFile(ctx, filepath.Join(home, "cfg", "evil.sh"), 0o644, "nobody", strings.NewReader("echo owned"))
+	denied("write through a symlink to a root-owned directory", err)
+	_, err = conn.WriteFile(ctx, secret, 0o644, "nobody", strings.NewReader("replaced"))
+	denied("replace a root-only file", err)
+	_, err = conn.Filesystem.MakeDir(ctx, connect.NewRequest(&filesystempb.MakeDirRequest{Path: filepath.Join(home, "cfg", "sub"), User: "nobody"}))
+	denied("make a directory in a root-owned directory", err)
+	if entries, _ := os.ReadDir(rootOnly); len(entries) != 1 {
+		t.Errorf("the root-owned directory holds %d entries, want only the secret", len(entries))
+	}
+
+	// Its own files it reads and writes; root reads and writes anything.
+	e, err := conn.WriteFile(ctx, filepath.Join(home, "cfg-not", "mine.txt"), 0o600, "nobody", strings.NewReader("ok"))
+	if err != nil || e.GetOwner() != "nobody" {
+		t.Errorf("write in its own directory as nobody: %v %v", e, err)
+	}
+	rc, _, err := conn.ReadFile(ctx, filepath.Join(home, "cfg-not", "mine.txt"), "nobody")
+	if err != nil {
+		t.Fatalf("read its own file as nobody: %v", err)
+	}
+	rc.Close()
+	rc, _, err = conn.ReadFile(ctx, secret, "root")
+	if err != nil {
+		t.Fatalf("read as root: %v", err)
+	}
+	rc.Close()
+	if _, err := conn.WriteFile(ctx, filepath.Join(home, "cfg", "root.sh"), 0o644, "", strings.NewReader("x")); err != nil {
+		t.Errorf("write through the symlink as root: %v", err)
 	}
 }
 
@@ -229,7 +305,7 @@ func TestFilesystem(t *testing.T) {
 	_, err = fsc.MakeDir(ctx, connect.NewRequest(&filesystempb.MakeDirRequest{Path: deep}))
 	wantCode(t, err, connect.CodeAlreadyExists)
 	if os.Geteuid() == 0 {
-		owned := filepath.Join(dir, "owned")
+		owned := filepath.Join(nobodyDir(t), "owned")
 		mk, err := fsc.MakeDir(ctx, connect.NewRequest(&filesystempb.MakeDirRequest{Path: owned, User: "nobody"}))
 		if err != nil || mk.Msg.GetEntry().GetOwner() != "nobody" || mk.Msg.GetEntry().GetPermissions() != "drwxr-xr-x" {
 			t.Errorf("owned dir: %v %v", mk, err)

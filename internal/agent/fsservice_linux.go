@@ -51,8 +51,9 @@ func (h fsService) Stat(ctx context.Context, req *connect.Request[filesystempb.S
 	return connect.NewResponse(&filesystempb.StatResponse{Entry: h.s.entryInfo(p, fi)}), nil
 }
 
-// MakeDir creates a directory and its missing parents, each with the mode
-// and owned by the user; AlreadyExists when the path exists.
+// MakeDir creates a directory and its missing parents, each with the mode,
+// as the user (asUser): owned by them, where they may; AlreadyExists when
+// the path exists.
 func (h fsService) MakeDir(ctx context.Context, req *connect.Request[filesystempb.MakeDirRequest]) (*connect.Response[filesystempb.MakeDirResponse], error) {
 	acc, err := h.s.users.lookup(req.Msg.GetUser())
 	if err != nil {
@@ -69,10 +70,13 @@ func (h fsService) MakeDir(ctx context.Context, req *connect.Request[filesystemp
 		}
 		mode = unixToFileMode(m)
 	}
-	if _, err := os.Lstat(p); err == nil {
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
-	}
-	if err := mkdirAll(p, mode, acc); err != nil {
+	err = asUser(acc, func() error {
+		if _, err := os.Lstat(p); err == nil {
+			return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
+		}
+		return mkdirAll(p, mode, acc)
+	})
+	if err != nil {
 		return nil, err
 	}
 	fi, err := os.Lstat(p)
