@@ -293,6 +293,14 @@ child.kill()
 	for _, pid := range strings.Fields(procs) {
 		checkNoStray(t, pid)
 	}
+	// The agent's own output goes into a FIFO the daemon drains into a
+	// bounded log, never into a host file it holds (issue 13, item 1).
+	for _, fd := range []string{"1", "2"} {
+		fi, err := os.Stat(fmt.Sprintf("/proc/%d/fd/%s", initPid(t, id), fd))
+		if err != nil || fi.Mode().Type() != os.ModeNamedPipe {
+			t.Errorf("the agent's fd %s: %v %v; want the console FIFO", fd, fi.Mode(), err)
+		}
+	}
 }
 
 // checkNoStray fails t if process pid holds the daemons' stray descriptor

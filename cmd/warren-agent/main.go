@@ -85,6 +85,24 @@ func reserveThreads(n int) {
 	close(release)
 }
 
+// stderr writes to fd 2 with raw writes. In a container fd 2 is the write
+// end of the console FIFO (package consolelog), non-blocking: what does not
+// fit while the daemon is slow or gone is dropped rather than waited on,
+// and a write with no reader fails (EPIPE) instead of killing the agent, as
+// os.Stderr's writes would (they raise SIGPIPE on fds 1 and 2).
+type stderr struct{}
+
+func (stderr) Write(p []byte) (int, error) {
+	for rest := p; len(rest) > 0; {
+		n, err := unix.Write(2, rest)
+		if err != nil || n <= 0 {
+			break
+		}
+		rest = rest[n:]
+	}
+	return len(p), nil
+}
+
 func main() {
 	// Not dumpable: the sandbox's root (which has no CAP_SYS_PTRACE) can
 	// then neither ptrace PID 1 nor take its descriptors (pidfd_getfd),
@@ -92,7 +110,7 @@ func main() {
 	// files (kcmp) or list them (/proc/1/fd). Its own processes stay
 	// dumpable from their exec on, so gdb and strace work on them.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "warren-agent: prctl(PR_SET_DUMPABLE, 0):", err)
+		fmt.Fprintln(stderr{}, "warren-agent: prctl(PR_SET_DUMPABLE, 0):", err)
 		os.Exit(1)
 	}
 	// The agent's output buffers are bounded in total (package agent):
@@ -106,7 +124,7 @@ func main() {
 }
 
 func run(args []string) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "warren-agent")
+	log := slog.New(slog.NewTextHandler(stderr{}, nil)).With("component", "warren-agent")
 	if !containerinit.Started() && vminit.Started() {
 		// PID 1 of a VM: flags would be the kernel's leftovers; whatever
 		// happens, the machine powers off rather than init exiting.

@@ -96,7 +96,10 @@ type Config struct {
 	// removes it when it ends. At most 107 bytes.
 	AgentSocket string
 	// ConsoleLog is the file the guest's serial console is appended to; it
-	// is created (0600) if missing and kept when the machine ends.
+	// is created (0600) if missing and kept when the machine ends. QEMU
+	// writes into a FIFO in WorkDir that the machine drains into it
+	// (package consolelog), so it holds at most consolelog.Max bytes,
+	// the newest.
 	ConsoleLog string
 	// RNG gives the guest a virtio-rng device fed by the host's getrandom,
 	// so that its entropy pool fills at boot.

@@ -51,6 +51,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ import (
 	"warren/internal/agentconn"
 	"warren/internal/cgroup"
 	"warren/internal/cleanup"
+	"warren/internal/consolelog"
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
@@ -217,11 +219,12 @@ type state struct {
 
 // instance is one running container sandbox.
 type instance struct {
-	r    *Runtime
-	id   string
-	dir  string
-	st   state
-	done chan struct{}
+	r       *Runtime
+	id      string
+	dir     string
+	st      state
+	done    chan struct{}
+	console *consolelog.Drain // nil for an adopted sandbox of a daemon before consolelog
 
 	stopOnce sync.Once
 	stopErr  error
@@ -243,6 +246,9 @@ func (in *instance) Stop(ctx context.Context) error {
 	in.stopOnce.Do(func() {
 		ctx := context.WithoutCancel(ctx)
 		in.stopErr = in.r.destroy(ctx, in.id, in.dir)
+		if in.console != nil {
+			in.console.Stop()
+		}
 		select {
 		case <-in.done:
 			in.r.freeSlot(in.st.Slot)
@@ -378,7 +384,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	r.log.Debug("container started", "sandbox", spec.ID, "pid", p.pid, "host_uid", p.hostUID(), "warm", p.warm)
 	return &instance{
-		r: r, id: spec.ID, dir: spec.Dir, done: p.done,
+		r: r, id: spec.ID, dir: spec.Dir, done: p.done, console: p.console,
 		st: state{PID: p.pid, StartTime: start, Socket: p.sock, Slot: p.slot},
 	}, nil
 }
@@ -514,6 +520,12 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		}
 	}()
 	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}
+	// The console goes on into its log, from the FIFO the init still holds.
+	if fi, err := os.Lstat(filepath.Join(spec.Dir, consoleFIFO)); err == nil && fi.Mode().Type() == os.ModeNamedPipe {
+		if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {
+			r.log.Warn("adopted sandbox's console not drained", "sandbox", spec.ID, "err", err)
+		}
+	}
 	// A daemon that died between a freeze and its thaw left the sandbox's
 	// filesystem frozen.
 	if err := in.thaw("/"); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/consolelog"
 	"warren/internal/runtime/container/containerinit"
 )
 
@@ -28,15 +29,17 @@ import (
 
 // initProc is a spawned init waiting for its root.
 type initProc struct {
-	r    *Runtime
-	cmd  *exec.Cmd
-	pid  int
-	slot int
-	done chan struct{} // closed when the process has exited and been reaped
-	sync *os.File      // our end of the socketpair
-	sock string        // where its listening socket is bound
-	log  string        // its console log
-	warm bool          // spawned ahead of time
+	r       *Runtime
+	cmd     *exec.Cmd
+	pid     int
+	slot    int
+	done    chan struct{} // closed when the process has exited and been reaped
+	sync    *os.File      // our end of the socketpair
+	sock    string        // where its listening socket is bound
+	fifo    string        // its console FIFO, which console drains into log
+	log     string        // its console log
+	console *consolelog.Drain
+	warm    bool // spawned ahead of time
 }
 
 func (p *initProc) hostUID() int { return uidBase + p.slot*uidsPerSandbox }
@@ -46,19 +49,35 @@ func (p *initProc) kill() {
 	p.cmd.Process.Kill()
 	<-p.done
 	p.sync.Close()
+	p.console.Stop()
 	p.r.freeSlot(p.slot)
 }
 
-// spawn starts an init whose socket and console log are dir/name.sock and
-// dir/name.log.
-func (r *Runtime) spawn(dir, name string) (_ *initProc, err error) {
+// remove removes the files of a killed init.
+func (p *initProc) remove() {
+	os.Remove(p.sock)
+	os.Remove(p.fifo)
+	os.Remove(p.log)
+}
+
+// The names of a sandbox's console FIFO and log in its private directory.
+const (
+	consoleFIFO = "console.fifo"
+	consoleLog  = "console.log"
+)
+
+// spawn starts an init whose socket is dir/sockName and whose console FIFO
+// and log are dir/consoleName.fifo and dir/consoleName.log. Its stdout and
+// stderr are the FIFO, drained into the log (package consolelog), never
+// the log itself.
+func (r *Runtime) spawn(dir, sockName, consoleName string) (_ *initProc, err error) {
 	slot := r.allocSlot()
 	defer func() {
 		if err != nil {
 			r.freeSlot(slot)
 		}
 	}()
-	sock := filepath.Join(dir, name+".sock")
+	sock := filepath.Join(dir, sockName)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen for agent: %w", err)
@@ -79,13 +98,19 @@ func (r *Runtime) spawn(dir, name string) (_ *initProc, err error) {
 	childSync := os.NewFile(uintptr(fds[1]), "sync-child")
 	defer childSync.Close()
 
-	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	fifo, logPath := filepath.Join(dir, consoleName+".fifo"), filepath.Join(dir, consoleName+".log")
+	console, err := consolelog.Start(fifo, logPath, 0)
 	if err != nil {
 		parentSync.Close()
-		return nil, fmt.Errorf("open console log: %w", err)
+		return nil, err
 	}
-	defer logFile.Close()
+	out, err := consolelog.Writer(fifo)
+	if err != nil {
+		parentSync.Close()
+		console.Stop()
+		return nil, err
+	}
+	defer out.Close()
 
 	hostUID := uidBase + slot*uidsPerSandbox
 	cmd := &exec.Cmd{
@@ -95,8 +120,8 @@ func (r *Runtime) spawn(dir, name string) (_ *initProc, err error) {
 		Path:       fmt.Sprintf("/proc/self/fd/%d", containerinit.FdSelf),
 		Args:       []string{containerinit.Arg0, "--listen-fd", fmt.Sprint(containerinit.FdListener), "--mode", "container"},
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Stdout:     logFile,
-		Stderr:     logFile,
+		Stdout:     out,
+		Stderr:     out,
 		ExtraFiles: []*os.File{lnFile, childSync, r.agent}, // containerinit.Fd*: 3, 4, 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
@@ -111,14 +136,15 @@ func (r *Runtime) spawn(dir, name string) (_ *initProc, err error) {
 			Setsid:     true,
 		},
 	}
+	p := &initProc{r: r, cmd: cmd, slot: slot, done: make(chan struct{}),
+		sync: parentSync, sock: sock, fifo: fifo, log: logPath, console: console}
 	if err := cmd.Start(); err != nil {
 		parentSync.Close()
-		os.Remove(sock)
-		os.Remove(logPath)
+		console.Stop()
+		p.remove()
 		return nil, fmt.Errorf("start init: %w", err)
 	}
-	p := &initProc{r: r, cmd: cmd, pid: cmd.Process.Pid, slot: slot, done: make(chan struct{}),
-		sync: parentSync, sock: sock, log: logPath}
+	p.pid = cmd.Process.Pid
 	go func() {
 		cmd.Wait()
 		close(p.done)
@@ -127,7 +153,8 @@ func (r *Runtime) spawn(dir, name string) (_ *initProc, err error) {
 }
 
 // take returns a warm init moved into dir (its socket becomes
-// dir/agent.sock, its log dir/console.log), or spawns one there.
+// dir/agent.sock, its console dir/console.fifo and dir/console.log), or
+// spawns one there.
 func (r *Runtime) take(dir string) (*initProc, error) {
 	for {
 		r.warmMu.Lock()
@@ -137,13 +164,12 @@ func (r *Runtime) take(dir string) (*initProc, error) {
 		}
 		r.warmMu.Unlock()
 		if p == nil {
-			return r.spawn(dir, "agent")
+			return r.spawn(dir, "agent.sock", "console")
 		}
 		select {
 		case <-p.done: // died while waiting: take another
 			p.kill()
-			os.Remove(p.sock)
-			os.Remove(p.log)
+			p.remove()
 			continue
 		default:
 		}
@@ -151,11 +177,12 @@ func (r *Runtime) take(dir string) (*initProc, error) {
 			p.kill()
 			return nil, fmt.Errorf("warm init priority: %w", err)
 		}
-		sock, logPath := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "console.log")
+		sock, fifo, logPath := filepath.Join(dir, "agent.sock"), filepath.Join(dir, consoleFIFO), filepath.Join(dir, consoleLog)
 		// A bound socket stays bound to its file when renamed: the agent
-		// keeps listening and the node dials the new path.
-		err := errors.Join(os.Rename(p.sock, sock), os.Rename(p.log, logPath))
-		p.sock, p.log = sock, logPath
+		// keeps listening and the node dials the new path. The console's
+		// drain holds its FIFO and log open, so it goes on too.
+		err := errors.Join(os.Rename(p.sock, sock), os.Rename(p.fifo, fifo), os.Rename(p.log, logPath))
+		p.sock, p.fifo, p.log = sock, fifo, logPath
 		if err != nil {
 			p.kill()
 			return nil, fmt.Errorf("move warm init: %w", err)
@@ -212,7 +239,8 @@ func (r *Runtime) keepWarm(ctx context.Context) {
 		}
 		if short && wait <= 0 {
 			seq++
-			p, err := r.spawn(r.opts.WarmDir, fmt.Sprintf("warm-%d", seq))
+			name := fmt.Sprintf("warm-%d", seq)
+			p, err := r.spawn(r.opts.WarmDir, name+".sock", name)
 			if err == nil {
 				p.warm = true
 				r.warmMu.Lock()

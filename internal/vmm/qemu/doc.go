@@ -8,8 +8,10 @@
 //  1. The node opens everything QEMU needs to write, as root, and keeps
 //     the paths to itself: it binds the QMP and agent sockets (listening),
 //     opens the root disk and the workspace disk, if any, read-write and
-//     read-only (O_DIRECT when the filesystem allows it), the console log
-//     and QEMU's stderr log, and, for a restore, the memory snapshot.
+//     read-only (O_DIRECT when the filesystem allows it), the write end of
+//     the console's FIFO (which it drains into the console log, bounded:
+//     package consolelog) and QEMU's stderr log, and, for a restore, the
+//     memory snapshot.
 //  2. It creates the machine's cgroup (internal/cgroup) with CPU = vCPUs,
 //     memory = guest memory + the VMM's overhead (swap capped with it) and
 //     a pids limit, and takes a free uid of its range for the machine.

@@ -26,6 +26,7 @@ import (
 
 	"warren/internal/cgroup"
 	"warren/internal/cleanup"
+	"warren/internal/consolelog"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
 	"warren/internal/vmm/jail"
@@ -80,8 +81,9 @@ const (
 
 // QEMU's own files in Config.WorkDir.
 const (
-	qmpSockName = "qmp.sock" // QMP's listening socket
-	qemuLogName = "qemu.log" // QEMU's stdout and stderr
+	qmpSockName     = "qmp.sock"     // QMP's listening socket
+	qemuLogName     = "qemu.log"     // QEMU's stdout and stderr
+	consoleFIFOName = "console.fifo" // the serial console, drained into Config.ConsoleLog
 )
 
 // Options configure the QEMU VMM.
@@ -216,7 +218,8 @@ type Machine struct {
 	cg      *cgroup.Group
 	qmp     *Client // connected before StartMachine or Attach returns; never changes
 	qmpSock string
-	stderr  string // path of QEMU's stderr log
+	stderr  string            // path of QEMU's stderr log
+	console *consolelog.Drain // the serial console into Config.ConsoleLog; nil if not drained
 
 	// pidMu guards pidfd, QEMU's pidfd, which reap closes (-1) once QEMU
 	// has exited. waitProcess polls it unlocked: reap closes it only after.
@@ -316,9 +319,18 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 		keep(wsRW)
 		keep(wsRO)
 	}
-	console, err := os.OpenFile(cfg.ConsoleLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// QEMU writes the serial console into a FIFO that this process (and a
+	// later one, after Attach) drains into the log, which so stays bounded
+	// whatever the guest writes to its serial port.
+	consoleFIFO := filepath.Join(cfg.WorkDir, consoleFIFOName)
+	drain, err := consolelog.Start(consoleFIFO, cfg.ConsoleLog, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open console log: %w", err)
+		return nil, err
+	}
+	undo.Add(drain.Stop)
+	console, err := consolelog.Writer(consoleFIFO)
+	if err != nil {
+		return nil, err
 	}
 	keep(console)
 	stderrPath := filepath.Join(cfg.WorkDir, qemuLogName)
@@ -408,7 +420,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 		return nil, fmt.Errorf("vmm pidfd: %w", err)
 	}
 	m := v.newMachine(cfg, log, pid, pidfd, uid, cg)
-	m.cmd = cmd
+	m.cmd, m.console = cmd, drain
 	go m.waitProcess()
 	undo.Add(func() {
 		m.signal(unix.SIGKILL)
@@ -524,6 +536,16 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 	}
 	m := v.newMachine(cfg, log, pid, pidfd, uid, cg)
 	m.start = startTime
+	if fifo := filepath.Join(cfg.WorkDir, consoleFIFOName); isFIFO(fifo) {
+		if m.console, err = consolelog.Start(fifo, cfg.ConsoleLog, 0); err != nil {
+			log.Warn("console not drained", "err", err)
+		}
+		undo.Add(func() {
+			if m.console != nil {
+				m.console.Stop()
+			}
+		})
+	}
 	qmp, err := Dial(ctx, m.qmpSock, log)
 	if err != nil && pidfdExited(pidfd) {
 		err = fmt.Errorf("%w: process %d ended", vmm.ErrExited, pid)
@@ -538,6 +560,11 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 	go m.reap()
 	log.Info("machine attached", "pid", pid, "uid", uid)
 	return m, nil
+}
+
+func isFIFO(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().Type() == fs.ModeNamedPipe
 }
 
 // checkStart checks what Config.Validate cannot: the start options and
@@ -763,6 +790,9 @@ func (m *Machine) reap() {
 	defer cancel()
 	if err := m.cg.Destroy(ctx); err != nil {
 		m.log.Error("destroy machine cgroup", "err", err)
+	}
+	if m.console != nil {
+		m.console.Stop()
 	}
 	for _, p := range []string{m.qmpSock, m.cfg.AgentSocket} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
