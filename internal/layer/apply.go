@@ -34,10 +34,10 @@ const zeroWrite = 1 << 20
 // the extent's Length), checks that its bytes have the extent's chunk name
 // (ChunkName in m.Namespace) and writes them at the extent's offset, and
 // punches the zero extents (writing zeros where the file system cannot
-// punch); it syncs the image at the end. A chunk
-// that does not match its extent is an error wrapping ErrCorrupt that names
-// the chunk. On any error the image is in an undefined state, part old and
-// part new: the caller must delete it.
+// punch); it syncs the image at the end. A chunk that does not match its
+// extent is an error wrapping ErrCorrupt that names the chunk. On any error
+// the image is in an undefined state, part old and part new: the caller
+// must delete it.
 func Apply(ctx context.Context, image string, m Manifest, chunks Chunks, parallel int) error {
 	if err := apply(ctx, image, m, chunks, parallel); err != nil {
 		return fmt.Errorf("apply layer %s: %w", m.ID, err)
