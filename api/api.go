@@ -401,7 +401,8 @@ type Snapshot struct {
 	// its parent (known once durable).
 	ChangedBytes int64 `json:"changed_bytes"`
 	// StoredBytes is what the layer added to the blob store, compressed and
-	// without the chunks it already had (known once durable).
+	// without the chunks the tenant's snapshots had stored already (known
+	// once durable); another tenant's chunks are never shared.
 	StoredBytes int64     `json:"stored_bytes"`
 	CreatedAt   time.Time `json:"created_at"`
 	// DurableAt is when the snapshot became durable.

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/client"
 	"warren/internal/blob/s3test"
 )
 
@@ -336,6 +339,62 @@ func TestSnapshotTenants(t *testing.T) {
 		if _, err := a.GetSnapshot(ctx, bad); !api.IsCode(err, api.CodeNotFound) {
 			t.Errorf("get snapshot %q: %v, want not_found", bad, err)
 		}
+	}
+}
+
+// TestSnapshotDedupeTenants is the regression test of the hardening issue,
+// item 6: deduplication told one tenant what another stored. Tenant B
+// snapshotted a 16 MiB secret file; tenant A snapshotted the same bytes and
+// its snapshot reported stored_bytes 4,054, where a random control of the
+// same size reported 16,781,616. Now chunks are deduplicated only within a
+// tenant: A's copy costs what the control costs, and only A's own second
+// copy of the bytes is deduplicated.
+func TestSnapshotDedupeTenants(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	owner, prober := tenantClient(t, "dedupe-owner"), tenantClient(t, "dedupe-prober")
+	const size = 16 << 20
+	random := func() []byte {
+		b := make([]byte, size)
+		rand.Read(b)
+		return b
+	}
+	secret, control := random(), random()
+	stored := func(c *client.Client, data []byte) int64 {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.DeleteSandbox(ctx, sb.ID) })
+		if _, err := c.WriteFile(ctx, sb.ID, "/root/secret", bytes.NewReader(data), 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		sn, err := c.Snapshot(ctx, sb.ID, api.CreateSnapshotRequest{Wait: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.DeleteSnapshot(ctx, sn.ID) })
+		if sn.State != api.SnapshotDurable {
+			t.Fatalf("snapshot %s is %s: %s", sn.ID, sn.State, sn.Error)
+		}
+		return sn.StoredBytes
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		shared.client().GC(ctx, api.GCRequest{GraceSeconds: &zero})
+	})
+	theirs := stored(owner, secret)
+	mine := stored(prober, secret)
+	ctl := stored(prober, control)
+	again := stored(prober, secret)
+	t.Logf("stored_bytes: owner's secret %d, prober's copy %d, prober's control %d, prober's second copy %d", theirs, mine, ctl, again)
+	if mine < size || mine < ctl*95/100 || mine > ctl*105/100 {
+		t.Errorf("the prober's copy of another tenant's 16 MiB stored %d bytes, its random control %d: "+
+			"want within 5%% of each other (no cross-tenant deduplication)", mine, ctl)
+	}
+	if again > 1<<20 {
+		t.Errorf("the prober's second copy of its own 16 MiB stored %d bytes, want under 1 MiB (deduplicated)", again)
 	}
 }
 

@@ -2,8 +2,6 @@ package layer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -33,12 +31,13 @@ const zeroWrite = 1 << 20
 // the parent's disk, or a new empty file when m.Parent is empty) equal to
 // the layer's disk. It truncates the image to m.DiskSize, then, with up to
 // parallel extents in flight, gets each chunk, decompresses it (never past
-// the extent's Length), checks its sha256 against the extent and writes it
-// at the extent's offset, and punches the zero extents (writing zeros where
-// the file system cannot punch); it syncs the image at the end. A chunk
-// that does not match its extent is an error wrapping ErrCorrupt that names
-// the chunk. On any error the image is in an undefined state, part old and
-// part new: the caller must delete it.
+// the extent's Length), checks that its bytes have the extent's chunk name
+// (ChunkName in m.Namespace) and writes them at the extent's offset, and
+// punches the zero extents (writing zeros where the file system cannot
+// punch); it syncs the image at the end. A chunk that does not match its
+// extent is an error wrapping ErrCorrupt that names the chunk. On any error
+// the image is in an undefined state, part old and part new: the caller
+// must delete it.
 func Apply(ctx context.Context, image string, m Manifest, chunks Chunks, parallel int) error {
 	if err := apply(ctx, image, m, chunks, parallel); err != nil {
 		return fmt.Errorf("apply layer %s: %w", m.ID, err)
@@ -67,7 +66,7 @@ func apply(ctx context.Context, image string, m Manifest, chunks Chunks, paralle
 		if bufs[worker] == nil {
 			bufs[worker] = make([]byte, MaxChunk)
 		}
-		data, err := fetch(ctx, chunks, e, bufs[worker])
+		data, err := fetch(ctx, chunks, m.Namespace, e, bufs[worker])
 		if err != nil {
 			return err
 		}
@@ -85,9 +84,10 @@ func apply(ctx context.Context, image string, m Manifest, chunks Chunks, paralle
 	return f.Close()
 }
 
-// fetch gets extent e's chunk and returns its verified bytes, decompressed
-// into buf (at least e.Length long).
-func fetch(ctx context.Context, chunks Chunks, e Extent, buf []byte) ([]byte, error) {
+// fetch gets extent e's chunk and returns its bytes, decompressed into buf
+// (at least e.Length long) and verified against the chunk's name in
+// namespace.
+func fetch(ctx context.Context, chunks Chunks, namespace string, e Extent, buf []byte) ([]byte, error) {
 	compressed, err := chunks.Get(ctx, e.Chunk)
 	if err != nil {
 		return nil, fmt.Errorf("get chunk %s: %w", e.Chunk, err)
@@ -102,9 +102,8 @@ func fetch(ctx context.Context, chunks Chunks, e Extent, buf []byte) ([]byte, er
 	if int64(len(data)) != e.Length {
 		return nil, fmt.Errorf("chunk %s: %w: %d bytes, want %d", e.Chunk, ErrCorrupt, len(data), e.Length)
 	}
-	sum := sha256.Sum256(data)
-	if got := hex.EncodeToString(sum[:]); got != e.Chunk {
-		return nil, fmt.Errorf("chunk %s: %w: content hashes to %s", e.Chunk, ErrCorrupt, got)
+	if got := ChunkName(namespace, data); got != e.Chunk {
+		return nil, fmt.Errorf("chunk %s: %w: content is named %s", e.Chunk, ErrCorrupt, got)
 	}
 	return data, nil
 }

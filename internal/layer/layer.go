@@ -1,6 +1,8 @@
 // Package layer is the incremental block-layer format of snapshots: the
 // blocks in which a disk image differs from its parent's, stored as
-// content-addressed, zstd-compressed chunks and listed by a manifest.
+// content-addressed, zstd-compressed chunks and listed by a manifest. A
+// chunk's name is derived from its bytes and the manifest's namespace
+// (ChunkName), so equal bytes share one chunk only within a namespace.
 //
 // Changed finds the differing blocks of two images (cheaply when they share
 // extents by reflink), Write turns them into chunks and manifest extents,
@@ -15,6 +17,9 @@ package layer
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 )
 
@@ -55,8 +60,8 @@ func (r Range) End() int64 { return r.Off + r.Len }
 type Extent struct {
 	Offset int64 `json:"offset"`
 	Length int64 `json:"length"`
-	// Chunk is the lowercase hex sha256 of the extent's uncompressed bytes,
-	// and so the chunk's name; empty for a zero extent.
+	// Chunk is the chunk's name: ChunkName of the manifest's namespace and
+	// the extent's uncompressed bytes; empty for a zero extent.
 	Chunk string `json:"chunk,omitempty"`
 	// Stored is the size of the compressed chunk as its writer made it, for
 	// accounting. The stored object may differ (another writer may have
@@ -74,8 +79,14 @@ func (e Extent) End() int64 { return e.Offset + e.Length }
 // no extent covers are the parent's (zeros when Parent is empty), cut or
 // extended with zeros to DiskSize.
 type Manifest struct {
-	Version int    `json:"version"` // FormatVersion
+	// Version is VersionPlain when Namespace is empty, else
+	// VersionNamespaced (Version returns it).
+	Version int    `json:"version"`
 	ID      string `json:"id"`
+	// Namespace is what the layer's chunk names are derived in, besides
+	// their bytes: the snapshot's tenant, or empty for plain SHA-256 names
+	// (template base layers, and every layer of format version 1).
+	Namespace string `json:"namespace,omitempty"`
 	// Parent is the ID of the layer this one applies over; empty for a layer
 	// over an empty (all-zero) disk.
 	Parent   string `json:"parent,omitempty"`
@@ -87,18 +98,49 @@ type Manifest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// FormatVersion is the manifest version this package reads and writes.
-const FormatVersion = 1
+// The manifest format versions this package reads and writes. Version 2
+// added Namespace; a version 1 manifest has none, and names its chunks by
+// the plain SHA-256 of their bytes.
+const (
+	VersionPlain      = 1
+	VersionNamespaced = 2
+)
+
+// Version is the format version of a manifest whose chunks are named in
+// namespace.
+func Version(namespace string) int {
+	if namespace == "" {
+		return VersionPlain
+	}
+	return VersionNamespaced
+}
+
+// MaxNamespace bounds a namespace.
+const MaxNamespace = 128
+
+// ChunkName names a chunk of data in namespace, as lowercase hex: the
+// SHA-256 of data when namespace is empty, else HMAC-SHA256 of data keyed by
+// the namespace's bytes. Equal bytes in two namespaces get unrelated names,
+// so a writer in one never finds, and never learns of, the other's chunk.
+func ChunkName(namespace string, data []byte) string {
+	if namespace == "" {
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:])
+	}
+	h := hmac.New(sha256.New, []byte(namespace))
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // Chunks is where chunk objects live; the snapshot engine adapts its blob
 // store to it. Both methods are called concurrently.
 type Chunks interface {
-	// Put stores the compressed chunk under its hash unless it is already
+	// Put stores the compressed chunk under its name unless it is already
 	// there, and reports whether it stored bytes. It must not modify or keep
-	// compressed after it returns. Storing the same hash twice is harmless.
-	Put(ctx context.Context, hash string, compressed []byte) (stored bool, err error)
+	// compressed after it returns. Storing the same name twice is harmless.
+	Put(ctx context.Context, name string, compressed []byte) (stored bool, err error)
 	// Get returns the compressed chunk. The caller verifies it against the
-	// hash; a missing chunk is an error (the engine's not-found error,
+	// name; a missing chunk is an error (the engine's not-found error,
 	// passed through wrapped).
-	Get(ctx context.Context, hash string) ([]byte, error)
+	Get(ctx context.Context, name string) ([]byte, error)
 }

@@ -5,7 +5,9 @@ package layer
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -271,21 +273,21 @@ func checkStats(t *testing.T, ranges []Range, s DiffStats) {
 	}
 }
 
-// layerOf makes the layer id: the diff of child against parent (path and
-// layer ID, both empty for an empty disk) written to chunks, its manifest
-// through Marshal and ParseManifest.
-func layerOf(t *testing.T, id, parentID, parent, child string, chunks Chunks) (Manifest, DiffStats, WriteStats) {
+// layerOf makes the layer id in namespace ns: the diff of child against
+// parent (path and layer ID, both empty for an empty disk) written to
+// chunks, its manifest through Marshal and ParseManifest.
+func layerOf(t *testing.T, ns, id, parentID, parent, child string, chunks Chunks) (Manifest, DiffStats, WriteStats) {
 	t.Helper()
 	ctx := context.Background()
 	ranges, ds, err := Changed(ctx, parent, child)
 	if err != nil {
 		t.Fatal(err)
 	}
-	extents, ws, err := Write(ctx, child, ranges, chunks, 4)
+	extents, ws, err := Write(ctx, child, ranges, ns, chunks, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := Manifest{Version: 1, ID: id, Parent: parentID, DiskSize: fileSize(t, child), Extents: extents, Labels: map[string]string{"test": t.Name()}}
+	m := Manifest{Version: Version(ns), ID: id, Namespace: ns, Parent: parentID, DiskSize: fileSize(t, child), Extents: extents, Labels: map[string]string{"test": t.Name()}}
 	b, err := m.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +449,7 @@ func TestRoundTrip(t *testing.T) {
 		disktest.WriteAt(t, child, 79*MiB, bytes.Repeat([]byte("compressible "), 1000))
 
 		chunks := newMemChunks()
-		m, ds, ws := layerOf(t, "child", "parent", parent, child, chunks)
+		m, ds, ws := layerOf(t, "tenant-a", "child", "parent", parent, child, chunks)
 		t.Logf("diff %+v; write %+v", ds, ws)
 		if ws.Chunks == 0 || ws.Zero != 6*MiB || ws.NewChunks != len(chunks.m) || ws.Compressed < ws.Stored {
 			t.Errorf("write stats %+v: want chunks, 6 MiB zeros, %d new chunks", ws, len(chunks.m))
@@ -465,7 +467,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 
 		// A second layer with nothing new stores nothing.
-		_, _, ws2 := layerOf(t, "child-again", "parent", parent, child, chunks)
+		_, _, ws2 := layerOf(t, "tenant-a", "child-again", "parent", parent, child, chunks)
 		if ws2.Stored != 0 || ws2.NewChunks != 0 || ws2.Chunks != ws.Chunks {
 			t.Errorf("same diff again: %+v, want nothing stored", ws2)
 		}
@@ -473,7 +475,8 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestLineage rebuilds a disk from an empty file by applying three layers
-// from the root down.
+// from the root down: a plainly named root and two namespaced layers, as a
+// tenant's snapshots over a template base are.
 func TestLineage(t *testing.T) {
 	bothEnvs(t, func(t *testing.T, e env) {
 		ctx := context.Background()
@@ -489,9 +492,9 @@ func TestLineage(t *testing.T) {
 		disktest.WriteAt(t, disk2, 39*MiB, randBytes(rng, 4096))
 
 		chunks := newMemChunks()
-		l0, _, _ := layerOf(t, "l0", "", "", disk0, chunks)
-		l1, _, _ := layerOf(t, "l1", "l0", disk0, disk1, chunks)
-		l2, _, _ := layerOf(t, "l2", "l1", disk1, disk2, chunks)
+		l0, _, _ := layerOf(t, "", "l0", "", "", disk0, chunks) // a template base
+		l1, _, _ := layerOf(t, "tenant-a", "l1", "l0", disk0, disk1, chunks)
+		l2, _, _ := layerOf(t, "tenant-a", "l2", "l1", disk1, disk2, chunks)
 
 		target := filepath.Join(e.dir, "rebuilt.img")
 		if err := os.WriteFile(target, nil, 0o600); err != nil {
@@ -516,7 +519,7 @@ func TestApplyCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	img := image(t, dir, "a.img", 8*MiB, 9, [2]int64{0, 8 * MiB})
 	chunks := newMemChunks()
-	m, _, _ := layerOf(t, "a", "", "", img, chunks)
+	m, _, _ := layerOf(t, "tenant-a", "a", "", "", img, chunks)
 	if len(m.Extents) != 2 {
 		t.Fatalf("extents = %+v, want two 4 MiB chunks", m.Extents)
 	}
@@ -564,8 +567,8 @@ func TestApplyCorrupt(t *testing.T) {
 	if err := Apply(ctx, filepath.Join(dir, "missing-dir", "x.img"), m, chunks, 2); err == nil {
 		t.Error("Apply to a missing image succeeded")
 	}
-	m.Version = 2
-	if err := Apply(ctx, img, m, chunks, 2); err == nil || !strings.Contains(err.Error(), "version 2") {
+	m.Version = 3
+	if err := Apply(ctx, img, m, chunks, 2); err == nil || !strings.Contains(err.Error(), "version 3") {
 		t.Errorf("Apply of an invalid manifest = %v, want a version error", err)
 	}
 }
@@ -583,7 +586,7 @@ func TestWriteAmplification(t *testing.T) {
 		for _, s := range slots {
 			disktest.WriteAt(t, child, int64(s)*(64<<10), randBytes(rng, 64<<10))
 		}
-		_, ds, ws := layerOf(t, "scattered", "parent", parent, child, chunks)
+		_, ds, ws := layerOf(t, "tenant-a", "scattered", "parent", parent, child, chunks)
 		t.Logf("8 MiB scattered: diff %+v; write %+v", ds, ws)
 		if ws.Changed != 8*MiB || ws.Stored > 8*MiB*105/100 {
 			t.Errorf("8 MiB changed: layer holds %d bytes, stores %d; want 8 MiB, at most 5%% more stored", ws.Changed, ws.Stored)
@@ -591,10 +594,111 @@ func TestWriteAmplification(t *testing.T) {
 
 		child = e.clone(t, parent, "one-byte.img")
 		disktest.WriteAt(t, child, 77*MiB+3, []byte{^disktest.ReadAt(t, child, 77*MiB+3, 1)[0]})
-		_, ds, ws = layerOf(t, "one-byte", "parent", parent, child, chunks)
+		_, ds, ws = layerOf(t, "tenant-a", "one-byte", "parent", parent, child, chunks)
 		t.Logf("1 byte: diff %+v; write %+v", ds, ws)
 		if ws.Changed != BlockSize || ws.Stored > 16<<10 {
 			t.Errorf("1 byte changed: layer holds %d bytes, stores %d; want one block, at most 16 KiB", ws.Changed, ws.Stored)
 		}
 	})
+}
+
+// TestNamespaces: the same bytes written in two namespaces get unrelated
+// chunk names (so neither writer finds the other's chunk: each stores its
+// own), and a layer verifies its chunks only in its own namespace.
+func TestNamespaces(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	img := image(t, dir, "a.img", 8*MiB, 13, [2]int64{0, 8 * MiB})
+	chunks := newMemChunks()
+	plain, _, wsPlain := layerOf(t, "", "plain", "", "", img, chunks)
+	a, _, wsA := layerOf(t, "tenant-a", "a", "", "", img, chunks)
+	b, _, wsB := layerOf(t, "tenant-b", "b", "", "", img, chunks)
+	seen := map[string]string{}
+	for _, m := range []Manifest{plain, a, b} {
+		for _, c := range m.Chunks() {
+			if other, ok := seen[c]; ok {
+				t.Errorf("chunk %s is in layer %s and layer %s", c, other, m.ID)
+			}
+			seen[c] = m.ID
+		}
+	}
+	for _, ws := range []WriteStats{wsPlain, wsA, wsB} {
+		if ws.NewChunks != 2 || ws.Stored != ws.Compressed {
+			t.Errorf("write stats %+v: want both chunks newly stored in each namespace", ws)
+		}
+	}
+	if plain.Version != VersionPlain || a.Version != VersionNamespaced {
+		t.Errorf("versions: plain %d, namespaced %d; want %d and %d", plain.Version, a.Version, VersionPlain, VersionNamespaced)
+	}
+	data := disktest.ReadAt(t, img, 0, MaxChunk)
+	sum := sha256.Sum256(data)
+	if got, want := plain.Extents[0].Chunk, hex.EncodeToString(sum[:]); got != want {
+		t.Errorf("plain chunk name %s, want the sha256 of its bytes, %s", got, want)
+	}
+	mac := hmac.New(sha256.New, []byte("tenant-a"))
+	mac.Write(data)
+	if got, want := a.Extents[0].Chunk, hex.EncodeToString(mac.Sum(nil)); got != want {
+		t.Errorf("namespaced chunk name %s, want HMAC-SHA256 keyed by the namespace, %s", got, want)
+	}
+	for _, m := range []Manifest{plain, a, b} {
+		target := filepath.Join(dir, m.ID+".img")
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := Apply(ctx, target, m, chunks, 2); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fileHash(t, target), fileHash(t, img); got != want {
+			t.Errorf("layer %s applies to %s, want %s", m.ID, got, want)
+		}
+	}
+	// A's chunk names do not verify in B's namespace, nor plainly.
+	for _, ns := range []string{"tenant-b", ""} {
+		m := a
+		m.Namespace, m.Version = ns, Version(ns)
+		target := filepath.Join(dir, "wrong.img")
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := Apply(ctx, target, m, chunks, 2); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("Apply of tenant-a's layer in namespace %q = %v, want ErrCorrupt", ns, err)
+		}
+	}
+}
+
+// TestVersion1Layer: a layer as format version 1 wrote it (no namespace,
+// chunks named by the plain sha256 of their bytes) still applies, so that
+// snapshots stored before version 2 stay restorable.
+func TestVersion1Layer(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := randBytes(rand.NewChaCha8([32]byte{14}), 2*BlockSize)
+	sum := sha256.Sum256(data)
+	name := hex.EncodeToString(sum[:])
+	compressed := encoder().EncodeAll(data, nil)
+	chunks := newMemChunks()
+	chunks.set(name, compressed)
+	manifest := fmt.Sprintf(`{"version":1,"id":"sn-old","parent":"","disk_size":65536,"extents":[`+
+		`{"offset":8192,"length":8192,"chunk":"%s","stored":%d},{"offset":32768,"length":4096,"zero":true}],`+
+		`"labels":{"tenant":"t-old"}}`, name, len(compressed))
+	m, err := ParseManifest([]byte(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "old.img")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(ctx, target, m, chunks, 2); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 16*BlockSize)
+	copy(want[8192:], data)
+	got, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("the version 1 layer applied to other bytes than it holds")
+	}
 }

@@ -61,8 +61,17 @@ func (m Manifest) Marshal() ([]byte, error) {
 // Validate checks everything the format requires of a manifest; its errors
 // name the offending field or extent.
 func (m Manifest) Validate() error {
-	if m.Version != FormatVersion {
-		return fmt.Errorf("version %d, want %d", m.Version, FormatVersion)
+	switch m.Version {
+	case VersionPlain:
+		if m.Namespace != "" {
+			return fmt.Errorf("namespace %q in a version %d manifest, want version %d", m.Namespace, VersionPlain, VersionNamespaced)
+		}
+	case VersionNamespaced:
+		if err := validNamespace(m.Namespace); err != nil {
+			return fmt.Errorf("namespace: %w", err)
+		}
+	default:
+		return fmt.Errorf("version %d, want %d or %d", m.Version, VersionPlain, VersionNamespaced)
 	}
 	if err := validID(m.ID); err != nil {
 		return fmt.Errorf("id: %w", err)
@@ -141,7 +150,24 @@ func validID(id string) error {
 	return nil
 }
 
-// validHash reports whether h is a sha256 in lowercase hex.
+// validNamespace checks a version 2 manifest's namespace: 1 to MaxNamespace
+// bytes of [a-z0-9_-] (a tenant's name).
+func validNamespace(ns string) error {
+	if ns == "" {
+		return errors.New("empty")
+	}
+	if len(ns) > MaxNamespace {
+		return fmt.Errorf("%d bytes: over %d", len(ns), MaxNamespace)
+	}
+	for _, c := range []byte(ns) {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("%q: only a-z, 0-9, _ and - allowed", ns)
+		}
+	}
+	return nil
+}
+
+// validHash reports whether h is a chunk name: 256 bits in lowercase hex.
 func validHash(h string) bool {
 	if len(h) != 64 {
 		return false
@@ -171,7 +197,7 @@ func validLabels(labels map[string]string) error {
 	return nil
 }
 
-// Chunks returns the distinct chunk hashes the manifest refers to, in the
+// Chunks returns the distinct chunk names the manifest refers to, in the
 // order of their first extent.
 func (m Manifest) Chunks() []string {
 	seen := make(map[string]bool)

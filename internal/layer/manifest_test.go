@@ -40,7 +40,13 @@ func TestValidate(t *testing.T) {
 		{"longest id", func(m *Manifest) { m.ID = strings.Repeat("a", MaxIDLen) }, ""},
 		{"largest disk", func(m *Manifest) { m.DiskSize = MaxDiskSize }, ""},
 		{"version 0", func(m *Manifest) { m.Version = 0 }, "version 0"},
-		{"version 2", func(m *Manifest) { m.Version = 2 }, "version 2"},
+		{"version 3", func(m *Manifest) { m.Version = 3 }, "version 3, want 1 or 2"},
+		{"namespaced", func(m *Manifest) { m.Version, m.Namespace = 2, "tenant_a-1" }, ""},
+		{"longest namespace", func(m *Manifest) { m.Version, m.Namespace = 2, strings.Repeat("n", MaxNamespace) }, ""},
+		{"version 2 without namespace", func(m *Manifest) { m.Version = 2 }, "namespace: empty"},
+		{"version 1 with namespace", func(m *Manifest) { m.Namespace = "t" }, "namespace \"t\" in a version 1 manifest"},
+		{"long namespace", func(m *Manifest) { m.Version, m.Namespace = 2, strings.Repeat("n", MaxNamespace+1) }, "namespace: 129 bytes"},
+		{"bad namespace", func(m *Manifest) { m.Version, m.Namespace = 2, "T/1" }, "namespace: \"T/1\""},
 		{"empty id", func(m *Manifest) { m.ID = "" }, "id: empty"},
 		{"long id", func(m *Manifest) { m.ID = strings.Repeat("a", MaxIDLen+1) }, "id: 129 bytes"},
 		{"upper-case id", func(m *Manifest) { m.ID = "Snap" }, "id: \"Snap\""},
@@ -102,7 +108,9 @@ func TestValidate(t *testing.T) {
 }
 
 func TestMarshalParseRoundTrip(t *testing.T) {
-	for _, m := range []Manifest{validManifest(), {Version: 1, ID: "root", DiskSize: 4096}} {
+	namespaced := validManifest()
+	namespaced.Version, namespaced.Namespace = VersionNamespaced, "tenant-a"
+	for _, m := range []Manifest{validManifest(), namespaced, {Version: 1, ID: "root", DiskSize: 4096}} {
 		b, err := m.Marshal()
 		if err != nil {
 			t.Fatal(err)
@@ -123,6 +131,13 @@ func TestMarshalParseRoundTrip(t *testing.T) {
 	if want := `{"version":1,"id":"root","disk_size":4096,"extents":[]}`; string(b) != want {
 		t.Errorf("Marshal = %s, want %s", b, want)
 	}
+	b, err = Manifest{Version: 2, ID: "root", Namespace: "t", DiskSize: 4096}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"version":2,"id":"root","namespace":"t","disk_size":4096,"extents":[]}`; string(b) != want {
+		t.Errorf("Marshal = %s, want %s", b, want)
+	}
 }
 
 func TestParseManifestStrict(t *testing.T) {
@@ -140,6 +155,8 @@ func TestParseManifestStrict(t *testing.T) {
 		{"float size", `{"version":1,"id":"a","disk_size":8192.5,"extents":[]}`, "disk_size"},
 		{"string version", `{"version":"1","id":"a","disk_size":8192}`, "version"},
 		{"missing id", `{"version":1,"disk_size":8192}`, "id: empty"},
+		{"namespace in version 1", `{"version":1,"id":"a","namespace":"t","disk_size":8192,"extents":[]}`, "in a version 1 manifest"},
+		{"version 2 without namespace", `{"version":2,"id":"a","disk_size":8192,"extents":[]}`, "namespace: empty"},
 		{"empty", ``, "EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +197,7 @@ func FuzzParseManifest(f *testing.F) {
 	}
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"id":"a","disk_size":4096,"extents":null,"labels":{"":"x"}}`))
+	f.Add([]byte(`{"version":2,"id":"a","namespace":"t-1","disk_size":4096,"extents":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := ParseManifest(data)
 		if err != nil {

@@ -2,8 +2,6 @@ package layer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sync"
@@ -35,11 +33,12 @@ var encoder = sync.OnceValue(func() *zstd.Encoder {
 // layer's extents in offset order. ranges must be sorted, non-overlapping,
 // block-aligned and inside child (Changed's result is). Each range is cut
 // into extents of at most MaxChunk bytes from its start; a data extent's
-// bytes are hashed with sha256, compressed with zstd and Put, with up to
-// parallel chunks in flight (each holding two MaxChunk buffers); zero
-// ranges become zero extents and store nothing. child must not change
-// during the call.
-func Write(ctx context.Context, child string, ranges []Range, chunks Chunks, parallel int) ([]Extent, WriteStats, error) {
+// bytes are named in namespace (ChunkName), compressed with zstd and Put,
+// with up to parallel chunks in flight (each holding two MaxChunk buffers);
+// zero ranges become zero extents and store nothing. The manifest of the
+// extents must carry the same namespace. child must not change during the
+// call.
+func Write(ctx context.Context, child string, ranges []Range, namespace string, chunks Chunks, parallel int) ([]Extent, WriteStats, error) {
 	extents, err := split(ranges)
 	if err != nil {
 		return nil, WriteStats{}, fmt.Errorf("write layer: %w", err)
@@ -50,7 +49,7 @@ func Write(ctx context.Context, child string, ranges []Range, chunks Chunks, par
 	}
 	defer f.Close()
 
-	w := writer{f: f, chunks: chunks, extents: extents, claimed: make(map[string]bool)}
+	w := writer{f: f, namespace: namespace, chunks: chunks, extents: extents, claimed: make(map[string]bool)}
 	w.bufs = make([]writeBufs, max(1, parallel))
 	if err := forEach(ctx, len(extents), parallel, w.write); err != nil {
 		return nil, WriteStats{}, fmt.Errorf("write layer: %w", err)
@@ -86,13 +85,14 @@ func split(ranges []Range) ([]Extent, error) {
 
 // writer is the state of one Write.
 type writer struct {
-	f       *os.File
-	chunks  Chunks
-	extents []Extent    // each worker fills in the ones it is given
-	bufs    []writeBufs // per worker
+	f         *os.File
+	namespace string
+	chunks    Chunks
+	extents   []Extent    // each worker fills in the ones it is given
+	bufs      []writeBufs // per worker
 
 	mu      sync.Mutex
-	claimed map[string]bool // guarded by mu: hashes this Write has Put or is putting
+	claimed map[string]bool // guarded by mu: names this Write has Put or is putting
 	stats   WriteStats      // guarded by mu: Stored and NewChunks
 }
 
@@ -116,21 +116,20 @@ func (w *writer) write(ctx context.Context, worker, i int) error {
 	if _, err := w.f.ReadAt(data, e.Offset); err != nil {
 		return fmt.Errorf("read %s at %d: %w", w.f.Name(), e.Offset, err)
 	}
-	sum := sha256.Sum256(data)
-	hash := hex.EncodeToString(sum[:])
+	name := ChunkName(w.namespace, data)
 	b.compressed = encoder().EncodeAll(data, b.compressed[:0])
-	e.Chunk, e.Stored = hash, int64(len(b.compressed))
+	e.Chunk, e.Stored = name, int64(len(b.compressed))
 
 	w.mu.Lock()
-	dup := w.claimed[hash]
-	w.claimed[hash] = true
+	dup := w.claimed[name]
+	w.claimed[name] = true
 	w.mu.Unlock()
 	if dup {
 		return nil
 	}
-	stored, err := w.chunks.Put(ctx, hash, b.compressed)
+	stored, err := w.chunks.Put(ctx, name, b.compressed)
 	if err != nil {
-		return fmt.Errorf("put chunk %s: %w", hash, err)
+		return fmt.Errorf("put chunk %s: %w", name, err)
 	}
 	if stored {
 		w.mu.Lock()

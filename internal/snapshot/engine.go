@@ -12,13 +12,24 @@
 //
 // # Names in the blob store
 //
-//	chunks/<sha256>            a zstd-compressed chunk (internal/layer)
+//	chunks/<name>              a zstd-compressed chunk, named by its bytes
+//	                           and its layer's namespace (layer.ChunkName)
 //	manifests/<snapshot>.json  a layer's manifest; present only once every
 //	                           chunk it lists is stored and verified
 //	intents/<snapshot>.json    an upload in progress: its chunks and parent
 //	                           are live for the collector
 //	deleted/<snapshot>         a deleted snapshot, kept while a descendant
 //	                           needs its layer
+//
+// # Deduplication
+//
+// Equal chunks are stored once within a tenant: a layer's namespace is its
+// snapshot's tenant, and the same bytes of two tenants have two names and
+// two objects. Were they shared, a tenant could learn whether any other had
+// stored some bytes, from stored_bytes, from the upload's time or from the
+// blob store's request counts. Template base layers have no tenant and are
+// named plainly (as every layer of format version 1 was): what every sandbox
+// starts from is stored once for all.
 //
 // # Lineage
 //
@@ -253,7 +264,7 @@ func isBase(id string) bool { return strings.HasPrefix(id, "tb-") }
 func manifestKey(id string) string { return "manifests/" + id + ".json" }
 func intentKey(id string) string   { return "intents/" + id + ".json" }
 func deletedKey(id string) string  { return "deleted/" + id }
-func chunkKey(hash string) string  { return "chunks/" + hash }
+func chunkKey(name string) string  { return "chunks/" + name }
 
 // chunks adapts the blob store to layer.Chunks.
 type chunks struct {
@@ -270,21 +281,22 @@ func (e *Engine) chunks() chunks { return chunks{b: e.blobs, refreshAfter: e.cfg
 var _ layer.Chunks = chunks{}
 
 // Put stores a chunk unless the store has it already: chunks are named by
-// their content, so forks and similar sandboxes share them.
-func (c chunks) Put(ctx context.Context, hash string, compressed []byte) (bool, error) {
-	info, err := c.b.Stat(ctx, chunkKey(hash))
+// their content within a tenant, so the tenant's forks and similar
+// sandboxes share them.
+func (c chunks) Put(ctx context.Context, name string, compressed []byte) (bool, error) {
+	info, err := c.b.Stat(ctx, chunkKey(name))
 	if err == nil {
 		if time.Since(info.ModTime) > c.refreshAfter {
-			return false, c.b.Put(ctx, chunkKey(hash), compressed)
+			return false, c.b.Put(ctx, chunkKey(name), compressed)
 		}
 		return false, nil
 	}
 	if !errors.Is(err, blob.ErrNotFound) {
 		return false, err
 	}
-	return true, c.b.Put(ctx, chunkKey(hash), compressed)
+	return true, c.b.Put(ctx, chunkKey(name), compressed)
 }
 
-func (c chunks) Get(ctx context.Context, hash string) ([]byte, error) {
-	return c.b.Get(ctx, chunkKey(hash))
+func (c chunks) Get(ctx context.Context, name string) ([]byte, error) {
+	return c.b.Get(ctx, chunkKey(name))
 }

@@ -5,8 +5,6 @@ package snapshot_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"slices"
@@ -19,6 +17,7 @@ import (
 	"warren/api"
 	"warren/internal/disk/disktest"
 	"warren/internal/ident"
+	"warren/internal/layer"
 )
 
 // chunksOf returns the chunks the snapshot's manifest lists.
@@ -289,8 +288,8 @@ func TestGCWithUploadsElsewhere(t *testing.T) {
 	})
 }
 
-// TestChunkStoredByAnotherWriter: chunks are named by their content, and
-// another writer (another version, another zstd level) may have stored
+// TestChunkStoredByAnotherWriter: chunks are named by their content (in
+// their tenant's namespace), and another writer (another version, another zstd level) may have stored
 // the same content compressed to another size first. The layer format
 // allows it (layer.Extent.Stored: "Apply trusts the hash, not this size"),
 // so a snapshot that reuses such a chunk must still become durable.
@@ -302,7 +301,7 @@ func TestChunkStoredByAnotherWriter(t *testing.T) {
 	n.durable(t, s0.ID)
 
 	data := []byte(strings.Repeat("warren snapshot chunk, compressible. ", 64*KiB/37+1))[:64*KiB]
-	hash, theirs := foreignChunk(t, data)
+	hash, theirs := foreignChunk(t, tenant, data)
 	if err := n.blobs.Put(ctx, "chunks/"+hash, theirs); err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +317,8 @@ func TestChunkStoredByAnotherWriter(t *testing.T) {
 
 // foreignChunk compresses data as another writer might: a valid zstd frame
 // without the content checksum the engine's encoder adds, so 4 bytes
-// shorter. It returns the chunk's name (its content's sha256) and bytes.
-func foreignChunk(t *testing.T, data []byte) (string, []byte) {
+// shorter. It returns the chunk's name in tenant's namespace and its bytes.
+func foreignChunk(t *testing.T, tenant string, data []byte) (string, []byte) {
 	t.Helper()
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(false))
 	if err != nil {
@@ -341,6 +340,5 @@ func foreignChunk(t *testing.T, data []byte) (string, []byte) {
 	if back, err := dec.DecodeAll(theirs, nil); err != nil || !bytes.Equal(back, data) {
 		t.Fatalf("test set-up: the foreign chunk does not decode (%v)", err)
 	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), theirs
+	return layer.ChunkName(tenant, data), theirs
 }

@@ -14,6 +14,8 @@ import (
 
 // Source is the sandbox a snapshot is taken of.
 type Source struct {
+	// Tenant owns the snapshot; never empty. Its layer's chunks are named
+	// in the tenant's namespace, deduplicated only with its own.
 	Tenant    string
 	SandboxID string
 	// Scope is the disk saved: api.ScopeRoot or api.ScopeWorkspace.
@@ -39,6 +41,11 @@ type Freeze func(ctx context.Context) (thaw func() error, err error)
 // the pending snapshot while the upload goes on in the background.
 func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Snapshot, error) {
 	tStart := time.Now()
+	if src.Tenant == "" {
+		// Its chunks would be named plainly, beside the template base
+		// layers', where every tenant's uploads could find them.
+		return store.Snapshot{}, errors.New("take snapshot: no tenant")
+	}
 	if src.Scope == "" {
 		src.Scope = api.ScopeRoot
 	}

@@ -146,13 +146,17 @@ func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error
 	if err != nil {
 		return fmt.Errorf("diff: %w", err)
 	}
-	extents, ws, err := layer.Write(ctx, e.image(id), ranges, e.chunks(), e.cfg.Parallel)
+	// A tenant's chunks are named in its own namespace, so that its upload
+	// never finds, and so never reveals, another tenant's bytes; a template
+	// base layer (no tenant) is named plainly, shared by all.
+	ns := sn.Tenant
+	extents, ws, err := layer.Write(ctx, e.image(id), ranges, ns, e.chunks(), e.cfg.Parallel)
 	*stored += ws.Stored
 	if err != nil {
 		return fmt.Errorf("write layer: %w", err)
 	}
 	m := layer.Manifest{
-		Version: 1, ID: id, Parent: sn.Parent, DiskSize: sn.DiskBytes, Extents: extents,
+		Version: layer.Version(ns), ID: id, Namespace: ns, Parent: sn.Parent, DiskSize: sn.DiskBytes, Extents: extents,
 		Labels: map[string]string{
 			"tenant": sn.Tenant, "sandbox": sn.SandboxID, "template": sn.Template, "scope": sn.Scope,
 			"created_at": sn.CreatedAt.Format(time.RFC3339Nano),
@@ -202,15 +206,15 @@ func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error
 // verifyChunks checks that every chunk the manifest lists is in the blob
 // store: the manifest is written only then. A chunk's size may differ from
 // the one this upload compressed (another writer stored the same content);
-// its content is checked by its hash on every read.
+// its content is checked against its name on every read.
 func (e *Engine) verifyChunks(ctx context.Context, m layer.Manifest) error {
-	for _, hash := range m.Chunks() {
-		info, err := e.blobs.Stat(ctx, chunkKey(hash))
+	for _, name := range m.Chunks() {
+		info, err := e.blobs.Stat(ctx, chunkKey(name))
 		if err != nil {
-			return fmt.Errorf("verify chunk %s: %w", hash, err)
+			return fmt.Errorf("verify chunk %s: %w", name, err)
 		}
 		if info.Size == 0 {
-			return fmt.Errorf("verify chunk %s: empty object", hash)
+			return fmt.Errorf("verify chunk %s: empty object", name)
 		}
 	}
 	return nil

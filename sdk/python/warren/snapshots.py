@@ -63,7 +63,8 @@ class Snapshot:
         changed_bytes: the data in its layer, what differs from its parent
             (known once durable).
         stored_bytes: what its layer added to the blob store, compressed and
-            without chunks the store already had (known once durable).
+            without chunks the tenant's snapshots had stored already (known
+            once durable); another tenant's chunks are never shared.
         created_at: when it was taken.
         durable_at: when it became durable; None until then.
         ack_duration: seconds the sandbox's filesystem was frozen to take it.
