@@ -23,6 +23,9 @@ import (
 const (
 	h2cPingAfter   = 30 * time.Second
 	h2cPingTimeout = 15 * time.Second
+	// h2cStreamWindow bounds each stream's receive window: 256 streams
+	// (the daemon's bound per sandbox) then hold at most 64 MiB.
+	h2cStreamWindow = 256 << 10
 )
 
 // NewH2C makes a Conn that carries every call and file stream over one
@@ -34,6 +37,12 @@ const (
 // virtio-serial port. Calls that were in flight on a broken connection
 // fail; they are not retried.
 func NewH2C(dial func(ctx context.Context) (net.Conn, error)) *Conn {
+	return newH2C(dial, h2cStreamWindow)
+}
+
+// newH2C is NewH2C with a stream receive window of window bytes (0:
+// HTTP/2's default, 4 MiB).
+func newH2C(dial func(ctx context.Context) (net.Conn, error), window int) *Conn {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	s := newH2CSession(&http.Transport{
@@ -43,6 +52,11 @@ func NewH2C(dial func(ctx context.Context) (net.Conn, error)) *Conn {
 		HTTP2: &http.HTTP2Config{
 			SendPingTimeout: h2cPingAfter,
 			PingTimeout:     h2cPingTimeout,
+			// What a stream may have in flight to us unread: HTTP/2's
+			// default of 4 MiB would let each stalled stream (a slow
+			// client of a streaming exec or a download) hold that much of
+			// the daemon's memory.
+			MaxReceiveBufferPerStream: window,
 		},
 	})
 	c := &http.Client{Transport: s}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +71,13 @@ func (c *onceClosed) Close() error {
 
 // startH2CAgent serves a real agent on a one-client unix socket and returns
 // a NewH2C Conn to it.
-func startH2CAgent(t *testing.T) (*Conn, *oneClient) {
+func startH2CAgent(t testing.TB) (*Conn, *oneClient) {
+	return startH2CAgentWindow(t, h2cStreamWindow)
+}
+
+// startH2CAgentWindow is startH2CAgent with a stream receive window of
+// window bytes (0: HTTP/2's default).
+func startH2CAgentWindow(t testing.TB, window int) (*Conn, *oneClient) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ul, err := net.Listen("unix", sock)
@@ -83,10 +90,10 @@ func startH2CAgent(t *testing.T) (*Conn, *oneClient) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, l) }()
-	conn := NewH2C(func(ctx context.Context) (net.Conn, error) {
+	conn := newH2C(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
-	})
+	}, window)
 	t.Cleanup(func() {
 		conn.Close()
 		cancel()
@@ -171,5 +178,78 @@ func TestH2CRedialsABrokenConnection(t *testing.T) {
 	}
 	if _, n := l.stats(); n != 3 {
 		t.Errorf("agent accepted %d connections, want 3", n)
+	}
+}
+
+// TestH2CStalledStreamsHoldLittle: streams whose reader stopped hold at
+// most a small receive window each on the client side (the daemon), not
+// HTTP/2's default 4 MiB: 256 stalled streams to a VM's agent, the most
+// the daemon lets one sandbox have, would otherwise take 1 GiB of the
+// daemon's memory.
+func TestH2CStalledStreamsHoldLittle(t *testing.T) {
+	conn, _ := startH2CAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{'x'}, 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const streams = 16
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var bodies []io.ReadCloser
+	for range streams {
+		r, _, err := conn.ReadFile(ctx, p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, r)
+	}
+	defer func() {
+		for _, r := range bodies {
+			r.Close()
+		}
+	}()
+	time.Sleep(time.Second) // the agent sends what the windows let it
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapInuse) - int64(before.HeapInuse)
+	t.Logf("heap grew %d KiB with %d stalled 8 MiB streams", grew>>10, streams)
+	if limit := int64(streams) * (1 << 20); grew > limit {
+		t.Errorf("heap grew %d MiB with %d stalled streams, over %d MiB", grew>>20, streams, limit>>20)
+	}
+	// They still deliver everything once read.
+	if got, err := io.ReadAll(bodies[0]); err != nil || len(got) != 8<<20 {
+		t.Errorf("a stalled stream read on: %d bytes, %v", len(got), err)
+	}
+}
+
+// BenchmarkH2CDownload reads a 32 MiB file over h2c with the bounded
+// stream window against HTTP/2's default one, in the same run.
+func BenchmarkH2CDownload(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "big")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{'x'}, 32<<20), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, w := range []struct {
+		name   string
+		window int
+	}{{"window=256KiB", h2cStreamWindow}, {"window=default-4MiB", 0}} {
+		b.Run(w.name, func(b *testing.B) {
+			conn, _ := startH2CAgentWindow(b, w.window)
+			b.SetBytes(32 << 20)
+			for b.Loop() {
+				r, _, err := conn.ReadFile(context.Background(), p, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, err := io.Copy(io.Discard, r); err != nil || n != 32<<20 {
+					b.Fatalf("read %d bytes: %v", n, err)
+				}
+				r.Close()
+			}
+		})
 	}
 }
