@@ -65,6 +65,7 @@ import (
 	"warren/internal/cleanup"
 	"warren/internal/consolelog"
 	"warren/internal/disk"
+	"warren/internal/hostclaim"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
 )
@@ -73,10 +74,14 @@ import (
 const Isolation = "container (shared host kernel)"
 
 // uidBase is the first host uid of slot 0; each slot owns uidsPerSandbox
-// host uids. Far above any uid a host hands out.
+// host uids. Far above any uid a host hands out. maxSlots keeps the last
+// range below 2^32 - 1. A slot is claimed host-wide (package hostclaim), so
+// no two warren servers give two sandboxes the same host uids; its init
+// holds the claim as containerinit.FdClaim for as long as it lives.
 const (
 	uidBase        = 200_000_000
 	uidsPerSandbox = 65536
+	maxSlots       = 60_000
 )
 
 // Options configure the runtime.
@@ -99,8 +104,9 @@ type Runtime struct {
 	// agent.
 	agent *os.File
 
-	slotsMu sync.Mutex   // guards slots
-	slots   map[int]bool // uid ranges held by live sandboxes and spawned inits
+	claims  *hostclaim.Set   // uid ranges, unique on the host across warren servers
+	slotsMu sync.Mutex       // guards slots
+	slots   map[int]*os.File // uid ranges held by live sandboxes and spawned inits, with their host-wide claims
 
 	warmMu    sync.Mutex  // guards warm
 	warm      []*initProc // spawned ahead of time, waiting for a sandbox
@@ -137,13 +143,17 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 			return nil, fmt.Errorf("warm dir: %w", err)
 		}
 	}
+	claims, err := hostclaim.Open("container-uids")
+	if err != nil {
+		return nil, err
+	}
 	agent, err := sealedCopy(agentBinary)
 	if err != nil {
 		return nil, err
 	}
 	return &Runtime{
-		log: log, cgroups: cgroups, opts: opts, agent: agent,
-		slots: map[int]bool{}, refill: make(chan struct{}, 1), stopWarm: func() {},
+		log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims,
+		slots: map[int]*os.File{}, refill: make(chan struct{}, 1), stopWarm: func() {},
 	}, nil
 }
 
@@ -507,7 +517,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		unix.Close(pidfd)
 		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
 	}
-	r.useSlot(st.Slot)
+	r.useSlot(st.Slot, pidfd)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -497,3 +497,48 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestUIDRangesUniqueAcrossServers: two runtimes (two warren servers on
+// one host) never give their sandboxes the same host uids, and a range
+// stays claimed by its init when the daemon that claimed it is gone, until
+// a restarted daemon takes the claim back (Adopt).
+func TestUIDRangesUniqueAcrossServers(t *testing.T) {
+	a, b := newFixture(t, 904), newFixture(t, 905)
+	instA, _ := a.start(t)
+	instB, _ := b.start(t)
+	slotA, slotB := stateOf(t, instA).Slot, stateOf(t, instB).Slot
+	if slotA == slotB {
+		t.Fatalf("two servers' sandboxes share uid range %d", slotA)
+	}
+	// Server a's daemon dies: its own hold of the claim goes, its init's
+	// stays.
+	a.rt.freeSlot(slotA)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	other, err := New(log, a.cg, agentPath, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := other.allocSlot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.freeSlot(n)
+	if n == slotA || n == slotB {
+		t.Errorf("a third server took uid range %d, held by a running sandbox (%d, %d)", n, slotA, slotB)
+	}
+	restarted, err := New(log, a.cg, agentPath, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := restarted.Adopt(context.Background(), a.spec, instA.State())
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	t.Cleanup(func() { adopted.Stop(context.Background()) })
+	restarted.slotsMu.Lock()
+	held := restarted.slots[slotA]
+	restarted.slotsMu.Unlock()
+	if held == nil {
+		t.Error("the restarted daemon did not take the adopted sandbox's claim back")
+	}
+}

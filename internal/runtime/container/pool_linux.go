@@ -71,7 +71,10 @@ const (
 // stderr are the FIFO, drained into the log (package consolelog), never
 // the log itself.
 func (r *Runtime) spawn(dir, sockName, consoleName string) (_ *initProc, err error) {
-	slot := r.allocSlot()
+	slot, claim, err := r.allocSlot()
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			r.freeSlot(slot)
@@ -122,7 +125,7 @@ func (r *Runtime) spawn(dir, sockName, consoleName string) (_ *initProc, err err
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Stdout:     out,
 		Stderr:     out,
-		ExtraFiles: []*os.File{lnFile, childSync, r.agent}, // containerinit.Fd*: 3, 4, 5
+		ExtraFiles: []*os.File{lnFile, childSync, r.agent, claim}, // containerinit.Fd*: 3, 4, 5, 6
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
@@ -260,29 +263,44 @@ func (r *Runtime) keepWarm(ctx context.Context) {
 	}
 }
 
-// allocSlot reserves the lowest free uid range.
-func (r *Runtime) allocSlot() int {
+// allocSlot reserves the lowest uid range free on the host, and returns its
+// claim for the init to hold.
+func (r *Runtime) allocSlot() (int, *os.File, error) {
 	r.slotsMu.Lock()
 	defer r.slotsMu.Unlock()
-	for n := 0; ; n++ {
-		if !r.slots[n] {
-			r.slots[n] = true
-			return n
+	n, claim, err := r.claims.Take(maxSlots, func(n int) bool { _, held := r.slots[n]; return held })
+	if err != nil {
+		return 0, nil, fmt.Errorf("sandbox uid range: %w", err)
+	}
+	r.slots[n] = claim
+	return n, claim, nil
+}
+
+// useSlot marks an adopted sandbox's uid range as taken, taking its claim
+// back from its init (pidfd). An init of a daemon from before the claims
+// holds none: the slot is then claimed here if no one else has it.
+func (r *Runtime) useSlot(n, pidfd int) {
+	claim, err := r.claims.Adopt(n, pidfd, containerinit.FdClaim)
+	if err != nil {
+		var taken error
+		if _, claim, taken = r.claims.Take(n+1, func(m int) bool { return m != n }); taken != nil {
+			r.log.Error("adopted sandbox's uid range is not claimed host-wide", "slot", n, "err", errors.Join(err, taken))
 		}
 	}
-}
-
-// useSlot marks an adopted sandbox's uid range as taken.
-func (r *Runtime) useSlot(n int) {
 	r.slotsMu.Lock()
-	r.slots[n] = true
+	r.slots[n] = claim
 	r.slotsMu.Unlock()
 }
 
+// freeSlot frees a uid range whose init is gone.
 func (r *Runtime) freeSlot(n int) {
 	r.slotsMu.Lock()
+	claim := r.slots[n]
 	delete(r.slots, n)
 	r.slotsMu.Unlock()
+	if claim != nil {
+		claim.Close()
+	}
 }
 
 // setIdleClass puts thread tid (0: the calling thread) in scheduling class

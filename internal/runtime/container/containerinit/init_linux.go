@@ -40,6 +40,7 @@ const (
 	FdListener = 3 // the agent's listening socket; the agent serves on it
 	FdSync     = 4 // socketpair to the runtime: Config and the root mount come in, an error or EOF goes out
 	FdSelf     = 5 // the agent binary (a sealed memfd) the init was executed from; closed at once
+	FdClaim    = 6 // the host-wide claim of the sandbox's uid range (package hostclaim): held for the init's life, never inherited
 )
 
 // Config is what the runtime tells the init, as JSON in the message that
@@ -75,6 +76,7 @@ func Started() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
 // it reports the error to the runtime and exits.
 func Setup(joinWork func(tasks []int) error) {
 	unix.Close(FdSelf)
+	unix.CloseOnExec(FdClaim)
 	if err := setup(joinWork); err != nil {
 		unix.Write(FdSync, []byte(err.Error()))
 		os.Exit(1)
