@@ -27,6 +27,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/cleanup"
 	"warren/internal/consolelog"
+	"warren/internal/hostclaim"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
 	"warren/internal/vmm/jail"
@@ -111,9 +112,14 @@ type VMM struct {
 	opts Options
 	log  *slog.Logger
 
-	uidMu sync.Mutex      // guards uids
-	uids  map[uint32]bool // uids held by live machines
+	claims *hostclaim.Set      // the uids, unique on the host across warren servers
+	uidMu  sync.Mutex          // guards uids
+	uids   map[uint32]*os.File // uids held by live machines, with their host-wide claims
 }
+
+// fdClaim is QEMU's descriptor of its uid's host-wide claim (package
+// hostclaim), which it holds, unused, for its life: the first it inherits.
+const fdClaim = 3
 
 var _ vmm.VMM = (*VMM)(nil)
 
@@ -149,43 +155,64 @@ func New(opts Options) (*VMM, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &VMM{opts: opts, log: log.With("subsystem", "qemu"), uids: map[uint32]bool{}}, nil
+	claims, err := hostclaim.Open(fmt.Sprintf("vm-uids-%d", opts.UIDBase))
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	return &VMM{opts: opts, log: log.With("subsystem", "qemu"), claims: claims, uids: map[uint32]*os.File{}}, nil
 }
 
 // Name implements vmm.VMM.
 func (v *VMM) Name() string { return "qemu" }
 
-func (v *VMM) allocUID() (uint32, error) {
+func (v *VMM) allocUID() (uint32, *os.File, error) {
 	v.uidMu.Lock()
 	defer v.uidMu.Unlock()
-	for i := range v.opts.UIDCount {
-		uid := v.opts.UIDBase + i
-		if !v.uids[uid] {
-			v.uids[uid] = true
-			return uid, nil
-		}
+	i, claim, err := v.claims.Take(int(v.opts.UIDCount), func(i int) bool {
+		_, held := v.uids[v.opts.UIDBase+uint32(i)]
+		return held
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("machine uid: %w", err)
 	}
-	return 0, fmt.Errorf("all %d machine uids are in use", v.opts.UIDCount)
+	uid := v.opts.UIDBase + uint32(i)
+	v.uids[uid] = claim
+	return uid, claim, nil
 }
 
-// reserveUID marks uid, of the VMM's range, held by a machine.
-func (v *VMM) reserveUID(uid uint32) error {
+// reserveUID marks uid, of the VMM's range, held by the machine of process
+// pidfd, taking its host-wide claim back from it (a QEMU of a daemon from
+// before the claims holds none: the uid is then claimed here if no one
+// else has it).
+func (v *VMM) reserveUID(uid uint32, pidfd int) error {
 	if uid < v.opts.UIDBase || uid-v.opts.UIDBase >= v.opts.UIDCount {
 		return fmt.Errorf("uid %d is not one of the machine uids [%d, %d)", uid, v.opts.UIDBase, uint64(v.opts.UIDBase)+uint64(v.opts.UIDCount))
 	}
 	v.uidMu.Lock()
 	defer v.uidMu.Unlock()
-	if v.uids[uid] {
+	if _, held := v.uids[uid]; held {
 		return fmt.Errorf("uid %d is held by another machine", uid)
 	}
-	v.uids[uid] = true
+	i := int(uid - v.opts.UIDBase)
+	claim, err := v.claims.Adopt(i, pidfd, fdClaim)
+	if err != nil {
+		var taken error
+		if _, claim, taken = v.claims.Take(i+1, func(j int) bool { return j != i }); taken != nil {
+			v.log.Error("attached machine's uid is not claimed host-wide", "uid", uid, "err", errors.Join(err, taken))
+		}
+	}
+	v.uids[uid] = claim
 	return nil
 }
 
 func (v *VMM) freeUID(uid uint32) {
 	v.uidMu.Lock()
+	claim := v.uids[uid]
 	delete(v.uids, uid)
 	v.uidMu.Unlock()
+	if claim != nil {
+		claim.Close()
+	}
 }
 
 // limits are the cgroup limits of a machine.
@@ -286,7 +313,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	}()
 	keep := func(f *os.File) { parentFiles = append(parentFiles, f) }
 
-	uid, err := v.allocUID()
+	uid, claim, err := v.allocUID()
 	if err != nil {
 		return nil, err
 	}
@@ -345,6 +372,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 		extra = append(extra, f)
 		return 3 + len(extra) - 1
 	}
+	inherit(claim) // the first: fdClaim
 	l := layout{
 		qmpFD:     inherit(qmpLn),
 		agentFD:   inherit(agentLn),
@@ -526,7 +554,7 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 	if got, err := processStartTime(pid); err != nil || got != startTime || pidfdExited(pidfd) {
 		return nil, fmt.Errorf("%w: process %d is not the machine's any more", vmm.ErrExited, pid)
 	}
-	if err := v.reserveUID(uid); err != nil {
+	if err := v.reserveUID(uid, pidfd); err != nil {
 		return nil, err
 	}
 	undo.Add(func() { v.freeUID(uid) })

@@ -136,7 +136,7 @@ func (e *env) released(t *testing.T, m *Machine) {
 		t.Errorf("qemu pid %d still runs", m.pid)
 	}
 	e.v.uidMu.Lock()
-	held := e.v.uids[m.uid]
+	_, held := e.v.uids[m.uid]
 	e.v.uidMu.Unlock()
 	if held {
 		t.Errorf("uid %d still held", m.uid)
@@ -742,4 +742,26 @@ func TestWorkspaceDisk(t *testing.T) {
 	m.Kill(ctxT(t))
 	r := e.start(t, freshPaths(t, cfg), vmm.StartOptions{RestoreFrom: snap})
 	wantState(t, r, vmm.StateRunning)
+}
+
+// TestMachineUIDsUniqueAcrossServers: two VMMs (two warren servers on one
+// host) never give their machines the same uid.
+func TestMachineUIDsUniqueAcrossServers(t *testing.T) {
+	a, b := newEnv(t), newEnv(t)
+	ua, ca, err := a.v.allocUID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.v.freeUID(ua)
+	ub, _, err := b.v.allocUID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.v.freeUID(ub)
+	if ua == ub {
+		t.Fatalf("two VMMs handed out uid %d", ua)
+	}
+	if ca == nil {
+		t.Error("no claim for an allocated uid")
+	}
 }
