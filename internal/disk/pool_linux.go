@@ -34,6 +34,10 @@ type Pool struct {
 	// descriptor, keeps the device attached: with autoclear the kernel
 	// detaches it once it is unmounted and no longer open.
 	loop *Loop
+	// stopTrim ends the trimmer, which closes trimDone when it is gone;
+	// both are nil when the pool does not trim (see startTrimmer).
+	stopTrim context.CancelFunc
+	trimDone chan struct{}
 }
 
 // Open prepares the image directory dataDir/disks and finds the best way to
@@ -51,6 +55,12 @@ func Open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 	}
 	if opts.XFSImageSize == 0 {
 		opts.XFSImageSize = DefaultXFSImageSize
+	}
+	if opts.TrimInterval < 0 {
+		return nil, fmt.Errorf("open disk pool: negative trim interval %v", opts.TrimInterval)
+	}
+	if opts.TrimInterval == 0 {
+		opts.TrimInterval = DefaultTrimInterval
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("open disk pool: %w", err)
@@ -71,6 +81,9 @@ func Open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 	p, err := open(ctx, root, log, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open disk pool: %w", err)
+	}
+	if p.mode == CloneReflinkXFSLoop {
+		p.startTrimmer(log, opts.TrimInterval)
 	}
 	log.Info("disk pool open", "dir", p.dir, "clone", p.mode.String())
 	return p, nil
@@ -283,10 +296,15 @@ func (p *Pool) Dir() string { return p.dir }
 // Mode is how Clone works in this pool.
 func (p *Pool) Mode() CloneMode { return p.mode }
 
-// Close releases the descriptors the pool holds. It leaves the XFS image
-// mounted, for the next Open to reuse. Close must not be called concurrently
-// with itself.
+// Close stops the trimmer and releases the descriptors the pool holds. It
+// leaves the XFS image mounted, for the next Open to reuse. Close must not
+// be called concurrently with itself.
 func (p *Pool) Close() error {
+	if p.stopTrim != nil {
+		p.stopTrim()
+		<-p.trimDone
+		p.stopTrim = nil
+	}
 	if p.loop == nil {
 		return nil
 	}
