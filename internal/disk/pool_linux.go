@@ -34,6 +34,9 @@ type Pool struct {
 	// descriptor, keeps the device attached: with autoclear the kernel
 	// detaches it once it is unmounted and no longer open.
 	loop *Loop
+	// image is the XFS image's path in the CloneReflinkXFSLoop mode, ""
+	// otherwise.
+	image string
 	// stopTrim ends the trimmer, which closes trimDone when it is gone;
 	// both are nil when the pool does not trim (see startTrimmer).
 	stopTrim context.CancelFunc
@@ -119,7 +122,7 @@ func open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 		}
 		return &Pool{dir: disks, mode: CloneCopy}, nil
 	}
-	return &Pool{dir: disks, mode: CloneReflinkXFSLoop, loop: loop}, nil
+	return &Pool{dir: disks, mode: CloneReflinkXFSLoop, loop: loop, image: image}, nil
 }
 
 // mountAt returns the topmost mount whose mount point is path, if any.
@@ -150,7 +153,7 @@ func adoptMount(disks, image string, m mountinfo.Mount, log *slog.Logger) (*Pool
 	}
 	if loopBacking(m.Source) == image {
 		log.Info("reusing mounted xfs image", "dir", disks, "device", m.Source)
-		return &Pool{dir: disks, mode: CloneReflinkXFSLoop}, nil
+		return &Pool{dir: disks, mode: CloneReflinkXFSLoop, image: image}, nil
 	}
 	return &Pool{dir: disks, mode: CloneReflink}, nil
 }

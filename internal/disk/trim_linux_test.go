@@ -135,7 +135,7 @@ func TestTrimGivesSpaceBack(t *testing.T) {
 	if err := p.Clone(ctx, template, sandbox); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Trim(ctx); err != nil {
+	if err := p.Trim(ctx); err != nil {
 		t.Fatal(err)
 	}
 	base := allocated(t, image)
@@ -191,8 +191,8 @@ func waitAllocated(t *testing.T, path string, want int64, what string) {
 // left to its operator's discard policy.
 func TestTrimOtherModes(t *testing.T) {
 	p := &Pool{dir: t.TempDir(), mode: CloneCopy}
-	if n, err := p.Trim(context.Background()); n != 0 || err != nil {
-		t.Errorf("Trim of a copy-mode pool = %d, %v; want 0, nil", n, err)
+	if err := p.Trim(context.Background()); err != nil {
+		t.Errorf("Trim of a copy-mode pool: %v", err)
 	}
 	if _, err := Open(context.Background(), t.TempDir(), nil, Options{TrimInterval: -time.Second}); err == nil {
 		t.Error("Open with a negative trim interval: no error")
@@ -236,14 +236,14 @@ func BenchmarkDiscard(b *testing.B) {
 			}
 			syncFS(b, p.Dir())
 			b.StartTimer()
-			if _, err := p.Trim(context.Background()); err != nil {
+			if err := p.Trim(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("pool-trim/idle", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := p.Trim(context.Background()); err != nil {
+			if err := p.Trim(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}

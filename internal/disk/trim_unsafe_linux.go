@@ -17,12 +17,11 @@ type fstrimRange struct {
 	start, len, minlen uint64
 }
 
-// fiTrim discards every free extent of the filesystem that fd is open on
-// and returns how many bytes the filesystem reports it trimmed.
-func fiTrim(fd uintptr) (uint64, error) {
+// fiTrim discards every free extent of the filesystem that fd is open on.
+func fiTrim(fd uintptr) error {
 	r := fstrimRange{len: ^uint64(0)}
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, fitrim, uintptr(unsafe.Pointer(&r))); errno != 0 {
-		return 0, errno
+		return errno
 	}
-	return r.len, nil
+	return nil
 }
