@@ -212,6 +212,7 @@ func BenchmarkDiscard(b *testing.B) {
 			if err := MakeExt4(context.Background(), img, 4<<30); err != nil {
 				b.Fatal(err)
 			}
+			b.Cleanup(func() { os.Remove(img) }) // after the unmount
 			dir := mountExt4(b, img, discard)
 			for b.Loop() {
 				b.StopTimer()
