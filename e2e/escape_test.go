@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -366,4 +368,49 @@ func TestEscapeFilesAsUser(t *testing.T) {
 	if fi, err := cl.WriteFile(ctx, id, "new/file", strings.NewReader("x"), 0o600, "user"); err != nil || fi.Owner != "user" {
 		t.Errorf("write in its home as user: %+v %v", fi, err)
 	}
+}
+
+// TestEscapeHostInfo is the regression test of issue 13, item 13: a
+// sandbox read the host's boot arguments, its disks and every sandbox's
+// loop device, its crash-dump layout, its boot id, and host paths under
+// /proc/1/fd. Each now reads empty, as the sandbox's own, or not at all.
+// /proc/meminfo, /proc/loadavg and /proc/uptime stay the host's (see
+// docs/ARCHITECTURE.md).
+func TestEscapeHostInfo(t *testing.T) {
+	need(t)
+	id := shared.newSandbox(t)
+	read := func(p string) string {
+		t.Helper()
+		return inSandbox(t, id, "", "cat "+p+" 2>&1").Stdout
+	}
+	hostCmdline, _ := os.ReadFile("/proc/cmdline")
+	hostLoops, _ := filepath.Glob("/sys/block/loop*")
+	if len(hostLoops) == 0 || len(bytes.TrimSpace(hostCmdline)) == 0 {
+		t.Fatalf("the host shows no loop devices (%v) or no command line (%q): nothing to compare", hostLoops, hostCmdline)
+	}
+	for _, p := range []string{"/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/sys/kernel/vmcoreinfo"} {
+		if got := read(p); got != "" {
+			t.Errorf("%s in the sandbox: %q, want it empty", p, got)
+		}
+	}
+	res := inSandbox(t, id, "", "ls -A /sys/block /sys/class/block /sys/dev/block /sys/devices/virtual/block /sys/fs/ext4 /sys/fs/xfs 2>&1; find /sys -name 'loop[0-9]*' -o -name 'vd[a-z]' 2>/dev/null")
+	for _, loop := range hostLoops {
+		if name := filepath.Base(loop); regexp.MustCompile(`\b` + name + `\b`).MatchString(res.Stdout) {
+			t.Errorf("the sandbox sees the host's block device %s:\n%s", name, res.Stdout)
+		}
+	}
+	hostBoot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	boot := read("/proc/sys/kernel/random/boot_id")
+	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n$`).MatchString(boot) || boot == string(hostBoot) {
+		t.Errorf("the sandbox's boot_id %q, the host's %q: want a random one of its own", boot, hostBoot)
+	}
+	if res := inSandbox(t, id, "", "echo x > /proc/sys/kernel/random/boot_id"); res.ExitCode == 0 {
+		t.Error("the sandbox's root rewrote its boot_id")
+	}
+	// Its init's descriptors are not its root's to read.
+	if res := inSandbox(t, id, "", "ls -l /proc/1/fd"); res.ExitCode == 0 {
+		t.Errorf("the sandbox's root lists /proc/1/fd:\n%s", res.Stdout)
+	}
+	t.Logf("still the host's in the sandbox: %q, loadavg %q, uptime %q", strings.SplitN(read("/proc/meminfo"), "\n", 2)[0],
+		strings.TrimSpace(read("/proc/loadavg")), strings.TrimSpace(read("/proc/uptime")))
 }

@@ -354,6 +354,30 @@ func TestVMEscape(t *testing.T) {
 		t.Logf("mount attempts:\n%s", res.Stdout)
 	})
 
+	// The guest's kernel was booted with warren's arguments only: nothing
+	// of the host's command line, and its boot id is its own. Its root
+	// disk passes discards down (ext4 -o discard, QEMU discard=unmap).
+	t.Run("host kernel", func(t *testing.T) {
+		res := vmExec(t, id, "cat /proc/cmdline /proc/sys/kernel/random/boot_id; grep ' / ' /proc/mounts; cat /sys/block/vda/queue/discard_max_bytes", time.Minute)
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("guest output %q %q", res.Stdout, res.Stderr)
+		}
+		for _, arg := range strings.Fields(lines[0]) {
+			switch {
+			case arg == "console=ttyS0", arg == "panic=-1", strings.HasPrefix(arg, "warren."):
+			default:
+				t.Errorf("the guest's kernel command line %q holds %q, not one of warren's", lines[0], arg)
+			}
+		}
+		if hostBoot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id"); lines[1] == strings.TrimSpace(string(hostBoot)) {
+			t.Errorf("the guest's boot id is the host's")
+		}
+		if !strings.Contains(lines[2], "discard") || lines[3] == "0" {
+			t.Errorf("the guest's root disk does not discard: mount %q, discard_max_bytes %q", lines[2], lines[3])
+		}
+	})
+
 	// Root of the guest owns its kernel: every capability, its own clock and
 	// hostname. None of it is the host's.
 	t.Run("guest root", func(t *testing.T) {

@@ -34,6 +34,13 @@ type Pool struct {
 	// descriptor, keeps the device attached: with autoclear the kernel
 	// detaches it once it is unmounted and no longer open.
 	loop *Loop
+	// image is the XFS image's path in the CloneReflinkXFSLoop mode, ""
+	// otherwise.
+	image string
+	// stopTrim ends the trimmer, which closes trimDone when it is gone;
+	// both are nil when the pool does not trim (see startTrimmer).
+	stopTrim context.CancelFunc
+	trimDone chan struct{}
 }
 
 // Open prepares the image directory dataDir/disks and finds the best way to
@@ -51,6 +58,12 @@ func Open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 	}
 	if opts.XFSImageSize == 0 {
 		opts.XFSImageSize = DefaultXFSImageSize
+	}
+	if opts.TrimInterval < 0 {
+		return nil, fmt.Errorf("open disk pool: negative trim interval %v", opts.TrimInterval)
+	}
+	if opts.TrimInterval == 0 {
+		opts.TrimInterval = DefaultTrimInterval
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("open disk pool: %w", err)
@@ -71,6 +84,9 @@ func Open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 	p, err := open(ctx, root, log, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open disk pool: %w", err)
+	}
+	if p.mode == CloneReflinkXFSLoop {
+		p.startTrimmer(log, opts.TrimInterval)
 	}
 	log.Info("disk pool open", "dir", p.dir, "clone", p.mode.String())
 	return p, nil
@@ -106,7 +122,7 @@ func open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 		}
 		return &Pool{dir: disks, mode: CloneCopy}, nil
 	}
-	return &Pool{dir: disks, mode: CloneReflinkXFSLoop, loop: loop}, nil
+	return &Pool{dir: disks, mode: CloneReflinkXFSLoop, loop: loop, image: image}, nil
 }
 
 // mountAt returns the topmost mount whose mount point is path, if any.
@@ -137,7 +153,7 @@ func adoptMount(disks, image string, m mountinfo.Mount, log *slog.Logger) (*Pool
 	}
 	if loopBacking(m.Source) == image {
 		log.Info("reusing mounted xfs image", "dir", disks, "device", m.Source)
-		return &Pool{dir: disks, mode: CloneReflinkXFSLoop}, nil
+		return &Pool{dir: disks, mode: CloneReflinkXFSLoop, image: image}, nil
 	}
 	return &Pool{dir: disks, mode: CloneReflink}, nil
 }
@@ -283,10 +299,15 @@ func (p *Pool) Dir() string { return p.dir }
 // Mode is how Clone works in this pool.
 func (p *Pool) Mode() CloneMode { return p.mode }
 
-// Close releases the descriptors the pool holds. It leaves the XFS image
-// mounted, for the next Open to reuse. Close must not be called concurrently
-// with itself.
+// Close stops the trimmer and releases the descriptors the pool holds. It
+// leaves the XFS image mounted, for the next Open to reuse. Close must not
+// be called concurrently with itself.
 func (p *Pool) Close() error {
+	if p.stopTrim != nil {
+		p.stopTrim()
+		<-p.trimDone
+		p.stopTrim = nil
+	}
 	if p.loop == nil {
 		return nil
 	}

@@ -44,7 +44,7 @@ func TestCommandLineTCG(t *testing.T) {
 		"-m":       "256M",
 		"-smp":     "2",
 		"-sandbox": "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-		"-drive":   "if=none,id=root,format=raw,file=/dev/fdset/1,cache=none,file.locking=off",
+		"-drive":   "if=none,id=root,format=raw,file=/dev/fdset/1,cache=none,file.locking=off,discard=unmap,detect-zeroes=unmap",
 		"-serial":  "chardev:console",
 		"-mon":     "chardev=qmp,mode=control",
 		"-name":    "guest=sb-1,debug-threads=on",
@@ -93,7 +93,7 @@ func TestCommandLineKVM(t *testing.T) {
 		"-initrd":   "/vm/initrd",
 		"-append":   "console=ttyS0 quiet, panic=-1",
 		"-incoming": "defer",
-		"-drive":    "if=none,id=root,format=raw,file=/dev/fdset/1,cache=writeback,file.locking=off",
+		"-drive":    "if=none,id=root,format=raw,file=/dev/fdset/1,cache=writeback,file.locking=off,discard=unmap,detect-zeroes=unmap",
 	} {
 		if got := option(args, flag, 0); got != want {
 			t.Errorf("%s %q, want %q", flag, got, want)
@@ -121,8 +121,8 @@ func TestCommandLineWorkspace(t *testing.T) {
 		cfg := &vmm.Config{ID: "sb-3", MemoryMiB: 256, VCPUs: 1, Accel: tc.accel, Workspace: "/data/ws.img"}
 		args := commandLine(cfg, l)
 		wantDrives := []string{
-			"if=none,id=root,format=raw,file=/dev/fdset/1,cache=none,file.locking=off",
-			"if=none,id=workspace,format=raw,file=/dev/fdset/3,cache=writeback,file.locking=off",
+			"if=none,id=root,format=raw,file=/dev/fdset/1,cache=none,file.locking=off,discard=unmap,detect-zeroes=unmap",
+			"if=none,id=workspace,format=raw,file=/dev/fdset/3,cache=writeback,file.locking=off,discard=unmap,detect-zeroes=unmap",
 		}
 		if got := all(args, "-drive"); !slices.Equal(got, wantDrives) {
 			t.Errorf("%s: drives %q, want %q", tc.accel, got, wantDrives)

@@ -14,15 +14,30 @@ import (
 // /dev. Nothing else: no block devices, no /dev/kvm, no /dev/mem.
 var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// maskedFiles hide host information or kernel interfaces that /proc exposes
-// even inside namespaces; /dev/null is bound over each.
+// maskedFiles hide host information or kernel interfaces that /proc and
+// /sys expose even inside namespaces; /dev/null is bound over each. The
+// host's boot arguments, its disks and every sandbox's loop device with
+// their I/O counters (a neighbour's activity), and the kernel's crash-dump
+// layout (addresses that defeat KASLR).
 var maskedFiles = []string{
 	"proc/kcore", "proc/keys", "proc/timer_list", "proc/sched_debug",
 	"proc/sysrq-trigger", "proc/latency_stats", "proc/kallsyms",
+	"proc/cmdline", "proc/partitions", "proc/diskstats", "sys/kernel/vmcoreinfo",
 }
 
-// maskedDirs get an empty read-only tmpfs over them.
-var maskedDirs = []string{"proc/acpi", "proc/scsi", "sys/firmware"}
+// maskedDirs get an empty read-only tmpfs over them: firmware tables, and
+// every view sysfs gives of the host's block devices (the sandboxes' loop
+// devices among them, and the per-device ext4 and xfs directories named
+// after them).
+var maskedDirs = []string{
+	"proc/acpi", "proc/scsi", "sys/firmware",
+	"sys/block", "sys/class/block", "sys/dev/block", "sys/devices/virtual/block",
+	"sys/fs/ext4", "sys/fs/xfs",
+}
+
+// bootID is the file that names the kernel's boot; the sandbox gets a
+// random one of its own, as a machine that just booted would.
+const bootID = "proc/sys/kernel/random/boot_id"
 
 // readOnly are made read-only: bound on themselves, then remounted.
 var readOnly = []string{"proc/sys", "proc/irq", "proc/bus", "proc/fs"}
@@ -89,7 +104,8 @@ func mountSystem() error {
 	return maskProc()
 }
 
-// maskProc hides and write-protects the parts of /proc and /sys listed above.
+// maskProc hides and write-protects the parts of /proc and /sys listed
+// above, and gives the sandbox a boot id of its own.
 func maskProc() error {
 	for _, f := range maskedFiles {
 		if _, err := os.Lstat(f); errors.Is(err, os.ErrNotExist) {
@@ -107,6 +123,9 @@ func maskProc() error {
 			return fmt.Errorf("mask %s: %w", d, err)
 		}
 	}
+	if err := ownBootID(); err != nil {
+		return err
+	}
 	for _, p := range readOnly {
 		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -118,6 +137,32 @@ func maskProc() error {
 		if err := unix.Mount(p, p, "", flags, ""); err != nil {
 			return fmt.Errorf("read-only %s: %w", p, err)
 		}
+	}
+	return nil
+}
+
+// ownBootID binds a file holding a random UUID over the host's boot_id,
+// read-only. The file is made in the sandbox's /dev tmpfs and unlinked
+// there once bound: the mount alone keeps it.
+func ownBootID() error {
+	var b [16]byte
+	if _, err := unix.Getrandom(b[:], 0); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	const tmp = "dev/.boot_id"
+	if err := os.WriteFile(tmp, []byte(id), 0o444); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	defer os.Remove(tmp)
+	if err := unix.Mount(tmp, bootID, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind boot id: %w", err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount(tmp, bootID, "", flags, ""); err != nil {
+		return fmt.Errorf("read-only boot id: %w", err)
 	}
 	return nil
 }
