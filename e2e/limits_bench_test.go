@@ -94,3 +94,25 @@ func report(b *testing.B, before, after int64) {
 	b.ReportMetric(float64(after)/(1<<20), "MiB-after")
 	b.ReportMetric(float64(after)/float64(before), "after/before")
 }
+
+// BenchmarkAgentMemoryUnderAttack is a sandbox agent's RSS idle and at its
+// peak with 40 streaming `yes` whose readers stopped reading (issue 13,
+// item 7: it reached 498 MB and was OOM-killed): the agent's output
+// buffers are bounded in total.
+func BenchmarkAgentMemoryUnderAttack(b *testing.B) {
+	need(b)
+	for b.Loop() {
+		b.StopTimer()
+		sb, err := shared.client().CreateSandbox(context.Background(), api.CreateSandboxRequest{MemoryMB: 512, CPUs: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		agent := initPid(b, sb.ID)
+		b.StartTimer()
+		before := rssOf(b, agent)
+		report(b, before, stalledStreamsPeak(b, sb.ID, agent, 40))
+		b.StopTimer()
+		shared.client().DeleteSandbox(context.Background(), sb.ID)
+		b.StartTimer()
+	}
+}

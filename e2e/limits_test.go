@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"warren/api"
-	"warren/client"
 	"warren/internal/runtime"
 	"warren/internal/server"
 )
@@ -126,31 +125,10 @@ func TestAgentOutlivesSlowReaders(t *testing.T) {
 	agent := initPid(t, sb.ID)
 	before := rssOf(t, agent)
 
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var streams []*client.EventStream
-	for range 40 {
-		s, err := cl.ExecStream(sctx, sb.ID, api.ExecRequest{Cmd: []string{"yes", strings.Repeat("y", 1000)}})
-		if err != nil {
-			t.Fatalf("stream %d: %v", len(streams), err)
-		}
-		if _, err := s.Next(); err != nil { // it started; now stop reading
-			t.Fatal(err)
-		}
-		streams = append(streams, s)
-	}
-	var peak int64
-	for range 16 {
-		time.Sleep(500 * time.Millisecond)
-		peak = max(peak, rssOf(t, agent))
-	}
+	peak := stalledStreamsPeak(t, sb.ID, agent, 40)
 	t.Logf("agent RSS %d MiB idle, peak %d MiB with 40 stalled streams", before>>20, peak>>20)
 	if peak > 160<<20 {
 		t.Errorf("the agent's RSS reached %d MiB with 40 stalled streams (idle: %d MiB); want its buffers bounded", peak>>20, before>>20)
-	}
-	stop()
-	for _, s := range streams {
-		s.Close()
 	}
 
 	// The sandbox's processes run in the work subgroup; the group adds the
@@ -182,6 +160,32 @@ func TestAgentOutlivesSlowReaders(t *testing.T) {
 	if got, err := cl.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
 		t.Errorf("sandbox after: %v %+v", err, got)
 	}
+}
+
+// stalledStreamsPeak starts n streaming `yes` in sandbox id, stops reading
+// each after its first event, and returns the peak RSS of process pid (the
+// sandbox's agent) over the next 8 s; then it closes the streams.
+func stalledStreamsPeak(t testing.TB, id string, pid, n int) int64 {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	cl := shared.client()
+	for i := range n {
+		s, err := cl.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"yes", strings.Repeat("y", 1000)}})
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		defer s.Close()
+		if _, err := s.Next(); err != nil { // it started; now stop reading
+			t.Fatal(err)
+		}
+	}
+	var peak int64
+	for range 16 {
+		time.Sleep(500 * time.Millisecond)
+		peak = max(peak, rssOf(t, pid))
+	}
+	return peak
 }
 
 // TestExecConcurrencyBounded: the execs open at once on one sandbox are

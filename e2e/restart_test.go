@@ -169,7 +169,7 @@ func countInCgroup(id string) int {
 
 // initPid finds the host pid of a sandbox's init: the process in the
 // sandbox's cgroup that is PID 1 of its own pid namespace.
-func initPid(t *testing.T, id string) int {
+func initPid(t testing.TB, id string) int {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
 	for _, p := range procs {
