@@ -29,6 +29,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/ident"
 	"warren/internal/network"
+	"warren/internal/reqid"
 	"warren/internal/runtime"
 	"warren/internal/snapshot"
 	"warren/internal/store"
@@ -332,8 +333,8 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 	log := m.log.With("sandbox", rec.ID)
 
 	if err := m.start(ctx, rt, &rec, src); err != nil {
-		log.Warn("sandbox failed to start", "err", err)
-		rec.State, rec.Error = api.StateFailed, "start failed: "+err.Error()
+		log.Warn("sandbox failed to start", "request_id", reqid.From(ctx), "err", err)
+		rec.State, rec.Error = api.StateFailed, startReason(ctx, err, m.cfg.StartTimeout)
 		if uerr := m.deps.Store.UpdateSandbox(context.WithoutCancel(ctx), &rec); uerr != nil {
 			log.Error("record failed sandbox", "err", uerr)
 		}
@@ -344,6 +345,42 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 	}
 	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template, "origin", rec.Origin)
 	return m.view(rec), nil
+}
+
+// startFailure is a step of start that failed, in words for the sandbox's
+// owner; the error under it, with host paths and internal detail, goes to
+// the node's log only.
+type startFailure struct {
+	step string
+	err  error
+}
+
+func (f *startFailure) Error() string { return f.step + ": " + f.err.Error() }
+func (f *startFailure) Unwrap() error { return f.err }
+
+// failed wraps err, if any, as the failure of step.
+func failed(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &startFailure{step: step, err: err}
+}
+
+// startReason is a failed start's record error: what failed, and the
+// request whose log lines say why.
+func startReason(ctx context.Context, err error, timeout time.Duration) string {
+	step := "the node could not start it"
+	var f *startFailure
+	if errors.As(err, &f) {
+		step = f.step
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		step = fmt.Sprintf("it did not start within %s", timeout)
+	}
+	if id := reqid.From(ctx); id != "" {
+		return fmt.Sprintf("start failed: %s (request %s: the node's log has the detail)", step, id)
+	}
+	return "start failed: " + step
 }
 
 // start clones the disk and boots the sandbox; on failure it leaves nothing
@@ -361,24 +398,24 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	undo.Add(att.undo)
 	diskPath := m.diskPath(rec.ID)
 	if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
-		return fmt.Errorf("clone disk: %w", err)
+		return failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))
 	}
 	undo.Add(func() { os.Remove(diskPath) })
 	if want := rec.DiskMB << 20; want > src.size {
 		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
-			return fmt.Errorf("grow disk: %w", err)
+			return failed("its disk could not be made", fmt.Errorf("grow disk: %w", err))
 		}
 	}
 	if rec.WorkspaceMB > 0 {
 		ws := m.workspacePath(rec.ID)
 		if err := m.workspaceDisk(ctx, src.workspace, ws, rec.WorkspaceMB<<20); err != nil {
-			return err
+			return failed("its workspace disk could not be made", err)
 		}
 		undo.Add(func() { os.Remove(ws) })
 	}
 	dir := m.stateDir(rec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("sandbox dir: %w", err)
+		return failed("the node could not prepare it", fmt.Errorf("sandbox dir: %w", err))
 	}
 	undo.Add(func() { os.RemoveAll(dir) })
 
@@ -389,7 +426,7 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	}
 	inst, err := rt.Start(ctx, spec)
 	if err != nil {
-		return err
+		return failed("its runtime could not start it", err)
 	}
 	tStart := time.Now()
 	undo.Add(func() { inst.Stop(context.WithoutCancel(ctx)) })
@@ -401,17 +438,17 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
 	}))
 	if err != nil {
-		return fmt.Errorf("init agent: %w", err)
+		return failed("its agent did not answer", fmt.Errorf("init agent: %w", err))
 	}
 	tReady := time.Now()
 
 	if rec.NetSlot, err = att.slot(); err != nil {
-		return err
+		return failed("its network could not be set up", err)
 	}
 	rec.State = api.StateRunning
 	rec.RuntimeState = inst.State()
 	if err := m.deps.Store.UpdateSandbox(ctx, rec); err != nil {
-		return fmt.Errorf("record running sandbox: %w", err)
+		return failed("the node could not record it", fmt.Errorf("record running sandbox: %w", err))
 	}
 	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
 	m.mu.Lock()

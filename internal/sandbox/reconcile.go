@@ -54,14 +54,14 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if err := m.adoptNetwork(&rec, &spec); err != nil {
 			// The runtime's sweep below ends what still runs of it.
 			log.Warn("sandbox network not adopted", "err", err)
-			m.teardown(ctx, rec.ID, nil, api.StateFailed, "its network is gone: "+err.Error())
+			m.teardown(ctx, rec.ID, nil, api.StateFailed, "its network is gone")
 			continue
 		}
 		inst, err := rt.Adopt(ctx, spec, rec.RuntimeState)
 		if err != nil {
 			reason := "the sandbox stopped while the daemon was down"
 			if !errors.Is(err, runtime.ErrGone) {
-				reason = "could not reattach after a daemon restart: " + err.Error()
+				reason = "the node could not reattach it after a daemon restart"
 			}
 			log.Warn("sandbox not adopted", "err", err)
 			m.teardown(ctx, rec.ID, nil, api.StateFailed, reason)

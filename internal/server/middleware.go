@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/reqid"
 	"warren/internal/store"
 )
 
@@ -25,7 +26,6 @@ type metaKey struct{}
 // requestMeta is what serve and the route wrapper learn about a request.
 // Only the request's own goroutine writes it, before the handler runs.
 type requestMeta struct {
-	id string
 	// key authenticated the request; zero on routes that need none.
 	key store.Key
 	// previewTenant owns the sandbox a preview host request reached (for
@@ -43,7 +43,7 @@ func meta(ctx context.Context) *requestMeta {
 }
 
 // requestID returns the id serve gave the request.
-func requestID(ctx context.Context) string { return meta(ctx).id }
+func requestID(ctx context.Context) string { return reqid.From(ctx) }
 
 // caller returns the key that authenticated the request.
 func caller(r *http.Request) store.Key { return meta(r.Context()).key }
@@ -58,10 +58,9 @@ var errPanic = errors.New("handler panicked")
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, writeIdle: s.opts.Timeouts.WriteIdle}
-	m := &requestMeta{id: newRequestID()}
-	id := m.id
+	m, id := &requestMeta{}, newRequestID()
 	rw.Header().Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), metaKey{}, m))
+	r = r.WithContext(context.WithValue(reqid.With(r.Context(), id), metaKey{}, m))
 	defer limitBody(rw, r, s.opts.Timeouts.BodyIdle)()
 	defer func() {
 		v := recover()
