@@ -52,7 +52,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +65,7 @@ import (
 	"warren/internal/consolelog"
 	"warren/internal/disk"
 	"warren/internal/hostclaim"
+	"warren/internal/procid"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
 )
@@ -388,7 +388,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	p.sync.Close()
 
-	start, err := processStartTime(p.pid)
+	start, err := procid.StartTime(p.pid)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
@@ -483,25 +483,6 @@ func waitSetup(ctx context.Context, sync *os.File) error {
 	}
 }
 
-// processStartTime reads field 22 (starttime) of /proc/PID/stat.
-func processStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces and parentheses: fields
-	// after it start after the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64) // field 22 is the 20th after the name
-}
-
 // Adopt implements runtime.Runtime.
 func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
 	var st state
@@ -509,18 +490,8 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		r.destroy(ctx, spec.ID, spec.Dir)
 		return nil, runtime.ErrGone
 	}
-	start, err := processStartTime(st.PID)
-	if err != nil || start != st.StartTime {
-		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
-	}
-	pidfd, err := unix.PidfdOpen(st.PID, 0)
+	pidfd, err := procid.Open(st.PID, st.StartTime)
 	if err != nil {
-		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
-	}
-	// The pid could have been reused between the two reads above; reading the
-	// start time again after pidfd_open pins it to the process we checked.
-	if start2, err := processStartTime(st.PID); err != nil || start2 != st.StartTime {
-		unix.Close(pidfd)
 		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
 	}
 	r.useSlot(st.Slot, pidfd)

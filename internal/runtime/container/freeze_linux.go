@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/procid"
 	"warren/internal/runtime/container/containerinit"
 )
 
@@ -117,9 +118,9 @@ func (in *instance) openRoot() (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Checked after the open: if the pid was reused before it, the start
-	// time differs now.
-	if start, err := processStartTime(in.st.PID); err != nil || start != in.st.StartTime {
+	// Checked after the open (procid.Is): a reused pid shows another start
+	// time.
+	if !procid.Is(in.st.PID, in.st.StartTime) {
 		root.Close()
 		return nil, errors.New("the sandbox's init has exited")
 	}

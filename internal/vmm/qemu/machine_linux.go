@@ -3,7 +3,6 @@
 package qemu
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +26,7 @@ import (
 	"warren/internal/cleanup"
 	"warren/internal/consolelog"
 	"warren/internal/hostclaim"
+	"warren/internal/procid"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
 	"warren/internal/vmm/jail"
@@ -455,7 +454,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 		<-m.exited
 		m.closePidfd()
 	})
-	if m.start, err = processStartTime(pid); err != nil {
+	if m.start, err = procid.StartTime(pid); err != nil {
 		return nil, fmt.Errorf("vmm process: %w", err)
 	}
 	// QEMU now holds its copies of the sockets: when it dies, the QMP
@@ -541,18 +540,16 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 		}
 	}()
 
-	// The pidfd first, then the start time: if the pid was reused before
-	// the pidfd was opened, the start time is the new process's.
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil, fmt.Errorf("%w: process %d is gone", vmm.ErrExited, pid)
+	pidfd, err := procid.Open(pid, startTime)
+	if errors.Is(err, procid.ErrGone) {
+		return nil, fmt.Errorf("%w: process %d is not the machine's any more", vmm.ErrExited, pid)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pidfd: %w", err)
+		return nil, err
 	}
 	undo.Add(func() { unix.Close(pidfd) })
-	if got, err := processStartTime(pid); err != nil || got != startTime || pidfdExited(pidfd) {
-		return nil, fmt.Errorf("%w: process %d is not the machine's any more", vmm.ErrExited, pid)
+	if procid.Exited(pidfd) {
+		return nil, fmt.Errorf("%w: process %d ended", vmm.ErrExited, pid)
 	}
 	if err := v.reserveUID(uid, pidfd); err != nil {
 		return nil, err
@@ -575,7 +572,7 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 		})
 	}
 	qmp, err := Dial(ctx, m.qmpSock, log)
-	if err != nil && pidfdExited(pidfd) {
+	if err != nil && procid.Exited(pidfd) {
 		err = fmt.Errorf("%w: process %d ended", vmm.ErrExited, pid)
 	}
 	if err != nil {
@@ -749,18 +746,6 @@ func waitPidfd(pidfd int) {
 			// this returns): the machine is then released, its cgroup
 			// killed, rather than followed blind.
 			return
-		}
-	}
-}
-
-// pidfdExited reports whether the process of pidfd has exited, without
-// waiting.
-func pidfdExited(pidfd int) bool {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, 0)
-		if err != unix.EINTR {
-			return err == nil && n > 0
 		}
 	}
 }
@@ -1028,23 +1013,6 @@ func (m *Machine) Wait(ctx context.Context) (vmm.Exit, error) {
 
 // Done implements vmm.Machine.
 func (m *Machine) Done() <-chan struct{} { return m.done }
-
-// processStartTime reads field 22 (starttime) of /proc/PID/stat.
-func processStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')') // the name may hold ')'
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
-}
 
 // poll calls f every few milliseconds until it returns true or an error,
 // or ctx ends.
