@@ -31,6 +31,7 @@ import (
 	"warren/internal/agent/pb/filesystem/filesystempbconnect"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agent/pb/process/processpbconnect"
+	"warren/internal/unixmode"
 )
 
 const (
@@ -156,7 +157,7 @@ func (c *Conn) WriteFile(ctx context.Context, path string, mode fs.FileMode, use
 	if body == nil {
 		body = http.NoBody
 	}
-	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(unixMode(mode)), 8)}, "user": {user}}
+	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(unixmode.FromFileMode(mode)), 8)}, "user": {user}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, filesURL(q), body)
 	if err != nil {
 		return nil, fmt.Errorf("write file: %w", err)
@@ -179,22 +180,6 @@ func (c *Conn) WriteFile(ctx context.Context, path string, mode fs.FileMode, use
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("write file: decode answer: %w", err))
 	}
 	return entry, nil
-}
-
-// unixMode is mode's permission, setuid, setgid and sticky bits as chmod(2)
-// numbers them.
-func unixMode(mode fs.FileMode) uint32 {
-	u := uint32(mode.Perm())
-	if mode&fs.ModeSetuid != 0 {
-		u |= 0o4000
-	}
-	if mode&fs.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if mode&fs.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
 }
 
 // fileError turns an error answer of /files into a *connect.Error: the code
