@@ -17,6 +17,7 @@ import (
 
 	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agent/pb/control/controlpbconnect"
+	"warren/internal/backoff"
 	"warren/internal/fsfreeze"
 )
 
@@ -241,10 +242,9 @@ func (s *Server) terminate(ctx context.Context, grace time.Duration) {
 		return len(s.procs.running()) == 0
 	}
 	waitGone := func(d time.Duration) {
-		deadline := time.Now().Add(d)
-		for !gone() && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		_ = backoff.Poll(wctx, backoff.Backoff{Base: 10 * time.Millisecond, Max: 10 * time.Millisecond}, func() (bool, error) { return gone(), nil })
 	}
 	signalAll(unix.SIGTERM)
 	waitGone(grace)

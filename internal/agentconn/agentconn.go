@@ -31,6 +31,7 @@ import (
 	"warren/internal/agent/pb/filesystem/filesystempbconnect"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agent/pb/process/processpbconnect"
+	"warren/internal/backoff"
 	"warren/internal/unixmode"
 )
 
@@ -223,24 +224,16 @@ func statusCode(status int) connect.Code {
 // WaitReady polls Info with a short backoff until the agent answers or ctx
 // ends.
 func (c *Conn) WaitReady(ctx context.Context) error {
-	const maxBackoff = 100 * time.Millisecond
-	backoff := 2 * time.Millisecond
-	for {
+	var err error
+	if backoff.Poll(ctx, backoff.Backoff{Base: 2 * time.Millisecond, Max: 100 * time.Millisecond}, func() (bool, error) {
 		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Control.Info(attempt, connect.NewRequest(&controlpb.InfoRequest{}))
-		cancel()
-		if err == nil {
-			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("wait for agent: %w (last: %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-		backoff = min(backoff*2, maxBackoff)
+		defer cancel()
+		_, err = c.Control.Info(attempt, connect.NewRequest(&controlpb.InfoRequest{}))
+		return err == nil, nil
+	}) != nil {
+		return fmt.Errorf("wait for agent: %w (last: %v)", ctx.Err(), err)
 	}
+	return nil
 }
 
 // Run starts req's process, copies its output into stdout and stderr (either

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/backoff"
 	"warren/internal/cgroup"
 	"warren/internal/cleanup"
 	"warren/internal/consolelog"
@@ -673,7 +674,7 @@ func (m *Machine) restore(ctx context.Context, fd int) error {
 	if err := m.qmp.Execute(ctx, "migrate-incoming", map[string]string{"uri": uri}, nil); err != nil {
 		return fmt.Errorf("restore memory: %w", err)
 	}
-	err := poll(ctx, func() (bool, error) {
+	err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
 		var st struct{ Status string }
 		if err := m.qmp.Execute(ctx, "query-status", nil, &st); err != nil {
 			return false, err
@@ -1013,24 +1014,6 @@ func (m *Machine) Wait(ctx context.Context) (vmm.Exit, error) {
 
 // Done implements vmm.Machine.
 func (m *Machine) Done() <-chan struct{} { return m.done }
-
-// poll calls f every few milliseconds until it returns true or an error,
-// or ctx ends.
-func poll(ctx context.Context, f func() (bool, error)) error {
-	interval := time.Millisecond
-	for {
-		ok, err := f()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-			interval = min(2*interval, 50*time.Millisecond)
-		}
-	}
-}
 
 // tail returns the last n bytes of the file at path, from a line start
 // when it can, trimmed; "" if it cannot be read.
