@@ -54,7 +54,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -68,6 +67,7 @@ import (
 	"warren/internal/procid"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/warmpool"
 )
 
 // Isolation is how this runtime describes its boundary, everywhere.
@@ -108,14 +108,7 @@ type Runtime struct {
 	slotsMu sync.Mutex       // guards slots
 	slots   map[int]*os.File // uid ranges held by live sandboxes and spawned inits, with their host-wide claims
 
-	warmMu    sync.Mutex  // guards warm
-	warm      []*initProc // spawned ahead of time, waiting for a sandbox
-	refill    chan struct{}
-	lastStart atomic.Int64 // unix nanoseconds of the latest Start: refills wait for a pause
-	warmOnce  sync.Once
-	stopWarm  context.CancelFunc
-	warmWG    sync.WaitGroup
-	closeOnce sync.Once
+	pool *warmpool.Pool[*initProc] // inits spawned ahead of time, waiting for a sandbox
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -151,24 +144,15 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{
-		log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims,
-		slots: map[int]*os.File{}, refill: make(chan struct{}, 1), stopWarm: func() {},
-	}, nil
+	r := &Runtime{log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims, slots: map[int]*os.File{}}
+	r.pool = r.newPool()
+	return r, nil
 }
 
 // Close kills the warm inits. Running sandboxes are not touched: a later
 // Runtime adopts them.
 func (r *Runtime) Close() error {
-	r.closeOnce.Do(func() {
-		r.warmOnce.Do(func() {}) // a Sweep after Close starts nothing
-		r.warmMu.Lock()
-		stop := r.stopWarm
-		r.warmMu.Unlock()
-		stop()
-		r.warmWG.Wait()
-	})
-	return nil
+	return r.pool.Close() // a Sweep after Close starts nothing
 }
 
 // sealedCopy copies the file at path into a memfd that nobody can change.
@@ -290,8 +274,7 @@ func (r *Runtime) destroy(ctx context.Context, id, dir string) error {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
-	r.lastStart.Store(time.Now().UnixNano())
-	defer r.refillSoon()
+	r.pool.Busy()
 	var undo cleanup.Stack
 	defer undo.RunIf(&err)
 
@@ -531,17 +514,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 // Sweep also starts keeping warm inits: the adopted sandboxes' uid ranges
 // are known by then.
 func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
-	r.warmOnce.Do(func() {
-		if r.opts.Warm <= 0 {
-			return
-		}
-		wctx, cancel := context.WithCancel(context.Background())
-		r.warmMu.Lock()
-		r.stopWarm = cancel
-		r.warmMu.Unlock()
-		r.warmWG.Add(1)
-		go r.keepWarm(wctx)
-	})
+	r.pool.Start()
 	names, err := r.cgroups.List()
 	if err != nil {
 		return fmt.Errorf("list cgroups: %w", err)
