@@ -42,7 +42,6 @@ import (
 	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
 	"warren/internal/network/resolver"
-	"warren/internal/runtime"
 	"warren/internal/warmpool"
 )
 
@@ -283,8 +282,10 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}
 }
 
-// Sandbox is one sandbox's network: its router and links. It implements
-// runtime.Network.
+// Sandbox is one sandbox's network: its router and links. Its PlugNetNS
+// and Tap are what a runtime needs of a network (runtime.Network); this
+// package does not import the runtimes' (the sandbox manager, which hands
+// a Sandbox to a runtime, is where the two meet).
 type Sandbox struct {
 	n        *Node
 	id       string
@@ -301,8 +302,6 @@ type Sandbox struct {
 	ns        netns.NsHandle // the router namespace, open while attached
 	dnsDenied atomic.Uint64
 }
-
-var _ runtime.Network = (*Sandbox)(nil)
 
 // Slot is the sandbox's slot in the pool, which the manager records so that
 // Adopt finds the same addresses.
