@@ -121,8 +121,6 @@ type VMM struct {
 // hostclaim), which it holds, unused, for its life: the first it inherits.
 const fdClaim = 3
 
-var _ vmm.VMM = (*VMM)(nil)
-
 // New checks opts and prepares the jail mountpoint.
 func New(opts Options) (*VMM, error) {
 	if opts.Cgroups == nil {
@@ -161,9 +159,6 @@ func New(opts Options) (*VMM, error) {
 	}
 	return &VMM{opts: opts, log: log.With("subsystem", "qemu"), claims: claims, uids: map[uint32]*os.File{}}, nil
 }
-
-// Name implements vmm.VMM.
-func (v *VMM) Name() string { return "qemu" }
 
 func (v *VMM) allocUID() (uint32, *os.File, error) {
 	v.uidMu.Lock()
@@ -230,7 +225,7 @@ func limits(cfg *vmm.Config) cgroup.Limits {
 	}
 }
 
-// Machine is one QEMU process and its guest: started by StartMachine, or
+// Machine is one QEMU process and its guest: started by Start, or
 // attached to by Attach after the process that started it went away. Both
 // kinds signal QEMU through a pidfd and release the same things when it
 // ends; they differ only in how they learn of its end (see waitProcess).
@@ -243,7 +238,7 @@ type Machine struct {
 	start   uint64 // field 22 of /proc/PID/stat: with pid, names QEMU
 	uid     uint32
 	cg      *cgroup.Group
-	qmp     *Client // connected before StartMachine or Attach returns; never changes
+	qmp     *Client // connected before Start or Attach returns; never changes
 	qmpSock string
 	stderr  string            // path of QEMU's stderr log
 	console *consolelog.Drain // the serial console into Config.ConsoleLog; nil if not drained
@@ -275,18 +270,13 @@ type Machine struct {
 
 var _ vmm.Machine = (*Machine)(nil)
 
-// Start implements vmm.VMM.
-func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) (vmm.Machine, error) {
-	m, err := v.StartMachine(ctx, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// StartMachine is Start returning the *Machine, for callers that need its
-// QEMU-specific methods.
-func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) (_ *Machine, err error) {
+// Start validates cfg and opts (an error wrapping vmm.ErrInvalidConfig
+// before anything starts), launches QEMU in its jail, and returns once the
+// machine runs, or is paused when opts.Paused, or has loaded
+// opts.RestoreFrom. ctx bounds the start; it does not bound the machine's
+// life. On error nothing is left behind (no process, cgroup or socket) but
+// the logs in WorkDir and ConsoleLog. It may be called concurrently.
+func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) (_ *Machine, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -695,7 +685,7 @@ func (m *Machine) restore(ctx context.Context, fd int) error {
 }
 
 // waitProcess waits for QEMU to exit and records how it ended. It runs
-// from StartMachine or Attach until the process is gone.
+// from Start or Attach until the process is gone.
 //
 // A started QEMU is this process's child: cmd.Wait reaps it and tells its
 // exit status. An attached one is not (it was reparented when the process
