@@ -157,7 +157,7 @@ func New(opts Options) (*VMM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	return &VMM{opts: opts, log: log.With("subsystem", "qemu"), claims: claims, uids: map[uint32]*os.File{}}, nil
+	return &VMM{opts: opts, log: log.With("vmm", "qemu"), claims: claims, uids: map[uint32]*os.File{}}, nil
 }
 
 func (v *VMM) allocUID() (uint32, *os.File, error) {
@@ -284,7 +284,7 @@ func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) 
 	if err := checkStart(&cfg, opts, qmpSock); err != nil {
 		return nil, fmt.Errorf("%w: %w", vmm.ErrInvalidConfig, err)
 	}
-	log := v.log.With("vm", cfg.ID)
+	log := v.log.With("sandbox", cfg.ID)
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -517,7 +517,7 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 	if pid <= 0 {
 		return nil, fmt.Errorf("attach machine %s: %w: no pid", cfg.ID, vmm.ErrExited)
 	}
-	log := v.log.With("vm", cfg.ID)
+	log := v.log.With("sandbox", cfg.ID)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, callTimeout)
