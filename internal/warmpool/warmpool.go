@@ -88,7 +88,9 @@ func (p *Pool[T]) Start() {
 // Take returns a ready item, the one made last, or false when there is
 // none. Like Busy, it holds the next refill back by Config.Quiet.
 func (p *Pool[T]) Take() (T, bool) {
-	p.Busy()
+	// Busy after the item is out: woken earlier, the goroutine could find
+	// the pool full and go back to waiting for a wake that has come.
+	defer p.Busy()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var item T

@@ -1,6 +1,7 @@
 package warmpool
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -50,12 +51,10 @@ func newPool(m *maker, size int, quiet time.Duration) *Pool[int] {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}, func() (bool, error) { return cond(), nil }) != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
