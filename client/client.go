@@ -115,6 +115,7 @@ func (c *Client) send(ctx context.Context, cl *call) (*http.Response, error) {
 		tries = c.tries
 	}
 	unknown := false // an earlier attempt may have reached the server
+	waits := c.waits()
 	for attempt := 1; ; attempt++ {
 		req, err := c.newRequest(ctx, cl, payload)
 		if err != nil {
@@ -136,8 +137,8 @@ func (c *Client) send(ctx context.Context, cl *call) (*http.Response, error) {
 			return nil, fmt.Errorf("%s: %w", cl.op, err)
 		}
 		unknown = unknown || (status == 0 && !refused(err))
-		if err := sleep(ctx, c.delay(attempt)); err != nil {
-			return nil, fmt.Errorf("%s: %w", cl.op, err)
+		if !waits.Wait(ctx.Done()) {
+			return nil, fmt.Errorf("%s: %w", cl.op, ctx.Err())
 		}
 	}
 }

@@ -3,10 +3,10 @@ package client
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net/http"
 	"syscall"
-	"time"
+
+	"warren/internal/backoff"
 )
 
 // retryClass says when a call may be sent again after a failed attempt.
@@ -49,28 +49,9 @@ func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// delay is how long to wait after the given failed attempt (1 for the
-// first): the backoff doubled per attempt, capped at 16 times the backoff,
-// with jitter so that many clients do not retry in step.
-func (c *Client) delay(attempt int) time.Duration {
-	d := c.backoff << min(attempt-1, 4)
-	if d <= 0 {
-		return 0
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// waits is the backoff between the attempts of one call: c.backoff
+// doubled per attempt, capped at 16 times it, with jitter so that many
+// clients do not retry in step.
+func (c *Client) waits() backoff.Backoff {
+	return backoff.Backoff{Base: c.backoff, Max: 16 * c.backoff, Jitter: true}
 }

@@ -308,10 +308,12 @@ func TestCancelStopsRetrying(t *testing.T) {
 
 func TestDelay(t *testing.T) {
 	c := New("http://x", "", WithRetry(10, 100*time.Millisecond))
-	for attempt, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 5: 1600 * time.Millisecond, 9: 1600 * time.Millisecond} {
-		for range 20 {
-			if d := c.delay(attempt); d < want/2 || d > want {
-				t.Errorf("delay(%d) = %v, want in [%v, %v]", attempt, d, want/2, want)
+	for range 20 {
+		waits := c.waits()
+		for attempt := 1; attempt <= 9; attempt++ {
+			want := 100 * time.Millisecond << min(attempt-1, 4)
+			if d := waits.Next(); d < want/2 || d > want {
+				t.Errorf("wait after attempt %d = %v, want in [%v, %v]", attempt, d, want/2, want)
 			}
 		}
 	}

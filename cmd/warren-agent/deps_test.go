@@ -33,7 +33,8 @@ func TestDeps(t *testing.T) {
 func agentPackage(pkg string) bool {
 	switch pkg {
 	case "warren/cmd/warren-agent", "warren/internal/agent", "warren/internal/seccomp",
-		"warren/internal/runtime/container/containerinit", "warren/internal/vminit", "warren/internal/vmport", "warren/internal/guestnet":
+		"warren/internal/runtime/container/containerinit", "warren/internal/runtime/vm/vminit", "warren/internal/vmport", "warren/internal/guestnet",
+		"warren/internal/backoff", "warren/internal/fsfreeze", "warren/internal/unixmode":
 		return true
 	}
 	return strings.HasPrefix(pkg, "warren/internal/agent/")

@@ -42,7 +42,7 @@ import (
 
 	"warren/internal/agent"
 	"warren/internal/runtime/container/containerinit"
-	"warren/internal/vminit"
+	"warren/internal/runtime/vm/vminit"
 	"warren/internal/vmport"
 )
 

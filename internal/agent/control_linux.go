@@ -17,12 +17,8 @@ import (
 
 	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agent/pb/control/controlpbconnect"
-)
-
-// ioctl numbers of linux/fs.h: _IOWR('X', 119, int) and _IOWR('X', 120, int).
-const (
-	ioctlFIFREEZE = 0xC0045877
-	ioctlFITHAW   = 0xC0045878
+	"warren/internal/backoff"
+	"warren/internal/fsfreeze"
 )
 
 // controlService implements warren.agent.v1.Control.
@@ -133,7 +129,7 @@ func (s *Server) freeze(reqPath string) error {
 		return fsError("freeze", p, err)
 	}
 	if _, ok := s.frozen[st.Dev]; ok {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("freeze %s: already frozen", p))
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("freeze %s: %w", p, fsfreeze.ErrFrozen))
 	}
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -142,13 +138,12 @@ func (s *Server) freeze(reqPath string) error {
 	if err := unix.Syncfs(fd); err != nil {
 		s.log.Warn("syncfs before freeze", "path", p, "err", err)
 	}
-	if err := unix.IoctlSetInt(fd, ioctlFIFREEZE, 0); err != nil {
+	if err := fsfreeze.Freeze(fd); err != nil {
 		unix.Close(fd)
-		switch err {
-		case unix.EBUSY:
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("freeze %s: already frozen", p))
-		case unix.EOPNOTSUPP, unix.ENOTTY, unix.EINVAL:
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("freeze %s: not supported by this filesystem", p))
+		for _, known := range []error{fsfreeze.ErrFrozen, fsfreeze.ErrUnsupported} {
+			if errors.Is(err, known) {
+				return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("freeze %s: %w", p, known))
+			}
 		}
 		return fsError("freeze", p, err)
 	}
@@ -189,9 +184,9 @@ func (s *Server) thaw(reqPath string) error {
 		return fsError("thaw", p, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.IoctlSetInt(fd, ioctlFITHAW, 0); err != nil {
-		if err == unix.EINVAL {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("thaw %s: not frozen", p))
+	if err := fsfreeze.Thaw(fd); err != nil {
+		if errors.Is(err, fsfreeze.ErrNotFrozen) {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("thaw %s: %w", p, fsfreeze.ErrNotFrozen))
 		}
 		return fsError("thaw", p, err)
 	}
@@ -203,9 +198,9 @@ func (s *Server) thawLocked(dev uint64) error {
 	f := s.frozen[dev]
 	delete(s.frozen, dev)
 	f.timer.Stop()
-	err := unix.IoctlSetInt(f.fd, ioctlFITHAW, 0)
+	err := fsfreeze.Thaw(f.fd)
 	unix.Close(f.fd)
-	if err != nil && err != unix.EINVAL { // EINVAL: thawed meanwhile by someone else
+	if err != nil && !errors.Is(err, fsfreeze.ErrNotFrozen) { // thawed meanwhile by someone else
 		return fsError("thaw", f.path, err)
 	}
 	s.log.Info("thawed", "path", f.path)
@@ -247,10 +242,9 @@ func (s *Server) terminate(ctx context.Context, grace time.Duration) {
 		return len(s.procs.running()) == 0
 	}
 	waitGone := func(d time.Duration) {
-		deadline := time.Now().Add(d)
-		for !gone() && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		_ = backoff.Poll(wctx, backoff.Backoff{Base: 10 * time.Millisecond, Max: 10 * time.Millisecond}, func() (bool, error) { return gone(), nil })
 	}
 	signalAll(unix.SIGTERM)
 	waitGone(grace)

@@ -17,6 +17,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"warren/internal/unixmode"
 )
 
 // File contents travel as plain HTTP on the agent's handler, streamed:
@@ -122,7 +124,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || u&^0o7777 != 0 {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad mode %q", m))
 		}
-		mode = unixToFileMode(uint32(u))
+		mode = unixmode.ToFileMode(uint32(u))
 	}
 	dir := path.Dir(p)
 	var tmp *os.File

@@ -18,6 +18,7 @@ import (
 
 	filesystempb "warren/internal/agent/pb/filesystem"
 	"warren/internal/agent/pb/filesystem/filesystempbconnect"
+	"warren/internal/unixmode"
 )
 
 // maxListEntries bounds one ListDir answer: a directory tree of the sandbox
@@ -68,7 +69,7 @@ func (h fsService) MakeDir(ctx context.Context, req *connect.Request[filesystemp
 		if m&^0o7777 != 0 {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad mode %#o", m))
 		}
-		mode = unixToFileMode(m)
+		mode = unixmode.ToFileMode(m)
 	}
 	err = asUser(acc, func() error {
 		if _, err := os.Lstat(p); err == nil {
@@ -249,7 +250,7 @@ func (s *Server) entryInfo(p string, fi fs.FileInfo) *filesystempb.EntryInfo {
 		Name:         path.Base(p),
 		Path:         p,
 		Size:         fi.Size(),
-		Mode:         fileModeToUnix(fi.Mode()),
+		Mode:         unixmode.FromFileMode(fi.Mode()),
 		Permissions:  permString(fi.Mode()),
 		ModifiedTime: timestamppb.New(fi.ModTime()),
 	}
@@ -271,37 +272,6 @@ func (s *Server) entryInfo(p string, fi fs.FileInfo) *filesystempb.EntryInfo {
 		e.Group = s.users.groupName(st.Gid)
 	}
 	return e
-}
-
-// fileModeToUnix is the permission, setuid, setgid and sticky bits of m as
-// chmod(2) numbers them.
-func fileModeToUnix(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		u |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
-}
-
-// unixToFileMode is the inverse of fileModeToUnix.
-func unixToFileMode(u uint32) fs.FileMode {
-	m := fs.FileMode(u & 0o777)
-	if u&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if u&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if u&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
 }
 
 // permString renders m as ls -l does ("-rw-r--r--", "drwxrwxrwt",

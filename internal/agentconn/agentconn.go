@@ -31,6 +31,8 @@ import (
 	"warren/internal/agent/pb/filesystem/filesystempbconnect"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agent/pb/process/processpbconnect"
+	"warren/internal/backoff"
+	"warren/internal/unixmode"
 )
 
 const (
@@ -156,7 +158,7 @@ func (c *Conn) WriteFile(ctx context.Context, path string, mode fs.FileMode, use
 	if body == nil {
 		body = http.NoBody
 	}
-	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(unixMode(mode)), 8)}, "user": {user}}
+	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(unixmode.FromFileMode(mode)), 8)}, "user": {user}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, filesURL(q), body)
 	if err != nil {
 		return nil, fmt.Errorf("write file: %w", err)
@@ -179,22 +181,6 @@ func (c *Conn) WriteFile(ctx context.Context, path string, mode fs.FileMode, use
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("write file: decode answer: %w", err))
 	}
 	return entry, nil
-}
-
-// unixMode is mode's permission, setuid, setgid and sticky bits as chmod(2)
-// numbers them.
-func unixMode(mode fs.FileMode) uint32 {
-	u := uint32(mode.Perm())
-	if mode&fs.ModeSetuid != 0 {
-		u |= 0o4000
-	}
-	if mode&fs.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if mode&fs.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
 }
 
 // fileError turns an error answer of /files into a *connect.Error: the code
@@ -238,24 +224,16 @@ func statusCode(status int) connect.Code {
 // WaitReady polls Info with a short backoff until the agent answers or ctx
 // ends.
 func (c *Conn) WaitReady(ctx context.Context) error {
-	const maxBackoff = 100 * time.Millisecond
-	backoff := 2 * time.Millisecond
-	for {
+	var err error
+	if backoff.Poll(ctx, backoff.Backoff{Base: 2 * time.Millisecond, Max: 100 * time.Millisecond}, func() (bool, error) {
 		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Control.Info(attempt, connect.NewRequest(&controlpb.InfoRequest{}))
-		cancel()
-		if err == nil {
-			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("wait for agent: %w (last: %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-		backoff = min(backoff*2, maxBackoff)
+		defer cancel()
+		_, err = c.Control.Info(attempt, connect.NewRequest(&controlpb.InfoRequest{}))
+		return err == nil, nil
+	}) != nil {
+		return fmt.Errorf("wait for agent: %w (last: %v)", ctx.Err(), err)
 	}
+	return nil
 }
 
 // Run starts req's process, copies its output into stdout and stderr (either

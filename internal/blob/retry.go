@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"warren/internal/backoff"
 )
 
 // Retry wraps a Store and repeats a call that failed, waiting longer after
@@ -90,6 +91,7 @@ func retry[T any](ctx context.Context, r Retry, op, key string, call func() (T, 
 	if limit <= 0 {
 		limit = 5 * time.Second
 	}
+	waits := backoff.Backoff{Base: wait, Max: limit, Jitter: true}
 	for n := 1; ; n++ {
 		v, err := call()
 		if err == nil || !retryable(ctx, err) {
@@ -101,22 +103,15 @@ func retry[T any](ctx context.Context, r Retry, op, key string, call func() (T, 
 		if n == tries {
 			return v, fmt.Errorf("gave up after %s: %w", attempts(n), err)
 		}
-		wait = min(wait, limit)
-		// Equal jitter: between half the wait and the whole of it.
-		d := wait/2 + rand.N(wait/2+1)
+		d := waits.Next()
 		if r.Log != nil {
 			r.Log.Warn("blob call failed, retrying", "op", op, "key", key,
 				"attempt", n, "wait", d, "err", err)
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx.Done(), d) {
 			return v, fmt.Errorf("stopped after %s: %w (last error: %w)",
 				attempts(n), context.Cause(ctx), err)
-		case <-t.C:
 		}
-		wait *= 2
 	}
 }
 

@@ -3,7 +3,6 @@
 package cgroup
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"warren/internal/mountinfo"
+
+	"warren/internal/backoff"
 )
 
 // writeFile writes v to an existing control file in one write(2), as
@@ -91,29 +92,9 @@ func readKeyed(path, key string) (int64, error) {
 	return 0, nil
 }
 
-// poll calls done until it reports true or fails, waiting 1 ms between
-// calls at first and backing off to 50 ms; it returns ctx's error when ctx
-// ends first.
-func poll(ctx context.Context, done func() (bool, error)) error {
-	delay := time.Millisecond
-	for {
-		ok, err := done()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		delay = min(2*delay, 50*time.Millisecond)
-	}
-}
+// pollWaits spaces the reads of a cgroup's state while waiting for it to
+// change (emptied, frozen): 1 ms at first, backing off to 50 ms.
+var pollWaits = backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}
 
 // v1Mounts maps each v1 controller warren can use to the first place it is
 // mounted.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/backoff"
 )
 
 // killRound bounds one round of Kill: if the group is not empty by then
@@ -206,7 +208,7 @@ func (g *Group) Kill(ctx context.Context) error {
 			return fmt.Errorf("kill cgroup %s: %w", g.name, err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, killRound)
-		err = poll(rctx, g.empty)
+		err = backoff.Poll(rctx, pollWaits, g.empty)
 		cancel()
 		if err == nil {
 			return nil
@@ -277,7 +279,7 @@ func (g *Group) freeze(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, freezeWait)
 	defer cancel()
-	err := poll(wctx, frozen)
+	err := backoff.Poll(wctx, pollWaits, frozen)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		g.h.log.Debug("cgroup still freezing, killing anyway", "name", g.name)
 		return nil
@@ -356,7 +358,7 @@ func (g *Group) Destroy(ctx context.Context) error {
 	// The work subgroup goes before the group. The kernel may still be
 	// tearing down tasks that left cgroup.procs, so rmdir retries on EBUSY.
 	for _, d := range slices.Backward(g.dirsWithWork()) {
-		err := poll(ctx, func() (bool, error) {
+		err := backoff.Poll(ctx, pollWaits, func() (bool, error) {
 			err := g.h.rmdir(d)
 			switch {
 			case err == nil, errors.Is(err, fs.ErrNotExist):

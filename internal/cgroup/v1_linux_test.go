@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/internal/backoff"
 )
 
 // These tests use the host's real cgroup v1 hierarchy. They need root and a
@@ -326,7 +328,7 @@ func TestV1KillForkingProcess(t *testing.T) {
 	// Let it fill the group so Kill races real forks.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := poll(ctx, func() (bool, error) {
+	err := backoff.Poll(ctx, pollWaits, func() (bool, error) {
 		procs, err := g.Procs()
 		return len(procs) >= 20, err
 	})
@@ -351,7 +353,7 @@ func TestV1DestroyRemovesEverything(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// dash may or may not exec the last sleep in place of itself.
-	if err := poll(ctx, func() (bool, error) {
+	if err := backoff.Poll(ctx, pollWaits, func() (bool, error) {
 		procs, err := g.Procs()
 		return len(procs) >= 2, err
 	}); err != nil {

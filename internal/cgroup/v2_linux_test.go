@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/internal/backoff"
 )
 
 // The build machine has cgroup v1 only (its cgroup2 mount has no
@@ -265,7 +267,7 @@ func TestV2KillWritesCgroupKill(t *testing.T) {
 	defer cancel()
 	fakeKernel := make(chan error, 1)
 	go func() {
-		fakeKernel <- poll(ctx, func() (bool, error) {
+		fakeKernel <- backoff.Poll(ctx, pollWaits, func() (bool, error) {
 			if data, _ := os.ReadFile(filepath.Join(f.root, "warren/sb1/cgroup.kill")); strings.TrimSpace(string(data)) == "1" {
 				return true, os.WriteFile(filepath.Join(f.root, "warren/sb1/cgroup.procs"), nil, 0o644)
 			}

@@ -128,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "admin API key (also in %s): %s\n", keyPath, key)
 	}
 
-	pool, err := disk.Open(ctx, o.DataDir, log.WithGroup("disk"), disk.Options{})
+	pool, err := disk.Open(ctx, o.DataDir, subsystem(log, "disk"), disk.Options{})
 	if err != nil {
 		return fmt.Errorf("disk pool: %w", err)
 	}
@@ -136,7 +136,7 @@ func Run(ctx context.Context, o Options) error {
 	if pool.Mode() == disk.CloneCopy {
 		log.Warn("no reflink filesystem: every sandbox disk is a full copy (slow create)")
 	}
-	cg, err := cgroup.Detect(log.WithGroup("cgroup"))
+	cg, err := cgroup.Detect(log) // names itself, as network and snapshot do
 	if err != nil {
 		return fmt.Errorf("cgroups: %w", err)
 	}
@@ -150,7 +150,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := cg.LimitAll(cgroup.Limits{MemoryBytes: memMB << 20, Pids: pids}); err != nil {
 		return fmt.Errorf("cgroups: %w", err)
 	}
-	ctr, err := container.New(log.WithGroup("container"), cg, agentBin, container.Options{
+	ctr, err := container.New(subsystem(log, "container"), cg, agentBin, container.Options{
 		Warm:    o.Warm,
 		WarmDir: filepath.Join(o.DataDir, "warm"),
 	})
@@ -161,7 +161,7 @@ func Run(ctx context.Context, o Options) error {
 	// The vm runtime is the stronger one; a node that cannot run it (no
 	// guest kernel, no QEMU) still serves containers.
 	runtimes := []runtime.Runtime{ctr}
-	vmRT, err := vm.New(log.WithGroup("vm"), cg, agentBin, vm.Options{Dir: filepath.Join(o.DataDir, "vm")})
+	vmRT, err := vm.New(subsystem(log, "vm"), cg, agentBin, vm.Options{Dir: filepath.Join(o.DataDir, "vm")})
 	if err != nil {
 		log.Warn("vm runtime disabled", "err", err)
 	} else {
@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) error {
 	default:
 		return fmt.Errorf("require isolation: %q is neither %q nor %q", o.Sandbox.RequireIsolation, api.IsolationVM, api.IsolationContainer)
 	}
-	templates, err := template.NewCatalog(pool, log.WithGroup("template"), template.Options{AgentBinary: agentBin})
+	templates, err := template.NewCatalog(pool, subsystem(log, "template"), template.Options{AgentBinary: agentBin})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
 	}
@@ -182,12 +182,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
-	blobs, err := openBlobStore(ctx, o.BlobStore, o.DataDir, log.WithGroup("blob"))
+	blobs, err := openBlobStore(ctx, o.BlobStore, o.DataDir, subsystem(log, "blob"))
 	if err != nil {
 		return err
 	}
 	defer blobs.Close()
-	snaps, err := snapshot.Open(ctx, log.WithGroup("snapshot"), st, pool, blobs, o.Snapshot)
+	snaps, err := snapshot.Open(ctx, log, st, pool, blobs, o.Snapshot)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.NoNetwork {
 		log.Warn("sandbox networking is off: sandboxes have loopback only")
 	} else {
-		o.Network.Log = log.WithGroup("network")
+		o.Network.Log = log
 		if o.AutoNetPool {
 			o.Network.PoolFile = filepath.Join(o.DataDir, "net-pool")
 		}
@@ -208,7 +208,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
-		Log:           log.WithGroup("sandbox"),
+		Log:           subsystem(log, "sandbox"),
 		Store:         st,
 		Pool:          pool,
 		Templates:     templates,
@@ -226,7 +226,7 @@ func Run(ctx context.Context, o Options) error {
 	defer mgr.Close()
 
 	o.Server.PreviewDomain = o.PreviewDomain
-	srv := server.New(mgr, st, log.WithGroup("api"), o.Server)
+	srv := server.New(mgr, st, subsystem(log, "api"), o.Server)
 	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -355,4 +355,13 @@ func isolations(rts []runtime.Runtime) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// subsystem is the logger of one subsystem: its lines carry
+// subsystem=name, and the attributes it adds stay at the top level, so that
+// every line about a sandbox has the one key sandbox=ID, whichever
+// subsystem wrote it (a slog group would make it disk.sandbox=, vm.sandbox=
+// and so on). cgroup, network and snapshot add their subsystem themselves.
+func subsystem(log *slog.Logger, name string) *slog.Logger {
+	return log.With("subsystem", name)
 }

@@ -39,7 +39,7 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 		var ds []time.Duration
 		for b.Loop() {
 			b.StopTimer()
-			for warm && n.warmCount() == 0 {
+			for warm && len(n.pool.Ready()) == 0 {
 				time.Sleep(time.Millisecond)
 			}
 			target := filepath.Join(runDir, fmt.Sprintf("target-%d", i))

@@ -42,7 +42,7 @@ import (
 	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
 	"warren/internal/network/resolver"
-	"warren/internal/runtime"
+	"warren/internal/warmpool"
 )
 
 // Interface names. Host ends of sandbox links are IfacePrefix followed by
@@ -126,11 +126,8 @@ type Node struct {
 	mu     sync.Mutex
 	byID   map[string]*Sandbox
 	bySlot map[int]*Sandbox // every router, warm ones included
-	warm   []*Sandbox       // ready routers no sandbox has taken yet
 
-	taken    chan struct{} // a warm router was taken
-	stopWarm context.CancelFunc
-	warmDone chan struct{}
+	pool *warmpool.Pool[*Sandbox] // ready routers no sandbox has taken yet
 }
 
 // New sets up the node's part: it takes the pool (one server per pool on a
@@ -192,7 +189,9 @@ func New(cfg Config) (_ *Node, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	n.taken = make(chan struct{}, 1)
+	n.pool = warmpool.New(warmpool.Config[*Sandbox]{
+		Size: cfg.Warm, Make: n.makeWarm, Discard: (*Sandbox).destroy, Quiet: warmDelay, Log: n.log,
+	})
 	n.log.Info("sandbox networking ready", "pool", cfg.Pool, "resolver", n.resolver,
 		"upstreams", cfg.Upstreams, "mbps", cfg.Mbps, "conn_rate", cfg.ConnRate, "warm", cfg.Warm)
 	return n, nil
@@ -202,104 +201,42 @@ func New(cfg Config) (_ *Node, err error) {
 // once every sandbox of an earlier process was adopted at its slot and the
 // rest swept.
 func (n *Node) StartWarm() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopWarm != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.stopWarm, n.warmDone = cancel, make(chan struct{})
-	go n.keepWarm(ctx)
+	n.pool.Start()
 }
 
 // Close stops the resolver, removes the warm routers and lets the pool go.
 // Sandboxes keep their routers and the host keeps its rules: a restarted
 // daemon adopts them.
 func (n *Node) Close() error {
-	n.mu.Lock()
-	stop, done := n.stopWarm, n.warmDone
-	n.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
-	n.mu.Lock()
-	warm := n.warm
-	n.warm = nil
-	n.mu.Unlock()
-	var errs []error
-	for _, s := range warm {
-		errs = append(errs, s.destroy())
-	}
-	errs = append(errs, n.dns.Close())
+	errs := []error{n.pool.Close(), n.dns.Close()}
 	n.lock.Close()
 	return errors.Join(errs...)
 }
 
-// keepWarm makes routers until Config.Warm are ready, and again each time
-// one is taken (once no create has taken one for warmDelay), until ctx
-// ends.
-func (n *Node) keepWarm(ctx context.Context) {
-	defer close(n.warmDone)
-	for {
-		for n.warmCount() < n.cfg.Warm && ctx.Err() == nil {
-			if err := n.makeWarm(); err != nil {
-				n.log.Warn("warm router", "err", err)
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.taken:
-		}
-		for quiet := false; !quiet; {
-			select {
-			case <-ctx.Done():
-				return
-			case <-n.taken:
-			case <-time.After(warmDelay):
-				quiet = true
-			}
-		}
-	}
-}
-
-func (n *Node) warmCount() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.warm)
-}
-
-// makeWarm makes a router with the default policy and adds it to the pool.
-func (n *Node) makeWarm() error {
+// makeWarm makes a router with the default policy for the pool.
+func (n *Node) makeWarm() (*Sandbox, error) {
 	s, err := n.register("", 0, policy.Policy{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.build(filepath.Join(n.dir, fmt.Sprintf("warm-%d", s.slot))); err != nil {
-		return err
+		return nil, err
 	}
-	n.mu.Lock()
-	n.warm = append(n.warm, s)
-	n.mu.Unlock()
-	return nil
+	return s, nil
 }
 
 // takeWarm takes a ready router for sandbox id, or returns nil when there
 // is none: its namespace is bound again under id's name.
 func (n *Node) takeWarm(id string) *Sandbox {
 	n.mu.Lock()
-	if len(n.warm) == 0 || n.byID[id] != nil {
-		n.mu.Unlock()
+	dup := n.byID[id] != nil
+	n.mu.Unlock()
+	if dup {
 		return nil
 	}
-	s := n.warm[len(n.warm)-1]
-	n.warm = n.warm[:len(n.warm)-1]
-	n.mu.Unlock()
-	select {
-	case n.taken <- struct{}{}:
-	default:
+	s, ok := n.pool.Take()
+	if !ok {
+		return nil
 	}
 	path := filepath.Join(n.dir, id)
 	if err := rebind(s.nsPath, path); err != nil {
@@ -345,8 +282,10 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}
 }
 
-// Sandbox is one sandbox's network: its router and links. It implements
-// runtime.Network.
+// Sandbox is one sandbox's network: its router and links. Its PlugNetNS
+// and Tap are what a runtime needs of a network (runtime.Network); this
+// package does not import the runtimes' (the sandbox manager, which hands
+// a Sandbox to a runtime, is where the two meet).
 type Sandbox struct {
 	n        *Node
 	id       string
@@ -363,8 +302,6 @@ type Sandbox struct {
 	ns        netns.NsHandle // the router namespace, open while attached
 	dnsDenied atomic.Uint64
 }
-
-var _ runtime.Network = (*Sandbox)(nil)
 
 // Slot is the sandbox's slot in the pool, which the manager records so that
 // Adopt finds the same addresses.

@@ -211,9 +211,9 @@ func TestNodeWarm(t *testing.T) {
 	waitWarm := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for n.warmCount() != want {
+		for len(n.pool.Ready()) != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d warm routers, want %d", n.warmCount(), want)
+				t.Fatalf("%d warm routers, want %d", len(n.pool.Ready()), want)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -246,7 +246,7 @@ func TestNodeWarm(t *testing.T) {
 	if _, ok := n.lookup(slotAddr(testPool(), 3, 2)); ok {
 		t.Error("the resolver knows a warm router as a sandbox")
 	}
-	warmHost := n.warm[0].host
+	warmHost := n.pool.Ready()[0].host
 	closed = true
 	cleanupNode(n)
 	if _, err := netlink.LinkByName(warmHost); err == nil {

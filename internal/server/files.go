@@ -14,6 +14,7 @@ import (
 	"warren/api"
 	filesystempb "warren/internal/agent/pb/filesystem"
 	"warren/internal/agentconn"
+	"warren/internal/unixmode"
 )
 
 // defaultFileMode is the mode of a file written without ?mode=.
@@ -105,7 +106,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || u > 0o7777 {
 			return api.Errorf(api.CodeBadRequest, "bad mode %q: want octal permission bits such as 0644", m)
 		}
-		mode = fileMode(uint32(u))
+		mode = unixmode.ToFileMode(uint32(u))
 	}
 	user := q.Get("user")
 	if err := checkUser(user); err != nil {
@@ -120,21 +121,6 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		return agentError(r.Context(), id, err)
 	}
 	return writeJSON(w, http.StatusOK, fileInfo(entry))
-}
-
-// fileMode is the fs.FileMode of chmod(2) bits.
-func fileMode(u uint32) fs.FileMode {
-	m := fs.FileMode(u & 0o777)
-	if u&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if u&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if u&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
 }
 
 // removeFile answers DELETE /v1/sandboxes/{id}/files?path=P&recursive=true.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/backoff"
 	"warren/internal/blob"
 	"warren/internal/layer"
 	"warren/internal/store"
@@ -69,7 +70,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (store.Snapshot, error) {
 func (e *Engine) upload(id string) {
 	ctx := e.ctx
 	log := e.log.With("snapshot", id)
-	wait := e.cfg.RetryBase
+	waits := backoff.Backoff{Base: e.cfg.RetryBase}
 	var err error
 	var stored int64 // by every attempt: a failed one may have stored chunks
 	for attempt := 1; attempt <= e.cfg.Attempts; attempt++ {
@@ -81,10 +82,9 @@ func (e *Engine) upload(id string) {
 			break
 		}
 		select {
-		case <-time.After(wait):
+		case <-time.After(waits.Next()):
 		case <-ctx.Done():
 		}
-		wait *= 2
 	}
 	if err == nil || ctx.Err() != nil {
 		return

@@ -2,8 +2,10 @@
 // (runtime/vm) and the virtual machine monitors that run its guests: what a
 // machine is made of (Config), how it starts (StartOptions), and what the
 // runtime may do to a running one (Machine). Each VMM lives in its own
-// package and satisfies VMM and Machine: vmm/qemu today, Firecracker or Cloud
-// Hypervisor later. How a machine's vCPUs run (KVM or TCG) is decided by
+// package whose machines satisfy Machine: vmm/qemu today, Firecracker or
+// Cloud Hypervisor later. There is no VMM interface: starting and attaching
+// take arguments only one VMM knows (qemu's jail uid and start time), and
+// runtime/vm, its only user, calls vmm/qemu directly. How a machine's vCPUs run (KVM or TCG) is decided by
 // vmm/accel.
 //
 // It is not the runtime: it knows nothing of sandboxes, guest agents, disk
@@ -12,7 +14,7 @@
 //
 // # Machine states
 //
-// A Machine is created running by VMM.Start (or paused, with
+// A Machine is created running by its VMM's Start (or paused, with
 // StartOptions.Paused), or found running by a VMM that attaches to a
 // machine an earlier process started (vmm/qemu's VMM.Attach), and ends
 // exactly once, when its VMM process exits:
@@ -339,19 +341,6 @@ func (e *ExitError) Error() string {
 // Is makes errors.Is(err, ErrCrashed) and errors.Is(err, ErrExited) hold.
 func (e *ExitError) Is(target error) bool {
 	return target == ErrCrashed || target == ErrExited
-}
-
-// VMM starts machines of one kind. Its methods may be called concurrently.
-type VMM interface {
-	// Name is the VMM's name, e.g. "qemu".
-	Name() string
-	// Start validates cfg and opts (an error wrapping ErrInvalidConfig
-	// before anything starts), launches the VMM process in its jail, and
-	// returns once the machine runs, or is paused when opts.Paused, or has
-	// loaded opts.RestoreFrom. ctx bounds the start; it does not bound the
-	// machine's life. On error nothing is left behind (no process, cgroup
-	// or socket) but the logs in WorkDir and ConsoleLog.
-	Start(ctx context.Context, cfg Config, opts StartOptions) (Machine, error)
 }
 
 // Machine is one running VMM process and its guest. All methods are safe

@@ -3,6 +3,7 @@
 package vmport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/backoff"
 )
 
 // portClass lists the virtio-serial ports with their names. udev would make
@@ -41,24 +44,21 @@ func FindPort(name string) (string, error) {
 // device node (they appear shortly after virtio_console is loaded) and
 // returns a Listener on it.
 func Listen(name string, timeout time.Duration) (*Listener, error) {
-	deadline := time.Now().Add(timeout)
-	backoff := time.Millisecond
-	for {
-		dev, err := FindPort(name)
-		if err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var dev string
+	var err error
+	if backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
+		if dev, err = FindPort(name); err == nil {
 			_, err = os.Stat(dev)
 		}
-		if err == nil {
-			return newListener(name, func() (int, error) {
-				return unix.Open(dev, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-			}), nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("virtio-serial port %s did not appear in %v: %w", name, timeout, err)
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 50*time.Millisecond)
+		return err == nil, nil
+	}) != nil {
+		return nil, fmt.Errorf("virtio-serial port %s did not appear in %v: %w", name, timeout, err)
 	}
+	return newListener(name, func() (int, error) {
+		return unix.Open(dev, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	}), nil
 }
 
 // Listener is a net.Listener over a virtio-serial port: one byte stream to
@@ -163,7 +163,7 @@ func (l *Listener) session() (net.Conn, error) {
 // openPort opens the port. EBUSY (someone else in the guest has it open:
 // the kernel allows one opener) is waited out rather than ending the server.
 func (l *Listener) openPort() (int, error) {
-	backoff := time.Millisecond
+	waits := backoff.Backoff{Base: time.Millisecond, Max: hostPoll}
 	for {
 		fd, err := l.open()
 		if err == nil {
@@ -172,16 +172,15 @@ func (l *Listener) openPort() (int, error) {
 		if err != unix.EBUSY && err != unix.EINTR {
 			return -1, fmt.Errorf("open port %s: %w", l.name, err)
 		}
-		if err := l.sleep(backoff); err != nil {
-			return -1, err
+		if !waits.Wait(l.closed) {
+			return -1, net.ErrClosed
 		}
-		backoff = min(2*backoff, hostPoll)
 	}
 }
 
 // waitHost polls until the host end of the port is connected.
 func (l *Listener) waitHost(fd int) error {
-	backoff := time.Millisecond
+	waits := backoff.Backoff{Base: time.Millisecond, Max: hostPoll}
 	for {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		_, err := unix.Poll(fds, 0)
@@ -195,22 +194,9 @@ func (l *Listener) waitHost(fd int) error {
 		case fds[0].Revents&unix.POLLHUP == 0:
 			return nil
 		}
-		if err := l.sleep(backoff); err != nil {
-			return err
+		if !waits.Wait(l.closed) {
+			return net.ErrClosed
 		}
-		backoff = min(2*backoff, hostPoll)
-	}
-}
-
-// sleep waits d, or returns net.ErrClosed when the listener is closed.
-func (l *Listener) sleep(d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-l.closed:
-		return net.ErrClosed
-	case <-t.C:
-		return nil
 	}
 }
 

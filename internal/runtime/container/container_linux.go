@@ -52,10 +52,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,8 +64,10 @@ import (
 	"warren/internal/consolelog"
 	"warren/internal/disk"
 	"warren/internal/hostclaim"
+	"warren/internal/procid"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/warmpool"
 )
 
 // Isolation is how this runtime describes its boundary, everywhere.
@@ -108,14 +108,7 @@ type Runtime struct {
 	slotsMu sync.Mutex       // guards slots
 	slots   map[int]*os.File // uid ranges held by live sandboxes and spawned inits, with their host-wide claims
 
-	warmMu    sync.Mutex  // guards warm
-	warm      []*initProc // spawned ahead of time, waiting for a sandbox
-	refill    chan struct{}
-	lastStart atomic.Int64 // unix nanoseconds of the latest Start: refills wait for a pause
-	warmOnce  sync.Once
-	stopWarm  context.CancelFunc
-	warmWG    sync.WaitGroup
-	closeOnce sync.Once
+	pool *warmpool.Pool[*initProc] // inits spawned ahead of time, waiting for a sandbox
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -151,24 +144,15 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{
-		log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims,
-		slots: map[int]*os.File{}, refill: make(chan struct{}, 1), stopWarm: func() {},
-	}, nil
+	r := &Runtime{log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims, slots: map[int]*os.File{}}
+	r.pool = r.newPool()
+	return r, nil
 }
 
 // Close kills the warm inits. Running sandboxes are not touched: a later
 // Runtime adopts them.
 func (r *Runtime) Close() error {
-	r.closeOnce.Do(func() {
-		r.warmOnce.Do(func() {}) // a Sweep after Close starts nothing
-		r.warmMu.Lock()
-		stop := r.stopWarm
-		r.warmMu.Unlock()
-		stop()
-		r.warmWG.Wait()
-	})
-	return nil
+	return r.pool.Close() // a Sweep after Close starts nothing
 }
 
 // sealedCopy copies the file at path into a memfd that nobody can change.
@@ -290,8 +274,7 @@ func (r *Runtime) destroy(ctx context.Context, id, dir string) error {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
-	r.lastStart.Store(time.Now().UnixNano())
-	defer r.refillSoon()
+	r.pool.Busy()
 	var undo cleanup.Stack
 	defer undo.RunIf(&err)
 
@@ -388,7 +371,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	p.sync.Close()
 
-	start, err := processStartTime(p.pid)
+	start, err := procid.StartTime(p.pid)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
@@ -483,25 +466,6 @@ func waitSetup(ctx context.Context, sync *os.File) error {
 	}
 }
 
-// processStartTime reads field 22 (starttime) of /proc/PID/stat.
-func processStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces and parentheses: fields
-	// after it start after the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64) // field 22 is the 20th after the name
-}
-
 // Adopt implements runtime.Runtime.
 func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
 	var st state
@@ -509,18 +473,8 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		r.destroy(ctx, spec.ID, spec.Dir)
 		return nil, runtime.ErrGone
 	}
-	start, err := processStartTime(st.PID)
-	if err != nil || start != st.StartTime {
-		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
-	}
-	pidfd, err := unix.PidfdOpen(st.PID, 0)
+	pidfd, err := procid.Open(st.PID, st.StartTime)
 	if err != nil {
-		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
-	}
-	// The pid could have been reused between the two reads above; reading the
-	// start time again after pidfd_open pins it to the process we checked.
-	if start2, err := processStartTime(st.PID); err != nil || start2 != st.StartTime {
-		unix.Close(pidfd)
 		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
 	}
 	r.useSlot(st.Slot, pidfd)
@@ -560,17 +514,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 // Sweep also starts keeping warm inits: the adopted sandboxes' uid ranges
 // are known by then.
 func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
-	r.warmOnce.Do(func() {
-		if r.opts.Warm <= 0 {
-			return
-		}
-		wctx, cancel := context.WithCancel(context.Background())
-		r.warmMu.Lock()
-		r.stopWarm = cancel
-		r.warmMu.Unlock()
-		r.warmWG.Add(1)
-		go r.keepWarm(wctx)
-	})
+	r.pool.Start()
 	names, err := r.cgroups.List()
 	if err != nil {
 		return fmt.Errorf("list cgroups: %w", err)

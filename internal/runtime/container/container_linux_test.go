@@ -438,11 +438,7 @@ func TestWarmInits(t *testing.T) {
 	if err := rt.Sweep(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	warmCount := func() int {
-		rt.warmMu.Lock()
-		defer rt.warmMu.Unlock()
-		return len(rt.warm)
-	}
+	warmCount := func() int { return len(rt.pool.Ready()) }
 	waitFor(t, "two warm inits", func() bool { return warmCount() == 2 })
 
 	slots := map[int]bool{}
@@ -465,15 +461,13 @@ func TestWarmInits(t *testing.T) {
 		pids = append(pids, st.PID)
 	}
 	waitFor(t, "the pool to refill", func() bool { return warmCount() == 2 })
-	rt.warmMu.Lock()
 	var waiting []int
-	for _, p := range rt.warm {
+	for _, p := range rt.pool.Ready() {
 		waiting = append(waiting, p.pid)
 		if slots[p.slot] {
 			t.Errorf("warm init holds slot %d of a running sandbox", p.slot)
 		}
 	}
-	rt.warmMu.Unlock()
 	rt.Close()
 	for _, pid := range waiting {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {

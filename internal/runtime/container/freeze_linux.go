@@ -11,13 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/fsfreeze"
+	"warren/internal/procid"
 	"warren/internal/runtime/container/containerinit"
-)
-
-// FIFREEZE and FITHAW, _IOWR('X', 119/120, int).
-const (
-	ioctlFIFREEZE = 0xC0045877
-	ioctlFITHAW   = 0xC0045878
 )
 
 // Freeze implements runtime.Instance. The freeze is done by the host: it
@@ -38,14 +34,14 @@ func (in *instance) Freeze(ctx context.Context, path string) (func() error, erro
 		return nil, fmt.Errorf("sync: %w", err)
 	}
 	t1 := time.Now()
-	if err := unix.IoctlSetInt(int(root.Fd()), ioctlFIFREEZE, 0); err != nil {
+	if err := fsfreeze.Freeze(int(root.Fd())); err != nil {
 		root.Close()
 		return nil, fmt.Errorf("freeze: %w", err)
 	}
 	in.r.log.Debug("freeze timings", "sandbox", in.id, "syncfs", t1.Sub(t0), "fifreeze", time.Since(t1))
 	return func() error {
 		defer root.Close()
-		if err := unix.IoctlSetInt(int(root.Fd()), ioctlFITHAW, 0); err != nil {
+		if err := fsfreeze.Thaw(int(root.Fd())); err != nil {
 			return fmt.Errorf("thaw: %w", err)
 		}
 		return nil
@@ -59,11 +55,10 @@ func (in *instance) thaw(path string) error {
 		return err
 	}
 	defer f.Close()
-	err = unix.IoctlSetInt(int(f.Fd()), ioctlFITHAW, 0)
-	if errors.Is(err, unix.EINVAL) {
-		return nil // not frozen
+	if err := fsfreeze.Thaw(int(f.Fd())); !errors.Is(err, fsfreeze.ErrNotFrozen) {
+		return err
 	}
-	return err
+	return nil
 }
 
 // openMount opens the directory at path in the sandbox, "/" or
@@ -117,9 +112,9 @@ func (in *instance) openRoot() (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Checked after the open: if the pid was reused before it, the start
-	// time differs now.
-	if start, err := processStartTime(in.st.PID); err != nil || start != in.st.StartTime {
+	// Checked after the open (procid.Is): a reused pid shows another start
+	// time.
+	if !procid.Is(in.st.PID, in.st.StartTime) {
 		root.Close()
 		return nil, errors.New("the sandbox's init has exited")
 	}

@@ -3,7 +3,6 @@
 package container
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"warren/internal/consolelog"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/warmpool"
 )
 
 // An init is started in two halves. spawn starts the agent binary in fresh
@@ -160,13 +160,8 @@ func (r *Runtime) spawn(dir, sockName, consoleName string) (_ *initProc, err err
 // spawns one there.
 func (r *Runtime) take(dir string) (*initProc, error) {
 	for {
-		r.warmMu.Lock()
-		var p *initProc
-		if n := len(r.warm); n > 0 {
-			p, r.warm = r.warm[n-1], r.warm[:n-1]
-		}
-		r.warmMu.Unlock()
-		if p == nil {
+		p, ok := r.pool.Take()
+		if !ok {
 			return r.spawn(dir, "agent.sock", "console")
 		}
 		select {
@@ -194,14 +189,6 @@ func (r *Runtime) take(dir string) (*initProc, error) {
 	}
 }
 
-// refillSoon wakes the refiller without waiting for it.
-func (r *Runtime) refillSoon() {
-	select {
-	case r.refill <- struct{}{}:
-	default:
-	}
-}
-
 // refillQuiet is how long no Start may have begun before the pool is
 // refilled. Starting an init (namespaces, exec, Go start-up, paging in) slows
 // a create running at the same time, even at idle priority: measured here,
@@ -210,57 +197,36 @@ func (r *Runtime) refillSoon() {
 // inits started on the spot.
 const refillQuiet = 100 * time.Millisecond
 
-// keepWarm keeps opts.Warm inits spawned until ctx ends, then kills them.
+// newPool makes the pool of opts.Warm inits, which the first Sweep starts.
 //
-// It spawns from an OS thread of scheduling class SCHED_IDLE, which the
-// inits inherit, so starting and paging in a warm init uses only CPU nobody
-// else wants; take moves an init back to the normal class when it becomes a
-// sandbox.
-func (r *Runtime) keepWarm(ctx context.Context) {
-	defer r.warmWG.Done()
-	goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
-	if err := setIdleClass(0, true); err != nil {
-		r.log.Warn("warm inits start at normal priority", "err", err)
-	}
-	defer func() {
-		r.warmMu.Lock()
-		warm := r.warm
-		r.warm = nil
-		r.warmMu.Unlock()
-		for _, p := range warm {
-			p.kill()
-		}
-	}()
-	seq := 0
-	for {
-		r.warmMu.Lock()
-		short := len(r.warm) < r.opts.Warm
-		r.warmMu.Unlock()
-		wait := 5 * time.Second
-		if short {
-			wait = refillQuiet - time.Since(time.Unix(0, r.lastStart.Load()))
-		}
-		if short && wait <= 0 {
+// Its goroutine spawns from an OS thread of scheduling class SCHED_IDLE,
+// which the inits inherit, so starting and paging in a warm init uses only
+// CPU nobody else wants; take moves an init back to the normal class when
+// it becomes a sandbox.
+func (r *Runtime) newPool() *warmpool.Pool[*initProc] {
+	seq := 0 // only the pool's goroutine spawns
+	return warmpool.New(warmpool.Config[*initProc]{
+		Size:  r.opts.Warm,
+		Quiet: refillQuiet,
+		Log:   r.log,
+		Setup: func() {
+			goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
+			if err := setIdleClass(0, true); err != nil {
+				r.log.Warn("warm inits start at normal priority", "err", err)
+			}
+		},
+		Make: func() (*initProc, error) {
 			seq++
 			name := fmt.Sprintf("warm-%d", seq)
 			p, err := r.spawn(r.opts.WarmDir, name+".sock", name)
-			if err == nil {
-				p.warm = true
-				r.warmMu.Lock()
-				r.warm = append(r.warm, p)
-				r.warmMu.Unlock()
-				continue
+			if err != nil {
+				return nil, fmt.Errorf("spawn warm init: %w", err)
 			}
-			r.log.Warn("spawn warm init", "err", err)
-			wait = 5 * time.Second
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.refill:
-		case <-time.After(wait):
-		}
-	}
+			p.warm = true
+			return p, nil
+		},
+		Discard: func(p *initProc) error { p.kill(); return nil },
+	})
 }
 
 // allocSlot reserves the lowest uid range free on the host, and returns its

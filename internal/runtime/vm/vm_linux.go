@@ -51,7 +51,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/runtime"
 	"warren/internal/runtime/vm/guest"
-	"warren/internal/vminit"
+	"warren/internal/runtime/vm/vminit"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
 	"warren/internal/vmm/qemu"
@@ -520,7 +520,7 @@ func (r *Runtime) startMachine(ctx context.Context, cfg vmm.Config, net runtime.
 		defer tap.Close() // QEMU has its own copy
 		opts.Tap = tap
 	}
-	return r.vmm.StartMachine(ctx, cfg, opts)
+	return r.vmm.Start(ctx, cfg, opts)
 }
 
 // config is the machine of spec, for Start and, after a restart, for

@@ -18,7 +18,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/runtime"
 	"warren/internal/runtime/vm/guest"
-	"warren/internal/vminit"
+	"warren/internal/runtime/vm/vminit"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
 )

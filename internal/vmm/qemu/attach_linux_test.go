@@ -56,7 +56,7 @@ func TestOrphanHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := v.StartMachine(ctxT(t), req.Config, vmm.StartOptions{})
+	m, err := v.Start(ctxT(t), req.Config, vmm.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@
 package qemu
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,10 +22,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/backoff"
 	"warren/internal/cgroup"
 	"warren/internal/cleanup"
 	"warren/internal/consolelog"
 	"warren/internal/hostclaim"
+	"warren/internal/procid"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
 	"warren/internal/vmm/jail"
@@ -121,8 +121,6 @@ type VMM struct {
 // hostclaim), which it holds, unused, for its life: the first it inherits.
 const fdClaim = 3
 
-var _ vmm.VMM = (*VMM)(nil)
-
 // New checks opts and prepares the jail mountpoint.
 func New(opts Options) (*VMM, error) {
 	if opts.Cgroups == nil {
@@ -159,11 +157,8 @@ func New(opts Options) (*VMM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	return &VMM{opts: opts, log: log.With("subsystem", "qemu"), claims: claims, uids: map[uint32]*os.File{}}, nil
+	return &VMM{opts: opts, log: log.With("vmm", "qemu"), claims: claims, uids: map[uint32]*os.File{}}, nil
 }
-
-// Name implements vmm.VMM.
-func (v *VMM) Name() string { return "qemu" }
 
 func (v *VMM) allocUID() (uint32, *os.File, error) {
 	v.uidMu.Lock()
@@ -230,7 +225,7 @@ func limits(cfg *vmm.Config) cgroup.Limits {
 	}
 }
 
-// Machine is one QEMU process and its guest: started by StartMachine, or
+// Machine is one QEMU process and its guest: started by Start, or
 // attached to by Attach after the process that started it went away. Both
 // kinds signal QEMU through a pidfd and release the same things when it
 // ends; they differ only in how they learn of its end (see waitProcess).
@@ -243,7 +238,7 @@ type Machine struct {
 	start   uint64 // field 22 of /proc/PID/stat: with pid, names QEMU
 	uid     uint32
 	cg      *cgroup.Group
-	qmp     *Client // connected before StartMachine or Attach returns; never changes
+	qmp     *Client // connected before Start or Attach returns; never changes
 	qmpSock string
 	stderr  string            // path of QEMU's stderr log
 	console *consolelog.Drain // the serial console into Config.ConsoleLog; nil if not drained
@@ -275,18 +270,13 @@ type Machine struct {
 
 var _ vmm.Machine = (*Machine)(nil)
 
-// Start implements vmm.VMM.
-func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) (vmm.Machine, error) {
-	m, err := v.StartMachine(ctx, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// StartMachine is Start returning the *Machine, for callers that need its
-// QEMU-specific methods.
-func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) (_ *Machine, err error) {
+// Start validates cfg and opts (an error wrapping vmm.ErrInvalidConfig
+// before anything starts), launches QEMU in its jail, and returns once the
+// machine runs, or is paused when opts.Paused, or has loaded
+// opts.RestoreFrom. ctx bounds the start; it does not bound the machine's
+// life. On error nothing is left behind (no process, cgroup or socket) but
+// the logs in WorkDir and ConsoleLog. It may be called concurrently.
+func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) (_ *Machine, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -294,7 +284,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 	if err := checkStart(&cfg, opts, qmpSock); err != nil {
 		return nil, fmt.Errorf("%w: %w", vmm.ErrInvalidConfig, err)
 	}
-	log := v.log.With("vm", cfg.ID)
+	log := v.log.With("sandbox", cfg.ID)
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -455,7 +445,7 @@ func (v *VMM) StartMachine(ctx context.Context, cfg vmm.Config, opts vmm.StartOp
 		<-m.exited
 		m.closePidfd()
 	})
-	if m.start, err = processStartTime(pid); err != nil {
+	if m.start, err = procid.StartTime(pid); err != nil {
 		return nil, fmt.Errorf("vmm process: %w", err)
 	}
 	// QEMU now holds its copies of the sockets: when it dies, the QMP
@@ -527,7 +517,7 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 	if pid <= 0 {
 		return nil, fmt.Errorf("attach machine %s: %w: no pid", cfg.ID, vmm.ErrExited)
 	}
-	log := v.log.With("vm", cfg.ID)
+	log := v.log.With("sandbox", cfg.ID)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, callTimeout)
@@ -541,18 +531,16 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 		}
 	}()
 
-	// The pidfd first, then the start time: if the pid was reused before
-	// the pidfd was opened, the start time is the new process's.
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil, fmt.Errorf("%w: process %d is gone", vmm.ErrExited, pid)
+	pidfd, err := procid.Open(pid, startTime)
+	if errors.Is(err, procid.ErrGone) {
+		return nil, fmt.Errorf("%w: process %d is not the machine's any more", vmm.ErrExited, pid)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pidfd: %w", err)
+		return nil, err
 	}
 	undo.Add(func() { unix.Close(pidfd) })
-	if got, err := processStartTime(pid); err != nil || got != startTime || pidfdExited(pidfd) {
-		return nil, fmt.Errorf("%w: process %d is not the machine's any more", vmm.ErrExited, pid)
+	if procid.Exited(pidfd) {
+		return nil, fmt.Errorf("%w: process %d ended", vmm.ErrExited, pid)
 	}
 	if err := v.reserveUID(uid, pidfd); err != nil {
 		return nil, err
@@ -575,7 +563,7 @@ func (v *VMM) Attach(ctx context.Context, cfg vmm.Config, pid int, startTime uin
 		})
 	}
 	qmp, err := Dial(ctx, m.qmpSock, log)
-	if err != nil && pidfdExited(pidfd) {
+	if err != nil && procid.Exited(pidfd) {
 		err = fmt.Errorf("%w: process %d ended", vmm.ErrExited, pid)
 	}
 	if err != nil {
@@ -676,7 +664,7 @@ func (m *Machine) restore(ctx context.Context, fd int) error {
 	if err := m.qmp.Execute(ctx, "migrate-incoming", map[string]string{"uri": uri}, nil); err != nil {
 		return fmt.Errorf("restore memory: %w", err)
 	}
-	err := poll(ctx, func() (bool, error) {
+	err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
 		var st struct{ Status string }
 		if err := m.qmp.Execute(ctx, "query-status", nil, &st); err != nil {
 			return false, err
@@ -697,7 +685,7 @@ func (m *Machine) restore(ctx context.Context, fd int) error {
 }
 
 // waitProcess waits for QEMU to exit and records how it ended. It runs
-// from StartMachine or Attach until the process is gone.
+// from Start or Attach until the process is gone.
 //
 // A started QEMU is this process's child: cmd.Wait reaps it and tells its
 // exit status. An attached one is not (it was reparented when the process
@@ -749,18 +737,6 @@ func waitPidfd(pidfd int) {
 			// this returns): the machine is then released, its cgroup
 			// killed, rather than followed blind.
 			return
-		}
-	}
-}
-
-// pidfdExited reports whether the process of pidfd has exited, without
-// waiting.
-func pidfdExited(pidfd int) bool {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, 0)
-		if err != unix.EINTR {
-			return err == nil && n > 0
 		}
 	}
 }
@@ -1028,41 +1004,6 @@ func (m *Machine) Wait(ctx context.Context) (vmm.Exit, error) {
 
 // Done implements vmm.Machine.
 func (m *Machine) Done() <-chan struct{} { return m.done }
-
-// processStartTime reads field 22 (starttime) of /proc/PID/stat.
-func processStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')') // the name may hold ')'
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
-}
-
-// poll calls f every few milliseconds until it returns true or an error,
-// or ctx ends.
-func poll(ctx context.Context, f func() (bool, error)) error {
-	interval := time.Millisecond
-	for {
-		ok, err := f()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-			interval = min(2*interval, 50*time.Millisecond)
-		}
-	}
-}
 
 // tail returns the last n bytes of the file at path, from a line start
 // when it can, trimmed; "" if it cannot be read.

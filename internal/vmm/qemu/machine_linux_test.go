@@ -91,7 +91,7 @@ func (e *env) start(t *testing.T, cfg vmm.Config, opts vmm.StartOptions) *Machin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := e.v.StartMachine(ctx, cfg, opts)
+	m, err := e.v.Start(ctx, cfg, opts)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -360,7 +360,7 @@ func TestCrashDuringStart(t *testing.T) {
 	cfg := config(t, 128)
 	bad := filepath.Join(t.TempDir(), "garbage.snap")
 	os.WriteFile(bad, []byte("this is not a migration stream\n"), 0o600)
-	m, err := e.v.StartMachine(ctxT(t), cfg, vmm.StartOptions{RestoreFrom: bad})
+	m, err := e.v.Start(ctxT(t), cfg, vmm.StartOptions{RestoreFrom: bad})
 	if err == nil {
 		m.Kill(ctxT(t))
 		t.Fatal("Start from a garbage snapshot succeeded")

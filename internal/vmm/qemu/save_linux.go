@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"warren/internal/backoff"
 )
 
 // saveFdName is the name the memory-save descriptor gets in QEMU (getfd).
@@ -87,7 +89,7 @@ func (m *Machine) SaveMemory(ctx context.Context, path string) (err error) {
 // MIGRATION events and polling query-migrate. If ctx ends first it cancels
 // the migration.
 func (m *Machine) waitMigration(ctx context.Context, events <-chan Event) error {
-	interval := 2 * time.Millisecond
+	waits := backoff.Backoff{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond}
 	for {
 		var mig migrationInfo
 		if err := m.call(ctx, "query-migrate", nil, &mig); err != nil {
@@ -104,8 +106,7 @@ func (m *Machine) waitMigration(ctx context.Context, events <-chan Event) error 
 		}
 		select {
 		case <-events:
-		case <-time.After(interval):
-			interval = min(2*interval, 50*time.Millisecond)
+		case <-time.After(waits.Next()):
 		case <-ctx.Done():
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), quitWait)
 			defer cancel()

@@ -20,7 +20,7 @@ import (
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
-	"warren/internal/vminit"
+	"warren/internal/runtime/vm/vminit"
 	"warren/internal/vmport"
 )
 

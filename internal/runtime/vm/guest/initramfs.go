@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"warren/internal/vminit"
+	"warren/internal/runtime/vm/vminit"
 )
 
 // BuildInitramfs writes the initramfs of a guest of kernel k to w: an

@@ -3,6 +3,7 @@
 package vminit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/guestnet"
+
+	"warren/internal/backoff"
 )
 
 // newRoot is where Setup mounts the root disk before switching into it.
@@ -322,14 +325,10 @@ func ensureDir(dir string, mode os.FileMode) error {
 
 // waitFor polls cond with a short backoff until it holds or timeout passes.
 func waitFor(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	backoff := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gave up after %v", timeout)
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) { return cond(), nil }) != nil {
+		return fmt.Errorf("gave up after %v", timeout)
 	}
 	return nil
 }

@@ -1,0 +1,145 @@
+package warmpool
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"warren/internal/backoff"
+)
+
+// maker makes ints, failing the calls listed in fail (1 for the first).
+type maker struct {
+	mu        sync.Mutex
+	calls     int
+	fail      map[int]bool
+	discarded []int
+}
+
+func (m *maker) make() (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.fail[m.calls] {
+		return 0, errors.New("make failed")
+	}
+	return m.calls, nil
+}
+
+func (m *maker) discard(v int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.discarded = append(m.discarded, v)
+	return nil
+}
+
+func (m *maker) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls
+}
+
+func newPool(m *maker, size int, quiet time.Duration) *Pool[int] {
+	return New(Config[int]{
+		Size: size, Make: m.make, Discard: m.discard, Quiet: quiet,
+		Retry: backoff.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}, func() (bool, error) { return cond(), nil }) != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestFillTakeRefill(t *testing.T) {
+	m := &maker{}
+	p := newPool(m, 2, time.Millisecond)
+	defer p.Close()
+	if _, ok := p.Take(); ok {
+		t.Fatal("Take before Start found an item")
+	}
+	p.Start()
+	p.Start() // a second Start starts nothing more
+	waitFor(t, "two ready", func() bool { return len(p.Ready()) == 2 })
+	v, ok := p.Take()
+	if !ok || v != 2 {
+		t.Fatalf("Take = %d, %v; want the last made, 2", v, ok)
+	}
+	waitFor(t, "the refill", func() bool { return len(p.Ready()) == 2 })
+	if got := p.Ready(); !slices.Equal(got, []int{1, 3}) {
+		t.Fatalf("ready %v, want [1 3]", got)
+	}
+}
+
+// Regression: the network's warm-router pool, once empty, stopped for good
+// after one failed refill (it waited for the next take, which an empty pool
+// never gets). A failed make is retried.
+func TestRefillFailingOnceIsRetried(t *testing.T) {
+	m := &maker{fail: map[int]bool{1: true}}
+	p := newPool(m, 1, 0)
+	defer p.Close()
+	p.Start()
+	waitFor(t, "an item after a failed make", func() bool { return len(p.Ready()) == 1 })
+	if got := m.count(); got != 2 {
+		t.Fatalf("%d makes, want 2 (one failed, one retried)", got)
+	}
+}
+
+func TestRefillWaitsForQuiet(t *testing.T) {
+	m := &maker{}
+	const quiet = 200 * time.Millisecond
+	p := newPool(m, 1, quiet)
+	defer p.Close()
+	p.Start()
+	waitFor(t, "the first fill", func() bool { return len(p.Ready()) == 1 })
+	start := time.Now()
+	p.Take()
+	waitFor(t, "the refill", func() bool { return len(p.Ready()) == 1 })
+	if d := time.Since(start); d < quiet {
+		t.Fatalf("refilled %v after a take, want at least %v", d, quiet)
+	}
+}
+
+func TestCloseDiscardsReady(t *testing.T) {
+	m := &maker{}
+	p := newPool(m, 3, 0)
+	p.Start()
+	waitFor(t, "three ready", func() bool { return len(p.Ready()) == 3 })
+	taken, _ := p.Take()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	discarded := slices.Sorted(slices.Values(m.discarded))
+	m.mu.Unlock()
+	want := slices.DeleteFunc([]int{1, 2, 3}, func(v int) bool { return v == taken })
+	// A make may have run between the take and Close: its item is ready too.
+	if len(discarded) < 2 || !slices.Equal(discarded[:2], want) {
+		t.Fatalf("discarded %v, want %v (and perhaps a refill)", discarded, want)
+	}
+	calls := m.count()
+	p.Start() // after Close: nothing
+	time.Sleep(20 * time.Millisecond)
+	if m.count() != calls {
+		t.Fatal("Start after Close made items")
+	}
+	if _, ok := p.Take(); ok {
+		t.Fatal("Take after Close found an item")
+	}
+}
+
+func TestZeroSize(t *testing.T) {
+	m := &maker{}
+	p := newPool(m, 0, 0)
+	p.Start()
+	if err := p.Close(); err != nil || m.count() != 0 {
+		t.Fatalf("Close = %v after %d makes, want nil after 0", err, m.count())
+	}
+}
