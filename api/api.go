@@ -19,7 +19,8 @@ const (
 
 // Sandbox states. A sandbox moves starting → running → stopped, or to failed
 // from any state; stopped and failed are final and are kept for a while so a
-// caller can read what happened, then forgotten. A vm sandbox may also move
+// caller can read what happened, then forgotten (the state machine, and how
+// the node enforces it, is in internal/store/lifecycle.go). A vm sandbox may also move
 // running → paused → running (POST /v1/sandboxes/{id}/pause and /resume):
 // paused, its memory is saved to a file on the node and no process runs
 // for it; exec and files are refused until it is resumed; it still expires,

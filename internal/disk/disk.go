@@ -86,6 +86,10 @@ type Options struct {
 	// TrimInterval is how often the pool looks for space freed in its XFS
 	// image, to trim it (default DefaultTrimInterval).
 	TrimInterval time.Duration
+	// NoLoopImage never makes (or mounts) the XFS loop image: without
+	// reflink in the data directory, clones are full copies. For data
+	// directories that must not get a mount, such as a test's.
+	NoLoopImage bool
 }
 
 // DefaultTrimInterval is the trimmer's period when Options.TrimInterval is

@@ -112,8 +112,12 @@ func open(ctx context.Context, dataDir string, log *slog.Logger, opts Options) (
 		}
 		return &Pool{dir: disks, mode: CloneReflink}, nil
 	}
-	log.Info("data directory has no reflink; trying an xfs loop image", "dir", dataDir)
-	loop, err := mountXFSImage(ctx, image, disks, opts.XFSImageSize, log)
+	err = errors.New("no loop image wanted (Options.NoLoopImage)")
+	var loop *Loop
+	if !opts.NoLoopImage {
+		log.Info("data directory has no reflink; trying an xfs loop image", "dir", dataDir)
+		loop, err = mountXFSImage(ctx, image, disks, opts.XFSImageSize, log)
+	}
 	if err != nil {
 		log.Warn("no reflink: clones will be full copies, slow and as large as their data",
 			"dir", disks, "err", err)

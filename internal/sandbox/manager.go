@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -135,6 +136,14 @@ type Deps struct {
 }
 
 // Manager runs the node's sandboxes. It is safe for concurrent use.
+//
+// A sandbox's record changes only by the store's state machine
+// (store.Transition, a compare-and-set): a create, a delete, a timeout, a
+// crash and a pause that race each other cannot overwrite one another, and
+// the one that lost is told. Locks, in the order they may be taken: a
+// live sandbox's op (its pause and resume), then Manager.mu (the live map
+// and each live sandbox's flags: never held across a store or runtime
+// call), then whatever a runtime locks inside its own calls.
 type Manager struct {
 	log  *slog.Logger
 	deps Deps
@@ -333,10 +342,24 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 	log := m.log.With("sandbox", rec.ID)
 
 	if err := m.start(ctx, rt, &rec, src); err != nil {
-		log.Warn("sandbox failed to start", "request_id", reqid.From(ctx), "err", err)
-		rec.State, rec.Error = api.StateFailed, startReason(ctx, err, m.cfg.StartTimeout)
-		if uerr := m.deps.Store.UpdateSandbox(context.WithoutCancel(ctx), &rec); uerr != nil {
-			log.Error("record failed sandbox", "err", uerr)
+		ended := (*endedWhileStarting)(nil)
+		if !errors.As(err, &ended) {
+			log.Warn("sandbox failed to start", "request_id", reqid.From(ctx), "err", err)
+			none := time.Time{}
+			now, terr := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
+				From: []string{api.StateStarting}, To: api.StateFailed,
+				Error: startReason(ctx, err, m.cfg.StartTimeout), Expires: &none,
+			})
+			switch {
+			case errors.Is(terr, store.ErrTransition):
+				ended = &endedWhileStarting{state: now.State}
+			case terr != nil:
+				log.Error("record failed sandbox", "err", terr)
+			}
+		}
+		if ended != nil {
+			log.Info("sandbox ended while it was starting", "state", ended.state)
+			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s ended while it was starting: it is %s (deleted, or lost to a daemon restart)", rec.ID, ended.state)
 		}
 		if ctx.Err() != nil {
 			return api.Sandbox{}, api.Errorf(api.CodeTimeout, "sandbox start cancelled: %v", ctx.Err())
@@ -346,6 +369,13 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template, "origin", rec.Origin)
 	return m.view(rec), nil
 }
+
+// endedWhileStarting is start's answer when its sandbox was moved on
+// before it could record it running: a delete stopped it, or a restarted
+// daemon marked it failed.
+type endedWhileStarting struct{ state string }
+
+func (e *endedWhileStarting) Error() string { return "it is " + e.state + " already" }
 
 // startFailure is a step of start that failed, in words for the sandbox's
 // owner; the error under it, with host paths and internal detail, goes to
@@ -442,18 +472,35 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	}
 	tReady := time.Now()
 
-	if rec.NetSlot, err = att.slot(); err != nil {
+	slot, err := att.slot()
+	if err != nil {
 		return failed("its network could not be set up", err)
 	}
-	rec.State = api.StateRunning
-	rec.RuntimeState = inst.State()
-	if err := m.deps.Store.UpdateSandbox(ctx, rec); err != nil {
-		return failed("the node could not record it", fmt.Errorf("record running sandbox: %w", err))
-	}
+	// Live before running: a delete that sees the record running finds
+	// what to tear down. One that saw it starting has moved it to stopped
+	// already, and this move then fails: the undo stack unwinds.
 	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
 	m.mu.Lock()
 	m.live[rec.ID] = l
 	m.mu.Unlock()
+	undo.Add(func() {
+		m.mu.Lock()
+		if m.live[rec.ID] == l {
+			delete(m.live, rec.ID)
+		}
+		m.mu.Unlock()
+	})
+	moved, err := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
+		From: []string{api.StateStarting}, To: api.StateRunning, Version: rec.Version,
+		RuntimeState: inst.State(), NetSlot: &slot,
+	})
+	if errors.Is(err, store.ErrTransition) {
+		return &endedWhileStarting{state: moved.State}
+	}
+	if err != nil {
+		return failed("the node could not record it", fmt.Errorf("record running sandbox: %w", err))
+	}
+	*rec = moved
 	go m.watch(rec.ID, l)
 	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", att.took(),
 		"runtime", tStart.Sub(tClone), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
@@ -533,21 +580,28 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 	rec, err := m.deps.Store.GetSandbox(ctx, id)
 	keep := err == nil && state == api.StateFailed && (rec.State == api.StateRunning || rec.State == api.StatePaused) &&
 		rec.ExpiresAt.After(time.Now())
+	expires := rec.ExpiresAt
 	if keep {
 		m.ledger.restore(id, diskClaim(rec))
 		reason += fmt.Sprintf("; its disk is kept until %s (or until it is deleted): snapshot it to save its work",
 			rec.ExpiresAt.UTC().Format(time.RFC3339))
 	} else {
 		errs = append(errs, m.removeDisks(id))
-		rec.ExpiresAt = time.Time{}
+		expires = time.Time{}
 	}
 	if rerr := os.RemoveAll(m.stateDir(id)); rerr != nil {
 		errs = append(errs, rerr)
 	}
 	errs = append(errs, m.detachNetwork(id))
+	if err == nil && !slices.Contains(store.Live, rec.State) {
+		return errors.Join(errs...) // already final: another teardown recorded how it ended
+	}
 	if err == nil {
-		rec.State, rec.Error, rec.RuntimeState = state, reason, nil
-		err = m.deps.Store.UpdateSandbox(ctx, &rec)
+		// From the state read, whatever narrow updates (a timeout) came
+		// since: the end wins over them, and only over them.
+		_, err = m.deps.Store.Transition(ctx, id, store.Transition{
+			From: []string{rec.State}, To: state, Error: reason, Expires: &expires,
+		})
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		errs = append(errs, err)
@@ -588,8 +642,7 @@ func (m *Manager) dropDisks(ctx context.Context, rec store.Sandbox) error {
 	err := m.removeDisks(rec.ID)
 	m.ledger.release(rec.ID)
 	if err == nil {
-		rec.ExpiresAt = time.Time{}
-		err = m.deps.Store.UpdateSandbox(ctx, &rec)
+		_, err = m.deps.Store.SetExpiry(ctx, rec.ID, time.Time{}, api.StateFailed)
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("drop disks of failed sandbox %s: %w", rec.ID, err)
@@ -813,26 +866,45 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	return m.kill(ctx, id, "deleted")
 }
 
-// kill tears down a running sandbox and records it stopped.
+// kill tears down a running sandbox and records it stopped. A sandbox
+// still starting is only moved to stopped: its create owns what it has
+// made so far and unwinds it when its own move to running is refused.
 func (m *Manager) kill(ctx context.Context, id, reason string) error {
-	m.mu.Lock()
-	l := m.live[id]
-	if l != nil {
-		if l.deleting {
-			m.mu.Unlock()
-			return nil // someone else is tearing it down
-		}
-		l.deleting = true
-		delete(m.live, id)
-	}
-	m.mu.Unlock()
 	// A cancelled request must not leave a sandbox half torn down.
-	err := m.teardown(context.WithoutCancel(ctx), id, l, api.StateStopped, reason)
-	if err != nil {
-		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	ctx = context.WithoutCancel(ctx)
+	for {
+		m.mu.Lock()
+		l := m.live[id]
+		if l != nil {
+			if l.deleting {
+				m.mu.Unlock()
+				return nil // someone else is tearing it down
+			}
+			l.deleting = true
+			delete(m.live, id)
+		}
+		m.mu.Unlock()
+		if l == nil {
+			none := time.Time{}
+			rec, err := m.deps.Store.Transition(ctx, id, store.Transition{
+				From: []string{api.StateStarting}, To: api.StateStopped, Error: reason, Expires: &none,
+			})
+			switch {
+			case err == nil:
+				m.log.Info("sandbox stopped while it was starting", "sandbox", id, "reason", reason)
+				return nil
+			case !errors.Is(err, store.ErrTransition):
+				return fmt.Errorf("delete sandbox %s: %w", id, err)
+			case rec.State == api.StateRunning || rec.State == api.StatePaused:
+				continue // its create has just made it live
+			}
+		}
+		if err := m.teardown(ctx, id, l, api.StateStopped, reason); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+		m.log.Info("sandbox stopped", "sandbox", id, "reason", reason)
+		return nil
 	}
-	m.log.Info("sandbox stopped", "sandbox", id, "reason", reason)
-	return nil
 }
 
 // SetTimeout makes the sandbox expire timeout from now.
@@ -844,11 +916,11 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if rec.State != api.StateRunning && rec.State != api.StateStarting && rec.State != api.StatePaused {
+	rec, err = m.deps.Store.SetExpiry(ctx, id, time.Now().Add(timeout), store.Live...)
+	if errors.Is(err, store.ErrTransition) {
 		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, rec.State)
 	}
-	rec.ExpiresAt = time.Now().Add(timeout)
-	if err := m.deps.Store.UpdateSandbox(ctx, &rec); err != nil {
+	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("set timeout: %w", err)
 	}
 	return m.view(rec), nil
@@ -1109,22 +1181,21 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 // takes seconds per GiB).
 const pauseTimeout = 2 * time.Minute
 
-// setState records a live sandbox's new state (and its runtime state),
-// unless a teardown owns it: under Manager.mu, so that the teardown's final
-// state is always written last.
+// setState moves a live sandbox between running and paused, recording its
+// runtime state. A teardown that got there first wins: the move is refused
+// and the record says how the sandbox ended.
 func (m *Manager) setState(ctx context.Context, l *live, id, state string) (store.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, err := m.deps.Store.GetSandbox(ctx, id)
-	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("get sandbox: %w", err)
+	from := api.StateRunning
+	if state == api.StateRunning {
+		from = api.StatePaused
 	}
-	if l.deleting {
+	rec, err := m.deps.Store.Transition(context.WithoutCancel(ctx), id, store.Transition{
+		From: []string{from}, To: state, RuntimeState: l.inst.State(),
+	})
+	if errors.Is(err, store.ErrTransition) {
 		return rec, nil
 	}
-	rec.State, rec.RuntimeState = state, l.inst.State()
-	if err := m.deps.Store.UpdateSandbox(ctx, &rec); err != nil {
+	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("record sandbox %s %s: %w", id, state, err)
 	}
 	return rec, nil

@@ -32,8 +32,8 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 23 {
-		return fmt.Errorf("scan of %d columns, want 23", len(dest))
+	if len(dest) != 24 {
+		return fmt.Errorf("scan of %d columns, want 24", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
@@ -42,6 +42,7 @@ func (r storedRow) scan(dest ...any) error {
 	*dest[19].(*[]byte) = r.runtimeState
 	*dest[20].(*int64), *dest[22].(*int64) = r.created, r.updated
 	*dest[21].(*sql.NullInt64) = r.expires
+	*dest[23].(*int64) = 1
 	return nil
 }
 
@@ -177,7 +178,7 @@ func FuzzSandboxRoundTrip(f *testing.F) {
 			t.Fatalf("InsertSandbox(%+v) succeeded, GetSandbox: %v", in, err)
 		}
 		want := in
-		want.CreatedAt, want.UpdatedAt = ins.CreatedAt, ins.UpdatedAt
+		want.CreatedAt, want.UpdatedAt, want.Version = ins.CreatedAt, ins.UpdatedAt, ins.Version
 		if !want.ExpiresAt.IsZero() {
 			want.ExpiresAt = want.ExpiresAt.UTC()
 		}

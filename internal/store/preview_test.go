@@ -7,8 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"warren/api"
 )
 
 func TestSandboxPreview(t *testing.T) {
@@ -50,14 +54,13 @@ func TestSandboxPreview(t *testing.T) {
 		}
 	}
 
-	// UpdateSandbox leaves the preview alone.
+	// A move of the state machine leaves the preview alone.
 	got, _ = s.GetSandbox(ctx, "sb-1")
-	got.PreviewToken, got.PreviewPublic = "other", true
-	if err := s.UpdateSandbox(ctx, &got); err != nil {
+	if _, err := s.Transition(ctx, "sb-1", Transition{From: []string{got.State}, To: api.StateStopped}); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := s.GetSandbox(ctx, "sb-1"); again.PreviewToken != "tok3" || again.PreviewPublic {
-		t.Errorf("after UpdateSandbox: token %q public %v, want tok3 and private", again.PreviewToken, again.PreviewPublic)
+		t.Errorf("after a transition: token %q public %v, want tok3 and private", again.PreviewToken, again.PreviewPublic)
 	}
 	if _, err := s.SetSandboxPreview(ctx, "sb-missing", &yes, "x"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetSandboxPreview(missing) err = %v, want ErrNotFound", err)
@@ -74,7 +77,8 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := len(migrations) - 1 // the database as the previous release left it
+	// The database as the release before the preview tokens left it.
+	before := slices.IndexFunc(migrations, func(m string) bool { return strings.Contains(m, "ADD COLUMN preview_token") })
 	for i, m := range migrations[:before] {
 		if _, err := db.ExecContext(ctx, m); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)

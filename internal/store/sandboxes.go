@@ -11,14 +11,16 @@ import (
 	"warren/api"
 )
 
-// Sandbox is a sandbox's record. State is one of the api.State* constants
-// (see package api for the state machine); stopped and failed are final.
+// Sandbox is a sandbox's record. State is one of the api.State* constants;
+// it changes only by a move of the state machine (lifecycle.go).
 type Sandbox struct {
 	ID       string
 	Tenant   string
 	Template string
 	Runtime  string
 	State    string
+	// Version counts the record's changes, from 1 at insert.
+	Version int64
 	// Error says why a failed sandbox failed.
 	Error    string
 	CPUs     float64
@@ -49,14 +51,14 @@ type Sandbox struct {
 	CreatedAt    time.Time
 	// ExpiresAt is when the sandbox is to be deleted; zero means never.
 	ExpiresAt time.Time
-	// UpdatedAt is set by InsertSandbox and UpdateSandbox.
+	// UpdatedAt is when the record last changed.
 	UpdatedAt time.Time
 }
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
-	runtime_state, created_at, expires_at, updated_at`
+	runtime_state, created_at, expires_at, updated_at, version`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -98,7 +100,7 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		created = now
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
@@ -106,6 +108,7 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
+	sb.Version = 1
 	sb.CreatedAt = fromNanos(created.UnixNano())
 	sb.UpdatedAt = fromNanos(now.UnixNano())
 	return nil
@@ -135,28 +138,6 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]Sandbox, er
 	}
 	q += ` ORDER BY created_at, id`
 	return s.querySandboxes(ctx, "list sandboxes", q, args...)
-}
-
-// UpdateSandbox writes the sandbox's State, Error, ExpiresAt, NetSlot and
-// RuntimeState, and sets its UpdatedAt to now; the other fields are fixed at
-// insert, but for Network (SetSandboxNetwork). ErrNotFound when the sandbox
-// does not exist.
-func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
-	if !validState(sb.State) {
-		return fmt.Errorf("update sandbox %s: invalid state %q", sb.ID, sb.State)
-	}
-	now := time.Now()
-	res, err := s.db.ExecContext(ctx,
-		`UPDATE sandboxes SET state = ?, error = ?, expires_at = ?, net_slot = ?, runtime_state = ?, updated_at = ? WHERE id = ?`,
-		sb.State, sb.Error, nullNanos(sb.ExpiresAt), sb.NetSlot, sb.RuntimeState, now.UnixNano(), sb.ID)
-	if err != nil {
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	if err := affectedOne(res, "update sandbox "+sb.ID); err != nil {
-		return err
-	}
-	sb.UpdatedAt = fromNanos(now.UnixNano())
-	return nil
 }
 
 // SetSandboxNetwork replaces the sandbox's egress policy. ErrNotFound when
@@ -268,7 +249,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
-		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated)
+		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version)
 	if err != nil {
 		return Sandbox{}, err
 	}

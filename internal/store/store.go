@@ -98,6 +98,9 @@ var migrations = []string{
 	`ALTER TABLE sandboxes ADD COLUMN preview_token TEXT NOT NULL DEFAULT '';
 	ALTER TABLE sandboxes ADD COLUMN preview_public INTEGER NOT NULL DEFAULT 0;
 	UPDATE sandboxes SET preview_token = lower(hex(randomblob(32)));`,
+	// The state machine's compare-and-set (lifecycle.go): every change of a
+	// sandbox's record counts up its version.
+	`ALTER TABLE sandboxes ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

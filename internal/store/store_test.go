@@ -209,25 +209,21 @@ func TestSandboxRoundTrip(t *testing.T) {
 		t.Error("InsertSandbox with an invalid state succeeded")
 	}
 
-	got.State = api.StateFailed
-	got.Error = "boom"
-	got.ExpiresAt = time.Time{}
-	got.RuntimeState = []byte(`{"pid":8}`)
-	got.NetSlot = 17
-	got.Network = api.NetworkPolicy{None: true} // not written by UpdateSandbox
-	got.Template = "ignored"
 	before := got.UpdatedAt
-	if err := s.UpdateSandbox(ctx, &got); err != nil {
+	slot, none := 17, time.Time{}
+	moved, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateStarting}, To: api.StateFailed,
+		Error: "boom", RuntimeState: []byte(`{"pid":8}`), NetSlot: &slot, Expires: &none})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.UpdatedAt.After(before) {
-		t.Errorf("UpdatedAt %v not after %v", got.UpdatedAt, before)
+	if !moved.UpdatedAt.After(before) || moved.Version != got.Version+1 {
+		t.Errorf("UpdatedAt %v (was %v), version %d (was %d)", moved.UpdatedAt, before, moved.Version, got.Version)
 	}
 	again, _ := s.GetSandbox(ctx, "sb-1")
 	if again.State != api.StateFailed || again.Error != "boom" || !again.ExpiresAt.IsZero() ||
 		string(again.RuntimeState) != `{"pid":8}` || again.Template != "default" || again.NetSlot != 17 ||
-		!reflect.DeepEqual(again.Network, sb.Network) {
-		t.Errorf("after update: %+v", again)
+		!reflect.DeepEqual(again.Network, sb.Network) || again.Env != nil {
+		t.Errorf("after the move: %+v", again)
 	}
 	if err := s.SetSandboxNetwork(ctx, "sb-1", api.NetworkPolicy{None: true}); err != nil {
 		t.Fatal(err)
@@ -238,9 +234,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 	if err := s.SetSandboxNetwork(ctx, "sb-missing", api.NetworkPolicy{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetSandboxNetwork(missing) err = %v, want ErrNotFound", err)
 	}
-	missing := newSandbox("sb-missing", "acme")
-	if err := s.UpdateSandbox(ctx, missing); !errors.Is(err, ErrNotFound) {
-		t.Errorf("UpdateSandbox(missing) err = %v, want ErrNotFound", err)
+	if _, err := s.Transition(ctx, "sb-missing", Transition{From: Live, To: api.StateStopped}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Transition(missing) err = %v, want ErrNotFound", err)
 	}
 
 	if err := s.DeleteSandbox(ctx, "sb-1"); err != nil {
@@ -410,9 +405,7 @@ func TestExpiredAndPurge(t *testing.T) {
 		}
 	}
 	// Once its disks are dropped (no expiry), a failed sandbox goes too.
-	failed, _ := s.GetSandbox(ctx, "sb-failed")
-	failed.ExpiresAt = time.Time{}
-	if err := s.UpdateSandbox(ctx, &failed); err != nil {
+	if _, err := s.SetExpiry(ctx, "sb-failed", time.Time{}, api.StateFailed); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.PurgeFinal(ctx, time.Now().Add(time.Second)); err != nil || n != 1 {

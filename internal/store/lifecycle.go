@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"warren/api"
+)
+
+// The sandbox state machine. A sandbox's record is inserted starting and
+// then changes state only by one of these moves, each a compare-and-set in
+// the store (Transition): from a state the caller saw, to a state the
+// machine allows from it. A move that lost a race (the record is no longer
+// in a state the caller expected, or its version moved on) changes nothing
+// and fails with a *TransitionError, so no writer ever overwrites another's
+// newer state.
+//
+//		starting ──▶ running ◀──▶ paused
+//		   │            │           │
+//		   └────────────┴───────────┴──▶ stopped │ failed
+//
+//	  - starting: recorded before anything is made for the sandbox; its create
+//	    owns it. A delete moves it to stopped and leaves the unwinding to the
+//	    create, which finds its own move to running refused.
+//	  - running: its agent answered. paused: a vm's memory is saved to a file
+//	    and no process runs for it (Pause, Resume).
+//	  - stopped (deleted or expired) and failed (its start failed, its init or
+//	    VMM died, or a restart could not adopt it) are final: no move leaves
+//	    them. A final record keeps no environment and is forgotten after a
+//	    while (PurgeFinal); a failed one may keep its disks until its expiry
+//	    (the manager's teardown; SetExpiry and ExpiredSandboxes).
+var moves = map[string][]string{
+	api.StateStarting: {api.StateRunning, api.StateStopped, api.StateFailed},
+	api.StateRunning:  {api.StatePaused, api.StateStopped, api.StateFailed},
+	api.StatePaused:   {api.StateRunning, api.StateStopped, api.StateFailed},
+}
+
+// CanMove reports whether the state machine moves a sandbox from one state
+// to another.
+func CanMove(from, to string) bool { return slices.Contains(moves[from], to) }
+
+// Live are the states that are not final.
+var Live = []string{api.StateStarting, api.StateRunning, api.StatePaused}
+
+// ErrTransition is what every *TransitionError is, for errors.Is.
+var ErrTransition = errors.New("state transition refused")
+
+// TransitionError is a move or a narrow update the store refused: the
+// sandbox was in State (at Version), not in one of Want.
+type TransitionError struct {
+	ID      string
+	State   string
+	Version int64
+	Want    []string
+	To      string // "" for a narrow update
+}
+
+func (e *TransitionError) Error() string {
+	what := "update"
+	if e.To != "" {
+		what = "move to " + e.To
+	}
+	if slices.Contains(e.Want, e.State) {
+		return fmt.Sprintf("sandbox %s: %s refused: its record changed meanwhile (version %d)", e.ID, what, e.Version)
+	}
+	return fmt.Sprintf("sandbox %s: %s refused: it is %s, not %s", e.ID, what, e.State, strings.Join(e.Want, " or "))
+}
+
+// Is makes a *TransitionError match ErrTransition.
+func (e *TransitionError) Is(target error) bool { return target == ErrTransition }
+
+// Transition is one move of the state machine, and what changes with it.
+type Transition struct {
+	// From are the states the caller expects the sandbox in; the move is
+	// refused from any other. Each must be allowed to move to To.
+	From []string
+	To   string
+	// Version, when not 0, must be the record's: the move is refused if
+	// anything changed the record since the caller read it.
+	Version int64
+	// Error is the record's new Error: why it failed or stopped ("" clears
+	// it). Fit for the sandbox's owner to read.
+	Error string
+	// RuntimeState is the runtime's new state; nil clears it.
+	RuntimeState []byte
+	// NetSlot, when not nil, is the new network slot.
+	NetSlot *int
+	// Expires, when not nil, is the new expiry (zero: none).
+	Expires *time.Time
+}
+
+// Transition makes the move t of sandbox id and returns the record after
+// it: ErrNotFound when there is none, a *TransitionError when it is not in
+// a state of t.From (or not at t.Version), and nothing changes then. A
+// move to a final state drops the record's environment.
+func (s *Store) Transition(ctx context.Context, id string, t Transition) (Sandbox, error) {
+	if len(t.From) == 0 {
+		return Sandbox{}, fmt.Errorf("transition of %s: no state to move from", id)
+	}
+	for _, from := range t.From {
+		if !CanMove(from, t.To) {
+			return Sandbox{}, fmt.Errorf("transition of %s: the state machine has no move from %s to %s", id, from, t.To)
+		}
+	}
+	set := []string{"state = ?", "error = ?", "runtime_state = ?"}
+	args := []any{t.To, t.Error, t.RuntimeState}
+	if t.NetSlot != nil {
+		set, args = append(set, "net_slot = ?"), append(args, *t.NetSlot)
+	}
+	if t.Expires != nil {
+		set, args = append(set, "expires_at = ?"), append(args, nullNanos(*t.Expires))
+	}
+	if isFinal(t.To) {
+		set = append(set, "env = 'null'")
+	}
+	where, wargs := inStates("state", t.From)
+	if t.Version != 0 {
+		where, wargs = where+" AND version = ?", append(wargs, t.Version)
+	}
+	return s.change(ctx, id, "move to "+t.To, t.To, t.From, set, args, where, wargs)
+}
+
+// SetExpiry sets the expiry of sandbox id (zero: none) if it is in one of
+// states; else a *TransitionError, and nothing changes.
+func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time, states ...string) (Sandbox, error) {
+	where, wargs := inStates("state", states)
+	return s.change(ctx, id, "set expiry", "", states,
+		[]string{"expires_at = ?"}, []any{nullNanos(at)}, where, wargs)
+}
+
+// change updates the columns set of sandbox id where the condition holds,
+// counting up its version, and returns the record after it.
+func (s *Store) change(ctx context.Context, id, op, to string, want, set []string, args []any, where string, wargs []any) (Sandbox, error) {
+	now := time.Now()
+	set = append(set, "version = version + 1", "updated_at = ?")
+	args = append(args, now.UnixNano(), id)
+	args = append(args, wargs...)
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sandboxes SET `+strings.Join(set, ", ")+` WHERE id = ? AND `+where, args...)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("%s of sandbox %s: %w", op, id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("%s of sandbox %s: %w", op, id, err)
+	}
+	sb, gerr := s.GetSandbox(ctx, id)
+	if gerr != nil {
+		return Sandbox{}, gerr
+	}
+	if n == 0 {
+		return sb, &TransitionError{ID: id, State: sb.State, Version: sb.Version, Want: want, To: to}
+	}
+	return sb, nil
+}
+
+// inStates is the SQL condition column IN (states...) and its arguments.
+func inStates(column string, states []string) (string, []any) {
+	if len(states) == 0 {
+		return "0", nil
+	}
+	args := make([]any, len(states))
+	for i, st := range states {
+		args[i] = st
+	}
+	return column + " IN (?" + strings.Repeat(", ?", len(states)-1) + ")", args
+}
