@@ -271,3 +271,39 @@ func TestRestartDuringCreate(t *testing.T) {
 		t.Errorf("after: %s, live %v", rec.State, h.rt.Live(id) != nil)
 	}
 }
+
+// TestPauseResumeDeleteRace: pauses, resumes and a delete at once leave
+// the sandbox stopped, with nothing running, however they interleave.
+func TestPauseResumeDeleteRace(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for range 5 {
+		sb, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				for range 5 {
+					if _, err := h.m.Pause(ctx, tenant, sb.ID); err != nil && !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeNotFound) {
+						t.Errorf("pause: %v", err)
+					}
+					if _, err := h.m.Resume(ctx, tenant, sb.ID); err != nil && !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeNotFound) {
+						t.Errorf("resume: %v", err)
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			time.Sleep(2 * time.Millisecond)
+			if err := h.m.Delete(ctx, tenant, sb.ID); err != nil {
+				t.Errorf("delete: %v", err)
+			}
+		})
+		wg.Wait()
+		if rec := h.record(sb.ID); rec.State != api.StateStopped || h.rt.Live(sb.ID) != nil {
+			t.Errorf("after pauses, resumes and a delete: %s, live %v", rec.State, h.rt.Live(sb.ID) != nil)
+		}
+	}
+}

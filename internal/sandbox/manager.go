@@ -597,10 +597,10 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 		return errors.Join(errs...) // already final: another teardown recorded how it ended
 	}
 	if err == nil {
-		// From the state read, whatever narrow updates (a timeout) came
-		// since: the end wins over them, and only over them.
+		// From any live state: the end wins over a pause or resume that
+		// moved the record since it was read, and over a timeout.
 		_, err = m.deps.Store.Transition(ctx, id, store.Transition{
-			From: []string{rec.State}, To: state, Error: reason, Expires: &expires,
+			From: store.Live, To: state, Error: reason, Expires: &expires,
 		})
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {

@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"warren/internal/agent"
 	"warren/internal/agentconn"
@@ -85,18 +87,13 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 			return nil, ctx.Err()
 		}
 	}
-	sock := filepath.Join(spec.Dir, "agent.sock")
-	l, err := net.Listen("unix", sock)
+	in := &Instance{r: r, id: spec.ID, sock: filepath.Join(spec.Dir, "agent.sock"), done: make(chan struct{})}
+	in.op.Lock()
+	err := in.serve()
+	in.op.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("agent socket: %w", err)
+		return nil, err
 	}
-	srv := agent.New(agent.Options{SandboxID: spec.ID}, r.log.With("sandbox", spec.ID))
-	sctx, cancel := context.WithCancel(context.Background())
-	in := &Instance{r: r, id: spec.ID, sock: sock, srv: srv, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		srv.Serve(sctx, l)
-		in.end()
-	}()
 	r.mu.Lock()
 	r.live[spec.ID] = in
 	r.started++
@@ -139,19 +136,91 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 	return errors.Join(errs...)
 }
 
-// Instance is one in-process sandbox.
+// Instance is one in-process sandbox. It pauses too (runtime.Pauser), but
+// unlike a VM it does not keep its processes across a pause: Pause ends
+// its agent and Resume starts a new one on the same socket. Pause, Resume
+// and Stop are serialized, and nothing resumes a sandbox that has ended.
 type Instance struct {
-	r      *Runtime
-	id     string
-	sock   string
-	srv    *agent.Server
-	cancel context.CancelFunc
+	r    *Runtime
+	id   string
+	sock string
+
+	op  sync.Mutex // serializes Pause, Resume and the end
+	cur *run       // guarded by op: the agent serving, nil while paused
 
 	once sync.Once
 	done chan struct{}
 }
 
-var _ runtime.Instance = (*Instance)(nil)
+// run is one agent serving for an instance; paused says Pause stopped it,
+// so its end is not the sandbox's.
+type run struct {
+	srv    *agent.Server
+	cancel context.CancelFunc
+	paused atomic.Bool
+}
+
+var (
+	_ runtime.Instance = (*Instance)(nil)
+	_ runtime.Pauser   = (*Instance)(nil)
+)
+
+// serve starts an agent on the instance's socket. in.op must be held.
+func (in *Instance) serve() error {
+	os.Remove(in.sock)
+	l, err := net.Listen("unix", in.sock)
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ru := &run{srv: agent.New(agent.Options{SandboxID: in.id}, in.r.log.With("sandbox", in.id)), cancel: cancel}
+	in.cur = ru
+	go func() {
+		ru.srv.Serve(ctx, l)
+		if !ru.paused.Load() {
+			in.end()
+		}
+	}()
+	return nil
+}
+
+// Pause implements runtime.Pauser: the agent stops; Done does not fire.
+func (in *Instance) Pause(context.Context) error {
+	in.op.Lock()
+	defer in.op.Unlock()
+	if in.ended() {
+		return errors.New("the sandbox has ended")
+	}
+	if ru := in.cur; ru != nil {
+		ru.paused.Store(true)
+		ru.cancel()
+		ru.srv.Close()
+		in.cur = nil
+	}
+	return nil
+}
+
+// Resume implements runtime.Pauser: a new agent serves on the socket.
+func (in *Instance) Resume(context.Context) error {
+	in.op.Lock()
+	defer in.op.Unlock()
+	switch {
+	case in.ended():
+		return errors.New("the sandbox has ended")
+	case in.cur != nil:
+		return nil
+	}
+	return in.serve()
+}
+
+func (in *Instance) ended() bool {
+	select {
+	case <-in.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // State implements runtime.Instance.
 func (in *Instance) State() []byte {
@@ -184,9 +253,14 @@ func (in *Instance) Stop(context.Context) error {
 func (in *Instance) Crash() { in.end() }
 
 func (in *Instance) end() {
+	in.op.Lock()
+	defer in.op.Unlock()
 	in.once.Do(func() {
-		in.cancel()
-		in.srv.Close()
+		if ru := in.cur; ru != nil {
+			ru.cancel()
+			ru.srv.Close()
+			in.cur = nil
+		}
 		in.r.mu.Lock()
 		if in.r.live[in.id] == in {
 			delete(in.r.live, in.id)
