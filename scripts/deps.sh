@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what warren needs on Debian, by package name, and builds its two
-# binaries into bin/. Sourced by setup.sh and test.sh; safe to run again.
+# binaries into bin/ and the tools its tests use into ~/.cache/warren. Sourced by setup.sh and test.sh; safe to run again.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -82,3 +82,20 @@ if [[ ! -x $versitygw_dir/versitygw ]]; then
 	)
 fi
 export WARREN_VERSITYGW="$versitygw_dir/versitygw"
+
+# staticcheck, which test.sh runs, likewise built from the Go module proxy
+# once per machine, and per Go version: it must know the Go that compiles
+# warren.
+staticcheck_version=v0.8.2
+staticcheck_dir="${XDG_CACHE_HOME:-$HOME/.cache}/warren/staticcheck@$staticcheck_version-$(go env GOVERSION)"
+if [[ ! -x $staticcheck_dir/staticcheck ]]; then
+	echo "warren: building staticcheck $staticcheck_version into $staticcheck_dir (once per machine)" >&2
+	mkdir -p "$staticcheck_dir"
+	(
+		tmp=$(mktemp -d "$staticcheck_dir/.build-XXXXXX")
+		trap 'rm -rf "$tmp"' EXIT
+		GOBIN="$tmp" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+		mv "$tmp/staticcheck" "$staticcheck_dir/staticcheck"
+	)
+fi
+export WARREN_STATICCHECK="$staticcheck_dir/staticcheck"

@@ -13,21 +13,21 @@ import (
 func runExec(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("exec", "[flags] ID -- CMD [ARGS...]", `Run CMD in the sandbox ID, streaming its stdout and stderr here byte for byte
 as they come, and exit with its exit status (124 when -timeout kills it, as
-timeout(1) does). The command reads no stdin unless -i is given.`)
+timeout(1) does). The command reads no stdin unless -i is given.
+
+Flags may come anywhere before the "--"; everything after it is CMD's command
+line, its flags included.`)
 	env := kvFlag{}
 	fs.Var(env, "env", "set `K=V` in the command's environment (repeatable)")
 	cwd := fs.String("cwd", "", "run in `DIR` (default: the user's home)")
 	user := fs.String("user", "", "run as `USER` (default root)")
 	timeout := fs.Duration("timeout", 0, "kill the command after this long and exit 124 (default: no limit)")
 	interactive := fs.Bool("i", false, "forward stdin to the command")
-	rest, err := parse(fs, args, 2, -1)
+	rest, err := parse(fs, args, 1, -1)
 	if err != nil {
 		return err
 	}
 	id, argv := rest[0], rest[1:]
-	if argv[0] == "--" {
-		argv = argv[1:]
-	}
 	if len(argv) == 0 {
 		return badUsage(fs, "missing command")
 	}

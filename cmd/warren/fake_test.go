@@ -45,6 +45,8 @@ type fakeWarren struct {
 	signals   []string
 	replays   []string // the replay query of each attach
 	removes   []string // path and recursive of each file removal
+	snapshots []api.CreateSnapshotRequest
+	restores  []api.RestoreRequest
 	previews  map[string]api.Preview
 	// previewDomain is the URL template's domain; "" for none.
 	previewDomain string
@@ -92,6 +94,8 @@ func newFake(t *testing.T) *fakeWarren {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", f.sandbox(f.listFiles))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", f.sandbox(f.mkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", f.sandbox(f.move))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", f.sandbox(f.snapshot))
+	mux.HandleFunc("POST /v1/snapshots/{id}/restore", f.restore)
 	mux.HandleFunc("GET /v1/templates", f.templates)
 	mux.HandleFunc("POST /v1/templates/{name}/build", f.build)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -224,6 +228,40 @@ func (f *fakeWarren) timeout(w http.ResponseWriter, r *http.Request, id string) 
 	sb.ExpiresAt = sb.CreatedAt.Add(time.Duration(req.TimeoutSeconds) * time.Second)
 	f.sandboxes[id] = sb
 	answer(w, 200, sb)
+}
+
+func (f *fakeWarren) snapshot(w http.ResponseWriter, r *http.Request, id string) {
+	var req api.CreateSnapshotRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		fail(w, api.Errorf(api.CodeBadRequest, "bad body"))
+		return
+	}
+	f.mu.Lock()
+	f.snapshots = append(f.snapshots, req)
+	state := api.SnapshotPending
+	if req.Wait {
+		state = api.SnapshotDurable
+	}
+	sn := api.Snapshot{ID: fmt.Sprintf("snap-%d", len(f.snapshots)), SandboxID: id, Scope: req.Scope, State: state}
+	f.mu.Unlock()
+	answer(w, http.StatusCreated, sn)
+}
+
+// restore starts Count sandboxes from any snapshot: the fake keeps none.
+func (f *fakeWarren) restore(w http.ResponseWriter, r *http.Request) {
+	var req api.RestoreRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		fail(w, api.Errorf(api.CodeBadRequest, "bad body"))
+		return
+	}
+	f.mu.Lock()
+	f.restores = append(f.restores, req)
+	f.mu.Unlock()
+	var res api.RestoreResult
+	for range max(req.Count, 1) {
+		res.Sandboxes = append(res.Sandboxes, f.addSandbox(api.CreateSandboxRequest{TimeoutSeconds: req.TimeoutSeconds}))
+	}
+	answer(w, http.StatusCreated, res)
 }
 
 // program runs a canned program and returns its output and end events.

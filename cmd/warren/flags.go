@@ -31,17 +31,34 @@ func (c *cli) newFlags(name, synopsis, about string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args with fs and returns the arguments after the flags,
-// checking that there are at least least of them and, when most >= 0, at
-// most most.
+// parse parses args with fs and returns the positional arguments, checking
+// that there are at least least of them and, when most >= 0, at most most.
+//
+// Flags may come anywhere among the positional arguments, as users type them
+// (`warren snapshot ID --wait`), up to a "--": every argument after it is
+// positional, flag-like or not (exec's command line).
 func parse(fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	var rest []string
+	for len(args) > 0 {
+		a := args[0]
+		if a == "--" {
+			rest = append(rest, args[1:]...)
+			break
 		}
-		return nil, usageError{} // the flag package printed the error and the usage
+		if len(a) < 2 || a[0] != '-' { // "-" too is an argument (stdin, say)
+			rest = append(rest, a)
+			args = args[1:]
+			continue
+		}
+		n := min(flagArgs(fs, a), len(args))
+		if err := fs.Parse(args[:n]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{} // the flag package printed the error and the usage
+		}
+		args = args[n:]
 	}
-	rest := fs.Args()
 	switch {
 	case len(rest) < least:
 		return nil, badUsage(fs, "missing arguments")
@@ -49,6 +66,24 @@ func parse(fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
 		return nil, badUsage(fs, "too many arguments")
 	}
 	return rest, nil
+}
+
+// flagArgs is how many arguments the flag a (-name, --name or -name=value)
+// takes up: two when its value is the next argument, else one. A flag fs
+// does not define counts one, for fs.Parse to report.
+func flagArgs(fs *flag.FlagSet, a string) int {
+	name := strings.TrimPrefix(a[1:], "-")
+	if strings.Contains(name, "=") {
+		return 1
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return 1
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return 1
+	}
+	return 2
 }
 
 // connect parses args as parse does and then makes the client of the server

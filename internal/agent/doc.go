@@ -5,8 +5,9 @@
 // (identity, filesystem freeze for snapshots, shutdown), and file contents
 // over plain HTTP (GET and PUT /files).
 //
-// It is transport-independent: Serve takes any net.Listener (an inherited
-// socket, a unix socket, later a virtio-serial port). It does not set up the
+// It is transport-independent: Serve takes any net.Listener (in a container,
+// the unix socket the runtime hands it; in a microVM, the virtio-serial port
+// of package vmport; in tests, a unix or TCP socket). It does not set up the
 // sandbox (mounts, network, cgroups): the runtime has done that before it
 // starts. It reaps every child, orphans included, and so must be the only
 // code in its process that waits for children.

@@ -306,7 +306,7 @@ func agentBinary(path string) (string, error) {
 		path = filepath.Join(filepath.Dir(self), "warren-agent")
 	}
 	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("guest agent binary: %w (build it with `make` or pass --agent)", err)
+		return "", fmt.Errorf("guest agent binary: %w (scripts/deps.sh builds it into bin/, beside warren; or pass --agent)", err)
 	}
 	return path, nil
 }

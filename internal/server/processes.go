@@ -64,9 +64,6 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 	}{out})
 }
 
-// connectStream is the agent's stream of an attached process's events.
-type connectStream = connect.ServerStreamForClient[processpb.ConnectResponse]
-
 // streamProcess answers GET /v1/sandboxes/{id}/processes/{pid}/stream:
 // the process's events as ndjson until it ends. Leaving does not kill it.
 func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request) error {
