@@ -33,11 +33,11 @@ GOOS=darwin go vet ./cmd/warren ./client ./api
 # disktest's xfs image, the end-to-end suite) and run after, once, without
 # -race; so does a new package until it is listed here.
 race=(
-	./client ./cmd/warren ./internal/atomicfile ./internal/blob ./internal/blob/file
-	./internal/blob/s3 ./internal/cleanup ./internal/consolelog ./internal/hostclaim
-	./internal/ident ./internal/mountinfo ./internal/network/policy
-	./internal/network/resolver ./internal/sandbox ./internal/store ./internal/vmm
-	./internal/vmm/accel ./internal/vmport
+	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
+	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog
+	./internal/hostclaim ./internal/ident ./internal/mountinfo ./internal/network/policy
+	./internal/network/resolver ./internal/runtime/inproc ./internal/sandbox ./internal/store
+	./internal/unixmode ./internal/vmm ./internal/vmm/accel ./internal/vmport ./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"
 mapfile -t rest < <(go list ./... | grep -vxF -f <(go list "${race[@]}"))
