@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,7 +76,10 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := len(migrations) - 1 // the database as the previous release left it
+	before := slices.IndexFunc(migrations, func(m string) bool { return strings.Contains(m, "preview_token") })
+	if before < 0 {
+		t.Fatal("no migration adds preview_token")
+	}
 	for i, m := range migrations[:before] {
 		if _, err := db.ExecContext(ctx, m); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)
@@ -99,7 +104,7 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	list, err := s.ListSandboxes(ctx, "")
+	list, err := s.ListSandboxes(ctx, "", nil, Page{})
 	if err != nil || len(list) != 2 {
 		t.Fatalf("ListSandboxes = %d sandboxes, %v", len(list), err)
 	}

@@ -84,6 +84,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if !validState(sb.State) {
 		return fmt.Errorf("insert sandbox %s: invalid state %q", sb.ID, sb.State)
 	}
+	if isFinal(sb.State) {
+		sb.Env = nil // as UpdateSandbox drops it
+	}
 	env, meta, err := encodeMaps(sb)
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
@@ -124,36 +127,43 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-// ListSandboxes returns the sandboxes of tenant, or of every tenant when
-// tenant is "", oldest first.
-func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]Sandbox, error) {
-	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
-	var args []any
+// ListSandboxes returns a page of the sandboxes of tenant, or of every
+// tenant when tenant is "", in one of states (any state when states is
+// empty), oldest first.
+func (s *Store) ListSandboxes(ctx context.Context, tenant string, states []string, page Page) ([]Sandbox, error) {
+	var f filter
 	if tenant != "" {
-		q += ` WHERE tenant = ?`
-		args = append(args, tenant)
+		f.add("tenant = ?", tenant)
 	}
-	q += ` ORDER BY created_at, id`
+	f.in("state", states)
+	q, args := f.query(`SELECT `+sandboxColumns+` FROM sandboxes`, page)
 	return s.querySandboxes(ctx, "list sandboxes", q, args...)
 }
 
 // UpdateSandbox writes the sandbox's State, Error, ExpiresAt, NetSlot and
 // RuntimeState, and sets its UpdatedAt to now; the other fields are fixed at
-// insert, but for Network (SetSandboxNetwork). ErrNotFound when the sandbox
-// does not exist.
+// insert, but for Network (SetSandboxNetwork) and Env, which is dropped
+// (stored and returned nil) once the state is final: a record kept to say
+// how a sandbox ended keeps no environment, which may be large and hold
+// secrets. ErrNotFound when the sandbox does not exist.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
 	if !validState(sb.State) {
 		return fmt.Errorf("update sandbox %s: invalid state %q", sb.ID, sb.State)
 	}
 	now := time.Now()
 	res, err := s.db.ExecContext(ctx,
-		`UPDATE sandboxes SET state = ?, error = ?, expires_at = ?, net_slot = ?, runtime_state = ?, updated_at = ? WHERE id = ?`,
-		sb.State, sb.Error, nullNanos(sb.ExpiresAt), sb.NetSlot, sb.RuntimeState, now.UnixNano(), sb.ID)
+		`UPDATE sandboxes SET state = ?, error = ?, expires_at = ?, net_slot = ?, runtime_state = ?, updated_at = ?,
+			env = CASE WHEN ? THEN 'null' ELSE env END
+		WHERE id = ?`,
+		sb.State, sb.Error, nullNanos(sb.ExpiresAt), sb.NetSlot, sb.RuntimeState, now.UnixNano(), isFinal(sb.State), sb.ID)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 	}
 	if err := affectedOne(res, "update sandbox "+sb.ID); err != nil {
 		return err
+	}
+	if isFinal(sb.State) {
+		sb.Env = nil
 	}
 	sb.UpdatedAt = fromNanos(now.UnixNano())
 	return nil

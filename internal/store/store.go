@@ -98,6 +98,9 @@ var migrations = []string{
 	`ALTER TABLE sandboxes ADD COLUMN preview_token TEXT NOT NULL DEFAULT '';
 	ALTER TABLE sandboxes ADD COLUMN preview_public INTEGER NOT NULL DEFAULT 0;
 	UPDATE sandboxes SET preview_token = lower(hex(randomblob(32)));`,
+	// An ended sandbox keeps no environment (UpdateSandbox): forget the
+	// ones recorded before.
+	`UPDATE sandboxes SET env = 'null' WHERE state IN ` + finalStates + `;`,
 }
 
 // Open opens (creating if needed) the database at path and brings its
