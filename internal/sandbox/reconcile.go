@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/internal/disk"
 	"warren/internal/runtime"
+	"warren/internal/store"
 )
 
 // reconcile makes the node match the store after a daemon (re)start: every
@@ -25,7 +26,7 @@ import (
 // Sandboxes this store does not know are left alone: another warren server
 // on the host (another data directory) owns them.
 func (m *Manager) reconcile(ctx context.Context) error {
-	recs, err := m.deps.Store.ListSandboxes(ctx, "")
+	recs, err := m.deps.Store.ListSandboxes(ctx, "", nil, store.Page{})
 	if err != nil {
 		return err
 	}
