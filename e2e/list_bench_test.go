@@ -44,7 +44,7 @@ func BenchmarkDaemonMemoryLargeListing(b *testing.B) {
 	id := shared.newSandbox(b)
 	shared.sh(b, id, `mkdir /root/big && cd /root/big && seq -f 'file-with-a-longish-name-%06g' 1 99000 | xargs touch`)
 	snap := shared.snapshot(b, id)
-	b.Cleanup(func() { deleteSnapshotsOf(b, id) })
+	b.Cleanup(func() { shared.client().DeleteSnapshot(context.Background(), snap) })
 	for b.Loop() {
 		b.StopTimer()
 		node := startNode(b, nil, "--blob-store", filepath.Join(shared.dataDir, "blobs"))
