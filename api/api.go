@@ -50,11 +50,14 @@ type Sandbox struct {
 	Error string `json:"error,omitempty"`
 	// DiskKept says a failed sandbox still holds its disks, until ExpiresAt
 	// or until it is deleted: a snapshot of it saves its work.
-	DiskKept bool              `json:"disk_kept,omitempty"`
-	CPUs     float64           `json:"cpus"`
-	MemoryMB int64             `json:"memory_mb"`
-	Pids     int64             `json:"pids"`
-	DiskMB   int64             `json:"disk_mb"`
+	DiskKept bool    `json:"disk_kept,omitempty"`
+	CPUs     float64 `json:"cpus"`
+	MemoryMB int64   `json:"memory_mb"`
+	Pids     int64   `json:"pids"`
+	DiskMB   int64   `json:"disk_mb"`
+	// Env is the environment it was created with: shown by GET of the
+	// sandbox while it is not stopped or failed, never in a list (it may be
+	// large, and hold secrets). A sandbox that ends forgets it.
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// WorkspaceMB is the size of the sandbox's workspace disk, mounted at
@@ -390,10 +393,9 @@ type Snapshot struct {
 	// sandbox's previous snapshot, or the snapshot it was restored from;
 	// empty when the layer is against the template.
 	Parent string `json:"parent,omitempty"`
-	// Lineage is every ancestor, oldest first, Parent last.
-	Lineage  []string `json:"lineage"`
-	Template string   `json:"template"`
-	State    string   `json:"state"`
+	// The rest of the chain is GET /v1/snapshots/{id}/lineage.
+	Template string `json:"template"`
+	State    string `json:"state"`
 	// Error says why a failed snapshot failed.
 	Error string `json:"error,omitempty"`
 	// DiskBytes is the size of the saved disk.
@@ -479,4 +481,73 @@ type DebugVars struct {
 	HeapObjects    uint64 `json:"heap_objects"`
 	SysBytes       uint64 `json:"sys_bytes"` // memory obtained from the OS
 	NumGC          uint32 `json:"num_gc"`
+}
+
+// Lists (docs/API.md, "Lists"). Every list answers one page: at most limit
+// items (DefaultListLimit when not asked, at most MaxListLimit), in a fixed
+// order, and a NextPageToken while more may follow. The token is opaque; it
+// names the last item answered, not a position, so the pages of a list stay
+// right while items are added or removed: none is answered twice, and every
+// item that exists from the first page to the last is answered once.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+	// A directory listing's pages are larger, and bounded on their own.
+	DefaultFileListLimit = 1000
+	MaxFileListLimit     = 10000
+	// DefaultLineageLimit is the page size of a lineage (at most
+	// MaxListLimit).
+	DefaultLineageLimit = MaxListLimit
+)
+
+// Process states, for the state filter of GET /v1/sandboxes/{id}/processes.
+const (
+	ProcessRunning = "running"
+	ProcessExited  = "exited"
+)
+
+// SandboxList is the answer to GET /v1/sandboxes, oldest first.
+type SandboxList struct {
+	Sandboxes     []Sandbox `json:"sandboxes"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+// SnapshotList is the answer to GET /v1/snapshots and
+// GET /v1/sandboxes/{id}/snapshots, oldest first.
+type SnapshotList struct {
+	Snapshots     []Snapshot `json:"snapshots"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
+}
+
+// Lineage is the answer to GET /v1/snapshots/{id}/lineage: the snapshot's
+// ancestors, nearest first: its parent, the parent's parent, and so on up
+// to the first snapshot of the chain.
+type Lineage struct {
+	Ancestors     []string `json:"ancestors"`
+	NextPageToken string   `json:"next_page_token,omitempty"`
+}
+
+// ProcessList is the answer to GET /v1/sandboxes/{id}/processes, by pid.
+type ProcessList struct {
+	Processes     []Process `json:"processes"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+// FileList is the answer to GET /v1/sandboxes/{id}/files/list: entries
+// depth first, each directory's in byte order of their names.
+type FileList struct {
+	Entries       []FileInfo `json:"entries"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
+}
+
+// TemplateList is the answer to GET /v1/templates, by name.
+type TemplateList struct {
+	Templates     []Template `json:"templates"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
+}
+
+// KeyList is the answer to GET /v1/keys, oldest first.
+type KeyList struct {
+	Keys          []KeyInfo `json:"keys"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
 }

@@ -123,7 +123,7 @@ func TestRoutes(t *testing.T) {
 			call: func(ctx context.Context, c *Client) (any, error) { return c.GetSandbox(ctx, id) }},
 		{name: "get escapes the ID", method: "GET", path: "/v1/sandboxes/a%2F..%2Fb", answer: mustJSON(sandbox), want: &sandbox,
 			call: func(ctx context.Context, c *Client) (any, error) { return c.GetSandbox(ctx, "a/../b") }},
-		{name: "list", method: "GET", path: "/v1/sandboxes", answer: mustJSON(map[string]any{"sandboxes": []api.Sandbox{sandbox}}),
+		{name: "list", method: "GET", path: "/v1/sandboxes", query: url.Values{"limit": {"1000"}}, answer: mustJSON(map[string]any{"sandboxes": []api.Sandbox{sandbox}}),
 			want: []api.Sandbox{sandbox},
 			call: func(ctx context.Context, c *Client) (any, error) { return c.ListSandboxes(ctx) }},
 		{name: "delete", method: "DELETE", path: "/v1/sandboxes/sb-1", status: 204,
@@ -152,7 +152,7 @@ func TestRoutes(t *testing.T) {
 			call: func(ctx context.Context, c *Client) (any, error) {
 				return c.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"cat"}, Tag: "t", Stream: true})
 			}},
-		{name: "list processes", method: "GET", path: "/v1/sandboxes/sb-1/processes",
+		{name: "list processes", method: "GET", path: "/v1/sandboxes/sb-1/processes", query: url.Values{"limit": {"1000"}},
 			answer: `{"processes":[{"pid":7,"cmd":"cat","running":false,"exit_code":0}]}`,
 			want:   []api.Process{{PID: 7, Cmd: "cat", ExitCode: ptr(0)}},
 			call:   func(ctx context.Context, c *Client) (any, error) { return c.ListProcesses(ctx, id) }},
@@ -204,7 +204,7 @@ func TestRoutes(t *testing.T) {
 		{name: "remove file", method: "DELETE", path: "/v1/sandboxes/sb-1/files", query: url.Values{"path": {"/w/d"}, "recursive": {"true"}},
 			status: 204,
 			call:   func(ctx context.Context, c *Client) (any, error) { return nil, c.RemoveFile(ctx, id, "/w/d", true) }},
-		{name: "list templates", method: "GET", path: "/v1/templates", answer: mustJSON(map[string]any{"templates": []api.Template{tmpl}}),
+		{name: "list templates", method: "GET", path: "/v1/templates", query: url.Values{"limit": {"1000"}}, answer: mustJSON(map[string]any{"templates": []api.Template{tmpl}}),
 			want: []api.Template{tmpl},
 			call: func(ctx context.Context, c *Client) (any, error) { return c.ListTemplates(ctx) }},
 		{name: "build template", method: "POST", path: "/v1/templates/py/build",

@@ -56,19 +56,6 @@ func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecReques
 	return &p, nil
 }
 
-// ListProcesses returns the processes the sandbox's agent started, running
-// or ended.
-func (c *Client) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	var list struct {
-		Processes []api.Process `json:"processes"`
-	}
-	cl := &call{op: "list processes", method: http.MethodGet, path: sandboxPath(id, "processes"), retry: retryIdempotent}
-	if err := c.do(ctx, cl, &list); err != nil {
-		return nil, err
-	}
-	return list.Processes, nil
-}
-
 // AttachProcess streams the events of process pid until it ends. With
 // replay, the stream first repeats the output the process has written so
 // far, so that nothing is lost between StartProcess and the attach. The

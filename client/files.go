@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"warren/api"
 )
@@ -52,23 +51,6 @@ func (c *Client) StatFile(ctx context.Context, id, path string) (*api.FileInfo, 
 		return nil, err
 	}
 	return &fi, nil
-}
-
-// ListFiles lists the directory at path in the sandbox id, descending depth
-// levels (0 takes the server's default, 1).
-func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]api.FileInfo, error) {
-	q := url.Values{"path": {path}}
-	if depth > 0 {
-		q.Set("depth", strconv.Itoa(depth))
-	}
-	var list struct {
-		Entries []api.FileInfo `json:"entries"`
-	}
-	cl := &call{op: "list files", method: http.MethodGet, path: sandboxPath(id, "files", "list"), query: q, retry: retryIdempotent}
-	if err := c.do(ctx, cl, &list); err != nil {
-		return nil, err
-	}
-	return list.Entries, nil
 }
 
 // Mkdir creates the directory at path in the sandbox id and its missing

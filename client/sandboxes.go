@@ -72,29 +72,8 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error
 	return &sb, nil
 }
 
-// ListSandboxes returns the caller's sandboxes.
-func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
-	return c.listSandboxes(ctx, nil)
-}
-
-// ListAllTenantsSandboxes lists every tenant's sandboxes (admin key only).
-func (c *Client) ListAllTenantsSandboxes(ctx context.Context) ([]api.Sandbox, error) {
-	return c.listSandboxes(ctx, allTenants)
-}
-
 // allTenants is the query of the admin scope of listings and deletions.
 var allTenants = url.Values{"all_tenants": {"true"}}
-
-func (c *Client) listSandboxes(ctx context.Context, q url.Values) ([]api.Sandbox, error) {
-	var list struct {
-		Sandboxes []api.Sandbox `json:"sandboxes"`
-	}
-	cl := &call{op: "list sandboxes", method: http.MethodGet, path: "/v1/sandboxes", query: q, retry: retryIdempotent}
-	if err := c.do(ctx, cl, &list); err != nil {
-		return nil, err
-	}
-	return list.Sandboxes, nil
-}
 
 // DeleteSandbox deletes the sandbox id. It is retried: when an attempt whose
 // answer was lost deleted it, the 404 of the next attempt counts as success.
@@ -145,18 +124,6 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (*api.Sandbox, er
 	return &sb, nil
 }
 
-// ListTemplates returns the templates sandboxes can be created from.
-func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
-	var list struct {
-		Templates []api.Template `json:"templates"`
-	}
-	cl := &call{op: "list templates", method: http.MethodGet, path: "/v1/templates", retry: retryIdempotent}
-	if err := c.do(ctx, cl, &list); err != nil {
-		return nil, err
-	}
-	return list.Templates, nil
-}
-
 // BuildTemplate builds the template name (admin key only), writing each
 // progress line of the build to progress (nil discards them) as it comes,
 // and returns the template built. A build that fails is an error with the
@@ -204,19 +171,6 @@ func (c *Client) CreateKey(ctx context.Context, tenant string) (*api.Key, error)
 		return nil, err
 	}
 	return &k, nil
-}
-
-// ListKeys lists every API key's ID, tenant and age, never a key (admin
-// key only).
-func (c *Client) ListKeys(ctx context.Context) ([]api.KeyInfo, error) {
-	var list struct {
-		Keys []api.KeyInfo `json:"keys"`
-	}
-	cl := &call{op: "list keys", method: http.MethodGet, path: "/v1/keys", retry: retryIdempotent}
-	if err := c.do(ctx, cl, &list); err != nil {
-		return nil, err
-	}
-	return list.Keys, nil
 }
 
 // DeleteKey revokes the API key named id (admin key only): it

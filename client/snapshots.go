@@ -35,23 +35,6 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (*api.Snapshot, err
 	return &sn, nil
 }
 
-// ListSnapshots returns the caller's snapshots on the node, of one sandbox
-// when sandboxID is not "", oldest first.
-func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
-	var list struct {
-		Snapshots []api.Snapshot `json:"snapshots"`
-	}
-	path := "/v1/snapshots"
-	if sandboxID != "" {
-		path = sandboxPath(sandboxID, "snapshots")
-	}
-	cl := &call{op: "list snapshots", method: http.MethodGet, path: path, retry: retryIdempotent}
-	if err := c.do(ctx, cl, &list); err != nil {
-		return nil, err
-	}
-	return list.Snapshots, nil
-}
-
 // DeleteSnapshot deletes the snapshot id; retried, and a 404 after a lost
 // answer counts as done.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {

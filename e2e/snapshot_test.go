@@ -110,8 +110,12 @@ func treeSearch(t *testing.T, a *daemon) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sn.Parent != branches[0] || !slices.Equal(sn.Lineage, []string{s0, branches[0]}) || sn.State != api.SnapshotDurable {
-		t.Errorf("S1a = %+v, want parent %s and lineage [%s %s], durable", sn, branches[0], s0, branches[0])
+	lineage, err := c.Lineage(context.Background(), s1a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Parent != branches[0] || !slices.Equal(lineage, []string{branches[0], s0}) || sn.State != api.SnapshotDurable {
+		t.Errorf("S1a = %+v, lineage %v; want parent %s and lineage [%s %s], durable", sn, lineage, branches[0], branches[0], s0)
 	}
 	return want
 }

@@ -199,9 +199,15 @@ func (f *fakeWarren) create(w http.ResponseWriter, r *http.Request) {
 func (f *fakeWarren) list(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var states []string
+	if v := r.URL.Query().Get("state"); v != "" {
+		states = strings.Split(v, ",")
+	}
 	var list []api.Sandbox
 	for _, id := range slices.Sorted(maps.Keys(f.sandboxes)) {
-		list = append(list, f.sandboxes[id])
+		if sb := f.sandboxes[id]; len(states) == 0 || slices.Contains(states, sb.State) {
+			list = append(list, sb)
+		}
 	}
 	answer(w, 200, map[string]any{"sandboxes": list})
 }

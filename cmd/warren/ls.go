@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"warren/api"
@@ -23,14 +22,13 @@ func runList(ctx context.Context, c *cli, args []string) error {
 	if *allTenants {
 		list = cl.ListAllTenantsSandboxes
 	}
-	sbs, err := list(ctx)
+	var states []string // every state
+	if !*all {
+		states = []string{api.StateStarting, api.StateRunning, api.StatePaused}
+	}
+	sbs, err := list(ctx, states...)
 	if err != nil {
 		return err
-	}
-	if !*all {
-		sbs = slices.DeleteFunc(sbs, func(sb api.Sandbox) bool {
-			return sb.State == api.StateStopped || sb.State == api.StateFailed
-		})
 	}
 	return printTable(c.stdout, *asJSON, sbs, 2, func(tw io.Writer) {
 		tenant := func(sb api.Sandbox) string { return "" }

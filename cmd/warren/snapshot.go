@@ -15,6 +15,7 @@ import (
 var snapshotCommands = []command{
 	{"ls", "list snapshots, as a tree of parents and children", runSnapshotList},
 	{"get", "print a snapshot as JSON", runSnapshotGet},
+	{"lineage", "print a snapshot's ancestors, nearest first", runSnapshotLineage},
 	{"rm", "delete snapshots", runSnapshotRemove},
 }
 
@@ -22,12 +23,13 @@ func runSnapshot(ctx context.Context, c *cli, args []string) error {
 	if len(args) > 0 && lookup(snapshotCommands, args[0]) != nil {
 		return runGroup(ctx, c, "snapshot", snapshotCommands, args)
 	}
-	fs := c.newFlags("snapshot", "[flags] SANDBOX | ls | get | rm",
+	fs := c.newFlags("snapshot", "[flags] SANDBOX | ls | get | lineage | rm",
 		"Snapshot the sandbox's disk and print the snapshot's ID, alone, on stdout.\n"+
 			"It answers as soon as the disk is cloned (the snapshot is pending);\n"+
 			"--wait answers once it is durable in the blob store.\n\n"+
 			"  warren snapshot ls [SANDBOX]   list snapshots as a tree\n"+
 			"  warren snapshot get SNAPSHOT   print one as JSON\n"+
+			"  warren snapshot lineage SNAPSHOT  print its ancestors, nearest first\n"+
 			"  warren snapshot rm SNAPSHOT... delete snapshots")
 	var req api.CreateSnapshotRequest
 	fs.StringVar(&req.Scope, "scope", "root", "root (the whole system disk) or workspace (the disk at /workspace)")
@@ -129,6 +131,29 @@ func runSnapshotGet(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	return printJSON(c.stdout, sn)
+}
+
+func runSnapshotLineage(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("snapshot lineage", "[flags] SNAPSHOT",
+		"Print the snapshot's ancestors, one ID a line, nearest first: its parent,\nthe parent's parent, up to the first snapshot of the chain.")
+	asJSON := fs.Bool("json", false, "print a JSON array instead")
+	cl, rest, err := connect(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	ids, err := cl.Lineage(ctx, rest[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(c.stdout, ids)
+	}
+	for _, id := range ids {
+		if _, err := fmt.Fprintln(c.stdout, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func runSnapshotRemove(ctx context.Context, c *cli, args []string) error {

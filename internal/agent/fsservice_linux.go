@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -21,8 +22,9 @@ import (
 	"warren/internal/unixmode"
 )
 
-// maxListEntries bounds one ListDir answer: a directory tree of the sandbox
-// may be arbitrarily large.
+// maxListEntries bounds one ListDir answer, and the names of one directory
+// it reads (it sorts them to page through them): a directory tree of the
+// sandbox may be arbitrarily large, and is read in pages.
 const maxListEntries = 100_000
 
 // fsService implements filesystem.Filesystem.
@@ -144,7 +146,11 @@ func (h fsService) Move(ctx context.Context, req *connect.Request[filesystempb.M
 
 // ListDir lists a directory, descending depth levels (0 and 1: the entries
 // of the directory itself). Symlinks are listed, not followed; unreadable
-// subdirectories are listed but not descended into.
+// subdirectories are listed but not descended into. Entries come depth
+// first, each directory's sorted by name, at most limit of them, after the
+// entry at path after: a listing of any size is read in pages, each
+// holding only its own entries, and a page is right however the tree
+// changed since the one before.
 func (h fsService) ListDir(ctx context.Context, req *connect.Request[filesystempb.ListDirRequest]) (*connect.Response[filesystempb.ListDirResponse], error) {
 	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
 	if err != nil {
@@ -158,9 +164,26 @@ func (h fsService) ListDir(ctx context.Context, req *connect.Request[filesystemp
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("list %s: not a directory", p))
 	}
 	depth := max(int(min(req.Msg.GetDepth(), 1<<16)), 1)
+	limit := int(req.Msg.GetLimit())
+	if limit <= 0 || limit > maxListEntries {
+		limit = maxListEntries
+	}
+	// cursor is the components of after below p: the walk skips what
+	// sorts before them, and the entry itself.
+	var cursor []string
+	if after := req.Msg.GetAfter(); after != "" {
+		rel, ok := strings.CutPrefix(after, strings.TrimSuffix(p, "/")+"/")
+		if !ok || rel == "" {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("list %s: after %q is not below it", p, after))
+		}
+		cursor = strings.Split(rel, "/")
+	}
 	var entries []*filesystempb.EntryInfo
-	var walk func(dir string, level int) error
-	walk = func(dir string, level int) error {
+	more := false
+	// walk lists dir, at depth level; onCursor says dir is on the path to
+	// the cursor, whose component at this level is then cursor[level-1].
+	var walk func(dir string, level int, onCursor bool) error
+	walk = func(dir string, level int, onCursor bool) error {
 		if err := ctx.Err(); err != nil {
 			return connect.NewError(connect.CodeCanceled, err)
 		}
@@ -171,28 +194,51 @@ func (h fsService) ListDir(ctx context.Context, req *connect.Request[filesystemp
 			}
 			return nil // an unreadable subdirectory: listed, not descended into
 		}
+		if len(names) > maxListEntries {
+			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("list %s: more than %d entries in one directory", dir, maxListEntries))
+		}
 		for _, name := range names {
-			if len(entries) >= maxListEntries {
-				return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("list %s: more than %d entries", p, maxListEntries))
+			if more {
+				return nil
+			}
+			// The entry itself is skipped when it sorts before the cursor
+			// or is on its path (listed on an earlier page); its subtree
+			// only when it sorts wholly before it.
+			skip, below := false, false
+			if onCursor && level <= len(cursor) {
+				switch c := cursor[level-1]; {
+				case name < c:
+					continue
+				case name == c:
+					skip, below = true, level < len(cursor)
+				default:
+					onCursor = false
+				}
 			}
 			child := path.Join(dir, name)
 			cfi, err := os.Lstat(child)
 			if err != nil {
 				continue // removed meanwhile
 			}
-			entries = append(entries, h.s.entryInfo(child, cfi))
+			if !skip {
+				if len(entries) == limit {
+					more = true
+					return nil
+				}
+				entries = append(entries, h.s.entryInfo(child, cfi))
+			}
 			if cfi.IsDir() && level < depth {
-				if err := walk(child, level+1); err != nil {
+				if err := walk(child, level+1, below); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 	}
-	if err := walk(p, 1); err != nil {
+	if err := walk(p, 1, cursor != nil); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&filesystempb.ListDirResponse{Entries: entries}), nil
+	return connect.NewResponse(&filesystempb.ListDirResponse{Entries: entries, More: more}), nil
 }
 
 // readDirNames reads at most limit names of dir, sorted.

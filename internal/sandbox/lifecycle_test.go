@@ -113,7 +113,7 @@ func (h *harness) starting() string {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		recs, _ := h.deps.Store.ListSandboxes(context.Background(), "")
+		recs, _ := h.deps.Store.ListSandboxes(context.Background(), "", []string{api.StateStarting}, store.Page{})
 		for _, r := range recs {
 			if r.State == api.StateStarting {
 				return r.ID

@@ -832,17 +832,20 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, erro
 	return m.view(rec), nil
 }
 
-// List returns the tenant's sandboxes, the recently ended ones included.
-func (m *Manager) List(ctx context.Context, tenant string) ([]api.Sandbox, error) {
+// List returns a page of the tenant's sandboxes in one of states (any when
+// empty), the recently ended ones included. A listed sandbox carries no
+// env: Get shows it.
+func (m *Manager) List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error) {
 	if tenant == store.AnyTenant {
 		tenant = "" // the store's every tenant
 	}
-	recs, err := m.deps.Store.ListSandboxes(ctx, tenant)
+	recs, err := m.deps.Store.ListSandboxes(ctx, tenant, states, page)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	out := make([]api.Sandbox, 0, len(recs))
 	for _, r := range recs {
+		r.Env = nil
 		out = append(out, m.view(r))
 	}
 	return out, nil

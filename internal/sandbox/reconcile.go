@@ -14,6 +14,7 @@ import (
 	"warren/api"
 	"warren/internal/disk"
 	"warren/internal/runtime"
+	"warren/internal/store"
 )
 
 // reconcile makes the node match the store after a daemon (re)start: every
@@ -26,7 +27,7 @@ import (
 // Sandboxes this store does not know are left alone: another warren server
 // on the host (another data directory) owns them.
 func (m *Manager) reconcile(ctx context.Context) error {
-	recs, err := m.deps.Store.ListSandboxes(ctx, "")
+	recs, err := m.deps.Store.ListSandboxes(ctx, "", nil, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	// Failed sandboxes keep their disks (teardown), those that failed just
 	// now included.
-	if recs, err = m.deps.Store.ListSandboxes(ctx, ""); err != nil {
+	if recs, err = m.deps.Store.ListSandboxes(ctx, "", []string{api.StateFailed}, store.Page{}); err != nil {
 		return err
 	}
 	keepDisks := maps.Clone(keep)

@@ -10,6 +10,7 @@ import (
 
 	"warren/api"
 	"warren/internal/snapshot"
+	"warren/internal/store"
 	"warren/internal/template"
 )
 
@@ -85,7 +86,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 		}
 		sn = waited
 	}
-	return snaps.View(ctx, sn), nil
+	return snaps.View(sn), nil
 }
 
 // GetSnapshot returns one of the tenant's snapshots, from this node or from
@@ -95,18 +96,25 @@ func (m *Manager) GetSnapshot(ctx context.Context, tenant, id string) (api.Snaps
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	return m.deps.Snapshots.View(ctx, sn), nil
+	return m.deps.Snapshots.View(sn), nil
 }
 
-// ListSnapshots returns the tenant's snapshots on this node, of one sandbox
-// when sandboxID is not "" (which must then be the tenant's).
-func (m *Manager) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error) {
+// ListSnapshots returns a page of the tenant's snapshots on this node, of
+// one sandbox when sandboxID is not "" (which must then be the tenant's),
+// in one of states (any when empty).
+func (m *Manager) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
 	if sandboxID != "" {
 		if _, err := m.record(ctx, tenant, sandboxID); err != nil {
 			return nil, err
 		}
 	}
-	return m.deps.Snapshots.List(ctx, tenant, sandboxID)
+	return m.deps.Snapshots.List(ctx, tenant, sandboxID, states, page)
+}
+
+// SnapshotLineage returns a page of the ancestors of one of the tenant's
+// snapshots, nearest first (snapshot.Engine.Lineage).
+func (m *Manager) SnapshotLineage(ctx context.Context, tenant, id, after string, limit int) ([]string, bool, error) {
+	return m.deps.Snapshots.Lineage(ctx, tenant, id, after, limit)
 }
 
 // DeleteSnapshot deletes one of the tenant's snapshots.

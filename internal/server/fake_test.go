@@ -13,7 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,17 +103,44 @@ func (f *fakeSandboxes) Get(ctx context.Context, tenant, id string) (api.Sandbox
 	return f.lookup(tenant, id)
 }
 
-func (f *fakeSandboxes) List(ctx context.Context, tenant string) ([]api.Sandbox, error) {
+func (f *fakeSandboxes) List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []api.Sandbox
 	for _, b := range f.boxes {
 		if b.tenant == tenant || tenant == store.AnyTenant {
+			b.sb.Env = nil // as the manager lists them
 			out = append(out, b.sb)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	return fakePage(out, func(sb api.Sandbox) (time.Time, string, string) { return sb.CreatedAt, sb.ID, sb.State }, states, page), nil
+}
+
+// fakePage keeps of items those in one of states (all when empty) and
+// after page.After, in creation order, at most page.Limit of them: what
+// the store's keyset pages answer. key gives an item's creation time, id
+// and state.
+func fakePage[T any](items []T, key func(T) (time.Time, string, string), states []string, page store.Page) []T {
+	cmpKey := func(t time.Time, id string, c store.Cursor) int {
+		if n := t.Compare(c.CreatedAt); n != 0 {
+			return n
+		}
+		return strings.Compare(id, c.ID)
+	}
+	items = slices.DeleteFunc(items, func(it T) bool {
+		t, id, state := key(it)
+		return (len(states) > 0 && !slices.Contains(states, state)) ||
+			(page.After != store.Cursor{} && cmpKey(t, id, page.After) <= 0)
+	})
+	slices.SortFunc(items, func(a, b T) int {
+		ta, ida, _ := key(a)
+		tb, idb, _ := key(b)
+		return cmpKey(ta, ida, store.Cursor{CreatedAt: tb, ID: idb})
+	})
+	if page.Limit > 0 && len(items) > page.Limit {
+		items = items[:page.Limit]
+	}
+	return items
 }
 
 func (f *fakeSandboxes) Delete(ctx context.Context, tenant, id string) error {
@@ -399,10 +426,17 @@ func (f *fakeSandboxes) Snapshot(ctx context.Context, tenant, id string, req api
 	now := time.Now().UTC()
 	sn := api.Snapshot{
 		ID: fmt.Sprintf("sn-%d", f.next), SandboxID: id, Template: sb.Template, State: api.SnapshotDurable,
-		Lineage: []string{}, CreatedAt: now, DurableAt: &now,
+		CreatedAt: now, DurableAt: &now,
 	}
 	if f.snaps == nil {
 		f.snaps = map[string]fakeSnapshot{}
+	}
+	// The parent is the sandbox's newest snapshot, as the engine's.
+	for _, s := range f.snaps {
+		if p, ok := f.snaps[sn.Parent]; s.sn.SandboxID == id && (!ok || s.sn.CreatedAt.After(p.sn.CreatedAt) ||
+			s.sn.CreatedAt.Equal(p.sn.CreatedAt) && s.sn.ID > p.sn.ID) {
+			sn.Parent = s.sn.ID
+		}
 	}
 	f.snaps[sn.ID] = fakeSnapshot{tenant: tenant, sn: sn}
 	return sn, nil
@@ -418,7 +452,7 @@ func (f *fakeSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api
 	return s.sn, nil
 }
 
-func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error) {
+func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
 	if sandboxID != "" {
 		if _, err := f.lookup(tenant, sandboxID); err != nil {
 			return nil, err
@@ -432,8 +466,32 @@ func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID str
 			out = append(out, s.sn)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return fakePage(out, func(sn api.Snapshot) (time.Time, string, string) { return sn.CreatedAt, sn.ID, sn.State }, states, page), nil
+}
+
+func (f *fakeSandboxes) SnapshotLineage(ctx context.Context, tenant, id, after string, limit int) ([]string, bool, error) {
+	sn, err := f.GetSnapshot(ctx, tenant, id)
+	if err != nil {
+		return nil, false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	next := sn.Parent
+	if after != "" {
+		a, ok := f.snaps[after]
+		if !ok || a.tenant != tenant {
+			return nil, false, api.Errorf(api.CodeBadRequest, "bad page_token: it names no ancestor of snapshot %s", id)
+		}
+		next = a.sn.Parent
+	}
+	var out []string
+	for ; next != ""; next = f.snaps[next].sn.Parent {
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, next)
+	}
+	return out, false, nil
 }
 
 func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, tenant, id string) error {

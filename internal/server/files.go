@@ -157,7 +157,11 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, fileInfo(resp.Msg.GetEntry()))
 }
 
-// listFiles answers GET /v1/sandboxes/{id}/files/list?path=P&depth=1.
+// listFiles answers GET /v1/sandboxes/{id}/files/list?path=P&depth=1: a
+// page of entries. A page is the daemon's memory from the agent's answer
+// to the JSON written; a node serves at most Limits.ListingsOnNode of them
+// at once, and the others wait their turn, so that memory stays bounded
+// however many large listings are asked for together.
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	depth := uint64(1)
 	if v := r.URL.Query().Get("depth"); v != "" {
@@ -171,19 +175,30 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	lr, err := parseList(r, "files", path+"\x00"+strconv.FormatUint(depth, 10), api.DefaultFileListLimit, api.MaxFileListLimit, nil)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.listings <- struct{}{}:
+		defer func() { <-s.listings }()
+	case <-r.Context().Done():
+		return api.Errorf(api.CodeTimeout, "gave up waiting for a turn to list: %v", r.Context().Err())
+	}
 	resp, err := conn.Filesystem.ListDir(r.Context(), connect.NewRequest(&filesystempb.ListDirRequest{
-		Path: path, Depth: uint32(depth),
+		Path: path, Depth: uint32(depth), Limit: uint32(lr.limit), After: lr.afterKey(),
 	}))
 	if err != nil {
 		return agentError(r.Context(), id, err)
 	}
-	entries := make([]api.FileInfo, 0, len(resp.Msg.GetEntries()))
+	out := api.FileList{Entries: make([]api.FileInfo, 0, len(resp.Msg.GetEntries()))}
 	for _, e := range resp.Msg.GetEntries() {
-		entries = append(entries, fileInfo(e))
+		out.Entries = append(out.Entries, fileInfo(e))
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Entries []api.FileInfo `json:"entries"`
-	}{entries})
+	if resp.Msg.GetMore() && len(out.Entries) > 0 {
+		out.NextPageToken = lr.next(pageToken{Key: out.Entries[len(out.Entries)-1].Path})
+	}
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // makeDir answers POST /v1/sandboxes/{id}/files/mkdir.

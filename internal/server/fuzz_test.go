@@ -228,12 +228,12 @@ func (k fuzzKeys) CreateKey(ctx context.Context, tenant string, admin bool) (str
 	return key, nil
 }
 
-func (k fuzzKeys) ListKeys(ctx context.Context) ([]store.Key, error) {
+func (k fuzzKeys) ListKeys(ctx context.Context, page store.Page) ([]store.Key, error) {
 	var out []store.Key
 	for _, rec := range k {
 		out = append(out, rec)
 	}
-	return out, nil
+	return fakePage(out, func(k store.Key) (time.Time, string, string) { return k.CreatedAt, k.ID, "" }, nil, page), nil
 }
 
 func (k fuzzKeys) DeleteKey(ctx context.Context, id string) error {
@@ -317,8 +317,8 @@ func (s *fuzzSandboxes) Get(ctx context.Context, tenant, id string) (api.Sandbox
 	return s.calledFor(tenant).Get(ctx, tenant, id)
 }
 
-func (s *fuzzSandboxes) List(ctx context.Context, tenant string) ([]api.Sandbox, error) {
-	return s.calledFor(tenant).List(ctx, tenant)
+func (s *fuzzSandboxes) List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error) {
+	return s.calledFor(tenant).List(ctx, tenant, states, page)
 }
 
 func (s *fuzzSandboxes) Delete(ctx context.Context, tenant, id string) error {
@@ -377,8 +377,12 @@ func (s *fuzzSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api
 	return s.calledFor(tenant).GetSnapshot(ctx, tenant, id)
 }
 
-func (s *fuzzSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error) {
-	return s.calledFor(tenant).ListSnapshots(ctx, tenant, sandboxID)
+func (s *fuzzSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
+	return s.calledFor(tenant).ListSnapshots(ctx, tenant, sandboxID, states, page)
+}
+
+func (s *fuzzSandboxes) SnapshotLineage(ctx context.Context, tenant, id, after string, limit int) ([]string, bool, error) {
+	return s.calledFor(tenant).SnapshotLineage(ctx, tenant, id, after, limit)
 }
 
 func (s *fuzzSandboxes) DeleteSnapshot(ctx context.Context, tenant, id string) error {

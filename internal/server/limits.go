@@ -18,6 +18,7 @@ const (
 	DefaultMaxStreamsPerSandbox = 256
 	DefaultOutputPerTenant      = 256 << 20
 	DefaultOutputOnNode         = 1 << 30
+	DefaultListingsOnNode       = 4
 )
 
 // Limits bound concurrent calls; zero fields take the defaults above.
@@ -28,6 +29,10 @@ type Limits struct {
 	// OutputPerTenant and OutputOnNode bound the bytes of output that
 	// non-streaming execs hold at once.
 	OutputPerTenant, OutputOnNode int64
+	// ListingsOnNode bounds the directory listings served at once; more
+	// wait their turn. Each holds a page of at most api.MaxFileListLimit
+	// entries.
+	ListingsOnNode int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -39,6 +44,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.OutputOnNode <= 0 {
 		l.OutputOnNode = DefaultOutputOnNode
+	}
+	if l.ListingsOnNode <= 0 {
+		l.ListingsOnNode = DefaultListingsOnNode
 	}
 	return l
 }

@@ -170,45 +170,34 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"NetworkStatus":         reflect.TypeFor[api.NetworkStatus](),
 		"Preview":               reflect.TypeFor[api.Preview](),
 		"SetPreviewRequest":     reflect.TypeFor[api.SetPreviewRequest](),
-		"SnapshotList": reflect.TypeFor[struct {
-			Snapshots []api.Snapshot `json:"snapshots"`
-		}](),
-		"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
-		"Error":                reflect.TypeFor[api.Error](),
-		"RuntimeInfo":          reflect.TypeFor[api.RuntimeInfo](),
-		"NodeInfo":             reflect.TypeFor[api.NodeInfo](),
-		"Sandbox":              reflect.TypeFor[api.Sandbox](),
-		"CreateSandboxRequest": reflect.TypeFor[api.CreateSandboxRequest](),
-		"SetTimeoutRequest":    reflect.TypeFor[api.SetTimeoutRequest](),
-		"ExecRequest":          reflect.TypeFor[api.ExecRequest](),
-		"ExecResult":           reflect.TypeFor[api.ExecResult](),
-		"ExecEvent":            reflect.TypeFor[api.ExecEvent](),
-		"StartedProcess":       reflect.TypeFor[api.StartedProcess](),
-		"Process":              reflect.TypeFor[api.Process](),
-		"SignalRequest":        reflect.TypeFor[api.SignalRequest](),
-		"FileInfo":             reflect.TypeFor[api.FileInfo](),
-		"MkdirRequest":         reflect.TypeFor[api.MkdirRequest](),
-		"MoveRequest":          reflect.TypeFor[api.MoveRequest](),
-		"Template":             reflect.TypeFor[api.Template](),
-		"TemplateBuildEvent":   reflect.TypeFor[api.TemplateBuildEvent](),
-		"CreateKeyRequest":     reflect.TypeFor[api.CreateKeyRequest](),
-		"Key":                  reflect.TypeFor[api.Key](),
-		"KeyInfo":              reflect.TypeFor[api.KeyInfo](),
-		"KeyList": reflect.TypeFor[struct {
-			Keys []api.KeyInfo `json:"keys"`
-		}](),
-		"SandboxList": reflect.TypeFor[struct {
-			Sandboxes []api.Sandbox `json:"sandboxes"`
-		}](),
-		"ProcessList": reflect.TypeFor[struct {
-			Processes []api.Process `json:"processes"`
-		}](),
-		"FileList": reflect.TypeFor[struct {
-			Entries []api.FileInfo `json:"entries"`
-		}](),
-		"TemplateList": reflect.TypeFor[struct {
-			Templates []api.Template `json:"templates"`
-		}](),
+		"SnapshotList":          reflect.TypeFor[api.SnapshotList](),
+		"Lineage":               reflect.TypeFor[api.Lineage](),
+		"ErrorBody":             reflect.TypeFor[api.ErrorBody](),
+		"Error":                 reflect.TypeFor[api.Error](),
+		"RuntimeInfo":           reflect.TypeFor[api.RuntimeInfo](),
+		"NodeInfo":              reflect.TypeFor[api.NodeInfo](),
+		"Sandbox":               reflect.TypeFor[api.Sandbox](),
+		"CreateSandboxRequest":  reflect.TypeFor[api.CreateSandboxRequest](),
+		"SetTimeoutRequest":     reflect.TypeFor[api.SetTimeoutRequest](),
+		"ExecRequest":           reflect.TypeFor[api.ExecRequest](),
+		"ExecResult":            reflect.TypeFor[api.ExecResult](),
+		"ExecEvent":             reflect.TypeFor[api.ExecEvent](),
+		"StartedProcess":        reflect.TypeFor[api.StartedProcess](),
+		"Process":               reflect.TypeFor[api.Process](),
+		"SignalRequest":         reflect.TypeFor[api.SignalRequest](),
+		"FileInfo":              reflect.TypeFor[api.FileInfo](),
+		"MkdirRequest":          reflect.TypeFor[api.MkdirRequest](),
+		"MoveRequest":           reflect.TypeFor[api.MoveRequest](),
+		"Template":              reflect.TypeFor[api.Template](),
+		"TemplateBuildEvent":    reflect.TypeFor[api.TemplateBuildEvent](),
+		"CreateKeyRequest":      reflect.TypeFor[api.CreateKeyRequest](),
+		"Key":                   reflect.TypeFor[api.Key](),
+		"KeyInfo":               reflect.TypeFor[api.KeyInfo](),
+		"KeyList":               reflect.TypeFor[api.KeyList](),
+		"SandboxList":           reflect.TypeFor[api.SandboxList](),
+		"ProcessList":           reflect.TypeFor[api.ProcessList](),
+		"FileList":              reflect.TypeFor[api.FileList](),
+		"TemplateList":          reflect.TypeFor[api.TemplateList](),
 		"Health": reflect.TypeFor[struct {
 			Status string `json:"status"`
 		}](),

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,11 +35,22 @@ func (s *Server) processTarget(r *http.Request) (string, uint32, *agentconn.Conn
 	return id, pid, conn, nil
 }
 
-// listProcesses answers GET /v1/sandboxes/{id}/processes.
+// listProcesses answers GET /v1/sandboxes/{id}/processes: a page of the
+// processes the agent knows (it keeps a bounded number), by pid.
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
 		return err
+	}
+	lr, err := parseList(r, "processes", id, api.DefaultListLimit, api.MaxListLimit, processStates)
+	if err != nil {
+		return err
+	}
+	var after uint64
+	if lr.after != nil {
+		if after, err = strconv.ParseUint(lr.after.Key, 10, 32); err != nil {
+			return api.Errorf(api.CodeBadRequest, "bad page_token: pass the next_page_token of an answer unchanged")
+		}
 	}
 	conn, err := s.sb.Agent(r.Context(), caller(r).Tenant, id)
 	if err != nil {
@@ -47,8 +60,15 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return agentError(r.Context(), id, err)
 	}
-	out := make([]api.Process, 0, len(resp.Msg.GetProcesses()))
+	var list []api.Process
 	for _, p := range resp.Msg.GetProcesses() {
+		state := api.ProcessExited
+		if p.GetRunning() {
+			state = api.ProcessRunning
+		}
+		if uint64(p.GetPid()) <= after || (len(lr.states) > 0 && !slices.Contains(lr.states, state)) {
+			continue
+		}
 		ap := api.Process{
 			PID: p.GetPid(), Tag: p.GetTag(), Cmd: p.GetConfig().GetCmd(), Args: p.GetConfig().GetArgs(),
 			Running: p.GetRunning(),
@@ -57,11 +77,14 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 			code := int(end.GetExitCode())
 			ap.ExitCode = &code
 		}
-		out = append(out, ap)
+		list = append(list, ap)
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Processes []api.Process `json:"processes"`
-	}{out})
+	slices.SortFunc(list, func(a, b api.Process) int { return cmp.Compare(a.PID, b.PID) })
+	var out api.ProcessList
+	out.Processes, out.NextPageToken = page(lr, list[:min(len(list), lr.limit+1)], func(p api.Process) pageToken {
+		return pageToken{Key: strconv.FormatUint(uint64(p.PID), 10)}
+	})
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // streamProcess answers GET /v1/sandboxes/{id}/processes/{pid}/stream:

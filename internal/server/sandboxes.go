@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"warren/api"
@@ -38,16 +40,17 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.sb.List(r.Context(), tenant)
+	lr, err := parseList(r, "sandboxes", "", api.DefaultListLimit, api.MaxListLimit, sandboxStates)
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []api.Sandbox{}
+	list, err := s.sb.List(r.Context(), tenant, lr.states, lr.storePage())
+	if err != nil {
+		return err
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Sandboxes []api.Sandbox `json:"sandboxes"`
-	}{list})
+	var out api.SandboxList
+	out.Sandboxes, out.NextPageToken = page(lr, list, func(sb api.Sandbox) pageToken { return byCreation(sb.CreatedAt, sb.ID) })
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // getSandbox answers GET /v1/sandboxes/{id}.
@@ -149,18 +152,24 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, sb)
 }
 
-// listTemplates answers GET /v1/templates.
+// listTemplates answers GET /v1/templates, by name. A node has few
+// templates: they are paged from the manager's whole list.
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
+	lr, err := parseList(r, "templates", "", api.DefaultListLimit, api.MaxListLimit, nil)
+	if err != nil {
+		return err
+	}
 	list, err := s.sb.Templates(r.Context())
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []api.Template{}
+	slices.SortFunc(list, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
+	if lr.after != nil {
+		list = slices.DeleteFunc(list, func(t api.Template) bool { return t.Name <= lr.after.Key })
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Templates []api.Template `json:"templates"`
-	}{list})
+	var out api.TemplateList
+	out.Templates, out.NextPageToken = page(lr, list[:min(len(list), lr.limit+1)], func(t api.Template) pageToken { return pageToken{Key: t.Name} })
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // buildTemplate answers POST /v1/templates/{name}/build with a stream of
@@ -225,17 +234,21 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 // listKeys answers GET /v1/keys: every key's ID, tenant and age, never the
 // key (the server keeps only hashes).
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
-	keys, err := s.keys.ListKeys(r.Context())
+	lr, err := parseList(r, "keys", "", api.DefaultListLimit, api.MaxListLimit, nil)
 	if err != nil {
 		return err
 	}
-	out := make([]api.KeyInfo, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, api.KeyInfo{ID: k.ID, Tenant: k.Tenant, Admin: k.Admin, CreatedAt: k.CreatedAt})
+	keys, err := s.keys.ListKeys(r.Context(), lr.storePage())
+	if err != nil {
+		return err
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Keys []api.KeyInfo `json:"keys"`
-	}{out})
+	infos := make([]api.KeyInfo, 0, len(keys))
+	for _, k := range keys {
+		infos = append(infos, api.KeyInfo{ID: k.ID, Tenant: k.Tenant, Admin: k.Admin, CreatedAt: k.CreatedAt})
+	}
+	var out api.KeyList
+	out.Keys, out.NextPageToken = page(lr, infos, func(k api.KeyInfo) pageToken { return byCreation(k.CreatedAt, k.ID) })
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // deleteKey answers DELETE /v1/keys/{id}: the key authenticates nothing
@@ -244,7 +257,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
 // file is removed.
 func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	keys, err := s.keys.ListKeys(r.Context())
+	keys, err := s.keys.ListKeys(r.Context(), store.Page{})
 	if err != nil {
 		return err
 	}

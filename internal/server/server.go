@@ -36,8 +36,10 @@ type Sandboxes interface {
 	// Get returns one of tenant's sandboxes; CodeNotFound if it has none
 	// with that id.
 	Get(ctx context.Context, tenant, id string) (api.Sandbox, error)
-	// List returns tenant's sandboxes, oldest first.
-	List(ctx context.Context, tenant string) ([]api.Sandbox, error)
+	// List returns a page of tenant's sandboxes (every tenant's for
+	// store.AnyTenant) in one of states (any when empty), oldest first,
+	// without their env.
+	List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error)
 	// Delete stops and forgets one of tenant's sandboxes; CodeNotFound if it
 	// has none with that id.
 	Delete(ctx context.Context, tenant, id string) error
@@ -98,9 +100,15 @@ type Sandboxes interface {
 	Snapshot(ctx context.Context, tenant, sandboxID string, req api.CreateSnapshotRequest) (api.Snapshot, error)
 	// GetSnapshot returns one of tenant's snapshots; CodeNotFound otherwise.
 	GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error)
-	// ListSnapshots returns tenant's snapshots (of one sandbox when
-	// sandboxID is not ""), oldest first.
-	ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]api.Snapshot, error)
+	// ListSnapshots returns a page of tenant's snapshots (of one sandbox
+	// when sandboxID is not "") in one of states (any when empty), oldest
+	// first.
+	ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error)
+	// SnapshotLineage returns up to limit ancestors of one of tenant's
+	// snapshots, nearest first, from above after ("": from its parent),
+	// and whether more follow. CodeNotFound as GetSnapshot; an after that
+	// is no ancestor of tenant's is CodeBadRequest.
+	SnapshotLineage(ctx context.Context, tenant, id, after string, limit int) (ancestors []string, more bool, err error)
 	// DeleteSnapshot deletes one of tenant's snapshots.
 	DeleteSnapshot(ctx context.Context, tenant, id string) error
 	// Restore starts sandboxes from one of tenant's snapshots and returns
@@ -119,8 +127,9 @@ type Keys interface {
 	// CreateKey makes a new key of tenant and returns it; the tenant's name
 	// is already valid.
 	CreateKey(ctx context.Context, tenant string, admin bool) (string, error)
-	// ListKeys returns every key's record (never a key).
-	ListKeys(ctx context.Context) ([]store.Key, error)
+	// ListKeys returns a page of the keys' records (never a key), oldest
+	// first.
+	ListKeys(ctx context.Context, page store.Page) ([]store.Key, error)
 	// DeleteKey revokes the key named id; store.ErrNotFound when there is
 	// none.
 	DeleteKey(ctx context.Context, id string) error
@@ -169,6 +178,8 @@ type Server struct {
 	streams counter
 	// output is what non-streaming execs may hold of output.
 	output *budget
+	// listings holds a token for each directory listing being served.
+	listings chan struct{}
 }
 
 // access says who may call a route.
@@ -207,7 +218,8 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 	opts.Timeouts = opts.Timeouts.withDefaults()
 	opts.Limits = opts.Limits.withDefaults()
 	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux(),
-		output: &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode}}
+		output:   &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode},
+		listings: make(chan struct{}, opts.Limits.ListingsOnNode)}
 	if opts.PreviewDomain != "" {
 		site, err := parsePreviewDomain(opts.PreviewDomain)
 		if err != nil && log != nil {
@@ -249,6 +261,7 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 		{"GET", "/v1/snapshots", tenant, s.listSnapshots},
 		{"POST", "/v1/gc", admin, s.gcSnapshots},
 		{"GET", "/v1/snapshots/{id}", tenant, s.getSnapshot},
+		{"GET", "/v1/snapshots/{id}/lineage", tenant, s.snapshotLineage},
 		{"DELETE", "/v1/snapshots/{id}", tenant, s.deleteSnapshot},
 		{"POST", "/v1/snapshots/{id}/restore", tenant, s.restoreSnapshot},
 		{"GET", "/v1/templates", tenant, s.listTemplates},

@@ -54,17 +54,45 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	return s.writeSnapshots(w, r, "")
 }
 
+// writeSnapshots answers a page of the caller's snapshots, of one sandbox
+// when sandboxID is not "".
 func (s *Server) writeSnapshots(w http.ResponseWriter, r *http.Request, sandboxID string) error {
-	list, err := s.sb.ListSnapshots(r.Context(), caller(r).Tenant, sandboxID)
+	lr, err := parseList(r, "snapshots", sandboxID, api.DefaultListLimit, api.MaxListLimit, snapshotStates)
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []api.Snapshot{}
+	list, err := s.sb.ListSnapshots(r.Context(), caller(r).Tenant, sandboxID, lr.states, lr.storePage())
+	if err != nil {
+		return err
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Snapshots []api.Snapshot `json:"snapshots"`
-	}{list})
+	var out api.SnapshotList
+	out.Snapshots, out.NextPageToken = page(lr, list, func(sn api.Snapshot) pageToken { return byCreation(sn.CreatedAt, sn.ID) })
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// snapshotLineage answers GET /v1/snapshots/{id}/lineage: a page of the
+// snapshot's ancestors, nearest first.
+func (s *Server) snapshotLineage(w http.ResponseWriter, r *http.Request) error {
+	id, err := snapshotID(r)
+	if err != nil {
+		return err
+	}
+	lr, err := parseList(r, "lineage", id, api.DefaultLineageLimit, api.MaxListLimit, nil)
+	if err != nil {
+		return err
+	}
+	ancestors, more, err := s.sb.SnapshotLineage(r.Context(), caller(r).Tenant, id, lr.afterKey(), lr.limit)
+	if err != nil {
+		return err
+	}
+	out := api.Lineage{Ancestors: ancestors}
+	if out.Ancestors == nil {
+		out.Ancestors = []string{}
+	}
+	if more {
+		out.NextPageToken = lr.next(pageToken{Key: ancestors[len(ancestors)-1]})
+	}
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // getSnapshot answers GET /v1/snapshots/{id}.

@@ -219,7 +219,6 @@ func TestUploadFailures(t *testing.T) {
 // TestFailedParent: a snapshot whose parent fails is stored against its
 // grandparent, and restores byte-identically.
 func TestFailedParent(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	fs := &faultStore{Store: openFileBlobs(t, dir)}
 	n := newNode(t, "n1", fs, testConfig())
@@ -265,8 +264,8 @@ func TestFailedParent(t *testing.T) {
 	if m := readManifest(t, fs, a2.ID); m.Parent != s0.ID {
 		t.Errorf("A2's manifest parent = %s, want %s", m.Parent, s0.ID)
 	}
-	if v := n.eng.View(ctx, sn); v.Parent != s0.ID || !slices.Equal(v.Lineage, []string{s0.ID}) {
-		t.Errorf("View(A2): parent %s, lineage %v; want %s, [%s]", v.Parent, v.Lineage, s0.ID, s0.ID)
+	if v, l := n.eng.View(sn), n.lineage(t, tenant, a2.ID); v.Parent != s0.ID || !slices.Equal(l, []string{s0.ID}) {
+		t.Errorf("View(A2): parent %s, lineage %v; want %s, [%s]", v.Parent, l, s0.ID, s0.ID)
 	}
 	n.checkRecords(t, s0.ID, a1.ID, a2.ID)
 	fs.setOnPut(nil)

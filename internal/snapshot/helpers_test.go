@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -450,6 +451,29 @@ func (n *node) checkRecords(t *testing.T, ids ...string) {
 }
 
 // isNotFound reports whether err is the API's not_found.
+// lineage is the tenant's snapshot id's lineage, oldest first, read from
+// Engine.Lineage one ancestor a page: each page must name exactly one.
+func (n *node) lineage(t *testing.T, tenant, id string) []string {
+	t.Helper()
+	out := []string{}
+	after := ""
+	for {
+		page, more, err := n.eng.Lineage(context.Background(), tenant, id, after, 1)
+		if err != nil {
+			t.Fatalf("%s: Lineage(%s after %q): %v", n.name, id, after, err)
+		}
+		if len(page) > 1 || (more && len(page) == 0) {
+			t.Fatalf("%s: Lineage(%s after %q, limit 1) = %v, more %v", n.name, id, after, page, more)
+		}
+		out = append(out, page...)
+		if !more {
+			slices.Reverse(out)
+			return out
+		}
+		after = page[0]
+	}
+}
+
 func isNotFound(err error) bool { return api.IsCode(err, api.CodeNotFound) }
 
 // faultStore wraps a blob store: onPut and onDelete, when set, run before

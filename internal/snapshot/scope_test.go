@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/internal/disk/disktest"
 	"warren/internal/snapshot"
+	"warren/internal/store"
 )
 
 // workspaceImage makes a sandbox's workspace disk: a sparse 64 MiB image
@@ -76,10 +77,10 @@ func TestWorkspaceScope(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := n1.eng.View(ctx, sn)
-		if v.Scope != tc.scope || v.Parent != tc.parent || !slices.Equal(v.Lineage, tc.lineage) || v.ChangedBytes != tc.changed {
+		v, lineage := n1.eng.View(sn), n1.lineage(t, tenant, tc.id)
+		if v.Scope != tc.scope || v.Parent != tc.parent || !slices.Equal(lineage, tc.lineage) || v.ChangedBytes != tc.changed {
 			t.Errorf("View(%s) = scope %s, parent %q, lineage %v, changed %d; want %s, %q, %v, %d",
-				tc.id, v.Scope, v.Parent, v.Lineage, v.ChangedBytes, tc.scope, tc.parent, tc.lineage, tc.changed)
+				tc.id, v.Scope, v.Parent, lineage, v.ChangedBytes, tc.scope, tc.parent, tc.lineage, tc.changed)
 		}
 	}
 	if m := readManifest(t, n1.blobs, w0.ID); m.Parent != "" || m.DiskSize != 64*MiB {
@@ -125,7 +126,7 @@ func TestWorkspaceScope(t *testing.T) {
 	if sn, err := n1.eng.Take(ctx, src, noFreeze); err == nil || !strings.Contains(err.Error(), "template") {
 		t.Errorf("Take of a root disk without its template = %+v, %v; want an error naming the template", sn, err)
 	}
-	if list, err := n1.eng.List(ctx, tenant, z); err != nil || len(list) != 0 {
+	if list, err := n1.eng.List(ctx, tenant, z, nil, store.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("snapshots of %s after the refused Take: %v (%v), want none", z, list, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"warren/internal/blob/s3"
 	"warren/internal/blob/s3test"
 	"warren/internal/disk/disktest"
+	"warren/internal/store"
 )
 
 // tree is a search tree of snapshots taken on one node:
@@ -157,11 +158,11 @@ func treeScenario(t *testing.T, openBlobs func(*testing.T) blob.Store) {
 			if err != nil {
 				t.Fatalf("%s: %s: Lookup(%s): %v", n.name, stage, id, err)
 			}
-			v := n.eng.View(ctx, sn)
+			v, lineage := n.eng.View(sn), n.lineage(t, tenant, id)
 			if v.ID != id || v.State != api.SnapshotDurable || v.Parent != wantParent[id] ||
-				!slices.Equal(v.Lineage, wantLineage[id]) || v.SandboxID != tr.sandbox[id] || v.Template != "tpl" {
+				!slices.Equal(lineage, wantLineage[id]) || v.SandboxID != tr.sandbox[id] || v.Template != "tpl" {
 				t.Errorf("%s: %s: View(%s) = id %s, state %s, parent %q, lineage %v, sandbox %s, template %s; want durable, parent %q, lineage %v, sandbox %s, template tpl",
-					n.name, stage, id, v.ID, v.State, v.Parent, v.Lineage, v.SandboxID, v.Template,
+					n.name, stage, id, v.ID, v.State, v.Parent, lineage, v.SandboxID, v.Template,
 					wantParent[id], wantLineage[id], tr.sandbox[id])
 			}
 			if v.ChangedBytes != tr.changed[id] {
@@ -213,13 +214,13 @@ func treeScenario(t *testing.T, openBlobs func(*testing.T) blob.Store) {
 	}
 	n1.checkRestores(t, tenant, tr.hash)
 	n1.checkRecords(t, append(tr.ids(), tr.base)...)
-	if list, err := n1.eng.List(ctx, tenant, ""); err != nil || len(list) != len(tr.ids()) {
+	if list, err := n1.eng.List(ctx, tenant, "", nil, store.Page{}); err != nil || len(list) != len(tr.ids()) {
 		t.Errorf("List(%s) = %d snapshots (%v), want %d", tenant, len(list), err, len(tr.ids()))
 	}
-	if list, err := n1.eng.List(ctx, otherTenant, ""); err != nil || len(list) != 0 {
+	if list, err := n1.eng.List(ctx, otherTenant, "", nil, store.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("List(%s) = %d snapshots (%v), want none", otherTenant, len(list), err)
 	}
-	if list, err := n1.eng.List(ctx, tenant, tr.sandbox[tr.a1]); err != nil || len(list) != 2 ||
+	if list, err := n1.eng.List(ctx, tenant, tr.sandbox[tr.a1], nil, store.Page{}); err != nil || len(list) != 2 ||
 		list[0].ID != tr.a1 || list[1].ID != tr.a2 {
 		t.Errorf("List of A's sandbox = %v (%v), want A1, A2", list, err)
 	}
@@ -248,10 +249,10 @@ func treeScenario(t *testing.T, openBlobs func(*testing.T) blob.Store) {
 	disktest.WriteAt(t, disk, 3*MiB, randBytes(20, 4*KiB))
 	f1, h := n2.take(t, tenant, sb, disk, tr.a2)
 	sn := n2.durable(t, f1.ID)
-	if v := n2.eng.View(ctx, sn); v.Parent != tr.a2 || !slices.Equal(v.Lineage, []string{tr.s0, tr.a1, tr.a2}) ||
+	if v, l := n2.eng.View(sn), n2.lineage(t, tenant, f1.ID); v.Parent != tr.a2 || !slices.Equal(l, []string{tr.s0, tr.a1, tr.a2}) ||
 		v.ChangedBytes != 4*KiB {
 		t.Errorf("node 2's snapshot: parent %q, lineage %v, changed %d; want parent A2, lineage [S0 A1 A2], 4096 changed",
-			v.Parent, v.Lineage, v.ChangedBytes)
+			v.Parent, l, v.ChangedBytes)
 	}
 	n2.checkRecords(t, f1.ID)
 	n1.checkRestores(t, tenant, map[string]string{f1.ID: h})

@@ -161,7 +161,7 @@ func FuzzSandboxRoundTrip(f *testing.F) {
 		n++
 		in := Sandbox{
 			ID: fmt.Sprintf("sb-fuzz%d", n), Tenant: "t", Template: template, Runtime: runtime,
-			State: api.StateFailed, Error: errText, CPUs: cpus, MemoryMB: memoryMB, Pids: -memoryMB, DiskMB: memoryMB / 3,
+			State: api.StateRunning, Error: errText, CPUs: cpus, MemoryMB: memoryMB, Pids: -memoryMB, DiskMB: memoryMB / 3,
 			Env: map[string]string{envKey: envValue}, Metadata: map[string]string{metaKey: metaValue},
 			RuntimeState: runtimeState, CreatedAt: time.Unix(0, expiresNanos/2),
 		}

@@ -78,9 +78,10 @@ func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 	return k, nil
 }
 
-// ListKeys returns every key's record, oldest first.
-func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, tenant, admin, created_at FROM api_keys ORDER BY created_at, id`)
+// ListKeys returns a page of the keys' records, oldest first.
+func (s *Store) ListKeys(ctx context.Context, page Page) ([]Key, error) {
+	q, args := filter{}.query(`SELECT id, tenant, admin, created_at FROM api_keys`, page)
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}

@@ -79,6 +79,9 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 	}
 	// The database as the release before the preview tokens left it.
 	before := slices.IndexFunc(migrations, func(m string) bool { return strings.Contains(m, "ADD COLUMN preview_token") })
+	if before < 0 {
+		t.Fatal("no migration adds preview_token")
+	}
 	for i, m := range migrations[:before] {
 		if _, err := db.ExecContext(ctx, m); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)
@@ -103,7 +106,7 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	list, err := s.ListSandboxes(ctx, "")
+	list, err := s.ListSandboxes(ctx, "", nil, Page{})
 	if err != nil || len(list) != 2 {
 		t.Fatalf("ListSandboxes = %d sandboxes, %v", len(list), err)
 	}

@@ -86,6 +86,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if !validState(sb.State) {
 		return fmt.Errorf("insert sandbox %s: invalid state %q", sb.ID, sb.State)
 	}
+	if isFinal(sb.State) {
+		sb.Env = nil // as UpdateSandbox drops it
+	}
 	env, meta, err := encodeMaps(sb)
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
@@ -127,16 +130,16 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-// ListSandboxes returns the sandboxes of tenant, or of every tenant when
-// tenant is "", oldest first.
-func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]Sandbox, error) {
-	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
-	var args []any
+// ListSandboxes returns a page of the sandboxes of tenant, or of every
+// tenant when tenant is "", in one of states (any state when states is
+// empty), oldest first.
+func (s *Store) ListSandboxes(ctx context.Context, tenant string, states []string, page Page) ([]Sandbox, error) {
+	var f filter
 	if tenant != "" {
-		q += ` WHERE tenant = ?`
-		args = append(args, tenant)
+		f.add("tenant = ?", tenant)
 	}
-	q += ` ORDER BY created_at, id`
+	f.in("state", states)
+	q, args := f.query(`SELECT `+sandboxColumns+` FROM sandboxes`, page)
 	return s.querySandboxes(ctx, "list sandboxes", q, args...)
 }
 

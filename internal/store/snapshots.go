@@ -112,16 +112,18 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 	return sns[0], nil
 }
 
-// ListSnapshots returns tenant's snapshots, of one sandbox when sandboxID is
-// not "", oldest first. Template base layers belong to no tenant.
-func (s *Store) ListSnapshots(ctx context.Context, tenant, sandboxID string) ([]Snapshot, error) {
-	q := `SELECT ` + snapshotColumns + ` FROM snapshots WHERE tenant = ?`
-	args := []any{tenant}
+// ListSnapshots returns a page of tenant's snapshots, of one sandbox when
+// sandboxID is not "", in one of states (any when states is empty), oldest
+// first. Template base layers belong to no tenant.
+func (s *Store) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page Page) ([]Snapshot, error) {
+	var f filter
+	f.add("tenant = ?", tenant)
 	if sandboxID != "" {
-		q += ` AND sandbox_id = ?`
-		args = append(args, sandboxID)
+		f.add("sandbox_id = ?", sandboxID)
 	}
-	return s.querySnapshots(ctx, "list snapshots", q+` ORDER BY created_at, id`, args...)
+	f.in("state", states)
+	q, args := f.query(`SELECT `+snapshotColumns+` FROM snapshots`, page)
+	return s.querySnapshots(ctx, "list snapshots", q, args...)
 }
 
 // PendingSnapshots returns every pending snapshot, oldest first: the

@@ -101,6 +101,9 @@ var migrations = []string{
 	// The state machine's compare-and-set (lifecycle.go): every change of a
 	// sandbox's record counts up its version.
 	`ALTER TABLE sandboxes ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
+	// An ended sandbox keeps no environment (Transition): forget the ones
+	// recorded before.
+	`UPDATE sandboxes SET env = 'null' WHERE state IN ` + finalStates + `;`,
 }
 
 // Open opens (creating if needed) the database at path and brings its

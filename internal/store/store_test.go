@@ -290,7 +290,7 @@ func TestListSandboxes(t *testing.T) {
 		{"", []string{"sb-4", "sb-3", "sb-2", "sb-1", "sb-0"}},
 		{"nobody", nil},
 	} {
-		list, err := s.ListSandboxes(ctx, tc.tenant)
+		list, err := s.ListSandboxes(ctx, tc.tenant, nil, Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +319,7 @@ func TestConcurrentInserts(t *testing.T) {
 			t.Errorf("insert %d: %v", i, err)
 		}
 	}
-	all, err := s.ListSandboxes(ctx, "acme")
+	all, err := s.ListSandboxes(ctx, "acme", nil, Page{})
 	if err != nil || len(all) != n {
 		t.Fatalf("listed %d sandboxes (err %v), want %d", len(all), err, n)
 	}
@@ -395,7 +395,7 @@ func TestExpiredAndPurge(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Errorf("PurgeFinal(now) = %d, %v; want 2", n, err)
 	}
-	list, _ := s.ListSandboxes(ctx, "")
+	list, _ := s.ListSandboxes(ctx, "", nil, Page{})
 	if len(list) != 5 {
 		t.Errorf("%d sandboxes left, want 5", len(list))
 	}

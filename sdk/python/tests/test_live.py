@@ -547,7 +547,7 @@ class SnapshotTest(unittest.TestCase):
         self.assertTrue(sn.is_durable)
         self.assertFalse(sn.is_pending or sn.is_failed)
         self.assertEqual((sn.sandbox_id, sn.template, sn.scope), (self.sb.id, "default", "root"))
-        self.assertEqual((sn.parent, sn.lineage), ("", []))  # a first snapshot of a template's sandbox
+        self.assertEqual((sn.parent, sn.lineage()), ("", []))  # a first snapshot of a template's sandbox
         self.assertEqual(sn.disk_bytes, self.sb.info.disk_mb << 20)
         self.assertGreater(sn.changed_bytes, 0)
         self.assertGreater(sn.stored_bytes, 0)
@@ -593,7 +593,7 @@ class SnapshotTest(unittest.TestCase):
         sn = kid.snapshot()  # returns at once, pending while it uploads
         self.addCleanup(self.forget, sn)
         self.assertIn(sn.state, ("pending", "durable"))
-        self.assertEqual((sn.sandbox_id, sn.parent, sn.lineage), (kid.id, self.snap.id, [self.snap.id]))
+        self.assertEqual((sn.sandbox_id, sn.parent, sn.lineage()), (kid.id, self.snap.id, [self.snap.id]))
         done = sn.wait(300)
         self.assertEqual(done.state, "durable")
         self.assertIsNotNone(done.durable_at)

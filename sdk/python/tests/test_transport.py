@@ -9,6 +9,7 @@ import dataclasses
 import http.server
 import io
 import json
+import urllib.parse
 import os
 import socket
 import tempfile
@@ -39,7 +40,6 @@ SNAPSHOT = {
     "id": "sn-stub1",
     "sandbox_id": "sb-stub1",
     "parent": "sn-stub0",
-    "lineage": ["sn-root", "sn-stub0"],
     "template": "default",
     "state": "durable",
     "disk_bytes": 4294967296,
@@ -219,7 +219,45 @@ class RetryTest(StubCase):
     def test_broken_connection_retried_for_get(self) -> None:
         s = self.stub(lambda seen, n: None if n == 1 else (200, {"sandboxes": [SANDBOX]}))
         self.assertEqual([sb.id for sb in Sandbox.list(client=self.client(s))], ["sb-stub1"])
-        self.assertEqual(s.count("GET", "/v1/sandboxes"), 2)
+        self.assertEqual(s.count("GET", "/v1/sandboxes?limit=1000"), 2)
+
+    def test_lists_follow_pages(self) -> None:
+        pages = {
+            "": {"sandboxes": [SANDBOX, dict(SANDBOX, id="sb-stub2")], "next_page_token": "t1"},
+            "t1": {"sandboxes": [dict(SANDBOX, id="sb-stub3")], "next_page_token": "t2"},
+            "t2": {"sandboxes": []},
+        }
+
+        def script(seen: Seen, n: int) -> Reply:
+            q = urllib.parse.parse_qs(urllib.parse.urlsplit(seen.path).query)
+            return (200, pages[q.get("page_token", [""])[0]])
+
+        s = self.stub(script)
+        c = self.client(s)
+        self.assertEqual([sb.id for sb in Sandbox.list(state=["running", "paused"], client=c)],
+                         ["sb-stub1", "sb-stub2", "sb-stub3"])
+        self.assertEqual([x.path for x in s.seen], [
+            "/v1/sandboxes?state=running%2Cpaused&limit=1000",
+            "/v1/sandboxes?state=running%2Cpaused&limit=1000&page_token=t1",
+            "/v1/sandboxes?state=running%2Cpaused&limit=1000&page_token=t2",
+        ])
+        page = Sandbox.list_page(limit=2, client=c)
+        self.assertEqual(([sb.id for sb in page.items], page.next_page_token), (["sb-stub1", "sb-stub2"], "t1"))
+        self.assertEqual(s.seen[-1].path, "/v1/sandboxes?limit=2")
+        with self.assertRaises(ValueError):
+            Sandbox.list_page(limit=0, client=c)
+
+    def test_lineage_follows_pages(self) -> None:
+        def script(seen: Seen, n: int) -> Reply:
+            if "page_token=p1" in seen.path:
+                return (200, {"ancestors": ["sn-root"]})
+            if seen.path.startswith("/v1/snapshots/sn-stub1/lineage"):
+                return (200, {"ancestors": ["sn-stub0"], "next_page_token": "p1"})
+            return (200, SNAPSHOT)
+
+        s = self.stub(script)
+        c = self.client(s)
+        self.assertEqual(warren.Snapshot.from_json(SNAPSHOT, c).lineage(), ["sn-stub0", "sn-root"])
 
     def test_refused_connection_retried_until_the_server_listens(self) -> None:
         probe = socket.socket()
@@ -452,8 +490,7 @@ class SnapshotTest(StubCase):
         self.assertEqual([x.path for x in s.seen], ["/v1/sandboxes/sb-stub1/snapshots"] * 3)
         self.assertEqual([json.loads(x.body) for x in s.seen],
                          [{}, {"wait": True}, {"wait": True, "wait_timeout_seconds": 2}])
-        self.assertEqual((sn.id, sn.sandbox_id, sn.parent, sn.lineage), ("sn-stub1", "sb-stub1", "sn-stub0",
-                                                                        ["sn-root", "sn-stub0"]))
+        self.assertEqual((sn.id, sn.sandbox_id, sn.parent), ("sn-stub1", "sb-stub1", "sn-stub0"))
         self.assertEqual((sn.template, sn.state, sn.error), ("default", "durable", ""))
         self.assertEqual((sn.disk_bytes, sn.changed_bytes, sn.stored_bytes), (4 << 30, 126976, 6123))
         self.assertEqual(sn.created_at.microsecond, 754090)  # type: ignore[union-attr]
@@ -499,9 +536,10 @@ class SnapshotTest(StubCase):
 
     def test_reads_are_retried(self) -> None:
         def script(seen: Seen, n: int) -> Reply:
+            listing = urllib.parse.urlsplit(seen.path).path.endswith("/snapshots")
             if n == 1:
-                return None if seen.path.endswith("/snapshots") else error(503, "unavailable", "busy")
-            return (200, {"snapshots": [SNAPSHOT, PENDING]}) if seen.path.endswith("/snapshots") else (200, SNAPSHOT)
+                return None if listing else error(503, "unavailable", "busy")
+            return (200, {"snapshots": [SNAPSHOT, PENDING]}) if listing else (200, SNAPSHOT)
 
         s = self.stub(script)
         c = self.client(s)
@@ -509,7 +547,8 @@ class SnapshotTest(StubCase):
         self.assertEqual([x.state for x in c.list_snapshots()], ["durable", "pending"])
         self.assertEqual([x.id for x in self.sandbox(c).snapshots()], ["sn-stub1", "sn-stub1"])
         self.assertEqual([(x.method, x.path) for x in s.seen], [("GET", "/v1/snapshots/sn-stub1")] * 2 +
-                         [("GET", "/v1/snapshots")] * 2 + [("GET", "/v1/sandboxes/sb-stub1/snapshots")] * 2)
+                         [("GET", "/v1/snapshots?limit=1000")] * 2 +
+                         [("GET", "/v1/sandboxes/sb-stub1/snapshots?limit=1000")] * 2)
         with self.assertRaises(ValueError):
             warren.get_snapshot("", client=c)
 

@@ -65,7 +65,8 @@ from .models import (
     Template,
 )
 from .sandbox import Command, ExecStream, NetworkArg, OutputCallback, Process, Sandbox
-from .snapshots import Snapshot, delete_snapshot, gc, get_snapshot, list_snapshots
+from ._pages import Page
+from .snapshots import Snapshot, delete_snapshot, gc, get_snapshot, iter_snapshots, list_snapshots, list_snapshots_page
 
 __all__ = [
     "__version__",
@@ -84,6 +85,9 @@ __all__ = [
     "Snapshot",
     "get_snapshot",
     "list_snapshots",
+    "iter_snapshots",
+    "list_snapshots_page",
+    "Page",
     "delete_snapshot",
     "gc",
     "Command",

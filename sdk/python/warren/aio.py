@@ -217,6 +217,10 @@ class AsyncSnapshot:
     def __repr__(self) -> str:
         return f"<AsyncSnapshot {self.info.id} {self.info.state}>"
 
+    async def lineage(self) -> List[str]:
+        """See :meth:`warren.Snapshot.lineage`."""
+        return await _run(self.info.lineage)
+
     async def refresh(self) -> Snapshot:
         """See :meth:`warren.Snapshot.refresh`; also updates ``info``."""
         self.info = await _run(self.info.refresh)
@@ -245,9 +249,9 @@ async def get_snapshot(snapshot_id: str, *, client: Optional[Client] = None) -> 
     return AsyncSnapshot(await _run(_snapshots.get_snapshot, snapshot_id, client=client))
 
 
-async def list_snapshots(*, client: Optional[Client] = None) -> List[AsyncSnapshot]:
-    """See :func:`warren.list_snapshots`."""
-    return [AsyncSnapshot(sn) for sn in await _run(_snapshots.list_snapshots, client=client)]
+async def list_snapshots(*, client: Optional[Client] = None, **kw: Any) -> List[AsyncSnapshot]:
+    """See :func:`warren.list_snapshots` (same arguments)."""
+    return [AsyncSnapshot(sn) for sn in await _run(_snapshots.list_snapshots, client=client, **kw)]
 
 
 async def delete_snapshot(
@@ -282,9 +286,9 @@ class AsyncSandbox:
         return cls(await _run(Sandbox.get, sandbox_id, client=client))
 
     @classmethod
-    async def list(cls, *, client: Optional[Client] = None) -> List["AsyncSandbox"]:
-        """See :meth:`warren.Sandbox.list`."""
-        return [cls(sb) for sb in await _run(Sandbox.list, client=client)]
+    async def list(cls, *, client: Optional[Client] = None, **kw: Any) -> List["AsyncSandbox"]:
+        """See :meth:`warren.Sandbox.list` (same arguments)."""
+        return [cls(sb) for sb in await _run(Sandbox.list, client=client, **kw)]
 
     @classmethod
     async def restore(
@@ -372,9 +376,9 @@ class AsyncSandbox:
         """See :meth:`warren.Sandbox.start`."""
         return AsyncProcess(await _run(self.sync.start, cmd, **kw))
 
-    async def processes(self) -> List[ProcessInfo]:
-        """See :meth:`warren.Sandbox.processes`."""
-        return await _run(self.sync.processes)
+    async def processes(self, **kw: Any) -> List[ProcessInfo]:
+        """See :meth:`warren.Sandbox.processes` (same arguments)."""
+        return await _run(self.sync.processes, **kw)
 
     async def snapshot(
         self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root"
@@ -382,9 +386,9 @@ class AsyncSandbox:
         """See :meth:`warren.Sandbox.snapshot`."""
         return AsyncSnapshot(await _run(self.sync.snapshot, wait, wait_timeout, scope))
 
-    async def snapshots(self) -> List[AsyncSnapshot]:
-        """See :meth:`warren.Sandbox.snapshots`."""
-        return [AsyncSnapshot(sn) for sn in await _run(self.sync.snapshots)]
+    async def snapshots(self, **kw: Any) -> List[AsyncSnapshot]:
+        """See :meth:`warren.Sandbox.snapshots` (same arguments)."""
+        return [AsyncSnapshot(sn) for sn in await _run(self.sync.snapshots, **kw)]
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

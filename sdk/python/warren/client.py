@@ -11,6 +11,7 @@ import urllib.parse
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
+from ._pages import MAX_LIST_LIMIT, fetch_page, iterate
 from ._transport import IDEMPOTENT, NEVER, Transport, path_of
 from .errors import ConfigurationError, StreamBrokenError, WarrenError
 from .models import GCResult, NodeInfo, Template
@@ -187,9 +188,10 @@ class Client:
         return NodeInfo.from_json(self._get("/v1/info"))
 
     def templates(self) -> List[Template]:
-        """The templates built on the node."""
-        doc = self._get("/v1/templates")
-        return [Template.from_json(t) for t in doc.get("templates") or []]
+        """The templates built on the node, by name. Follows every page."""
+        return list(iterate(lambda token: fetch_page(
+            self._transport, "/v1/templates", "templates", Template.from_json, limit=MAX_LIST_LIMIT, page_token=token,
+        )))
 
     def openapi(self) -> Dict[str, Any]:
         """The server's OpenAPI 3.1 document of the HTTP API."""
@@ -236,12 +238,12 @@ class Client:
 
         return get_snapshot(snapshot_id, client=self)
 
-    def list_snapshots(self) -> List["Snapshot"]:
+    def list_snapshots(self, *, state: Union[str, List[str], None] = None) -> List["Snapshot"]:
         """Your snapshots on the node, oldest first; see
         :func:`warren.list_snapshots`."""
         from .snapshots import list_snapshots
 
-        return list_snapshots(client=self)
+        return list_snapshots(state=state, client=self)
 
     def delete_snapshot(self, snapshot: Union["Snapshot", str]) -> None:
         """Delete a snapshot (or the snapshot with this id); see

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
 
 from ._body import Data, request_body
+from ._pages import MAX_FILE_LIST_LIMIT, Page, fetch_page, iterate
 from ._transport import IDEMPOTENT, NEVER, REFUSED
 from .errors import NotFoundError
 from .models import FileInfo
@@ -105,10 +106,24 @@ class Files:
         return FileInfo.from_json(answer.json())
 
     def list(self, path: str = ".", *, depth: int = 1) -> List[FileInfo]:
-        """The entries of a directory; depth > 1 also lists subdirectories
-        that deep."""
-        doc = self._sb._get(self._path("list"), {"path": path, "depth": depth})
-        return [FileInfo.from_json(e) for e in doc.get("entries") or []]
+        """The entries of a directory, depth first, each directory's sorted
+        by name; depth > 1 also lists subdirectories that deep. Follows
+        every page (:meth:`iter` holds one at a time)."""
+        return list(self.iter(path, depth=depth))
+
+    def iter(self, path: str = ".", *, depth: int = 1) -> Iterator[FileInfo]:
+        """:meth:`list`, yielded a page at a time."""
+        return iterate(lambda token: self.list_page(path, depth=depth, limit=MAX_FILE_LIST_LIMIT, page_token=token))
+
+    def list_page(
+        self, path: str = ".", *, depth: int = 1, limit: Optional[int] = None, page_token: Optional[str] = None
+    ) -> Page[FileInfo]:
+        """One page of :meth:`list`: at most limit entries (default 1000, at
+        most 10000); a token continues the same path and depth only."""
+        return fetch_page(
+            self._sb._transport, self._path("list"), "entries", FileInfo.from_json,
+            query={"path": path, "depth": depth}, limit=limit, page_token=page_token,
+        )
 
     def stat(self, path: str) -> FileInfo:
         """Describe a file or directory.

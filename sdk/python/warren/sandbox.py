@@ -7,9 +7,10 @@ import dataclasses
 import json
 import math
 import signal as _signal
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._body import Data, request_body
+from ._pages import MAX_LIST_LIMIT, Page, States, fetch_page, iterate
 from ._transport import IDEMPOTENT, NEVER, REFUSED, RawStream, Transport, path_of
 from .client import Client, default_client
 from .errors import (
@@ -536,12 +537,32 @@ class Sandbox:
         return cls(SandboxInfo.from_json(answer.json()), client)
 
     @classmethod
-    def list(cls, *, client: Optional[Client] = None) -> List["Sandbox"]:
+    def list(cls, *, state: States = None, client: Optional[Client] = None) -> List["Sandbox"]:
         """Your sandboxes, oldest first; recently ended ones included (see
-        each one's ``state``)."""
+        each one's ``state``) unless state keeps only some (``starting``,
+        ``running``, ``paused``, ``stopped``, ``failed``: one or several).
+        A listed sandbox's ``info.env`` is empty: :meth:`get` has it. Follows
+        every page; retried as reads are."""
+        return list(cls.iter(state=state, client=client))
+
+    @classmethod
+    def iter(cls, *, state: States = None, client: Optional[Client] = None) -> Iterator["Sandbox"]:
+        """:meth:`list`, yielded a page at a time."""
+        return iterate(lambda token: cls.list_page(state=state, limit=MAX_LIST_LIMIT, page_token=token, client=client))
+
+    @classmethod
+    def list_page(
+        cls, *, state: States = None, limit: Optional[int] = None, page_token: Optional[str] = None,
+        client: Optional[Client] = None,
+    ) -> Page["Sandbox"]:
+        """One page of :meth:`list`: at most limit sandboxes (default 100,
+        at most 1000), after the page whose ``next_page_token`` is
+        page_token."""
         client = client or default_client()
-        doc = client.transport.request("GET", "/v1/sandboxes", retry=IDEMPOTENT).json()
-        return [cls(SandboxInfo.from_json(d), client) for d in doc.get("sandboxes") or []]
+        return fetch_page(
+            client.transport, "/v1/sandboxes", "sandboxes", lambda d: cls(SandboxInfo.from_json(d), client),
+            state=state, limit=limit, page_token=page_token,
+        )
 
     # -- what it is ----------------------------------------------------------
 
@@ -786,11 +807,20 @@ class Sandbox:
         )
         return Snapshot.from_json(answer.json(), self.client)
 
-    def snapshots(self) -> List[Snapshot]:
+    def snapshots(self, *, state: States = None) -> List[Snapshot]:
         """The sandbox's snapshots, oldest first (each one's ``parent``
-        links them into a tree)."""
-        doc = self._get(self._path("snapshots"))
-        return [Snapshot.from_json(d, self.client) for d in doc.get("snapshots") or []]
+        links them into a tree), in one of state if given. Follows every
+        page."""
+        return list(iterate(lambda token: self.snapshots_page(state=state, limit=MAX_LIST_LIMIT, page_token=token)))
+
+    def snapshots_page(
+        self, *, state: States = None, limit: Optional[int] = None, page_token: Optional[str] = None
+    ) -> Page[Snapshot]:
+        """One page of :meth:`snapshots` (default 100, at most 1000)."""
+        return fetch_page(
+            self._transport, self._path("snapshots"), "snapshots", lambda d: Snapshot.from_json(d, self.client),
+            state=state, limit=limit, page_token=page_token,
+        )
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -934,10 +964,14 @@ class Sandbox:
         doc = self._transport.request("POST", self._path("exec"), json_body=body, retry=NEVER).json()
         return Process(self, int(doc.get("pid") or 0), str(doc.get("tag") or ""))
 
-    def processes(self) -> List[ProcessInfo]:
-        """The processes the sandbox's agent started, running or ended."""
-        doc = self._get(self._path("processes"))
-        return [ProcessInfo.from_json(p) for p in doc.get("processes") or []]
+    def processes(self, *, state: States = None) -> List[ProcessInfo]:
+        """The processes the sandbox's agent started, by pid: running or
+        ended, or only those in state (``running``, ``exited``). Follows
+        every page."""
+        return list(iterate(lambda token: fetch_page(
+            self._transport, self._path("processes"), "processes", ProcessInfo.from_json,
+            state=state, limit=MAX_LIST_LIMIT, page_token=token,
+        )))
 
     def process(self, pid: int) -> Process:
         """A handle on a process this sandbox runs (or ran), by pid."""

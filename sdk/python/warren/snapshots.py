@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Union
 
+from ._pages import MAX_LIST_LIMIT, Page, States, fetch_page, iterate
 from ._transport import IDEMPOTENT, REFUSED, path_of
 from .client import Client, default_client
 from .errors import RequestTimeout
@@ -56,8 +57,8 @@ class Snapshot:
         state: ``pending``, ``durable`` or ``failed``.
         parent: the snapshot its layer is stored against (the sandbox's
             previous snapshot, or the snapshot the sandbox was restored
-            from); empty when it is against the template.
-        lineage: every ancestor, oldest first, ``parent`` last.
+            from); empty when it is against the template. The rest of the
+            chain: :meth:`lineage`.
         error: why a failed snapshot failed.
         disk_bytes: the size of the saved disk.
         changed_bytes: the data in its layer, what differs from its parent
@@ -77,7 +78,6 @@ class Snapshot:
     state: str
     scope: str = "root"
     parent: str = ""
-    lineage: List[str] = field(default_factory=list)
     error: str = ""
     disk_bytes: int = 0
     changed_bytes: int = 0
@@ -98,7 +98,6 @@ class Snapshot:
             state=str(d.get("state") or ""),
             scope=str(d.get("scope") or "root"),
             parent=str(d.get("parent") or ""),
-            lineage=[str(x) for x in d.get("lineage") or []],
             error=str(d.get("error") or ""),
             disk_bytes=int(d.get("disk_bytes") or 0),
             changed_bytes=int(d.get("changed_bytes") or 0),
@@ -116,6 +115,20 @@ class Snapshot:
     def client(self) -> Client:
         """The client the snapshot's methods use."""
         return getattr(self, "_client", None) or default_client()
+
+    def lineage(self) -> List[str]:
+        """Every ancestor's id, nearest first: ``parent``, its parent, and
+        so on up to the chain's first snapshot (also through ancestors
+        deleted since). Follows every page; retried as reads are."""
+        return list(iterate(lambda token: self.lineage_page(page_token=token)))
+
+    def lineage_page(self, *, limit: Optional[int] = None, page_token: Optional[str] = None) -> Page[str]:
+        """One page of :meth:`lineage` (at most limit ids, default and at
+        most 1000)."""
+        return fetch_page(
+            self.client.transport, path_of("v1", "snapshots", self.id, "lineage"), "ancestors", str,
+            limit=limit, page_token=page_token,
+        )
 
     @property
     def is_pending(self) -> bool:
@@ -225,12 +238,30 @@ def get_snapshot(snapshot_id: str, *, client: Optional[Client] = None) -> Snapsh
     return Snapshot.from_json(doc, client)
 
 
-def list_snapshots(*, client: Optional[Client] = None) -> List[Snapshot]:
+def list_snapshots(*, state: States = None, client: Optional[Client] = None) -> List[Snapshot]:
     """Your snapshots on this node, oldest first (one sandbox's:
-    :meth:`Sandbox.snapshots`). Retried as reads are."""
+    :meth:`Sandbox.snapshots`), in one of state (``pending``, ``durable``,
+    ``failed``; one or several; all by default). Follows every page;
+    retried as reads are."""
+    return list(iter_snapshots(state=state, client=client))
+
+
+def iter_snapshots(*, state: States = None, client: Optional[Client] = None) -> Iterator[Snapshot]:
+    """:func:`list_snapshots`, yielded a page at a time."""
+    return iterate(lambda token: list_snapshots_page(state=state, limit=MAX_LIST_LIMIT, page_token=token, client=client))
+
+
+def list_snapshots_page(
+    *, state: States = None, limit: Optional[int] = None, page_token: Optional[str] = None,
+    client: Optional[Client] = None,
+) -> Page[Snapshot]:
+    """One page of :func:`list_snapshots`: at most limit (default 100, at
+    most 1000), after the page whose ``next_page_token`` is page_token."""
     client = client or default_client()
-    doc = client.transport.request("GET", "/v1/snapshots", retry=IDEMPOTENT).json()
-    return [Snapshot.from_json(d, client) for d in doc.get("snapshots") or []]
+    return fetch_page(
+        client.transport, "/v1/snapshots", "snapshots", lambda d: Snapshot.from_json(d, client),
+        state=state, limit=limit, page_token=page_token,
+    )
 
 
 def delete_snapshot(snapshot: Union[Snapshot, str], *, client: Optional[Client] = None) -> None:

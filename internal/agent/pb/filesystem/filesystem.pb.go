@@ -495,7 +495,14 @@ type ListDirRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// depth 0 or 1 lists the directory itself; larger values descend.
-	Depth         uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	Depth uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	// limit bounds the entries of the answer (0: the agent's maximum); more
+	// says whether others follow. Entries come depth first, each directory's
+	// in byte order of their names, so the listing resumes after the path
+	// of the last entry answered: after, when set, skips every entry up to
+	// and including it.
+	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	After         string `protobuf:"bytes,61,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,9 +551,25 @@ func (x *ListDirRequest) GetDepth() uint32 {
 	return 0
 }
 
+func (x *ListDirRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListDirRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
 type ListDirResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*EntryInfo           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*EntryInfo           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// more is set when the listing stopped at limit with entries left.
+	More          bool `protobuf:"varint,60,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -586,6 +609,13 @@ func (x *ListDirResponse) GetEntries() []*EntryInfo {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ListDirResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 type RemoveRequest struct {
@@ -711,12 +741,15 @@ const file_filesystem_filesystem_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
 	"\vdestination\x18\x02 \x01(\tR\vdestination\";\n" +
 	"\fMoveResponse\x12+\n" +
-	"\x05entry\x18\x01 \x01(\v2\x15.filesystem.EntryInfoR\x05entry\":\n" +
+	"\x05entry\x18\x01 \x01(\v2\x15.filesystem.EntryInfoR\x05entry\"f\n" +
 	"\x0eListDirRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05depth\x18\x02 \x01(\rR\x05depth\"B\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x14\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\x12\x14\n" +
+	"\x05after\x18= \x01(\tR\x05after\"V\n" +
 	"\x0fListDirResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.filesystem.EntryInfoR\aentries\"T\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.filesystem.EntryInfoR\aentries\x12\x12\n" +
+	"\x04more\x18< \x01(\bR\x04more\"T\n" +
 	"\rRemoveRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12!\n" +
 	"\trecursive\x182 \x01(\bH\x00R\trecursive\x88\x01\x01B\f\n" +
