@@ -1,0 +1,331 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"warren/api"
+	controlpb "warren/internal/agent/pb/control"
+	"warren/internal/cleanup"
+	"warren/internal/disk"
+	"warren/internal/ident"
+	"warren/internal/reqid"
+	"warren/internal/runtime"
+	"warren/internal/store"
+	"warren/internal/template"
+)
+
+// Create starts a sandbox and returns once its agent answers.
+func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	rt, err := m.pickRuntime(req.Runtime)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	name := req.Template
+	if name == "" {
+		name = m.cfg.DefaultTemplate
+	}
+	tpl, err := m.deps.Templates.Get(name)
+	switch {
+	case errors.Is(err, template.ErrInvalidName):
+		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "template: %v", template.ValidName(name))
+	case errors.Is(err, template.ErrNotFound):
+		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "template %q not found", name)
+	case err != nil:
+		return api.Sandbox{}, fmt.Errorf("template %s: %w", name, err)
+	}
+	src := source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes}
+	rec, err := m.validate(tenant, req, src)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	ids, err := m.admit(rec, rt, 1)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	rec.ID = ids[0]
+	return m.launch(ctx, rt, rec, src)
+}
+
+// admit checks a validated sandbox against the host and claims n of it
+// from the node and the tenant (all or none); it returns their new IDs.
+func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string, error) {
+	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
+		return nil, err
+	}
+	if err := m.checkDiskFree("creates and restores are"); err != nil {
+		return nil, err
+	}
+	rec.Runtime = rt.Name()
+	c := claimOf(rec)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = ident.New("sb-")
+	}
+	if err := m.ledger.admit(ids, c); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// claimOf is what sandbox rec holds of its node.
+func claimOf(rec store.Sandbox) claim {
+	c := claim{tenant: rec.Tenant, cpus: rec.CPUs, memoryMB: rec.MemoryMB, diskMB: rec.DiskMB + rec.WorkspaceMB}
+	if rec.Runtime == "vm" {
+		c.memoryMB += vmOverheadMB
+	} else {
+		c.memoryMB += runtime.AgentMemoryMB
+	}
+	return c
+}
+
+// checkDiskFree refuses what would write to the node's disk once its free
+// space is below the reserve; what says what is refused.
+func (m *Manager) checkDiskFree(what string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.deps.StateDir, &st); err != nil {
+		return fmt.Errorf("free disk: %w", err)
+	}
+	return m.ledger.diskFree(int64(st.Bavail)*st.Bsize>>20, what)
+}
+
+// source is the disk a new sandbox starts from: its template's image, or a
+// snapshot's disk in the snapshot cache.
+type source struct {
+	template string
+	image    string
+	size     int64
+	origin   string // the snapshot, if any
+	// workspace is the workspace disk to clone, "" for a new empty one;
+	// workspaceOrigin the snapshot it comes from.
+	workspace       string
+	workspaceOrigin string
+}
+
+// launch records a validated, admitted sandbox (its ID set) and starts it;
+// if it does not start, its claim is released.
+func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (_ api.Sandbox, err error) {
+	defer func() {
+		if err != nil {
+			m.ledger.release(rec.ID)
+		}
+	}()
+	rec.Runtime = rt.Name()
+	rec.PreviewToken = newPreviewToken() // per launch: a fork never shares its origin's
+	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
+	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
+		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	log := m.log.With("sandbox", rec.ID)
+
+	if err := m.start(ctx, rt, &rec, src); err != nil {
+		ended := (*endedWhileStarting)(nil)
+		if !errors.As(err, &ended) {
+			log.Warn("sandbox failed to start", "request_id", reqid.From(ctx), "err", err)
+			none := time.Time{}
+			now, terr := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
+				From: []string{api.StateStarting}, To: api.StateFailed,
+				Error: startReason(ctx, err, m.cfg.StartTimeout), Expires: &none,
+			})
+			switch {
+			case errors.Is(terr, store.ErrTransition):
+				ended = &endedWhileStarting{state: now.State}
+			case terr != nil:
+				log.Error("record failed sandbox", "err", terr)
+			}
+		}
+		if ended != nil {
+			log.Info("sandbox ended while it was starting", "state", ended.state)
+			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s ended while it was starting: it is %s (deleted, or lost to a daemon restart)", rec.ID, ended.state)
+		}
+		if ctx.Err() != nil {
+			return api.Sandbox{}, api.Errorf(api.CodeTimeout, "sandbox start cancelled: %v", ctx.Err())
+		}
+		return api.Sandbox{}, err
+	}
+	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template, "origin", rec.Origin)
+	return m.view(rec), nil
+}
+
+// endedWhileStarting is start's answer when its sandbox was moved on
+// before it could record it running: a delete stopped it, or a restarted
+// daemon marked it failed.
+type endedWhileStarting struct{ state string }
+
+func (e *endedWhileStarting) Error() string { return "it is " + e.state + " already" }
+
+// startFailure is a step of start that failed, in words for the sandbox's
+// owner; the error under it, with host paths and internal detail, goes to
+// the node's log only.
+type startFailure struct {
+	step string
+	err  error
+}
+
+func (f *startFailure) Error() string { return f.step + ": " + f.err.Error() }
+
+func (f *startFailure) Unwrap() error { return f.err }
+
+// failed wraps err, if any, as the failure of step.
+func failed(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &startFailure{step: step, err: err}
+}
+
+// startReason is a failed start's record error: what failed, and the
+// request whose log lines say why.
+func startReason(ctx context.Context, err error, timeout time.Duration) string {
+	step := "the node could not start it"
+	var f *startFailure
+	if errors.As(err, &f) {
+		step = f.step
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		step = fmt.Sprintf("it did not start within %s", timeout)
+	}
+	if id := reqid.From(ctx); id != "" {
+		return fmt.Sprintf("start failed: %s (request %s: the node's log has the detail)", step, id)
+	}
+	return "start failed: " + step
+}
+
+// start clones the disk and boots the sandbox; on failure it leaves nothing
+// behind but the record.
+func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
+	defer cancel()
+	var undo cleanup.Stack
+	defer undo.RunIf(&err)
+
+	t0 := time.Now()
+	// The router is made while the disk is cloned and the runtime starts;
+	// the runtime waits for it only when it links the sandbox to it.
+	att := m.attachNetwork(ctx, rec)
+	undo.Add(att.undo)
+	diskPath := m.diskPath(rec.ID)
+	if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
+		return failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))
+	}
+	undo.Add(func() { os.Remove(diskPath) })
+	if want := rec.DiskMB << 20; want > src.size {
+		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
+			return failed("its disk could not be made", fmt.Errorf("grow disk: %w", err))
+		}
+	}
+	if rec.WorkspaceMB > 0 {
+		ws := m.workspacePath(rec.ID)
+		if err := m.workspaceDisk(ctx, src.workspace, ws, rec.WorkspaceMB<<20); err != nil {
+			return failed("its workspace disk could not be made", err)
+		}
+		undo.Add(func() { os.Remove(ws) })
+	}
+	dir := m.stateDir(rec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return failed("the node could not prepare it", fmt.Errorf("sandbox dir: %w", err))
+	}
+	undo.Add(func() { os.RemoveAll(dir) })
+
+	tClone := time.Now()
+	spec := m.spec(rec)
+	if att != nil {
+		spec.Network = att
+	}
+	inst, err := rt.Start(ctx, spec)
+	if err != nil {
+		return failed("its runtime could not start it", err)
+	}
+	tStart := time.Now()
+	undo.Add(func() { inst.Stop(context.WithoutCancel(ctx)) })
+	conn := inst.Dial()
+	undo.Add(conn.Close)
+	// The runtime returns once the agent is about to serve on a socket that
+	// is already listening: Init is also the readiness check.
+	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
+		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
+	}))
+	if err != nil {
+		return failed("its agent did not answer", fmt.Errorf("init agent: %w", err))
+	}
+	tReady := time.Now()
+
+	slot, err := att.slot()
+	if err != nil {
+		return failed("its network could not be set up", err)
+	}
+	// Live before running: a delete that sees the record running finds
+	// what to tear down. One that saw it starting has moved it to stopped
+	// already, and this move then fails: the undo stack unwinds.
+	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
+	m.mu.Lock()
+	m.live[rec.ID] = l
+	m.mu.Unlock()
+	undo.Add(func() {
+		m.mu.Lock()
+		if m.live[rec.ID] == l {
+			delete(m.live, rec.ID)
+		}
+		m.mu.Unlock()
+	})
+	moved, err := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
+		From: []string{api.StateStarting}, To: api.StateRunning, Version: rec.Version,
+		RuntimeState: inst.State(), NetSlot: &slot,
+	})
+	if errors.Is(err, store.ErrTransition) {
+		return &endedWhileStarting{state: moved.State}
+	}
+	if err != nil {
+		return failed("the node could not record it", fmt.Errorf("record running sandbox: %w", err))
+	}
+	*rec = moved
+	go m.watch(rec.ID, l)
+	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", att.took(),
+		"runtime", tStart.Sub(tClone), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
+	return nil
+}
+
+// workspaceDisk makes the workspace disk at path: a clone of from (grown to
+// size if it is smaller), or an empty ext4 filesystem of size bytes.
+func (m *Manager) workspaceDisk(ctx context.Context, from, path string, size int64) error {
+	if from != "" {
+		if err := m.deps.Pool.Clone(ctx, from, path); err != nil {
+			return fmt.Errorf("clone workspace disk: %w", err)
+		}
+		if st, err := os.Stat(path); err == nil && st.Size() < size {
+			if err := m.deps.Pool.Grow(path, size); err != nil {
+				return fmt.Errorf("grow workspace disk: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := disk.MakeExt4(ctx, path, size); err != nil {
+		return fmt.Errorf("workspace disk: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) spec(rec *store.Sandbox) runtime.Spec {
+	ws := ""
+	if rec.WorkspaceMB > 0 {
+		ws = m.workspacePath(rec.ID)
+	}
+	return runtime.Spec{
+		ID:        rec.ID,
+		Disk:      m.diskPath(rec.ID),
+		Workspace: ws,
+		Hostname:  rec.ID,
+		Dir:       m.stateDir(rec.ID),
+		Limits: runtime.Limits{
+			CPUs:        rec.CPUs,
+			MemoryBytes: rec.MemoryMB << 20,
+			Pids:        rec.Pids,
+		},
+	}
+}

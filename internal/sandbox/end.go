@@ -1,0 +1,233 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"warren/api"
+	"warren/internal/runtime"
+	"warren/internal/store"
+)
+
+// watch marks a sandbox failed when its init exits without Delete asking.
+func (m *Manager) watch(id string, l *live) {
+	<-l.inst.Done()
+	m.mu.Lock()
+	if l.deleting || m.live[id] != l {
+		m.mu.Unlock()
+		return
+	}
+	l.deleting = true
+	delete(m.live, id)
+	m.mu.Unlock()
+	reason := "the sandbox's init (guest agent) exited"
+	if e, ok := l.inst.(runtime.Explainer); ok && e.ExitReason() != "" {
+		reason = e.ExitReason()
+	}
+	m.log.Warn("sandbox exited on its own", "sandbox", id, "reason", reason)
+	m.teardown(context.Background(), id, l, api.StateFailed, reason)
+}
+
+// teardown stops the sandbox, removes its directory and records the final
+// state. Its disks go too, except when a sandbox that ran fails (its agent
+// died, or it could not be adopted after a restart): those stay until its
+// owner deletes it or its expiry passes (dropDisks), so that a crash never
+// loses the user's work, which a snapshot of the failed sandbox saves.
+func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reason string) error {
+	m.ledger.release(id)
+	var errs []error
+	if l != nil {
+		l.conn.Close()
+		errs = append(errs, l.inst.Stop(ctx))
+	}
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	keep := err == nil && state == api.StateFailed && (rec.State == api.StateRunning || rec.State == api.StatePaused) &&
+		rec.ExpiresAt.After(time.Now())
+	expires := rec.ExpiresAt
+	if keep {
+		m.ledger.restore(id, diskClaim(rec))
+		reason += fmt.Sprintf("; its disk is kept until %s (or until it is deleted): snapshot it to save its work",
+			rec.ExpiresAt.UTC().Format(time.RFC3339))
+	} else {
+		errs = append(errs, m.removeDisks(id))
+		expires = time.Time{}
+	}
+	if rerr := os.RemoveAll(m.stateDir(id)); rerr != nil {
+		errs = append(errs, rerr)
+	}
+	errs = append(errs, m.detachNetwork(id))
+	if err == nil && !slices.Contains(store.Live, rec.State) {
+		return errors.Join(errs...) // already final: another teardown recorded how it ended
+	}
+	if err == nil {
+		// From any live state: the end wins over a pause or resume that
+		// moved the record since it was read, and over a timeout.
+		_, err = m.deps.Store.Transition(ctx, id, store.Transition{
+			From: store.Live, To: state, Error: reason, Expires: &expires,
+		})
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		m.log.Error("sandbox teardown", "sandbox", id, "err", err)
+		return err
+	}
+	return nil
+}
+
+// keepsDisks says whether an ended sandbox still holds its disks: it
+// failed after it ran, and its expiry has not passed (teardown clears the
+// expiry of every other ended sandbox, and dropDisks of this one).
+func keepsDisks(rec store.Sandbox) bool {
+	return rec.State == api.StateFailed && !rec.ExpiresAt.IsZero()
+}
+
+// diskClaim is what a failed sandbox that keeps its disks holds of the node.
+func diskClaim(rec store.Sandbox) claim {
+	return claim{tenant: rec.Tenant, diskMB: rec.DiskMB + rec.WorkspaceMB}
+}
+
+// removeDisks removes a sandbox's disk images.
+func (m *Manager) removeDisks(id string) error {
+	var errs []error
+	for _, p := range []string{m.diskPath(id), m.workspacePath(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropDisks removes the disks a failed sandbox kept (teardown), and records
+// that it keeps none: no expiry.
+func (m *Manager) dropDisks(ctx context.Context, rec store.Sandbox) error {
+	err := m.removeDisks(rec.ID)
+	m.ledger.release(rec.ID)
+	if err == nil {
+		_, err = m.deps.Store.SetExpiry(ctx, rec.ID, time.Time{}, api.StateFailed)
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("drop disks of failed sandbox %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// Delete kills the sandbox and removes its disk. Deleting an ended sandbox
+// forgets its record.
+func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if keepsDisks(rec) {
+		if err := m.dropDisks(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if rec.State == api.StateStopped || rec.State == api.StateFailed {
+		return m.deps.Store.DeleteSandbox(ctx, id)
+	}
+	return m.kill(ctx, id, "deleted")
+}
+
+// kill tears down a running sandbox and records it stopped. A sandbox
+// still starting is only moved to stopped: its create owns what it has
+// made so far and unwinds it when its own move to running is refused.
+func (m *Manager) kill(ctx context.Context, id, reason string) error {
+	// A cancelled request must not leave a sandbox half torn down.
+	ctx = context.WithoutCancel(ctx)
+	for {
+		m.mu.Lock()
+		l := m.live[id]
+		if l != nil {
+			if l.deleting {
+				m.mu.Unlock()
+				return nil // someone else is tearing it down
+			}
+			l.deleting = true
+			delete(m.live, id)
+		}
+		m.mu.Unlock()
+		if l == nil {
+			none := time.Time{}
+			rec, err := m.deps.Store.Transition(ctx, id, store.Transition{
+				From: []string{api.StateStarting}, To: api.StateStopped, Error: reason, Expires: &none,
+			})
+			switch {
+			case err == nil:
+				m.log.Info("sandbox stopped while it was starting", "sandbox", id, "reason", reason)
+				return nil
+			case !errors.Is(err, store.ErrTransition):
+				return fmt.Errorf("delete sandbox %s: %w", id, err)
+			case rec.State == api.StateRunning || rec.State == api.StatePaused:
+				continue // its create has just made it live
+			}
+		}
+		if err := m.teardown(ctx, id, l, api.StateStopped, reason); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+		m.log.Info("sandbox stopped", "sandbox", id, "reason", reason)
+		return nil
+	}
+}
+
+// SetTimeout makes the sandbox expire timeout from now.
+func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error) {
+	if timeout < time.Second || timeout > m.cfg.MaxTTL {
+		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "timeout_seconds must be between 1 and %d", int64(m.cfg.MaxTTL/time.Second))
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	rec, err = m.deps.Store.SetExpiry(ctx, id, time.Now().Add(timeout), store.Live...)
+	if errors.Is(err, store.ErrTransition) {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, rec.State)
+	}
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("set timeout: %w", err)
+	}
+	return m.view(rec), nil
+}
+
+// reap deletes expired sandboxes and forgets old ended ones until ctx ends.
+func (m *Manager) reap(ctx context.Context) {
+	defer m.reaper.Done()
+	t := time.NewTicker(m.cfg.ReapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		expired, err := m.deps.Store.ExpiredSandboxes(ctx, now)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Error("find expired sandboxes", "err", err)
+			}
+			continue
+		}
+		for _, rec := range expired {
+			switch {
+			case rec.State == api.StateStarting:
+				continue // Create owns it until it runs or fails
+			case keepsDisks(rec):
+				if err := m.dropDisks(ctx, rec); err != nil {
+					m.log.Error("expire failed sandbox", "sandbox", rec.ID, "err", err)
+				}
+			default:
+				m.kill(ctx, rec.ID, "timeout expired")
+			}
+		}
+		if _, err := m.deps.Store.PurgeFinal(ctx, now.Add(-m.cfg.KeepFinal)); err != nil && ctx.Err() == nil {
+			m.log.Error("purge ended sandboxes", "err", err)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"warren/api"
+	"warren/internal/runtime"
+	"warren/internal/store"
+)
+
+// Pause saves a running sandbox's memory and ends its process (a runtime
+// that implements runtime.Pauser: the vm runtime); its processes carry on
+// from where they were at Resume. CodeConflict for a sandbox that is not
+// running or whose runtime cannot pause.
+func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	p, ok := l.inst.(runtime.Pauser)
+	if !ok {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s runs in the %s runtime, which cannot pause with memory (only vm sandboxes can)", id, l.rt.Name())
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	m.mu.Lock()
+	switch {
+	case l.deleting:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+	case l.paused:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is paused", id)
+	}
+	l.paused = true // no new agent calls from here on
+	m.mu.Unlock()
+
+	// A caller that leaves must not leave a half-paused sandbox.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := p.Pause(pctx); err != nil {
+		m.mu.Lock()
+		l.paused = false
+		m.mu.Unlock()
+		m.log.Warn("sandbox pause failed", "sandbox", id, "err", err)
+		return api.Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	took := time.Since(t0)
+	rec, err := m.setState(ctx, l, id, api.StatePaused)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	m.log.Info("sandbox paused", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
+	return m.view(rec), nil
+}
+
+// Resume runs a paused sandbox again from its saved memory. CodeConflict for
+// a sandbox that is not paused. If the runtime fails before the guest ran
+// again the sandbox stays paused; else it is lost (marked failed).
+func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	l, err := m.alive(ctx, tenant, id, api.StatePaused)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	p, ok := l.inst.(runtime.Pauser)
+	if !ok {
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	m.mu.Lock()
+	switch {
+	case l.deleting:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+	case !l.paused:
+		m.mu.Unlock()
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
+	}
+	m.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := p.Resume(rctx); err != nil {
+		m.log.Warn("sandbox resume failed", "sandbox", id, "err", err)
+		return api.Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	took := time.Since(t0)
+	m.mu.Lock()
+	l.paused = false
+	m.mu.Unlock()
+	rec, err := m.setState(ctx, l, id, api.StateRunning)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
+	return m.view(rec), nil
+}
+
+// pauseTimeout bounds a pause or a resume (a memory save or load under TCG
+// takes seconds per GiB).
+const pauseTimeout = 2 * time.Minute
+
+// setState moves a live sandbox between running and paused, recording its
+// runtime state. A teardown that got there first wins: the move is refused
+// and the record says how the sandbox ended.
+func (m *Manager) setState(ctx context.Context, l *live, id, state string) (store.Sandbox, error) {
+	from := api.StateRunning
+	if state == api.StateRunning {
+		from = api.StatePaused
+	}
+	rec, err := m.deps.Store.Transition(context.WithoutCancel(ctx), id, store.Transition{
+		From: []string{from}, To: state, RuntimeState: l.inst.State(),
+	})
+	if errors.Is(err, store.ErrTransition) {
+		return rec, nil
+	}
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("record sandbox %s %s: %w", id, state, err)
+	}
+	return rec, nil
+}

@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	goruntime "runtime"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/internal/store"
+)
+
+// validate checks a create request against the node's bounds and fills in
+// defaults; every refusal is a bad_request saying what is allowed.
+func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src source) (store.Sandbox, error) {
+	c := m.cfg
+	bad := func(format string, args ...any) (store.Sandbox, error) {
+		return store.Sandbox{}, api.Errorf(api.CodeBadRequest, format, args...)
+	}
+	maxCPUs := float64(goruntime.NumCPU())
+	cpus := req.CPUs
+	if cpus == 0 {
+		cpus = min(c.DefaultCPUs, maxCPUs)
+	}
+	if cpus < 0.01 || cpus > maxCPUs {
+		return bad("cpus must be between 0.01 and %g (this node's cores), got %g", maxCPUs, req.CPUs)
+	}
+	mem := req.MemoryMB
+	if mem == 0 {
+		mem = c.DefaultMemoryMB
+	}
+	if mem < 64 || mem > c.MaxMemoryMB {
+		return bad("memory_mb must be between 64 and %d, got %d", c.MaxMemoryMB, req.MemoryMB)
+	}
+	pids := req.Pids
+	if pids == 0 {
+		pids = c.DefaultPids
+	}
+	if pids < 16 || pids > c.MaxPids {
+		return bad("pids must be between 16 and %d, got %d", c.MaxPids, req.Pids)
+	}
+	srcMB := (src.size + 1<<20 - 1) >> 20
+	diskMB := req.DiskMB
+	if diskMB == 0 {
+		diskMB = srcMB
+	}
+	if diskMB < srcMB || diskMB > c.MaxDiskMB {
+		return bad("disk_mb must be between %d (the disk it starts from) and %d, got %d", srcMB, c.MaxDiskMB, req.DiskMB)
+	}
+	if req.WorkspaceMB != 0 && (req.WorkspaceMB < minWorkspaceMB || req.WorkspaceMB > c.MaxDiskMB) {
+		return bad("workspace_mb must be 0 (none) or between %d and %d, got %d", minWorkspaceMB, c.MaxDiskMB, req.WorkspaceMB)
+	}
+	// Compared in seconds: a huge value would overflow a Duration.
+	maxSeconds := int64(c.MaxTTL / time.Second)
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxSeconds {
+		return bad("timeout_seconds must be between 1 and %d, got %d", maxSeconds, req.TimeoutSeconds)
+	}
+	ttl := time.Duration(req.TimeoutSeconds) * time.Second
+	if req.TimeoutSeconds == 0 {
+		ttl = c.DefaultTTL
+	}
+	if err := validEnv(req.Env); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := validMetadata(req.Metadata); err != nil {
+		return store.Sandbox{}, err
+	}
+	netPol, err := m.validNetwork(req.Network)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	now := time.Now()
+	return store.Sandbox{
+		Tenant: tenant, Template: src.template, State: api.StateStarting,
+		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB, WorkspaceMB: req.WorkspaceMB,
+		Env: req.Env, Metadata: req.Metadata, Network: netPol,
+		CreatedAt: now, ExpiresAt: now.Add(ttl),
+	}, nil
+}
+
+func validEnv(env map[string]string) error {
+	if len(env) > 256 {
+		return api.Errorf(api.CodeBadRequest, "env has %d variables; at most 256", len(env))
+	}
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return api.Errorf(api.CodeBadRequest, "env variable %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+		if len(k)+len(v) > 32<<10 {
+			return api.Errorf(api.CodeBadRequest, "env variable %q is longer than 32 KiB", k)
+		}
+	}
+	return nil
+}
+
+func validMetadata(md map[string]string) error {
+	if len(md) > 64 {
+		return api.Errorf(api.CodeBadRequest, "metadata has %d entries; at most 64", len(md))
+	}
+	for k, v := range md {
+		if k == "" || len(k) > 128 || len(v) > 1024 {
+			return api.Errorf(api.CodeBadRequest, "metadata %q: keys must be 1-128 bytes, values at most 1024", k)
+		}
+	}
+	return nil
+}
