@@ -224,6 +224,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer mgr.Close()
+	// The warm pools, now that the manager has adopted every sandbox of an
+	// earlier process (their uid ranges and network slots are taken) and
+	// swept the rest.
+	ctr.StartWarm()
+	if netNode != nil {
+		netNode.StartWarm()
+	}
 
 	o.Server.PreviewDomain = o.PreviewDomain
 	srv := server.New(mgr, st, subsystem(log, "api"), o.Server)

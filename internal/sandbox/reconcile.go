@@ -107,7 +107,6 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	errs = append(errs, m.sweepFiles(keep, keepDisks))
 	if m.deps.Network != nil {
 		errs = append(errs, m.deps.Network.Sweep())
-		m.deps.Network.StartWarm()
 	}
 	return errors.Join(errs...)
 }

@@ -509,12 +509,14 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 	return in, nil
 }
 
+// StartWarm starts keeping Options.Warm inits spawned. The daemon calls it
+// once the sandboxes of an earlier process were adopted (their uid ranges
+// are known) and the rest swept.
+func (r *Runtime) StartWarm() { r.pool.Start() }
+
 // Sweep implements runtime.Runtime: it destroys the cgroup of every known
-// sandbox that is not kept, killing whatever still runs in it. The first
-// Sweep also starts keeping warm inits: the adopted sandboxes' uid ranges
-// are known by then.
+// sandbox that is not kept, killing whatever still runs in it.
 func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
-	r.pool.Start()
 	names, err := r.cgroups.List()
 	if err != nil {
 		return fmt.Errorf("list cgroups: %w", err)

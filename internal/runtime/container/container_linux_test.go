@@ -435,9 +435,7 @@ func TestWarmInits(t *testing.T) {
 	}
 	defer rt.Close()
 	f.rt = rt
-	if err := rt.Sweep(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	rt.StartWarm()
 	warmCount := func() int { return len(rt.pool.Ready()) }
 	waitFor(t, "two warm inits", func() bool { return warmCount() == 2 })
 
