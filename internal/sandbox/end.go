@@ -181,11 +181,10 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 	if timeout < time.Second || timeout > m.cfg.MaxTTL {
 		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "timeout_seconds must be between 1 and %d", int64(m.cfg.MaxTTL/time.Second))
 	}
-	rec, err := m.record(ctx, tenant, id)
-	if err != nil {
-		return api.Sandbox{}, err
+	if _, err := m.record(ctx, tenant, id); err != nil {
+		return api.Sandbox{}, err // not found, or another tenant's
 	}
-	rec, err = m.deps.Store.SetExpiry(ctx, id, time.Now().Add(timeout), store.Live...)
+	rec, err := m.deps.Store.SetExpiry(ctx, id, time.Now().Add(timeout), store.Live...)
 	if errors.Is(err, store.ErrTransition) {
 		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, rec.State)
 	}
