@@ -108,6 +108,20 @@ func (h *harness) record(id string) store.Sandbox {
 	return rec
 }
 
+// createHeld starts a create that the runtime holds at its start, and
+// returns the sandbox's ID once it is recorded starting, and where the
+// create's answer comes once h.rt.Gate is sent to.
+func (h *harness) createHeld() (string, <-chan error) {
+	h.t.Helper()
+	h.rt.Gate = make(chan struct{})
+	created := make(chan error, 1)
+	go func() {
+		_, err := h.m.Create(context.Background(), tenant, api.CreateSandboxRequest{})
+		created <- err
+	}()
+	return h.starting(), created
+}
+
 // starting waits for the one sandbox recorded starting and returns its ID.
 func (h *harness) starting() string {
 	h.t.Helper()
@@ -153,14 +167,8 @@ func TestCreateAndDelete(t *testing.T) {
 // record says running with nothing behind it.
 func TestDeleteDuringCreate(t *testing.T) {
 	h := newHarness(t)
-	h.rt.Gate = make(chan struct{})
 	ctx := context.Background()
-	created := make(chan error, 1)
-	go func() {
-		_, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
-		created <- err
-	}()
-	id := h.starting()
+	id, created := h.createHeld()
 	if err := h.m.Delete(ctx, tenant, id); err != nil {
 		t.Fatalf("delete of a starting sandbox: %v", err)
 	}
@@ -251,14 +259,7 @@ func TestCrashKeepsTheDisk(t *testing.T) {
 // unwinds instead of recording it running.
 func TestRestartDuringCreate(t *testing.T) {
 	h := newHarness(t)
-	h.rt.Gate = make(chan struct{})
-	ctx := context.Background()
-	created := make(chan error, 1)
-	go func() {
-		_, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
-		created <- err
-	}()
-	id := h.starting()
+	id, created := h.createHeld()
 	h.restart()
 	if rec := h.record(id); rec.State != api.StateFailed {
 		t.Fatalf("after the restart: %s, want failed", rec.State)
