@@ -2,6 +2,7 @@ package consolelog
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/internal/backoff"
 )
 
 // write writes all of p to w, waiting while the pipe is full.
@@ -31,17 +34,17 @@ func write(t *testing.T, w *os.File, p []byte) {
 // waitFor waits until the log ends with suffix.
 func waitFor(t *testing.T, log string, suffix []byte) []byte {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(log)
-		if bytes.HasSuffix(b, suffix) {
-			return b
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log never ended with %q; it holds %d bytes ending %q", suffix, len(b), b[max(0, len(b)-40):])
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b []byte
+	err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond}, func() (bool, error) {
+		b, _ = os.ReadFile(log)
+		return bytes.HasSuffix(b, suffix), nil
+	})
+	if err != nil {
+		t.Fatalf("log never ended with %q; it holds %d bytes ending %q", suffix, len(b), b[max(0, len(b)-40):])
 	}
+	return b
 }
 
 // TestDrainBoundsTheLog: 8 MiB written through the FIFO leave a log of at

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/backoff"
 	fileblob "warren/internal/blob/file"
 	"warren/internal/disk"
 	"warren/internal/runtime"
@@ -122,21 +123,29 @@ func (h *harness) createHeld() (string, <-chan error) {
 	return h.starting(), created
 }
 
+// eventually waits, at most 10 s, for cond.
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond},
+		func() (bool, error) { return cond(), nil }); err != nil {
+		h.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
 // starting waits for the one sandbox recorded starting and returns its ID.
 func (h *harness) starting() string {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var id string
+	h.eventually("a sandbox to be starting", func() bool {
 		recs, _ := h.deps.Store.ListSandboxes(context.Background(), "", []string{api.StateStarting}, store.Page{})
-		for _, r := range recs {
-			if r.State == api.StateStarting {
-				return r.ID
-			}
+		if len(recs) > 0 {
+			id = recs[0].ID
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	h.t.Fatal("no sandbox became starting")
-	return ""
+		return id != ""
+	})
+	return id
 }
 
 func (h *harness) diskExists(id string) bool {
@@ -235,10 +244,7 @@ func TestCrashKeepsTheDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.rt.Live(sb.ID).Crash()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.record(sb.ID).State != api.StateFailed && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	h.eventually("the crashed sandbox to be failed", func() bool { return h.record(sb.ID).State == api.StateFailed })
 	got, err := h.m.Get(ctx, tenant, sb.ID)
 	if err != nil || got.State != api.StateFailed || !got.DiskKept || !h.diskExists(sb.ID) {
 		t.Fatalf("after the crash: %+v %v, disk %v", got, err, h.diskExists(sb.ID))
