@@ -65,37 +65,30 @@ command -v go >/dev/null || { echo "warren: Go 1.21 or later is needed on PATH" 
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/warren-agent ./cmd/warren-agent
 go build -trimpath -o bin/warren ./cmd/warren
-# The S3 blob-store tests run against versitygw, built from the Go module
-# proxy (about 3 minutes on 2 cores) once per machine into a cache outside
-# the clone, as Go caches its builds: every clone after the first reuses it.
-versitygw_version=v1.8.0
-versitygw_dir="${XDG_CACHE_HOME:-$HOME/.cache}/warren/versitygw@$versitygw_version"
-if [[ ! -x $versitygw_dir/versitygw ]]; then
-	echo "warren: building versitygw $versitygw_version into $versitygw_dir (once per machine)" >&2
-	mkdir -p "$versitygw_dir"
+# cached_tool DIR PKG@VERSION builds the command PKG from the Go module proxy
+# into DIR, once per machine: a cache outside the clone, as Go caches its
+# builds, so that every clone after the first reuses it. It is built aside
+# and renamed in: a failed build leaves nothing behind.
+cached_tool() {
+	local dir=$1 pkg=$2 name
+	name=$(basename "${pkg%@*}")
+	[[ -x $dir/$name ]] && return
+	echo "warren: building $name ${pkg#*@} into $dir (once per machine)" >&2
+	mkdir -p "$dir"
 	(
-		# Built aside and renamed in: a failed build leaves nothing behind.
-		tmp=$(mktemp -d "$versitygw_dir/.build-XXXXXX")
+		tmp=$(mktemp -d "$dir/.build-XXXXXX")
 		trap 'rm -rf "$tmp"' EXIT
-		GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
-		mv "$tmp/versitygw" "$versitygw_dir/versitygw"
+		GOBIN="$tmp" go install "$pkg"
+		mv "$tmp/$name" "$dir/$name"
 	)
-fi
-export WARREN_VERSITYGW="$versitygw_dir/versitygw"
-
-# staticcheck, which test.sh runs, likewise built from the Go module proxy
-# once per machine, and per Go version: it must know the Go that compiles
-# warren.
-staticcheck_version=v0.8.2
-staticcheck_dir="${XDG_CACHE_HOME:-$HOME/.cache}/warren/staticcheck@$staticcheck_version-$(go env GOVERSION)"
-if [[ ! -x $staticcheck_dir/staticcheck ]]; then
-	echo "warren: building staticcheck $staticcheck_version into $staticcheck_dir (once per machine)" >&2
-	mkdir -p "$staticcheck_dir"
-	(
-		tmp=$(mktemp -d "$staticcheck_dir/.build-XXXXXX")
-		trap 'rm -rf "$tmp"' EXIT
-		GOBIN="$tmp" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
-		mv "$tmp/staticcheck" "$staticcheck_dir/staticcheck"
-	)
-fi
+}
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/warren"
+# The S3 blob-store tests run against versitygw (about 3 minutes to build on
+# 2 cores).
+cached_tool "$cache/versitygw@v1.8.0" github.com/versity/versitygw/cmd/versitygw@v1.8.0
+export WARREN_VERSITYGW="$cache/versitygw@v1.8.0/versitygw"
+# staticcheck, which test.sh runs, per Go version too: it must know the Go
+# that compiles warren.
+staticcheck_dir="$cache/staticcheck@v0.8.2-$(go env GOVERSION)"
+cached_tool "$staticcheck_dir" honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export WARREN_STATICCHECK="$staticcheck_dir/staticcheck"
