@@ -109,6 +109,16 @@ func (h *harness) record(id string) store.Sandbox {
 	return rec
 }
 
+// create makes a sandbox of tenant.
+func (h *harness) create() api.Sandbox {
+	h.t.Helper()
+	sb, err := h.m.Create(context.Background(), tenant, api.CreateSandboxRequest{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return sb
+}
+
 // createHeld starts a create that the runtime holds at its start, and
 // returns the sandbox's ID once it is recorded starting, and where the
 // create's answer comes once h.rt.Gate is sent to.
@@ -156,10 +166,7 @@ func (h *harness) diskExists(id string) bool {
 func TestCreateAndDelete(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	sb, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := h.create()
 	if rec := h.record(sb.ID); rec.State != api.StateRunning || rec.Version != 2 {
 		t.Errorf("after create: %s at version %d", rec.State, rec.Version)
 	}
@@ -207,10 +214,7 @@ func TestTimeoutAfterTeardown(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	for range 5 {
-		sb, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := h.create()
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			if err := h.m.Delete(ctx, tenant, sb.ID); err != nil {
@@ -239,10 +243,7 @@ func TestTimeoutAfterTeardown(t *testing.T) {
 func TestCrashKeepsTheDisk(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	sb, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := h.create()
 	h.rt.Live(sb.ID).Crash()
 	h.eventually("the crashed sandbox to be failed", func() bool { return h.record(sb.ID).State == api.StateFailed })
 	got, err := h.m.Get(ctx, tenant, sb.ID)
@@ -285,10 +286,7 @@ func TestPauseResumeDeleteRace(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	for range 5 {
-		sb, err := h.m.Create(ctx, tenant, api.CreateSandboxRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := h.create()
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
