@@ -35,6 +35,7 @@ type Drain struct {
 	// it is gone; Stop ends the drain.
 	hold *os.File
 	log  *os.File
+	size int64 // of log; only run touches it
 	max  int64
 	done chan struct{}
 }
@@ -69,7 +70,14 @@ func Start(fifo, log string, max int64) (*Drain, error) {
 		hold.Close()
 		return nil, fmt.Errorf("console log: %w", err)
 	}
-	d := &Drain{fifo: r, hold: hold, log: l, max: max, done: make(chan struct{})}
+	fi, err := l.Stat()
+	if err != nil {
+		r.Close()
+		hold.Close()
+		l.Close()
+		return nil, fmt.Errorf("console log: %w", err)
+	}
+	d := &Drain{fifo: r, hold: hold, log: l, size: fi.Size(), max: max, done: make(chan struct{})}
 	go d.run()
 	return d, nil
 }
@@ -115,24 +123,23 @@ func (d *Drain) append(p []byte) {
 	if int64(len(p)) > d.max/2 {
 		p = p[int64(len(p))-d.max/2:]
 	}
-	if fi, err := d.log.Stat(); err == nil && fi.Size()+int64(len(p)) > d.max {
-		d.keepNewest(fi.Size())
+	if d.size+int64(len(p)) > d.max {
+		d.keepNewest()
 	}
-	d.log.Write(p)
+	n, _ := d.log.Write(p)
+	d.size += int64(n)
 }
 
-// keepNewest moves the newest half of the log, size bytes long, to its
-// start and cuts the rest.
-func (d *Drain) keepNewest(size int64) {
-	keep := d.max / 2
-	if size < keep {
-		keep = size
-	}
+// keepNewest moves the newest half of the log to its start and cuts the
+// rest.
+func (d *Drain) keepNewest() {
+	keep := min(d.max/2, d.size)
 	tail := make([]byte, keep)
-	n, _ := d.log.ReadAt(tail, size-keep)
-	tail = tail[:n]
+	n, _ := d.log.ReadAt(tail, d.size-keep)
 	// The log is O_APPEND: truncate first, then the write lands at 0.
 	if d.log.Truncate(0) == nil {
-		d.log.Write(tail)
+		d.size = 0
+		w, _ := d.log.Write(tail[:n])
+		d.size = int64(w)
 	}
 }
