@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -133,29 +134,24 @@ func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time, states .
 }
 
 // change updates the columns set of sandbox id where the condition holds,
-// counting up its version, and returns the record after it.
+// counting up its version, and returns the record as it wrote it.
 func (s *Store) change(ctx context.Context, id, op, to string, want, set []string, args []any, where string, wargs []any) (Sandbox, error) {
-	now := time.Now()
 	set = append(set, "version = version + 1", "updated_at = ?")
-	args = append(args, now.UnixNano(), id)
+	args = append(args, time.Now().UnixNano(), id)
 	args = append(args, wargs...)
-	res, err := s.db.ExecContext(ctx,
-		`UPDATE sandboxes SET `+strings.Join(set, ", ")+` WHERE id = ? AND `+where, args...)
-	if err != nil {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx,
+		`UPDATE sandboxes SET `+strings.Join(set, ", ")+` WHERE id = ? AND `+where+` RETURNING `+sandboxColumns, args...))
+	if err == nil {
+		return sb, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
 		return Sandbox{}, fmt.Errorf("%s of sandbox %s: %w", op, id, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return Sandbox{}, fmt.Errorf("%s of sandbox %s: %w", op, id, err)
+	// Refused: say what the sandbox is instead (or that there is none).
+	if sb, err = s.GetSandbox(ctx, id); err != nil {
+		return Sandbox{}, err
 	}
-	sb, gerr := s.GetSandbox(ctx, id)
-	if gerr != nil {
-		return Sandbox{}, gerr
-	}
-	if n == 0 {
-		return sb, &TransitionError{ID: id, State: sb.State, Version: sb.Version, Want: want, To: to}
-	}
-	return sb, nil
+	return sb, &TransitionError{ID: id, State: sb.State, Version: sb.Version, Want: want, To: to}
 }
 
 // inStates is the SQL condition column IN (states...) and its arguments.
