@@ -103,8 +103,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 
 // state is what an Instance reports for Adopt.
 type state struct {
-	ID     string `json:"id"`
-	Socket string `json:"socket"`
+	ID string `json:"id"`
 }
 
 // Adopt implements runtime.Runtime: a sandbox this Runtime still runs.
@@ -224,7 +223,7 @@ func (in *Instance) ended() bool {
 
 // State implements runtime.Instance.
 func (in *Instance) State() []byte {
-	b, _ := json.Marshal(state{ID: in.id, Socket: in.sock})
+	b, _ := json.Marshal(state{ID: in.id})
 	return b
 }
 
