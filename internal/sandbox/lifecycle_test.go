@@ -17,6 +17,7 @@ import (
 	"warren/internal/backoff"
 	fileblob "warren/internal/blob/file"
 	"warren/internal/disk"
+	"warren/internal/listing"
 	"warren/internal/runtime"
 	"warren/internal/runtime/inproc"
 	"warren/internal/snapshot"
@@ -149,7 +150,7 @@ func (h *harness) starting() string {
 	h.t.Helper()
 	var id string
 	h.eventually("a sandbox to be starting", func() bool {
-		recs, _ := h.deps.Store.ListSandboxes(context.Background(), "", []string{api.StateStarting}, store.Page{})
+		recs, _ := h.deps.Store.ListSandboxes(context.Background(), "", []string{api.StateStarting}, listing.Page{})
 		if len(recs) > 0 {
 			id = recs[0].ID
 		}

@@ -19,6 +19,7 @@ import (
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/disk"
+	"warren/internal/listing"
 	"warren/internal/network"
 	"warren/internal/runtime"
 	"warren/internal/snapshot"
@@ -232,7 +233,7 @@ func (m *Manager) stateDir(id string) string { return filepath.Join(m.deps.State
 // record returns the sandbox's record if tenant may see it.
 func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox, error) {
 	rec, err := m.deps.Store.GetSandbox(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Tenant != tenant && tenant != store.AnyTenant) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Tenant != tenant && tenant != listing.AnyTenant) {
 		return store.Sandbox{}, api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
 	}
 	if err != nil {
@@ -253,8 +254,8 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, erro
 // List returns a page of the tenant's sandboxes in one of states (any when
 // empty), the recently ended ones included. A listed sandbox carries no
 // env: Get shows it.
-func (m *Manager) List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error) {
-	if tenant == store.AnyTenant {
+func (m *Manager) List(ctx context.Context, tenant string, states []string, page listing.Page) ([]api.Sandbox, error) {
+	if tenant == listing.AnyTenant {
 		tenant = "" // the store's every tenant
 	}
 	recs, err := m.deps.Store.ListSandboxes(ctx, tenant, states, page)

@@ -13,8 +13,8 @@ import (
 
 	"warren/api"
 	"warren/internal/disk"
+	"warren/internal/listing"
 	"warren/internal/runtime"
-	"warren/internal/store"
 )
 
 // reconcile makes the node match the store after a daemon (re)start: every
@@ -27,7 +27,7 @@ import (
 // Sandboxes this store does not know are left alone: another warren server
 // on the host (another data directory) owns them.
 func (m *Manager) reconcile(ctx context.Context) error {
-	recs, err := m.deps.Store.ListSandboxes(ctx, "", nil, store.Page{})
+	recs, err := m.deps.Store.ListSandboxes(ctx, "", nil, listing.Page{})
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	// Failed sandboxes keep their disks (teardown), those that failed just
 	// now included.
-	if recs, err = m.deps.Store.ListSandboxes(ctx, "", []string{api.StateFailed}, store.Page{}); err != nil {
+	if recs, err = m.deps.Store.ListSandboxes(ctx, "", []string{api.StateFailed}, listing.Page{}); err != nil {
 		return err
 	}
 	keepDisks := maps.Clone(keep)

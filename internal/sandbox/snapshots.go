@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 	"warren/internal/snapshot"
-	"warren/internal/store"
 	"warren/internal/template"
 )
 
@@ -102,7 +102,7 @@ func (m *Manager) GetSnapshot(ctx context.Context, tenant, id string) (api.Snaps
 // ListSnapshots returns a page of the tenant's snapshots on this node, of
 // one sandbox when sandboxID is not "" (which must then be the tenant's),
 // in one of states (any when empty).
-func (m *Manager) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
+func (m *Manager) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]api.Snapshot, error) {
 	if sandboxID != "" {
 		if _, err := m.record(ctx, tenant, sandboxID); err != nil {
 			return nil, err

@@ -21,6 +21,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agentconn"
+	"warren/internal/listing"
 	"warren/internal/store"
 )
 
@@ -93,7 +94,7 @@ func (f *fakeSandboxes) lookup(tenant, id string) (api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.boxes[id]
-	if !ok || (b.tenant != tenant && tenant != store.AnyTenant) {
+	if !ok || (b.tenant != tenant && tenant != listing.AnyTenant) {
 		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
 	}
 	return b.sb, nil
@@ -103,12 +104,12 @@ func (f *fakeSandboxes) Get(ctx context.Context, tenant, id string) (api.Sandbox
 	return f.lookup(tenant, id)
 }
 
-func (f *fakeSandboxes) List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error) {
+func (f *fakeSandboxes) List(ctx context.Context, tenant string, states []string, page listing.Page) ([]api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []api.Sandbox
 	for _, b := range f.boxes {
-		if b.tenant == tenant || tenant == store.AnyTenant {
+		if b.tenant == tenant || tenant == listing.AnyTenant {
 			b.sb.Env = nil // as the manager lists them
 			out = append(out, b.sb)
 		}
@@ -120,8 +121,8 @@ func (f *fakeSandboxes) List(ctx context.Context, tenant string, states []string
 // after page.After, in creation order, at most page.Limit of them: what
 // the store's keyset pages answer. key gives an item's creation time, id
 // and state.
-func fakePage[T any](items []T, key func(T) (time.Time, string, string), states []string, page store.Page) []T {
-	cmpKey := func(t time.Time, id string, c store.Cursor) int {
+func fakePage[T any](items []T, key func(T) (time.Time, string, string), states []string, page listing.Page) []T {
+	cmpKey := func(t time.Time, id string, c listing.Cursor) int {
 		if n := t.Compare(c.CreatedAt); n != 0 {
 			return n
 		}
@@ -130,12 +131,12 @@ func fakePage[T any](items []T, key func(T) (time.Time, string, string), states 
 	items = slices.DeleteFunc(items, func(it T) bool {
 		t, id, state := key(it)
 		return (len(states) > 0 && !slices.Contains(states, state)) ||
-			(page.After != store.Cursor{} && cmpKey(t, id, page.After) <= 0)
+			(page.After != listing.Cursor{} && cmpKey(t, id, page.After) <= 0)
 	})
 	slices.SortFunc(items, func(a, b T) int {
 		ta, ida, _ := key(a)
 		tb, idb, _ := key(b)
-		return cmpKey(ta, ida, store.Cursor{CreatedAt: tb, ID: idb})
+		return cmpKey(ta, ida, listing.Cursor{CreatedAt: tb, ID: idb})
 	})
 	if page.Limit > 0 && len(items) > page.Limit {
 		items = items[:page.Limit]
@@ -452,7 +453,7 @@ func (f *fakeSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api
 	return s.sn, nil
 }
 
-func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
+func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]api.Snapshot, error) {
 	if sandboxID != "" {
 		if _, err := f.lookup(tenant, sandboxID); err != nil {
 			return nil, err

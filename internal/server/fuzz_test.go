@@ -23,6 +23,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agentconn"
+	"warren/internal/listing"
 	"warren/internal/store"
 )
 
@@ -228,7 +229,7 @@ func (k fuzzKeys) CreateKey(ctx context.Context, tenant string, admin bool) (str
 	return key, nil
 }
 
-func (k fuzzKeys) ListKeys(ctx context.Context, page store.Page) ([]store.Key, error) {
+func (k fuzzKeys) ListKeys(ctx context.Context, page listing.Page) ([]store.Key, error) {
 	var out []store.Key
 	for _, rec := range k {
 		out = append(out, rec)
@@ -317,7 +318,7 @@ func (s *fuzzSandboxes) Get(ctx context.Context, tenant, id string) (api.Sandbox
 	return s.calledFor(tenant).Get(ctx, tenant, id)
 }
 
-func (s *fuzzSandboxes) List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error) {
+func (s *fuzzSandboxes) List(ctx context.Context, tenant string, states []string, page listing.Page) ([]api.Sandbox, error) {
 	return s.calledFor(tenant).List(ctx, tenant, states, page)
 }
 
@@ -377,7 +378,7 @@ func (s *fuzzSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api
 	return s.calledFor(tenant).GetSnapshot(ctx, tenant, id)
 }
 
-func (s *fuzzSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
+func (s *fuzzSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]api.Snapshot, error) {
 	return s.calledFor(tenant).ListSnapshots(ctx, tenant, sandboxID, states, page)
 }
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"warren/api"
-	"warren/internal/store"
+	"warren/internal/listing"
 )
 
 // Every list answers one page (docs/API.md, "Lists"): ?limit=N items at
@@ -113,10 +113,10 @@ func decodePageToken(v string) (pageToken, error) {
 
 // storePage is the store's page for a list in creation order: one item more
 // than the limit, to learn whether another page follows.
-func (lr listRequest) storePage() store.Page {
-	p := store.Page{Limit: lr.limit + 1}
+func (lr listRequest) storePage() listing.Page {
+	p := listing.Page{Limit: lr.limit + 1}
 	if lr.after != nil {
-		p.After = store.Cursor{CreatedAt: time.Unix(0, lr.after.At), ID: lr.after.Key}
+		p.After = listing.Cursor{CreatedAt: time.Unix(0, lr.after.At), ID: lr.after.Key}
 	}
 	return p
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 	"warren/internal/store"
 )
 
@@ -84,7 +85,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 }
 
 // tenantScope is the tenant a sandbox listing or deletion acts for: the
-// caller's, or with all_tenants=true every tenant (store.AnyTenant), which
+// caller's, or with all_tenants=true every tenant (listing.AnyTenant), which
 // only an admin key may ask.
 func tenantScope(r *http.Request) (string, error) {
 	all, err := boolQuery(r, "all_tenants")
@@ -97,7 +98,7 @@ func tenantScope(r *http.Request) (string, error) {
 	if !caller(r).Admin {
 		return "", api.Errorf(api.CodeForbidden, "all_tenants needs an admin key")
 	}
-	return store.AnyTenant, nil
+	return listing.AnyTenant, nil
 }
 
 // setTimeout answers POST /v1/sandboxes/{id}/timeout. The manager judges
@@ -257,7 +258,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
 // file is removed.
 func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	keys, err := s.keys.ListKeys(r.Context(), store.Page{})
+	keys, err := s.keys.ListKeys(r.Context(), listing.Page{})
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agentconn"
+	"warren/internal/listing"
 	"warren/internal/store"
 )
 
@@ -37,9 +38,9 @@ type Sandboxes interface {
 	// with that id.
 	Get(ctx context.Context, tenant, id string) (api.Sandbox, error)
 	// List returns a page of tenant's sandboxes (every tenant's for
-	// store.AnyTenant) in one of states (any when empty), oldest first,
+	// listing.AnyTenant) in one of states (any when empty), oldest first,
 	// without their env.
-	List(ctx context.Context, tenant string, states []string, page store.Page) ([]api.Sandbox, error)
+	List(ctx context.Context, tenant string, states []string, page listing.Page) ([]api.Sandbox, error)
 	// Delete stops and forgets one of tenant's sandboxes; CodeNotFound if it
 	// has none with that id.
 	Delete(ctx context.Context, tenant, id string) error
@@ -103,7 +104,7 @@ type Sandboxes interface {
 	// ListSnapshots returns a page of tenant's snapshots (of one sandbox
 	// when sandboxID is not "") in one of states (any when empty), oldest
 	// first.
-	ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error)
+	ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]api.Snapshot, error)
 	// SnapshotLineage returns up to limit ancestors of one of tenant's
 	// snapshots, nearest first, from above after ("": from its parent),
 	// and whether more follow. CodeNotFound as GetSnapshot; an after that
@@ -129,7 +130,7 @@ type Keys interface {
 	CreateKey(ctx context.Context, tenant string, admin bool) (string, error)
 	// ListKeys returns a page of the keys' records (never a key), oldest
 	// first.
-	ListKeys(ctx context.Context, page store.Page) ([]store.Key, error)
+	ListKeys(ctx context.Context, page listing.Page) ([]store.Key, error)
 	// DeleteKey revokes the key named id; store.ErrNotFound when there is
 	// none.
 	DeleteKey(ctx context.Context, id string) error

@@ -12,8 +12,8 @@ import (
 
 	"warren/api"
 	"warren/internal/disk/disktest"
+	"warren/internal/listing"
 	"warren/internal/snapshot"
-	"warren/internal/store"
 )
 
 // workspaceImage makes a sandbox's workspace disk: a sparse 64 MiB image
@@ -126,7 +126,7 @@ func TestWorkspaceScope(t *testing.T) {
 	if sn, err := n1.eng.Take(ctx, src, noFreeze); err == nil || !strings.Contains(err.Error(), "template") {
 		t.Errorf("Take of a root disk without its template = %+v, %v; want an error naming the template", sn, err)
 	}
-	if list, err := n1.eng.List(ctx, tenant, z, nil, store.Page{}); err != nil || len(list) != 0 {
+	if list, err := n1.eng.List(ctx, tenant, z, nil, listing.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("snapshots of %s after the refused Take: %v (%v), want none", z, list, err)
 	}
 }

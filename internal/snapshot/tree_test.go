@@ -16,7 +16,7 @@ import (
 	"warren/internal/blob/s3"
 	"warren/internal/blob/s3test"
 	"warren/internal/disk/disktest"
-	"warren/internal/store"
+	"warren/internal/listing"
 )
 
 // tree is a search tree of snapshots taken on one node:
@@ -214,13 +214,13 @@ func treeScenario(t *testing.T, openBlobs func(*testing.T) blob.Store) {
 	}
 	n1.checkRestores(t, tenant, tr.hash)
 	n1.checkRecords(t, append(tr.ids(), tr.base)...)
-	if list, err := n1.eng.List(ctx, tenant, "", nil, store.Page{}); err != nil || len(list) != len(tr.ids()) {
+	if list, err := n1.eng.List(ctx, tenant, "", nil, listing.Page{}); err != nil || len(list) != len(tr.ids()) {
 		t.Errorf("List(%s) = %d snapshots (%v), want %d", tenant, len(list), err, len(tr.ids()))
 	}
-	if list, err := n1.eng.List(ctx, otherTenant, "", nil, store.Page{}); err != nil || len(list) != 0 {
+	if list, err := n1.eng.List(ctx, otherTenant, "", nil, listing.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("List(%s) = %d snapshots (%v), want none", otherTenant, len(list), err)
 	}
-	if list, err := n1.eng.List(ctx, tenant, tr.sandbox[tr.a1], nil, store.Page{}); err != nil || len(list) != 2 ||
+	if list, err := n1.eng.List(ctx, tenant, tr.sandbox[tr.a1], nil, listing.Page{}); err != nil || len(list) != 2 ||
 		list[0].ID != tr.a1 || list[1].ID != tr.a2 {
 		t.Errorf("List of A's sandbox = %v (%v), want A1, A2", list, err)
 	}

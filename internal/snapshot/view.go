@@ -8,6 +8,7 @@ import (
 
 	"warren/api"
 	"warren/internal/blob"
+	"warren/internal/listing"
 	"warren/internal/store"
 )
 
@@ -46,7 +47,7 @@ func (e *Engine) link(ctx context.Context, id string) (tenant, parent string, ok
 // List returns a page of the tenant's snapshots on this node, of one
 // sandbox when sandboxID is not "", in one of states (any when empty),
 // oldest first: Parent links make the tree.
-func (e *Engine) List(ctx context.Context, tenant, sandboxID string, states []string, page store.Page) ([]api.Snapshot, error) {
+func (e *Engine) List(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]api.Snapshot, error) {
 	sns, err := e.store.ListSnapshots(ctx, tenant, sandboxID, states, page)
 	if err != nil {
 		return nil, err

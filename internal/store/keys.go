@@ -13,15 +13,11 @@ import (
 	"time"
 
 	"warren/internal/atomicfile"
+	"warren/internal/listing"
 )
 
 // AdminTenant is the tenant of the admin key EnsureAdminKey creates.
 const AdminTenant = "admin"
-
-// AnyTenant, given where a tenant is asked for, means every tenant: the
-// admin scope of listing and deleting sandboxes. No tenant can be called
-// it (tenant names are a-z, 0-9, '_' and '-').
-const AnyTenant = "*"
 
 // keyPrefix starts every API key, so that a leaked key is recognizable
 // (secret scanners, logs).
@@ -79,7 +75,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 }
 
 // ListKeys returns a page of the keys' records, oldest first.
-func (s *Store) ListKeys(ctx context.Context, page Page) ([]Key, error) {
+func (s *Store) ListKeys(ctx context.Context, page listing.Page) ([]Key, error) {
 	q, args := filter{}.query(`SELECT id, tenant, admin, created_at FROM api_keys`, page)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {

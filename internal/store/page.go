@@ -2,24 +2,9 @@ package store
 
 import (
 	"strings"
-	"time"
+
+	"warren/internal/listing"
 )
-
-// Page selects one page of a list in creation order: the records after
-// After (by CreatedAt, then ID), at most Limit of them (0: all of them).
-// A cursor names a place, not a position, so that a page is right however
-// many records were inserted or deleted since the one before it.
-type Page struct {
-	After Cursor
-	Limit int
-}
-
-// Cursor is a record's place in creation order. The zero Cursor is before
-// every record.
-type Cursor struct {
-	CreatedAt time.Time
-	ID        string
-}
 
 // filter is the WHERE conditions of a list query and their arguments.
 type filter struct {
@@ -43,8 +28,8 @@ func (f *filter) in(column string, values []string) {
 
 // query completes q (a SELECT ... FROM table) with the filter's conditions,
 // those of page, and the creation order.
-func (f filter) query(q string, page Page) (string, []any) {
-	if page.After != (Cursor{}) {
+func (f filter) query(q string, page listing.Page) (string, []any) {
+	if page.After != (listing.Cursor{}) {
 		f.add("(created_at, id) > (?, ?)", page.After.CreatedAt.UnixNano(), page.After.ID)
 	}
 	if len(f.conds) > 0 {

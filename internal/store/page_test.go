@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 )
 
 // pageAll lists every page of list, limit at a time, calling between
 // before each page after the first; it returns the IDs in the order listed.
-func pageAll(t *testing.T, limit int, list func(Page) ([]string, Cursor), between func(page int)) []string {
+func pageAll(t *testing.T, limit int, list func(listing.Page) ([]string, listing.Cursor), between func(page int)) []string {
 	t.Helper()
 	var got []string
-	page := Page{Limit: limit}
+	page := listing.Page{Limit: limit}
 	for n := 0; ; n++ {
 		if n > 0 && between != nil {
 			between(n)
@@ -51,16 +52,16 @@ func TestListSandboxesPages(t *testing.T) {
 		// Pairs created at the same instant: the id orders them.
 		insert(fmt.Sprintf("sb-%02d", i), base.Add(time.Duration(i/2)*time.Second))
 	}
-	list := func(p Page) ([]string, Cursor) {
+	list := func(p listing.Page) ([]string, listing.Cursor) {
 		recs, err := s.ListSandboxes(ctx, "acme", nil, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var ids []string
-		var last Cursor
+		var last listing.Cursor
 		for _, r := range recs {
 			ids = append(ids, r.ID)
-			last = Cursor{r.CreatedAt, r.ID}
+			last = listing.Cursor{CreatedAt: r.CreatedAt, ID: r.ID}
 		}
 		return ids, last
 	}
@@ -108,7 +109,7 @@ func TestListSandboxesByState(t *testing.T) {
 		{[]string{api.StateStopped, api.StateFailed}, []string{"sb-1", "sb-3"}},
 		{[]string{api.StateStarting}, nil},
 	} {
-		recs, err := s.ListSandboxes(ctx, "", tc.states, Page{})
+		recs, err := s.ListSandboxes(ctx, "", tc.states, listing.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,17 +214,17 @@ func TestListSnapshotsPagesAndStates(t *testing.T) {
 	if err := s.InsertSnapshot(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	list := func(sandbox string, states []string) func(Page) ([]string, Cursor) {
-		return func(p Page) ([]string, Cursor) {
+	list := func(sandbox string, states []string) func(listing.Page) ([]string, listing.Cursor) {
+		return func(p listing.Page) ([]string, listing.Cursor) {
 			sns, err := s.ListSnapshots(ctx, "acme", sandbox, states, p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var ids []string
-			var last Cursor
+			var last listing.Cursor
 			for _, sn := range sns {
 				ids = append(ids, sn.ID)
-				last = Cursor{sn.CreatedAt, sn.ID}
+				last = listing.Cursor{CreatedAt: sn.CreatedAt, ID: sn.ID}
 			}
 			return ids, last
 		}
@@ -252,7 +253,7 @@ func TestListKeysPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	all, err := s.ListKeys(ctx, Page{})
+	all, err := s.ListKeys(ctx, listing.Page{})
 	if err != nil || len(all) != 5 {
 		t.Fatalf("ListKeys = %d keys, %v", len(all), err)
 	}
@@ -260,16 +261,16 @@ func TestListKeysPages(t *testing.T) {
 	for _, k := range all {
 		want = append(want, k.ID)
 	}
-	got := pageAll(t, 2, func(p Page) ([]string, Cursor) {
+	got := pageAll(t, 2, func(p listing.Page) ([]string, listing.Cursor) {
 		keys, err := s.ListKeys(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var ids []string
-		var last Cursor
+		var last listing.Cursor
 		for _, k := range keys {
 			ids = append(ids, k.ID)
-			last = Cursor{k.CreatedAt, k.ID}
+			last = listing.Cursor{CreatedAt: k.CreatedAt, ID: k.ID}
 		}
 		return ids, last
 	}, nil)

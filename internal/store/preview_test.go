@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 )
 
 func TestSandboxPreview(t *testing.T) {
@@ -106,7 +107,7 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	list, err := s.ListSandboxes(ctx, "", nil, Page{})
+	list, err := s.ListSandboxes(ctx, "", nil, listing.Page{})
 	if err != nil || len(list) != 2 {
 		t.Fatalf("ListSandboxes = %d sandboxes, %v", len(list), err)
 	}

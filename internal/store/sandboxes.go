@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 )
 
 // Sandbox is a sandbox's record. State is one of the api.State* constants;
@@ -133,7 +134,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 // ListSandboxes returns a page of the sandboxes of tenant, or of every
 // tenant when tenant is "", in one of states (any state when states is
 // empty), oldest first.
-func (s *Store) ListSandboxes(ctx context.Context, tenant string, states []string, page Page) ([]Sandbox, error) {
+func (s *Store) ListSandboxes(ctx context.Context, tenant string, states []string, page listing.Page) ([]Sandbox, error) {
 	var f filter
 	if tenant != "" {
 		f.add("tenant = ?", tenant)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 )
 
 // Snapshot is a snapshot's record on this node: the ones it took, and the
@@ -115,7 +116,7 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 // ListSnapshots returns a page of tenant's snapshots, of one sandbox when
 // sandboxID is not "", in one of states (any when states is empty), oldest
 // first. Template base layers belong to no tenant.
-func (s *Store) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page Page) ([]Snapshot, error) {
+func (s *Store) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]Snapshot, error) {
 	var f filter
 	f.add("tenant = ?", tenant)
 	if sandboxID != "" {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/listing"
 )
 
 func openTest(t *testing.T) (*Store, string) {
@@ -290,7 +291,7 @@ func TestListSandboxes(t *testing.T) {
 		{"", []string{"sb-4", "sb-3", "sb-2", "sb-1", "sb-0"}},
 		{"nobody", nil},
 	} {
-		list, err := s.ListSandboxes(ctx, tc.tenant, nil, Page{})
+		list, err := s.ListSandboxes(ctx, tc.tenant, nil, listing.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +320,7 @@ func TestConcurrentInserts(t *testing.T) {
 			t.Errorf("insert %d: %v", i, err)
 		}
 	}
-	all, err := s.ListSandboxes(ctx, "acme", nil, Page{})
+	all, err := s.ListSandboxes(ctx, "acme", nil, listing.Page{})
 	if err != nil || len(all) != n {
 		t.Fatalf("listed %d sandboxes (err %v), want %d", len(all), err, n)
 	}
@@ -395,7 +396,7 @@ func TestExpiredAndPurge(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Errorf("PurgeFinal(now) = %d, %v; want 2", n, err)
 	}
-	list, _ := s.ListSandboxes(ctx, "", nil, Page{})
+	list, _ := s.ListSandboxes(ctx, "", nil, listing.Page{})
 	if len(list) != 5 {
 		t.Errorf("%d sandboxes left, want 5", len(list))
 	}
