@@ -350,6 +350,9 @@ type CreateKeyRequest struct {
 	Tenant string `json:"tenant"`
 }
 
+// AdminTenant is the tenant of the admin key; no other key may have it.
+const AdminTenant = "admin"
+
 // Key is a new API key. The key itself is shown this once: the server keeps
 // only its hash. ID names it in listings and for revocation.
 type Key struct {

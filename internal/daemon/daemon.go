@@ -233,7 +233,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	o.Server.PreviewDomain = o.PreviewDomain
-	srv := server.New(mgr, st, subsystem(log, "api"), o.Server)
+	srv := server.New(mgr, Keys(st), subsystem(log, "api"), o.Server)
 	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {

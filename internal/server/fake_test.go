@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +22,6 @@ import (
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/listing"
-	"warren/internal/store"
 )
 
 // fakeSandboxes is an in-memory Sandboxes: sandboxes are records only, and
@@ -270,8 +269,8 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// testEnv is a server on a real listener, over a fakeSandboxes and a real
-// key store holding keys for tenants "a" and "b" and an admin key.
+// testEnv is a server on a real listener, over a fakeSandboxes and a
+// memKeys holding keys for tenants "a" and "b" and an admin key.
 type testEnv struct {
 	t                 *testing.T
 	srv               *Server
@@ -283,29 +282,19 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "warren.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	e := &testEnv{t: t, fake: &fakeSandboxes{conn: conn}, logs: &syncBuffer{}}
+	e := &testEnv{t: t, fake: &fakeSandboxes{conn: conn}, logs: &syncBuffer{},
+		keyA: "wk_test_a", keyB: "wk_test_b", admin: "wk_test_admin"}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("server log:\n%s", e.logs)
 		}
 	})
-	if e.keyA, err = st.CreateKey(ctx, "a", false); err != nil {
-		t.Fatal(err)
-	}
-	if e.keyB, err = st.CreateKey(ctx, "b", false); err != nil {
-		t.Fatal(err)
-	}
-	if e.admin, _, err = st.EnsureAdminKey(ctx, filepath.Join(t.TempDir(), "admin.key")); err != nil {
-		t.Fatal(err)
-	}
+	keys := &memKeys{}
+	keys.add(e.keyA, "a", false)
+	keys.add(e.keyB, "b", false)
+	keys.add(e.admin, api.AdminTenant, true)
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv = New(e.fake, st, log, opts)
+	e.srv = New(e.fake, keys, log, opts)
 	// Served as the daemon serves it: its http.Server and its limits.
 	hs := httptest.NewUnstartedServer(nil)
 	hs.Config = e.srv.HTTPServer(nil)
@@ -526,4 +515,60 @@ func (f *fakeSandboxes) Restore(ctx context.Context, tenant, id string, req api.
 
 func (f *fakeSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error) {
 	return api.GCResult{}, nil
+}
+
+// memKeys is an in-memory Keys: its keys are the names tests give them.
+type memKeys struct {
+	mu   sync.Mutex
+	recs map[string]Key // by key
+	n    int
+}
+
+var _ Keys = (*memKeys)(nil)
+
+// add records key as one of tenant's.
+func (k *memKeys) add(key, tenant string, admin bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.recs == nil {
+		k.recs = map[string]Key{}
+	}
+	k.n++
+	k.recs[key] = Key{ID: fmt.Sprintf("key-%d", k.n), Tenant: tenant, Admin: admin, CreatedAt: time.Unix(int64(k.n), 0)}
+}
+
+func (k *memKeys) LookupKey(ctx context.Context, key string) (Key, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if rec, ok := k.recs[key]; ok {
+		return rec, nil
+	}
+	return Key{}, ErrUnknownKey
+}
+
+func (k *memKeys) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
+	k.mu.Lock()
+	key := fmt.Sprintf("wk_new_%d", k.n)
+	k.mu.Unlock()
+	k.add(key, tenant, admin)
+	return key, nil
+}
+
+func (k *memKeys) ListKeys(ctx context.Context, page listing.Page) ([]Key, error) {
+	k.mu.Lock()
+	out := slices.Collect(maps.Values(k.recs))
+	k.mu.Unlock()
+	return fakePage(out, func(k Key) (time.Time, string, string) { return k.CreatedAt, k.ID, "" }, nil, page), nil
+}
+
+func (k *memKeys) DeleteKey(ctx context.Context, id string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key, rec := range k.recs {
+		if rec.ID == id {
+			delete(k.recs, key)
+			return nil
+		}
+	}
+	return ErrUnknownKey
 }

@@ -24,7 +24,6 @@ import (
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/listing"
-	"warren/internal/store"
 )
 
 // The fuzz targets of this file feed the API hostile input: request bodies
@@ -213,42 +212,6 @@ const (
 	fuzzSandbox = "sb-1"
 )
 
-// fuzzKeys is an in-memory Keys.
-type fuzzKeys map[string]store.Key
-
-func (k fuzzKeys) LookupKey(ctx context.Context, key string) (store.Key, error) {
-	if rec, ok := k[key]; ok {
-		return rec, nil
-	}
-	return store.Key{}, store.ErrNotFound
-}
-
-func (k fuzzKeys) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
-	key := "wk_fuzz_new_" + tenant
-	k[key] = store.Key{ID: "key-" + tenant, Tenant: tenant, Admin: admin}
-	return key, nil
-}
-
-func (k fuzzKeys) ListKeys(ctx context.Context, page listing.Page) ([]store.Key, error) {
-	var out []store.Key
-	for _, rec := range k {
-		out = append(out, rec)
-	}
-	return fakePage(out, func(k store.Key) (time.Time, string, string) { return k.CreatedAt, k.ID, "" }, nil, page), nil
-}
-
-func (k fuzzKeys) DeleteKey(ctx context.Context, id string) error {
-	for key, rec := range k {
-		if rec.ID == id {
-			delete(k, key)
-			return nil
-		}
-	}
-	return store.ErrNotFound
-}
-
-var _ Keys = fuzzKeys(nil)
-
 // fuzzAuth are the ways a fuzzed request authenticates, chosen by a byte of
 // the input: the header lines sent, and the key the server must take them
 // for ("" for none).
@@ -408,11 +371,10 @@ func (s *fuzzSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (a
 // admin key. A request that gets no answer at all (the handler panicked or
 // hung) fails.
 func FuzzHandler(f *testing.F) {
-	keys := fuzzKeys{
-		fuzzKeyA:     {ID: "key-a", Tenant: "a"},
-		fuzzKeyB:     {ID: "key-b", Tenant: "b"},
-		fuzzKeyAdmin: {ID: "key-admin", Tenant: store.AdminTenant, Admin: true},
-	}
+	keys := &memKeys{}
+	keys.add(fuzzKeyA, "a", false)
+	keys.add(fuzzKeyB, "b", false)
+	keys.add(fuzzKeyAdmin, api.AdminTenant, true)
 	dir := f.TempDir()
 	conn := agentconn.DialUnix(filepath.Join(dir, "no-agent.sock"))
 	sb := &fuzzSandboxes{}
@@ -537,7 +499,7 @@ func FuzzHandler(f *testing.F) {
 		if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get("WWW-Authenticate") == "" {
 			fail("401 without WWW-Authenticate")
 		}
-		want := keys[a.key]
+		want, _ := keys.LookupKey(context.Background(), a.key)
 		sb.mu.Lock()
 		tenants, builds := sb.tenants, sb.builds
 		sb.mu.Unlock()

@@ -17,7 +17,6 @@ import (
 
 	"warren/api"
 	"warren/internal/reqid"
-	"warren/internal/store"
 )
 
 // metaKey is the context key of a request's *requestMeta.
@@ -27,7 +26,7 @@ type metaKey struct{}
 // Only the request's own goroutine writes it, before the handler runs.
 type requestMeta struct {
 	// key authenticated the request; zero on routes that need none.
-	key store.Key
+	key Key
 	// previewTenant owns the sandbox a preview host request reached (for
 	// the access log: such a request has no key).
 	previewTenant string
@@ -46,7 +45,7 @@ func meta(ctx context.Context) *requestMeta {
 func requestID(ctx context.Context) string { return reqid.From(ctx) }
 
 // caller returns the key that authenticated the request.
-func caller(r *http.Request) store.Key { return meta(r.Context()).key }
+func caller(r *http.Request) Key { return meta(r.Context()).key }
 
 // errPanic is what a recovered panic is reported as.
 var errPanic = errors.New("handler panicked")
@@ -189,24 +188,24 @@ func began(w http.ResponseWriter) bool {
 
 // authenticate resolves the request's API key: "Authorization: Bearer KEY"
 // or "X-API-Key: KEY".
-func (s *Server) authenticate(r *http.Request) (store.Key, error) {
+func (s *Server) authenticate(r *http.Request) (Key, error) {
 	key := r.Header.Get("X-API-Key")
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, token, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return store.Key{}, api.Errorf(api.CodeUnauthorized, "the Authorization header must be \"Bearer <key>\"")
+			return Key{}, api.Errorf(api.CodeUnauthorized, "the Authorization header must be \"Bearer <key>\"")
 		}
 		key = strings.TrimSpace(token)
 	}
 	if key == "" {
-		return store.Key{}, api.Errorf(api.CodeUnauthorized, "missing API key (Authorization: Bearer <key>)")
+		return Key{}, api.Errorf(api.CodeUnauthorized, "missing API key (Authorization: Bearer <key>)")
 	}
 	k, err := s.keys.LookupKey(r.Context(), key)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Key{}, api.Errorf(api.CodeUnauthorized, "invalid API key")
+	if errors.Is(err, ErrUnknownKey) {
+		return Key{}, api.Errorf(api.CodeUnauthorized, "invalid API key")
 	}
 	if err != nil {
-		return store.Key{}, fmt.Errorf("authenticate: %w", err)
+		return Key{}, fmt.Errorf("authenticate: %w", err)
 	}
 	return k, nil
 }

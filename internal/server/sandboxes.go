@@ -12,7 +12,6 @@ import (
 
 	"warren/api"
 	"warren/internal/listing"
-	"warren/internal/store"
 )
 
 // info answers GET /v1/info.
@@ -218,7 +217,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if !tenantName.MatchString(req.Tenant) {
 		return api.Errorf(api.CodeBadRequest, "tenant must be 1-63 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got %q", req.Tenant)
 	}
-	if req.Tenant == store.AdminTenant {
+	if req.Tenant == api.AdminTenant {
 		return api.Errorf(api.CodeBadRequest, "tenant %q is the admin key's own", req.Tenant)
 	}
 	key, err := s.keys.CreateKey(r.Context(), req.Tenant, false)
@@ -269,7 +268,7 @@ func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 		if k.Admin {
 			return api.Errorf(api.CodeBadRequest, "key %s is an admin key: remove the data directory's admin.key and restart the server to replace it", id)
 		}
-		if err := s.keys.DeleteKey(r.Context(), id); errors.Is(err, store.ErrNotFound) {
+		if err := s.keys.DeleteKey(r.Context(), id); errors.Is(err, ErrUnknownKey) {
 			break // revoked meanwhile
 		} else if err != nil {
 			return err

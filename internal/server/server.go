@@ -11,6 +11,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -22,7 +23,6 @@ import (
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/listing"
-	"warren/internal/store"
 )
 
 // Sandboxes is what the API needs of the sandbox manager. Every method may be
@@ -122,19 +122,32 @@ type Sandboxes interface {
 
 // Keys resolves and makes API keys. It may be called concurrently.
 type Keys interface {
-	// LookupKey returns the record of key; store.ErrNotFound for a key it
-	// does not know.
-	LookupKey(ctx context.Context, key string) (store.Key, error)
+	// LookupKey returns the record of key; ErrUnknownKey for a key it does
+	// not know.
+	LookupKey(ctx context.Context, key string) (Key, error)
 	// CreateKey makes a new key of tenant and returns it; the tenant's name
 	// is already valid.
 	CreateKey(ctx context.Context, tenant string, admin bool) (string, error)
 	// ListKeys returns a page of the keys' records (never a key), oldest
 	// first.
-	ListKeys(ctx context.Context, page listing.Page) ([]store.Key, error)
-	// DeleteKey revokes the key named id; store.ErrNotFound when there is
-	// none.
+	ListKeys(ctx context.Context, page listing.Page) ([]Key, error)
+	// DeleteKey revokes the key named id; ErrUnknownKey when there is none.
 	DeleteKey(ctx context.Context, id string) error
 }
+
+// Key is an API key's record, as Keys keeps it: never the key itself.
+type Key struct {
+	// ID names the key in logs and listings; it is not secret.
+	ID     string
+	Tenant string
+	// Admin keys may also call the admin routes.
+	Admin     bool
+	CreatedAt time.Time
+}
+
+// ErrUnknownKey is what Keys answers for a key, or a key ID, it does not
+// know.
+var ErrUnknownKey = errors.New("unknown API key")
 
 // Options tune the server. Zero values take the defaults.
 type Options struct {

@@ -12,12 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"warren/api"
 	"warren/internal/atomicfile"
 	"warren/internal/listing"
 )
-
-// AdminTenant is the tenant of the admin key EnsureAdminKey creates.
-const AdminTenant = "admin"
 
 // keyPrefix starts every API key, so that a leaked key is recognizable
 // (secret scanners, logs).
@@ -133,7 +131,7 @@ func (s *Store) EnsureAdminKey(ctx context.Context, path string) (key string, cr
 	case !errors.Is(err, os.ErrNotExist):
 		return "", false, fmt.Errorf("ensure admin key: %w", err)
 	}
-	key, err = s.CreateKey(ctx, AdminTenant, true)
+	key, err = s.CreateKey(ctx, api.AdminTenant, true)
 	if err != nil {
 		return "", false, fmt.Errorf("ensure admin key: %w", err)
 	}

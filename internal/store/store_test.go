@@ -141,7 +141,7 @@ func TestEnsureAdminKey(t *testing.T) {
 		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
 	}
 	k, err := s.LookupKey(ctx, key)
-	if err != nil || !k.Admin || k.Tenant != AdminTenant {
+	if err != nil || !k.Admin || k.Tenant != api.AdminTenant {
 		t.Errorf("LookupKey(admin) = %+v, %v", k, err)
 	}
 	again, created, err := s.EnsureAdminKey(ctx, path)
