@@ -30,6 +30,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/disk"
 	"warren/internal/network"
+	"warren/internal/node"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container"
 	"warren/internal/runtime/vm"
@@ -208,17 +209,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
-		Log:           subsystem(log, "sandbox"),
-		Store:         st,
-		Pool:          pool,
-		Templates:     templates,
-		Snapshots:     snaps,
-		Runtimes:      runtimes,
-		StateDir:      filepath.Join(o.DataDir, "sandboxes"),
-		Network:       netNode,
-		CgroupVersion: cg.Version(),
-		Version:       Version,
-		Host:          host,
+		Log:       subsystem(log, "sandbox"),
+		Store:     st,
+		Pool:      pool,
+		Templates: templates,
+		Snapshots: snaps,
+		Runtimes:  runtimes,
+		StateDir:  filepath.Join(o.DataDir, "sandboxes"),
+		Network:   netNode,
+		Host:      host,
 	}, o.Sandbox)
 	if err != nil {
 		return err
@@ -233,7 +232,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	o.Server.PreviewDomain = o.PreviewDomain
-	srv := server.New(mgr, Keys(st), subsystem(log, "api"), o.Server)
+	nd := node.New(node.Deps{
+		Log:           subsystem(log, "node"),
+		Version:       Version,
+		Runtimes:      runtimes,
+		CloneMode:     pool.Mode().String(),
+		CgroupVersion: cg.Version(),
+		Templates:     templates,
+		Bases:         snaps,
+		Sandboxes:     mgr,
+	})
+	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {

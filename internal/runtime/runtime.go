@@ -147,3 +147,12 @@ type Pauser interface {
 type Explainer interface {
 	ExitReason() string
 }
+
+// Accel is the accelerator rt runs its sandboxes under ("kvm", "tcg": the
+// vm runtime's), or "" for a runtime that has none.
+func Accel(rt Runtime) string {
+	if a, ok := rt.(interface{ Accel() string }); ok {
+		return a.Accel()
+	}
+	return ""
+}

@@ -118,9 +118,6 @@ type Deps struct {
 	StateDir string
 	// Network gives sandboxes their networks; nil: loopback only.
 	Network *network.Node
-	// CgroupVersion is shown in node info.
-	CgroupVersion int
-	Version       string
 	// Host is what the node's host has, for admission.
 	Host HostCapacity
 }
@@ -242,6 +239,20 @@ func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox,
 	return rec, nil
 }
 
+// Running counts the sandboxes this process runs for tenant, or for every
+// tenant with listing.AnyTenant.
+func (m *Manager) Running(tenant string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, l := range m.live {
+		if tenant == listing.AnyTenant || l.tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
 // Get returns one of the tenant's sandboxes.
 func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, error) {
 	rec, err := m.record(ctx, tenant, id)
@@ -317,7 +328,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 	iso, acc := r.Runtime, ""
 	for _, rt := range m.deps.Runtimes {
 		if rt.Name() == r.Runtime {
-			iso, acc = rt.Isolation(), accelOf(rt)
+			iso, acc = rt.Isolation(), runtime.Accel(rt)
 		}
 	}
 	return api.Sandbox{

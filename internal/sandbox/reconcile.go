@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"warren/api"
 	"warren/internal/disk"
 	"warren/internal/listing"
@@ -167,13 +165,4 @@ func loopSandbox(dev string) (string, bool) {
 // ID.ws.img (workspace).
 func diskOwner(name string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(name, ".img"), ".ws")
-}
-
-// kernelName is the host kernel's name and release, e.g. "Linux 6.18.44".
-func kernelName() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 }

@@ -18,17 +18,6 @@ func isolationRank(name string) int {
 	return 0
 }
 
-// accelerated is a runtime that runs its sandboxes under an accelerator
-// ("kvm", "tcg"): the vm runtime.
-type accelerated interface{ Accel() string }
-
-func accelOf(rt runtime.Runtime) string {
-	if a, ok := rt.(accelerated); ok {
-		return a.Accel()
-	}
-	return ""
-}
-
 // pickRuntime resolves the requested runtime name. "auto" (or "") takes the
 // strongest available runtime, but not a vm under TCG (software emulation,
 // seconds per boot: for testing, asked for by name) unless the node
@@ -44,7 +33,7 @@ func (m *Manager) pickRuntime(name string) (runtime.Runtime, error) {
 				reasons = append(reasons, rt.Name()+": "+err.Error())
 			case isolationRank(rt.Name()) < isolationRank(req):
 				reasons = append(reasons, rt.Name()+": weaker than the required isolation "+req)
-			case accelOf(rt) == "tcg" && req != api.IsolationVM:
+			case runtime.Accel(rt) == "tcg" && req != api.IsolationVM:
 				reasons = append(reasons, rt.Name()+": runs under tcg software emulation, picked only by name")
 			default:
 				return rt, nil

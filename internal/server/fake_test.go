@@ -24,8 +24,8 @@ import (
 	"warren/internal/listing"
 )
 
-// fakeSandboxes is an in-memory Sandboxes: sandboxes are records only, and
-// every one of them is served by the same agent connection.
+// fakeSandboxes is an in-memory Sandboxes and Node: sandboxes are records
+// only, and every one of them is served by the same agent connection.
 //
 // Some requests trigger faults for the tests of error handling: template
 // "panic" makes Create panic, template "explode" makes it fail with an
@@ -294,7 +294,7 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	keys.add(e.keyB, "b", false)
 	keys.add(e.admin, api.AdminTenant, true)
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv = New(e.fake, keys, log, opts)
+	e.srv = New(e.fake, e.fake, keys, log, opts)
 	// Served as the daemon serves it: its http.Server and its limits.
 	hs := httptest.NewUnstartedServer(nil)
 	hs.Config = e.srv.HTTPServer(nil)

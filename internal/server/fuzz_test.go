@@ -380,7 +380,7 @@ func FuzzHandler(f *testing.F) {
 	sb := &fuzzSandboxes{}
 	sb.reset(conn)
 	logs := &syncBuffer{}
-	srv := New(sb, keys, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	srv := New(sb, sb, keys, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Options{MaxBodyBytes: fuzzBodyLimit, MaxOutputBytes: 1 << 10})
 	sock := filepath.Join(dir, "api.sock")
 	ln, err := net.Listen("unix", sock)

@@ -45,7 +45,7 @@ func loadOpenAPI(t *testing.T) openAPIDoc {
 
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	s := New(&fakeSandboxes{}, nil, nil, Options{})
+	s := New(&fakeSandboxes{}, &fakeSandboxes{}, nil, nil, Options{})
 	var routes, documented []string
 	for _, rt := range s.routes {
 		if rt.method == anyMethod {
@@ -94,7 +94,7 @@ func TestRoutesMatchAPIDoc(t *testing.T) {
 		}
 		documented = append(documented, method+" "+path)
 	}
-	s := New(&fakeSandboxes{}, nil, nil, Options{})
+	s := New(&fakeSandboxes{}, &fakeSandboxes{}, nil, nil, Options{})
 	var routes []string
 	for _, rt := range s.routes {
 		routes = append(routes, rt.method+" "+rt.path)

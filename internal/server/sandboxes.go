@@ -17,7 +17,7 @@ import (
 // info answers GET /v1/info.
 func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	k := caller(r)
-	return writeJSON(w, http.StatusOK, s.sb.Info(r.Context(), k.Tenant, k.Admin))
+	return writeJSON(w, http.StatusOK, s.node.Info(r.Context(), k.Tenant, k.Admin))
 }
 
 // createSandbox answers POST /v1/sandboxes. An empty body asks for every
@@ -159,7 +159,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.sb.Templates(r.Context())
+	list, err := s.node.Templates(r.Context())
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	progress := &lineWriter{emit: func(line string) {
 		nd.send(api.TemplateBuildEvent{Progress: line})
 	}}
-	t, err := s.sb.BuildTemplate(r.Context(), name, progress)
+	t, err := s.node.BuildTemplate(r.Context(), name, progress)
 	progress.close()
 	if err != nil {
 		var ae *api.Error

@@ -85,16 +85,6 @@ type Sandboxes interface {
 	// sandbox. The server uses them for its access check and never shows
 	// them to the caller.
 	PreviewAccess(ctx context.Context, id string) (tenant, token string, public bool, err error)
-	// Info describes the node as tenant may see it: its own sandboxes'
-	// count; everyone's, and where snapshots are stored, for an admin.
-	Info(ctx context.Context, tenant string, admin bool) api.NodeInfo
-	// Templates lists the templates built on the node.
-	Templates(ctx context.Context) ([]api.Template, error)
-	// BuildTemplate builds (or rebuilds) the template name, writing progress
-	// text to progress until it returns; CodeNotFound when no recipe has
-	// that name.
-	BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error)
-
 	// Snapshot saves a running sandbox's disk and returns the snapshot,
 	// pending unless req.Wait; CodeConflict for a sandbox not running,
 	// CodeTimeout when a wait ran out.
@@ -118,6 +108,21 @@ type Sandboxes interface {
 	// GCSnapshots collects what no snapshot needs; grace < 0 is the
 	// default grace.
 	GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error)
+}
+
+// Node is what the API needs of the node: its description and its
+// templates. Its methods may be called concurrently; errors are as
+// Sandboxes's.
+type Node interface {
+	// Info describes the node as tenant may see it: its own sandboxes'
+	// count; everyone's, and where snapshots are stored, for an admin.
+	Info(ctx context.Context, tenant string, admin bool) api.NodeInfo
+	// Templates lists the templates built on the node.
+	Templates(ctx context.Context) ([]api.Template, error)
+	// BuildTemplate builds (or rebuilds) the template name, writing progress
+	// text to progress until it returns; CodeNotFound when no recipe has
+	// that name.
+	BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error)
 }
 
 // Keys resolves and makes API keys. It may be called concurrently.
@@ -181,6 +186,7 @@ const (
 // Server serves the API. Build it with New.
 type Server struct {
 	sb     Sandboxes
+	node   Node
 	keys   Keys
 	log    *slog.Logger
 	opts   Options
@@ -221,8 +227,8 @@ type route struct {
 // (a stream that broke after its first line reports in-band).
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// New returns a server over the given manager and key store.
-func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
+// New returns a server over the given sandboxes, node and key store.
+func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Server {
 	if opts.MaxOutputBytes <= 0 {
 		opts.MaxOutputBytes = DefaultMaxOutputBytes
 	}
@@ -231,7 +237,7 @@ func New(sb Sandboxes, keys Keys, log *slog.Logger, opts Options) *Server {
 	}
 	opts.Timeouts = opts.Timeouts.withDefaults()
 	opts.Limits = opts.Limits.withDefaults()
-	s := &Server{sb: sb, keys: keys, log: log, opts: opts, mux: http.NewServeMux(),
+	s := &Server{sb: sb, node: node, keys: keys, log: log, opts: opts, mux: http.NewServeMux(),
 		output:   &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode},
 		listings: make(chan struct{}, opts.Limits.ListingsOnNode)}
 	if opts.PreviewDomain != "" {
