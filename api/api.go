@@ -78,18 +78,25 @@ type Sandbox struct {
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take
 // the server's defaults.
 type CreateSandboxRequest struct {
-	Template string  `json:"template,omitempty"` // default "default"
-	Runtime  string  `json:"runtime,omitempty"`  // "vm", "container" or "auto" (default: the strongest available; never a vm under tcg)
+	Template string `json:"template,omitempty"` // default "default"
+	DiskMB   int64  `json:"disk_mb,omitempty"`
+	SandboxSpec
+}
+
+// SandboxSpec is what a create and a restore both say of the sandboxes
+// they start. Zero values take the server's defaults.
+type SandboxSpec struct {
+	Runtime  string  `json:"runtime,omitempty"` // "vm", "container" or "auto" (default: the strongest available; never a vm under tcg)
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
 	Pids     int64   `json:"pids,omitempty"`
-	DiskMB   int64   `json:"disk_mb,omitempty"`
 	// WorkspaceMB adds a workspace disk of this size, an empty ext4
 	// filesystem mounted at /workspace, which can be snapshotted on its own
-	// (scope "workspace"). 0: none.
+	// (scope "workspace"). 0: none. A restore of a workspace snapshot
+	// cannot set it: its disk keeps its size.
 	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
 	// Network is the egress policy; nil: the default (the internet, not
-	// private ranges).
+	// private ranges). A snapshot does not carry one.
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// TimeoutSeconds is the sandbox's time to live; it is deleted after it.
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
@@ -434,24 +441,11 @@ type CreateSnapshotRequest struct {
 // Count sandboxes (default 1), each with the snapshot's disk and a fresh
 // identity. A root snapshot gives their root disk; a workspace snapshot
 // gives their workspace disk, and the root disk is a fresh clone of the
-// snapshot's template. The other fields are as in CreateSandboxRequest (the
-// runtime defaults to auto, the strongest available); the snapshot's disk
-// keeps its size.
+// snapshot's template. The spec is as a create's (the runtime defaults to
+// auto, the strongest available); the snapshot's disk keeps its size.
 type RestoreRequest struct {
-	Count    int     `json:"count,omitempty"`
-	Runtime  string  `json:"runtime,omitempty"`
-	CPUs     float64 `json:"cpus,omitempty"`
-	MemoryMB int64   `json:"memory_mb,omitempty"`
-	Pids     int64   `json:"pids,omitempty"`
-	// WorkspaceMB adds an empty workspace disk to sandboxes restored from a
-	// root snapshot.
-	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
-	// Network is the egress policy of every restored sandbox (a snapshot
-	// does not carry one); nil: the default.
-	Network        *NetworkPolicy    `json:"network,omitempty"`
-	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
+	Count int `json:"count,omitempty"`
+	SandboxSpec
 }
 
 // RestoreResult is the answer to a restore: the new sandboxes, running.

@@ -117,7 +117,7 @@ func TestRoutes(t *testing.T) {
 			body:   `{"template":"py","cpus":2,"memory_mb":1024,"timeout_seconds":60,"env":{"A":"1"}}`,
 			answer: mustJSON(sandbox), want: &sandbox,
 			call: func(ctx context.Context, c *Client) (any, error) {
-				return c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "py", CPUs: 2, MemoryMB: 1024, TimeoutSeconds: 60, Env: map[string]string{"A": "1"}})
+				return c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "py", SandboxSpec: api.SandboxSpec{CPUs: 2, MemoryMB: 1024, TimeoutSeconds: 60, Env: map[string]string{"A": "1"}}})
 			}},
 		{name: "get", method: "GET", path: "/v1/sandboxes/sb-1", answer: mustJSON(sandbox), want: &sandbox,
 			call: func(ctx context.Context, c *Client) (any, error) { return c.GetSandbox(ctx, id) }},

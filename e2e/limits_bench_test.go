@@ -103,7 +103,7 @@ func BenchmarkAgentMemoryUnderAttack(b *testing.B) {
 	need(b)
 	for b.Loop() {
 		b.StopTimer()
-		sb, err := shared.client().CreateSandbox(context.Background(), api.CreateSandboxRequest{MemoryMB: 512, CPUs: 1})
+		sb, err := shared.client().CreateSandbox(context.Background(), api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 512, CPUs: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}

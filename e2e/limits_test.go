@@ -117,7 +117,7 @@ func TestAgentOutlivesSlowReaders(t *testing.T) {
 	need(t)
 	cl := shared.client()
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{MemoryMB: 512, CPUs: 1})
+	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 512, CPUs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,8 +239,8 @@ func TestAdmission(t *testing.T) {
 		code string
 		msg  string
 	}{
-		{api.CreateSandboxRequest{MemoryMB: 64 << 10}, api.CodeBadRequest, "more than this node has"},
-		{api.CreateSandboxRequest{Pids: 65536}, api.CodeBadRequest, "pid_max"},
+		{api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 64 << 10}}, api.CodeBadRequest, "more than this node has"},
+		{api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Pids: 65536}}, api.CodeBadRequest, "pid_max"},
 	} {
 		if sb, err := cl.CreateSandbox(ctx, tc.req); !api.IsCode(err, tc.code) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("create %+v: %v, want %s naming %q", tc.req, err, tc.code, tc.msg)
@@ -259,7 +259,7 @@ func TestAdmission(t *testing.T) {
 	var err error
 	for range 30 {
 		var sb *api.Sandbox
-		if sb, err = cl.CreateSandbox(ctx, api.CreateSandboxRequest{DiskMB: 256 << 10, CPUs: 0.1, MemoryMB: 64}); err != nil {
+		if sb, err = cl.CreateSandbox(ctx, api.CreateSandboxRequest{DiskMB: 256 << 10, SandboxSpec: api.SandboxSpec{CPUs: 0.1, MemoryMB: 64}}); err != nil {
 			break
 		}
 		made = append(made, sb.ID)

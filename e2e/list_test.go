@@ -53,7 +53,7 @@ func TestListStaysBounded(t *testing.T) {
 	}
 	var ended []string
 	for range 5 {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Env: env})
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Env: env}})
 		if err != nil {
 			t.Fatal(err)
 		}

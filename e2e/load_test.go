@@ -32,7 +32,7 @@ func TestLoadConcurrentCreates(t *testing.T) {
 			// 128 MiB and a quarter of a CPU each: the node admits 100 of
 			// them whatever else runs (100 of the default 512 MiB and one
 			// CPU would be more than it may promise on 2 cores).
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{MemoryMB: 128, CPUs: 0.25})
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 128, CPUs: 0.25}})
 			if err != nil {
 				errs[i] = err
 				return

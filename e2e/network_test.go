@@ -192,7 +192,7 @@ func TestNetworkPolicy(t *testing.T) {
 	need(t)
 	ctx := context.Background()
 	cl := shared.client()
-	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Allow: []string{"allowed.test"}}})
+	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Network: &api.NetworkPolicy{Allow: []string{"allowed.test"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestNetworkPolicy(t *testing.T) {
 		if !api.IsCode(err, api.CodeBadRequest) {
 			t.Errorf("SetNetwork(%+v) = %v, want bad_request", bad, err)
 		}
-		if _, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{Network: &bad}); !api.IsCode(err, api.CodeBadRequest) {
+		if _, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Network: &bad}}); !api.IsCode(err, api.CodeBadRequest) {
 			t.Errorf("create with %+v = %v, want bad_request", bad, err)
 		}
 	}
@@ -519,7 +519,7 @@ func TestNetworkVM(t *testing.T) {
 	need(t)
 	ctx := context.Background()
 	cl := shared.client()
-	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "vm", Network: &api.NetworkPolicy{Allow: []string{"allowed.test"}}})
+	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Runtime: "vm", Network: &api.NetworkPolicy{Allow: []string{"allowed.test"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

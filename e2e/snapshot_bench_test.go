@@ -140,7 +140,7 @@ func BenchmarkFork100(b *testing.B) {
 	for b.Loop() {
 		// 128 MiB and a quarter of a CPU each: 100 of the defaults are
 		// more than the node may promise (admission).
-		sbs, err := c.Restore(ctx, sn, api.RestoreRequest{Count: 100, MemoryMB: 128, CPUs: 0.25})
+		sbs, err := c.Restore(ctx, sn, api.RestoreRequest{Count: 100, SandboxSpec: api.SandboxSpec{MemoryMB: 128, CPUs: 0.25}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -334,7 +334,7 @@ func TestSnapshotTenants(t *testing.T) {
 		t.Errorf("tenant a's snapshot after b's attempts: %+v %v", got, err)
 	}
 	// Hostile restore requests are refused with a reason.
-	for _, req := range []api.RestoreRequest{{Count: -1}, {Count: 100000}, {MemoryMB: 1}, {Runtime: "qemu"}} {
+	for _, req := range []api.RestoreRequest{{Count: -1}, {Count: 100000}, {SandboxSpec: api.SandboxSpec{MemoryMB: 1}}, {SandboxSpec: api.SandboxSpec{Runtime: "qemu"}}} {
 		if _, err := a.Restore(ctx, sn.ID, req); !api.IsCode(err, api.CodeBadRequest) {
 			t.Errorf("restore %+v: %v, want bad_request", req, err)
 		}
@@ -494,7 +494,7 @@ func TestSnapshotWorkspace(t *testing.T) {
 		}
 	}
 	for _, mb := range []int64{-1, 1, 1 << 40} {
-		if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{WorkspaceMB: mb}); !api.IsCode(err, api.CodeBadRequest) {
+		if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{WorkspaceMB: mb}}); !api.IsCode(err, api.CodeBadRequest) {
 			t.Errorf("create with workspace_mb %d: %v, want bad_request", mb, err)
 		}
 	}

@@ -36,13 +36,13 @@ func BenchmarkIdleVMs(b *testing.B) {
 	for _, mib := range []int64{256, 512} {
 		b.Run(fmt.Sprintf("vm-%dMiB", mib), func(b *testing.B) {
 			for b.Loop() {
-				idleSandboxes(b, api.CreateSandboxRequest{Runtime: "vm", MemoryMB: mib, CPUs: 1})
+				idleSandboxes(b, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Runtime: "vm", MemoryMB: mib, CPUs: 1}})
 			}
 		})
 	}
 	b.Run("container", func(b *testing.B) {
 		for b.Loop() {
-			idleSandboxes(b, api.CreateSandboxRequest{Runtime: "container", MemoryMB: 512, CPUs: 1})
+			idleSandboxes(b, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Runtime: "container", MemoryMB: 512, CPUs: 1}})
 		}
 	})
 }

@@ -265,7 +265,7 @@ func (f *fakeWarren) restore(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	var res api.RestoreResult
 	for range max(req.Count, 1) {
-		res.Sandboxes = append(res.Sandboxes, f.addSandbox(api.CreateSandboxRequest{TimeoutSeconds: req.TimeoutSeconds}))
+		res.Sandboxes = append(res.Sandboxes, f.addSandbox(api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{TimeoutSeconds: req.TimeoutSeconds}}))
 	}
 	answer(w, http.StatusCreated, res)
 }

@@ -80,7 +80,7 @@ func TestFlagsAfterArguments(t *testing.T) {
 		t.Fatalf("restore SNAP --count 3: exit %d stdout %q stderr %q, want 3 IDs", code, stdout, stderr)
 	}
 	f.with(func() {
-		want := api.RestoreRequest{Count: 3, TimeoutSeconds: 60}
+		want := api.RestoreRequest{Count: 3, SandboxSpec: api.SandboxSpec{TimeoutSeconds: 60}}
 		if !reflect.DeepEqual(f.restores, []api.RestoreRequest{want}) {
 			t.Errorf("restore requests %+v, want %+v", f.restores, want)
 		}

@@ -30,8 +30,9 @@ func TestCreatePrintsIDAlone(t *testing.T) {
 	if code != 0 || stdout != "sb-1\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 0 and the ID alone", code, stdout, stderr)
 	}
-	want := api.CreateSandboxRequest{Template: "py", Runtime: "container", CPUs: 1.5, MemoryMB: 512, Pids: 64, DiskMB: 2048,
-		TimeoutSeconds: 1800, Env: map[string]string{"A": "1", "B": "x=y"}, Metadata: map[string]string{"owner": "me"}}
+	want := api.CreateSandboxRequest{Template: "py", DiskMB: 2048, SandboxSpec: api.SandboxSpec{
+		Runtime: "container", CPUs: 1.5, MemoryMB: 512, Pids: 64, TimeoutSeconds: 1800,
+		Env: map[string]string{"A": "1", "B": "x=y"}, Metadata: map[string]string{"owner": "me"}}}
 	f.with(func() {
 		if len(f.creates) != 1 || !reflect.DeepEqual(f.creates[0], want) {
 			t.Errorf("requests %+v, want %+v", f.creates, want)
@@ -221,7 +222,7 @@ func TestRemove(t *testing.T) {
 
 func TestSandboxCommands(t *testing.T) {
 	f := newFake(t)
-	sb := f.addSandbox(api.CreateSandboxRequest{Template: "default", TimeoutSeconds: 60})
+	sb := f.addSandbox(api.CreateSandboxRequest{Template: "default", SandboxSpec: api.SandboxSpec{TimeoutSeconds: 60}})
 
 	code, stdout, _ := runCLI(t, nil, "ls")
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")

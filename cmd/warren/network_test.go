@@ -58,7 +58,7 @@ func TestNetworkFlagsOnCreate(t *testing.T) {
 
 func TestNetworkCommand(t *testing.T) {
 	f := newFake(t)
-	id := f.addSandbox(api.CreateSandboxRequest{Network: &api.NetworkPolicy{Allow: []string{"pypi.org"}}}).ID
+	id := f.addSandbox(api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Network: &api.NetworkPolicy{Allow: []string{"pypi.org"}}}}).ID
 	code, stdout, stderr := runCLI(t, nil, "network", id)
 	if code != 0 || !strings.Contains(stdout, "egress    only pypi.org\n") || !strings.Contains(stdout, "refused   3 (rate limited 0)\n") {
 		t.Errorf("network: exit %d stdout %q stderr %q", code, stdout, stderr)

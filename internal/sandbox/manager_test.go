@@ -22,19 +22,19 @@ func TestValidate(t *testing.T) {
 		want string // substring of the bad_request message; "" means valid
 	}{
 		{"defaults", api.CreateSandboxRequest{}, ""},
-		{"all set", api.CreateSandboxRequest{CPUs: 0.5, MemoryMB: 1024, Pids: 100, DiskMB: 8192, TimeoutSeconds: 60}, ""},
-		{"negative cpus", api.CreateSandboxRequest{CPUs: -1}, "cpus must be between"},
-		{"too many cpus", api.CreateSandboxRequest{CPUs: cpus + 1}, "cpus must be between"},
-		{"negative memory", api.CreateSandboxRequest{MemoryMB: -5}, "memory_mb must be between 64"},
-		{"tiny memory", api.CreateSandboxRequest{MemoryMB: 10}, "memory_mb must be between 64"},
-		{"absurd memory", api.CreateSandboxRequest{MemoryMB: 1 << 40}, "memory_mb must be between 64"},
-		{"few pids", api.CreateSandboxRequest{Pids: 3}, "pids must be between 16"},
+		{"all set", api.CreateSandboxRequest{DiskMB: 8192, SandboxSpec: api.SandboxSpec{CPUs: 0.5, MemoryMB: 1024, Pids: 100, TimeoutSeconds: 60}}, ""},
+		{"negative cpus", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{CPUs: -1}}, "cpus must be between"},
+		{"too many cpus", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{CPUs: cpus + 1}}, "cpus must be between"},
+		{"negative memory", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: -5}}, "memory_mb must be between 64"},
+		{"tiny memory", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 10}}, "memory_mb must be between 64"},
+		{"absurd memory", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 1 << 40}}, "memory_mb must be between 64"},
+		{"few pids", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Pids: 3}}, "pids must be between 16"},
 		{"disk below template", api.CreateSandboxRequest{DiskMB: 100}, "disk_mb must be between 4096"},
-		{"negative timeout", api.CreateSandboxRequest{TimeoutSeconds: -1}, "timeout_seconds must be between 1"},
-		{"timeout past max", api.CreateSandboxRequest{TimeoutSeconds: 1 << 40}, "timeout_seconds must be between 1"},
-		{"env name with =", api.CreateSandboxRequest{Env: map[string]string{"A=B": "c"}}, "env variable"},
-		{"env value with NUL", api.CreateSandboxRequest{Env: map[string]string{"A": "b\x00"}}, "env variable"},
-		{"empty metadata key", api.CreateSandboxRequest{Metadata: map[string]string{"": "x"}}, "metadata"},
+		{"negative timeout", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{TimeoutSeconds: -1}}, "timeout_seconds must be between 1"},
+		{"timeout past max", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{TimeoutSeconds: 1 << 40}}, "timeout_seconds must be between 1"},
+		{"env name with =", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Env: map[string]string{"A=B": "c"}}}, "env variable"},
+		{"env value with NUL", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Env: map[string]string{"A": "b\x00"}}}, "env variable"},
+		{"empty metadata key", api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Metadata: map[string]string{"": "x"}}}, "metadata"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

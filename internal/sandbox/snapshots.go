@@ -144,10 +144,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 	if sn.State == api.SnapshotFailed {
 		return nil, api.Errorf(api.CodeConflict, "snapshot %s failed and cannot be restored: %s", id, sn.Error)
 	}
-	create := api.CreateSandboxRequest{
-		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Pids: req.Pids, WorkspaceMB: req.WorkspaceMB,
-		TimeoutSeconds: req.TimeoutSeconds, Env: req.Env, Metadata: req.Metadata, Network: req.Network,
-	}
+	create := api.CreateSandboxRequest{SandboxSpec: req.SandboxSpec}
 	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID}
 	if sn.Scope == api.ScopeWorkspace {
 		// A workspace comes back on a fresh root from its template.

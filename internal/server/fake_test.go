@@ -504,7 +504,7 @@ func (f *fakeSandboxes) Restore(ctx context.Context, tenant, id string, req api.
 	}
 	var out []api.Sandbox
 	for range max(req.Count, 1) {
-		sb, err := f.Create(ctx, tenant, api.CreateSandboxRequest{Template: sn.Template, Env: req.Env, Metadata: req.Metadata})
+		sb, err := f.Create(ctx, tenant, api.CreateSandboxRequest{Template: sn.Template, SandboxSpec: api.SandboxSpec{Env: req.Env, Metadata: req.Metadata}})
 		if err != nil {
 			return nil, err
 		}

@@ -180,7 +180,10 @@ func checkDecode[T any](s *Server, body []byte, emptyOK bool) error {
 // jsonFields are the JSON names of struct type typ's fields.
 func jsonFields(typ reflect.Type) []string {
 	var names []string
-	for f := range typ.Fields() {
+	for _, f := range reflect.VisibleFields(typ) {
+		if f.Anonymous { // an embedded struct's fields are the type's own
+			continue
+		}
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" {
 			name = f.Name

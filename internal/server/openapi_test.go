@@ -214,8 +214,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			continue
 		}
 		var fields, required []string
-		for i := range typ.NumField() {
-			f := typ.Field(i)
+		for _, f := range reflect.VisibleFields(typ) {
+			if f.Anonymous { // an embedded struct's fields are the type's own
+				continue
+			}
 			tag, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 			fields = append(fields, tag)
 			if !strings.Contains(opts, "omitempty") {

@@ -79,7 +79,7 @@ func TestListSandboxPages(t *testing.T) {
 	var want []string
 	for i := range 7 {
 		var sb api.Sandbox
-		e.call("POST", "/v1/sandboxes", e.keyA, api.CreateSandboxRequest{Env: big}, http.StatusCreated, &sb)
+		e.call("POST", "/v1/sandboxes", e.keyA, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Env: big}}, http.StatusCreated, &sb)
 		want = append(want, sb.ID)
 		if i%3 == 0 {
 			e.call("POST", "/v1/sandboxes/"+sb.ID+"/pause", e.keyA, nil, http.StatusOK, nil)

@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"connectrpc.com/connect"
 
@@ -114,7 +116,7 @@ func jsonError(err error) error {
 		if typ.Field == "" {
 			return api.Errorf(api.CodeBadRequest, "malformed JSON: a %s where %s is wanted", typ.Value, typ.Type)
 		}
-		return api.Errorf(api.CodeBadRequest, "field %q: a %s where %s is wanted", typ.Field, typ.Value, typ.Type)
+		return api.Errorf(api.CodeBadRequest, "field %q: a %s where %s is wanted", jsonPath(typ.Field), typ.Value, typ.Type)
 	}
 	// encoding/json has no type for the unknown-field error.
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -193,4 +195,13 @@ func agentError(ctx context.Context, id string, err error) error {
 		return api.Errorf(api.CodeConflict, "sandbox %s is not running (its agent does not answer)", id)
 	}
 	return fmt.Errorf("agent of %s: %w", id, err)
+}
+
+// jsonPath is a field path of encoding/json's without the names of the Go
+// structs embedded on the way ("SandboxSpec.cpus" is "cpus"): those start
+// with a capital, and the API's JSON names never do.
+func jsonPath(field string) string {
+	parts := strings.Split(field, ".")
+	parts = slices.DeleteFunc(parts, func(p string) bool { return p != "" && unicode.IsUpper(rune(p[0])) })
+	return strings.Join(parts, ".")
 }

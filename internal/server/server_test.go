@@ -174,7 +174,7 @@ func TestSandboxLifecycle(t *testing.T) {
 
 	var a, b api.Sandbox
 	e.call("POST", "/v1/sandboxes", e.keyA, "", http.StatusCreated, &a)
-	e.call("POST", "/v1/sandboxes", e.keyA, api.CreateSandboxRequest{Template: "py", MemoryMB: 256, Env: map[string]string{"X": "1"}}, http.StatusCreated, &b)
+	e.call("POST", "/v1/sandboxes", e.keyA, api.CreateSandboxRequest{Template: "py", SandboxSpec: api.SandboxSpec{MemoryMB: 256, Env: map[string]string{"X": "1"}}}, http.StatusCreated, &b)
 	if a.Template != "default" || b.Template != "py" || b.MemoryMB != 256 || b.Env["X"] != "1" || b.State != api.StateRunning {
 		t.Errorf("created %+v and %+v", a, b)
 	}
