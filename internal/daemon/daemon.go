@@ -7,6 +7,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	fileblob "warren/internal/blob/file"
 	s3blob "warren/internal/blob/s3"
 	"warren/internal/cgroup"
+	"warren/internal/control"
 	"warren/internal/disk"
 	"warren/internal/network"
 	"warren/internal/node"
@@ -243,7 +245,9 @@ func Run(ctx context.Context, o Options) error {
 		Sandboxes:     mgr,
 	})
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
-	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	// A fleet of one: the front hands every request to this node's API.
+	front := control.NewFront(control.One(srv.Routes()), srv.PreviewSandbox, cmp.Or(o.Server.MaxBodyBytes, server.DefaultMaxBodyBytes))
+	hs := srv.HTTPServer(srv.Wrap(front), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

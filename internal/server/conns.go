@@ -62,10 +62,11 @@ const (
 	DefaultMaxConnsPerIP = 2048
 )
 
-// HTTPServer is the http.Server that serves s, with its timeouts.
-func (s *Server) HTTPServer(errorLog *log.Logger) *http.Server {
+// HTTPServer is the http.Server that serves h (Handler, or a fleet's front
+// wrapped) with s's timeouts.
+func (s *Server) HTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
 	return &http.Server{
-		Handler:           s.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: s.opts.Timeouts.Header,
 		IdleTimeout:       s.opts.Timeouts.Idle,
 		MaxHeaderBytes:    64 << 10,

@@ -297,7 +297,7 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	e.srv = New(e.fake, e.fake, keys, log, opts)
 	// Served as the daemon serves it: its http.Server and its limits.
 	hs := httptest.NewUnstartedServer(nil)
-	hs.Config = e.srv.HTTPServer(nil)
+	hs.Config = e.srv.HTTPServer(e.srv.Handler(), nil)
 	hs.Listener = e.srv.Limit(hs.Listener)
 	hs.Start()
 	t.Cleanup(hs.Close)

@@ -50,11 +50,16 @@ func caller(r *http.Request) Key { return meta(r.Context()).key }
 // errPanic is what a recovered panic is reported as.
 var errPanic = errors.New("handler panicked")
 
-// serve gives the request an id, recovers a panicking handler into a JSON
-// 500 (or, when the response has begun, aborts the connection so the caller
-// sees a cut stream rather than a complete-looking one), and logs the
-// request.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+// Wrap gives every request to h an id (X-Request-Id), its body and write
+// timeouts and an access log line, recovers a panicking handler into a
+// JSON 500 (or, when the response has begun, aborts the connection so the
+// caller sees a cut stream rather than a complete-looking one), and
+// refuses CONNECT and "*" in JSON.
+func (s *Server) Wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, h) })
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, writeIdle: s.opts.Timeouts.WriteIdle}
 	m, id := &requestMeta{}, newRequestID()
@@ -94,12 +99,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rw, r, api.Errorf(api.CodeBadRequest, "request target * is not supported"))
 		return
 	}
-	// A preview host name is a sandbox's port whatever the path: it never
-	// reaches the API's routes (preview.go).
-	if s.servePreviewHost(rw, r) {
-		return
-	}
-	s.mux.ServeHTTP(rw, r)
+	h.ServeHTTP(rw, r)
 }
 
 // newRequestID returns 16 random hex digits.

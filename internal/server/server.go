@@ -316,10 +316,28 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 	return s
 }
 
-// Handler returns the HTTP handler of the API: every request gets an id
-// (X-Request-Id), an access log line, and a JSON 500 if its handler panics.
-func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(s.serve)
+// Handler returns the HTTP handler of the API: Routes, wrapped.
+func (s *Server) Handler() http.Handler { return s.Wrap(s.Routes()) }
+
+// Routes serves the API's routes and preview host names, without the
+// per-request middleware of Wrap: what a fleet's front sends a request on
+// to once it knows the node (package control).
+func (s *Server) Routes() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A preview host name is a sandbox's port whatever the path: it
+		// never reaches the API's routes (preview.go).
+		if s.servePreviewHost(w, r) {
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// PreviewSandbox returns the sandbox a request to host name host is for,
+// if host is one of the preview host names.
+func (s *Server) PreviewSandbox(host string) (id string, ok bool) {
+	_, id, kind := s.preview.parseHost(host)
+	return id, kind == isPreview
 }
 
 // methodNotAllowed answers 405 for a path served under other methods.

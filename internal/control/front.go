@@ -1,0 +1,171 @@
+// Package control is the fleet's front (docs/ARCHITECTURE.md, "The
+// fleet"). Every API request reaches a control replica first; the front
+// decides which node must answer it and sends it on, whole and streaming,
+// to that node's API:
+//
+//   - a request about one sandbox (/v1/sandboxes/ID and below, and its
+//     preview host names) goes to the node that runs it;
+//   - a create, and a restore of a snapshot, go to the node the fleet
+//     places them on, chosen from what the request asks for;
+//   - anything else (lists, snapshots, keys, templates) goes to any node:
+//     nodes share the metadata store, so any of them answers for all.
+//
+// The node authenticates the request itself, with the caller's API key
+// against the shared store: the front holds no key and decides nothing a
+// node would refuse. A single machine is a fleet of one, whose one node is
+// in the same process: the front hands it the request directly, and every
+// request on one machine takes the path a fleet's does.
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"warren/api"
+)
+
+// Fleet is what the front needs to know of the nodes. Its methods may be
+// called concurrently. Errors meant for the caller are *api.Error.
+type Fleet interface {
+	// Owner returns the node that runs sandbox id; ErrNoOwner when no
+	// node does (it ended, or never was), and the request goes to any node.
+	Owner(ctx context.Context, id string) (string, error)
+	// Place returns the node to start sandboxes on for p.
+	Place(ctx context.Context, p Placement) (string, error)
+	// Any returns a node that answers requests any node can.
+	Any(ctx context.Context) (string, error)
+	// Node returns the API of the node named node.
+	Node(node string) (http.Handler, error)
+}
+
+// ErrNoOwner is Fleet.Owner's answer for a sandbox no node runs.
+var ErrNoOwner = errors.New("no node runs the sandbox")
+
+// Placement is what a create or a restore asks of the node it starts on.
+type Placement struct {
+	// Snapshot is the snapshot a restore starts from; "" for a create.
+	Snapshot string
+	// Template is a create's template ("" for the default).
+	Template string
+	// Count is how many sandboxes a restore starts (a create: 1).
+	Count int
+	Spec  api.SandboxSpec
+}
+
+// Front sends each API request on to its node; see the package comment.
+type Front struct {
+	fleet Fleet
+	// preview returns the sandbox a preview host name is for.
+	preview func(host string) (id string, ok bool)
+	// maxBody bounds the body of a create or restore read for placement.
+	maxBody int64
+}
+
+// NewFront returns the front of fleet. preview tells the sandbox of a
+// preview host name (server.Server.PreviewSandbox); maxBody is the API's
+// bound on a JSON body.
+func NewFront(fleet Fleet, preview func(host string) (string, bool), maxBody int64) *Front {
+	return &Front{fleet: fleet, preview: preview, maxBody: maxBody}
+}
+
+// ServeHTTP implements http.Handler.
+func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	node, err := f.route(r)
+	if err == nil {
+		var h http.Handler
+		if h, err = f.fleet.Node(node); err == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		ae = api.Errorf(api.CodeUnavailable, "no node can answer: %v", err)
+	}
+	writeError(w, ae)
+}
+
+// route picks the node for r.
+func (f *Front) route(r *http.Request) (string, error) {
+	ctx := r.Context()
+	if id, ok := f.preview(r.Host); ok {
+		return f.owner(ctx, id)
+	}
+	path := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && path == "/v1/sandboxes":
+		var req api.CreateSandboxRequest
+		f.peek(r, &req)
+		return f.fleet.Place(ctx, Placement{Template: req.Template, Count: 1, Spec: req.SandboxSpec})
+	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/snapshots/") && strings.HasSuffix(path, "/restore"):
+		id := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/snapshots/"), "/restore")
+		if id == "" || strings.Contains(id, "/") {
+			break
+		}
+		var req api.RestoreRequest
+		f.peek(r, &req)
+		return f.fleet.Place(ctx, Placement{Snapshot: id, Count: max(req.Count, 1), Spec: req.SandboxSpec})
+	case strings.HasPrefix(path, "/v1/sandboxes/"):
+		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1/sandboxes/"), "/")
+		if id != "" {
+			return f.owner(ctx, id)
+		}
+	}
+	return f.fleet.Any(ctx)
+}
+
+// owner is the node of sandbox id, or any node when none runs it (which
+// answers 404, or the record of an ended sandbox).
+func (f *Front) owner(ctx context.Context, id string) (string, error) {
+	node, err := f.fleet.Owner(ctx, id)
+	if errors.Is(err, ErrNoOwner) {
+		return f.fleet.Any(ctx)
+	}
+	return node, err
+}
+
+// peek decodes r's JSON body into v for placement and leaves the body as
+// it was for the node, which validates it: a body that does not decode
+// places as an empty one, and the node refuses it with the reason.
+func (f *Front) peek(r *http.Request, v any) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, f.maxBody+1))
+	rest := r.Body
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), errReader{err}, rest), rest}
+	if err == nil && int64(len(b)) <= f.maxBody {
+		json.Unmarshal(b, v)
+	}
+}
+
+// errReader fails with err, when there is one, after what was read before
+// it; else it is at the end, and the rest of the body follows.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
+}
+
+// writeError sends an API error body.
+func writeError(w http.ResponseWriter, e *api.Error) {
+	b, err := json.Marshal(api.ErrorBody{Error: *e})
+	if err != nil {
+		b = []byte(fmt.Sprintf(`{"error":{"code":%q,"message":"internal error"}}`, api.CodeInternal))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status())
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,271 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/internal/pki"
+)
+
+// testFleet is a Fleet over a table: its nodes are real HTTPS servers of
+// a fleet CA, reached through Remote.
+type testFleet struct {
+	mu       sync.Mutex
+	owners   map[string]string // sandbox → node
+	place    string            // the node Place answers
+	placeErr error
+	placed   []Placement
+	any      string
+	nodes    map[string]http.Handler
+}
+
+func (f *testFleet) Owner(ctx context.Context, id string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n, ok := f.owners[id]; ok {
+		return n, nil
+	}
+	return "", ErrNoOwner
+}
+
+func (f *testFleet) Place(ctx context.Context, p Placement) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.placed = append(f.placed, p)
+	return f.place, f.placeErr
+}
+
+func (f *testFleet) Any(ctx context.Context) (string, error) { return f.any, nil }
+
+func (f *testFleet) Node(node string) (http.Handler, error) {
+	h, ok := f.nodes[node]
+	if !ok {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	return h, nil
+}
+
+// nodeHandler is a node's API for the tests: it answers with its name and
+// what it got, streams on /stream, and upgrades on /upgrade.
+func nodeHandler(name string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		json.NewEncoder(w).Encode(map[string]string{"node": name, "path": r.URL.Path, "host": r.Host,
+			"body": string(body), "auth": r.Header.Get("Authorization")})
+	})
+	// /stream writes a line, then waits for the test to say go on.
+	mux.HandleFunc("/v1/sandboxes/sb-a/stream", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("/v1/sandboxes/sb-a/upgrade", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "echo")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString(name + " echoes " + line)
+		brw.Flush()
+	})
+	return mux
+}
+
+// newTestFront starts nodes a and b (TLS, taking only the fleet's control
+// replicas) and a front over them, served as a control replica serves it.
+func newTestFront(t *testing.T) (*testFleet, string) {
+	t.Helper()
+	ca, err := pki.NewCA("test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(id pki.Identity) *pki.Member {
+		cert, key, err := ca.Issue(id, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := pki.LoadMember(cert, key, ca.CertPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	control := member(pki.Identity{Role: pki.Control, Name: "c1"})
+	fleet := &testFleet{owners: map[string]string{"sb-a": "a", "sb-b": "b"}, place: "b", any: "a", nodes: map[string]http.Handler{}}
+	for _, name := range []string{"a", "b"} {
+		srv := httptest.NewUnstartedServer(nodeHandler(name))
+		srv.TLS = member(pki.Identity{Role: pki.Node, Name: name}).ServerConfig(pki.Control)
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		fleet.nodes[name] = Remote(control, name, srv.Listener.Addr().String(), slog.New(slog.DiscardHandler))
+	}
+	preview := func(host string) (string, bool) {
+		id, ok := strings.CutSuffix(strings.TrimPrefix(host, "8080-"), ".preview.test")
+		return id, ok
+	}
+	front := httptest.NewServer(NewFront(fleet, preview, 1<<10))
+	t.Cleanup(front.Close)
+	return fleet, front.URL
+}
+
+// answer is what nodeHandler says.
+type answer struct{ Node, Path, Host, Body, Auth string }
+
+func send(t *testing.T, method, url, host, body string) (int, answer) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Authorization", "Bearer wk_key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	json.NewDecoder(resp.Body).Decode(&a)
+	return resp.StatusCode, a
+}
+
+// TestFrontRoutes: each kind of request reaches the node that must answer
+// it, with its path, host, key and body as sent.
+func TestFrontRoutes(t *testing.T) {
+	fleet, url := newTestFront(t)
+	create := `{"template":"py","cpus":2,"memory_mb":512}`
+	for _, tc := range []struct {
+		name, method, path, host, body, node string
+	}{
+		{"a sandbox's route goes to its node", "GET", "/v1/sandboxes/sb-b/files?path=/x", "", "", "b"},
+		{"the sandbox itself", "DELETE", "/v1/sandboxes/sb-a", "", "", "a"},
+		{"a sandbox no node runs goes to any", "GET", "/v1/sandboxes/sb-gone", "", "", "a"},
+		{"a create goes where it is placed", "POST", "/v1/sandboxes", "", create, "b"},
+		{"a restore too", "POST", "/v1/snapshots/sn-1/restore", "", `{"count":3,"runtime":"vm"}`, "b"},
+		{"a list goes to any", "GET", "/v1/sandboxes", "", "", "a"},
+		{"snapshots go to any", "GET", "/v1/snapshots/sn-1", "", "", "a"},
+		{"a preview host goes to its sandbox's node", "GET", "/", "8080-sb-b.preview.test", "", "b"},
+	} {
+		status, got := send(t, tc.method, url+tc.path, tc.host, tc.body)
+		if status != http.StatusOK || got.Node != tc.node || got.Body != tc.body || got.Auth != "Bearer wk_key" {
+			t.Errorf("%s: status %d, answer %+v; want node %s with the body and key", tc.name, status, got, tc.node)
+		}
+		if tc.host != "" && got.Host != tc.host {
+			t.Errorf("%s: the node saw host %q", tc.name, got.Host)
+		}
+	}
+	want := []Placement{
+		{Template: "py", Count: 1, Spec: api.SandboxSpec{CPUs: 2, MemoryMB: 512}},
+		{Snapshot: "sn-1", Count: 3, Spec: api.SandboxSpec{Runtime: "vm"}},
+	}
+	if fmt.Sprint(fleet.placed) != fmt.Sprint(want) {
+		t.Errorf("placements %+v, want %+v", fleet.placed, want)
+	}
+}
+
+// TestFrontPassesBodiesItCannotRead: a create body over the bound, or one
+// that is not JSON, is placed as an empty request and reaches the node
+// whole, which refuses it with the reason.
+func TestFrontPassesBodiesItCannotRead(t *testing.T) {
+	fleet, url := newTestFront(t)
+	big := `{"template":"` + strings.Repeat("x", 4<<10) + `"}`
+	for _, body := range []string{big, `{"cpus":`} {
+		_, got := send(t, "POST", url+"/v1/sandboxes", "", body)
+		if got.Node != "b" || got.Body != body {
+			t.Errorf("body of %d bytes: the node got %d bytes (node %q)", len(body), len(got.Body), got.Node)
+		}
+	}
+	for _, p := range fleet.placed {
+		if p.Template != "" {
+			t.Errorf("placed %+v from a body it could not read", p)
+		}
+	}
+}
+
+// TestFrontErrors: a placement the fleet refuses, and a node that does
+// not answer, come back as API errors.
+func TestFrontErrors(t *testing.T) {
+	fleet, url := newTestFront(t)
+	fleet.placeErr = api.Errorf(api.CodeUnavailable, "no node has 64 vCPUs free")
+	resp, err := http.Post(url+"/v1/sandboxes", "application/json", strings.NewReader(`{"cpus":64}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb api.ErrorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Message != "no node has 64 vCPUs free" {
+		t.Errorf("refused placement: %d %+v", resp.StatusCode, eb)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	ca, _ := pki.NewCA("x", time.Now())
+	cert, key, _ := ca.Issue(pki.Identity{Role: pki.Control, Name: "c1"}, time.Now(), time.Hour)
+	m, _ := pki.LoadMember(cert, key, ca.CertPEM)
+	fleet.nodes["a"] = Remote(m, "a", dead, slog.New(slog.DiscardHandler))
+	resp, err = http.Get(url + "/v1/sandboxes/sb-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&eb)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Message != "node a did not answer" {
+		t.Errorf("dead node: %d %+v", resp.StatusCode, eb)
+	}
+}
+
+// TestFrontStreams: what a node flushes reaches the client at once, and an
+// upgraded connection carries bytes both ways.
+func TestFrontStreams(t *testing.T) {
+	_, url := newTestFront(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/sandboxes/sb-a/stream", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if line != "first\n" {
+		t.Fatalf("first line of the stream: %q, %v", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/sandboxes/sb-a/upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	up, err := http.ReadResponse(br, nil)
+	if err != nil || up.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", up, err)
+	}
+	fmt.Fprintf(conn, "hello\n")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := br.ReadString('\n'); got != "a echoes hello\n" {
+		t.Errorf("through the upgrade: %q, %v", got, err)
+	}
+}
