@@ -60,6 +60,7 @@ var commands = []command{
 	{"template", "list and build templates", runTemplate},
 	{"info", "describe the node: runtimes, isolation, disks, cgroups", runInfo},
 	{"key", "make API keys for tenants (admin)", runKey},
+	{"fleet", "make the fleet's certificate authority and its members' certificates", runFleet},
 	{"server", "run the warren server (control plane and node)", runServer},
 }
 
