@@ -22,7 +22,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -58,21 +57,31 @@ type Placement struct {
 	Spec  api.SandboxSpec
 }
 
+// Options are what the front takes from the API server.
+type Options struct {
+	// Preview returns the sandbox a preview host name is for
+	// (server.Server.PreviewSandbox).
+	Preview func(host string) (id string, ok bool)
+	// Authenticate checks a create's or a restore's API key before the
+	// front reads its body (server.Server.Authenticate): no body is read
+	// for a caller without a key. The node checks the key again, and
+	// every other request's.
+	Authenticate func(r *http.Request) error
+	// WriteError answers a request with an error (server.Server.WriteError).
+	WriteError func(w http.ResponseWriter, r *http.Request, err error)
+	// MaxBody bounds the body of a create or restore read for placement:
+	// the API's bound on a JSON body.
+	MaxBody int64
+}
+
 // Front sends each API request on to its node; see the package comment.
 type Front struct {
 	fleet Fleet
-	// preview returns the sandbox a preview host name is for.
-	preview func(host string) (id string, ok bool)
-	// maxBody bounds the body of a create or restore read for placement.
-	maxBody int64
+	opts  Options
 }
 
-// NewFront returns the front of fleet. preview tells the sandbox of a
-// preview host name (server.Server.PreviewSandbox); maxBody is the API's
-// bound on a JSON body.
-func NewFront(fleet Fleet, preview func(host string) (string, bool), maxBody int64) *Front {
-	return &Front{fleet: fleet, preview: preview, maxBody: maxBody}
-}
+// NewFront returns the front of fleet.
+func NewFront(fleet Fleet, opts Options) *Front { return &Front{fleet: fleet, opts: opts} }
 
 // ServeHTTP implements http.Handler.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -86,22 +95,24 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var ae *api.Error
 	if !errors.As(err, &ae) {
-		ae = api.Errorf(api.CodeUnavailable, "no node can answer: %v", err)
+		err = api.Errorf(api.CodeUnavailable, "no node can answer: %v", err)
 	}
-	writeError(w, ae)
+	f.opts.WriteError(w, r, err)
 }
 
 // route picks the node for r.
 func (f *Front) route(r *http.Request) (string, error) {
 	ctx := r.Context()
-	if id, ok := f.preview(r.Host); ok {
+	if id, ok := f.opts.Preview(r.Host); ok {
 		return f.owner(ctx, id)
 	}
 	path := r.URL.Path
 	switch {
 	case r.Method == http.MethodPost && path == "/v1/sandboxes":
 		var req api.CreateSandboxRequest
-		f.peek(r, &req)
+		if err := f.peek(r, &req); err != nil {
+			return "", err
+		}
 		return f.fleet.Place(ctx, Placement{Template: req.Template, Count: 1, Spec: req.SandboxSpec})
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/snapshots/") && strings.HasSuffix(path, "/restore"):
 		id := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/snapshots/"), "/restore")
@@ -109,7 +120,9 @@ func (f *Front) route(r *http.Request) (string, error) {
 			break
 		}
 		var req api.RestoreRequest
-		f.peek(r, &req)
+		if err := f.peek(r, &req); err != nil {
+			return "", err
+		}
 		return f.fleet.Place(ctx, Placement{Snapshot: id, Count: max(req.Count, 1), Spec: req.SandboxSpec})
 	case strings.HasPrefix(path, "/v1/sandboxes/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1/sandboxes/"), "/")
@@ -130,22 +143,27 @@ func (f *Front) owner(ctx context.Context, id string) (string, error) {
 	return node, err
 }
 
-// peek decodes r's JSON body into v for placement and leaves the body as
-// it was for the node, which validates it: a body that does not decode
-// places as an empty one, and the node refuses it with the reason.
-func (f *Front) peek(r *http.Request, v any) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return
+// peek decodes r's JSON body into v for placement, once the caller's key
+// is known, and leaves the body as it was for the node, which validates
+// it: a body that does not decode places as an empty one, and the node
+// refuses it with the reason.
+func (f *Front) peek(r *http.Request, v any) error {
+	if err := f.opts.Authenticate(r); err != nil {
+		return err
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, f.maxBody+1))
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, f.opts.MaxBody+1))
 	rest := r.Body
 	r.Body = struct {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(b), errReader{err}, rest), rest}
-	if err == nil && int64(len(b)) <= f.maxBody {
+	if err == nil && int64(len(b)) <= f.opts.MaxBody {
 		json.Unmarshal(b, v)
 	}
+	return nil
 }
 
 // errReader fails with err, when there is one, after what was read before
@@ -157,15 +175,4 @@ func (e errReader) Read([]byte) (int, error) {
 		return 0, e.err
 	}
 	return 0, io.EOF
-}
-
-// writeError sends an API error body.
-func writeError(w http.ResponseWriter, e *api.Error) {
-	b, err := json.Marshal(api.ErrorBody{Error: *e})
-	if err != nil {
-		b = []byte(fmt.Sprintf(`{"error":{"code":%q,"message":"internal error"}}`, api.CodeInternal))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Status())
-	w.Write(append(b, '\n'))
 }

@@ -114,13 +114,19 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 		srv.TLS = member(pki.Identity{Role: pki.Node, Name: name}).ServerConfig(pki.Control)
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
-		fleet.nodes[name] = Remote(control, name, srv.Listener.Addr().String(), slog.New(slog.DiscardHandler))
+		fleet.nodes[name] = Remote(control, name, srv.Listener.Addr().String(), slog.New(slog.DiscardHandler), writeTestError)
 	}
 	preview := func(host string) (string, bool) {
 		id, ok := strings.CutSuffix(strings.TrimPrefix(host, "8080-"), ".preview.test")
 		return id, ok
 	}
-	front := httptest.NewServer(NewFront(fleet, preview, 1<<10))
+	auth := func(r *http.Request) error {
+		if r.Header.Get("Authorization") != "Bearer wk_key" {
+			return api.Errorf(api.CodeUnauthorized, "invalid API key")
+		}
+		return nil
+	}
+	front := httptest.NewServer(NewFront(fleet, Options{Preview: preview, Authenticate: auth, WriteError: writeTestError, MaxBody: 1 << 10}))
 	t.Cleanup(front.Close)
 	return fleet, front.URL
 }
@@ -206,15 +212,9 @@ func TestFrontPassesBodiesItCannotRead(t *testing.T) {
 func TestFrontErrors(t *testing.T) {
 	fleet, url := newTestFront(t)
 	fleet.placeErr = api.Errorf(api.CodeUnavailable, "no node has 64 vCPUs free")
-	resp, err := http.Post(url+"/v1/sandboxes", "application/json", strings.NewReader(`{"cpus":64}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eb api.ErrorBody
-	json.NewDecoder(resp.Body).Decode(&eb)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Message != "no node has 64 vCPUs free" {
-		t.Errorf("refused placement: %d %+v", resp.StatusCode, eb)
+	status, eb := sendForError(t, "POST", url+"/v1/sandboxes", "Bearer wk_key", `{"cpus":64}`)
+	if status != http.StatusServiceUnavailable || eb.Error.Message != "no node has 64 vCPUs free" {
+		t.Errorf("refused placement: %d %+v", status, eb)
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
@@ -222,16 +222,51 @@ func TestFrontErrors(t *testing.T) {
 	ca, _ := pki.NewCA("x", time.Now())
 	cert, key, _ := ca.Issue(pki.Identity{Role: pki.Control, Name: "c1"}, time.Now(), time.Hour)
 	m, _ := pki.LoadMember(cert, key, ca.CertPEM)
-	fleet.nodes["a"] = Remote(m, "a", dead, slog.New(slog.DiscardHandler))
-	resp, err = http.Get(url + "/v1/sandboxes/sb-a")
+	fleet.nodes["a"] = Remote(m, "a", dead, slog.New(slog.DiscardHandler), writeTestError)
+	if status, eb := sendForError(t, "GET", url+"/v1/sandboxes/sb-a", "Bearer wk_key", ""); status != http.StatusServiceUnavailable || eb.Error.Message != "node a did not answer" {
+		t.Errorf("dead node: %d %+v", status, eb)
+	}
+}
+
+// TestFrontReadsNoBodyWithoutAKey: a create or restore without a good key
+// is refused at the front, before its body is read or it is placed.
+func TestFrontReadsNoBodyWithoutAKey(t *testing.T) {
+	fleet, url := newTestFront(t)
+	for _, path := range []string{"/v1/sandboxes", "/v1/snapshots/sn-1/restore"} {
+		if status, eb := sendForError(t, "POST", url+path, "Bearer wk_stolen", `{"cpus":1}`); status != http.StatusUnauthorized || eb.Error.Code != api.CodeUnauthorized {
+			t.Errorf("POST %s with a bad key: %d %+v", path, status, eb)
+		}
+	}
+	if len(fleet.placed) != 0 {
+		t.Errorf("placed %+v for callers without a key", fleet.placed)
+	}
+}
+
+// sendForError sends a request with the Authorization header auth and
+// returns the status and error body of the answer.
+func sendForError(t *testing.T, method, url, auth, body string) (int, api.ErrorBody) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
 	json.NewDecoder(resp.Body).Decode(&eb)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Message != "node a did not answer" {
-		t.Errorf("dead node: %d %+v", resp.StatusCode, eb)
+	return resp.StatusCode, eb
+}
+
+// writeTestError answers err as the API's error body.
+func writeTestError(w http.ResponseWriter, r *http.Request, err error) {
+	ae, ok := err.(*api.Error)
+	if !ok {
+		ae = api.Errorf(api.CodeInternal, "internal error")
 	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.Status())
+	json.NewEncoder(w).Encode(api.ErrorBody{Error: *ae})
 }
 
 // TestFrontStreams: what a node flushes reaches the client at once, and an

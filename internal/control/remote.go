@@ -18,9 +18,10 @@ import (
 // as they came, Host included (a preview host name routes on it), and
 // answers come back as the node writes them: every flush of a stream is
 // passed on at once, and a slow reader slows the node (each hop's TCP
-// window). HTTP/1.1, so that an upgraded connection (a WebSocket to an
+// window). An error before the node answers is writeError's to send.
+// HTTP/1.1, so that an upgraded connection (a WebSocket to an
 // exposed port) goes through too.
-func Remote(member *pki.Member, node, addr string, log *slog.Logger) http.Handler {
+func Remote(member *pki.Member, node, addr string, log *slog.Logger, writeError func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	target := &url.URL{Scheme: "https", Host: addr}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -39,7 +40,7 @@ func Remote(member *pki.Member, node, addr string, log *slog.Logger) http.Handle
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log.Warn("node did not answer", "node", node, "method", r.Method, "path", r.URL.Path, "err", err)
-			writeError(w, api.Errorf(api.CodeUnavailable, "node %s did not answer", node))
+			writeError(w, r, api.Errorf(api.CodeUnavailable, "node %s did not answer", node))
 		},
 	}
 }

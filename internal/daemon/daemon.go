@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -246,7 +247,15 @@ func Run(ctx context.Context, o Options) error {
 	})
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	// A fleet of one: the front hands every request to this node's API.
-	front := control.NewFront(control.One(srv.Routes()), srv.PreviewSandbox, cmp.Or(o.Server.MaxBodyBytes, server.DefaultMaxBodyBytes))
+	front := control.NewFront(control.One(srv.Routes()), control.Options{
+		Preview: srv.PreviewSandbox,
+		Authenticate: func(r *http.Request) error {
+			_, err := srv.Authenticate(r)
+			return err
+		},
+		WriteError: srv.WriteError,
+		MaxBody:    cmp.Or(o.Server.MaxBodyBytes, server.DefaultMaxBodyBytes),
+	})
 	hs := srv.HTTPServer(srv.Wrap(front), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {

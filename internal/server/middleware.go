@@ -72,7 +72,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 			s.log.Error("panic serving request", "request_id", id, "method", r.Method, "path", r.URL.Path,
 				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			if !rw.wroteHeader {
-				s.writeError(rw, r, errPanic)
+				s.WriteError(rw, r, errPanic)
 				v = nil
 			}
 		}
@@ -93,10 +93,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 	// keep every answer JSON.
 	switch {
 	case r.Method == http.MethodConnect:
-		s.writeError(rw, r, api.Errorf(api.CodeMethodNotAllowed, "method CONNECT is not allowed"))
+		s.WriteError(rw, r, api.Errorf(api.CodeMethodNotAllowed, "method CONNECT is not allowed"))
 		return
 	case r.RequestURI == "*":
-		s.writeError(rw, r, api.Errorf(api.CodeBadRequest, "request target * is not supported"))
+		s.WriteError(rw, r, api.Errorf(api.CodeBadRequest, "request target * is not supported"))
 		return
 	}
 	h.ServeHTTP(rw, r)
@@ -186,9 +186,9 @@ func began(w http.ResponseWriter) bool {
 	return ok && rw.wroteHeader
 }
 
-// authenticate resolves the request's API key: "Authorization: Bearer KEY"
-// or "X-API-Key: KEY".
-func (s *Server) authenticate(r *http.Request) (Key, error) {
+// Authenticate resolves the request's API key: "Authorization: Bearer KEY"
+// or "X-API-Key: KEY". An unknown or missing key is CodeUnauthorized.
+func (s *Server) Authenticate(r *http.Request) (Key, error) {
 	key := r.Header.Get("X-API-Key")
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, token, ok := strings.Cut(h, " ")

@@ -183,12 +183,12 @@ func (s *Server) servePreviewHost(w http.ResponseWriter, r *http.Request) bool {
 	case notPreview:
 		return false
 	case badPreview:
-		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no sandbox port at this host name: preview hosts are PORT-SANDBOX.%s", s.preview.domain))
+		s.WriteError(w, r, api.Errorf(api.CodeNotFound, "no sandbox port at this host name: preview hosts are PORT-SANDBOX.%s", s.preview.domain))
 		return true
 	}
 	streamBody(r)
 	if err := s.servePreview(w, r, port, id); err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 	}
 	return true
 }

@@ -155,7 +155,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, t portTarget) err
 				return // the caller left; what broke is the cut
 			}
 			s.logger().Debug("port proxy", "request_id", requestID(r.Context()), "sandbox", t.id, "port", t.port, "err", err)
-			s.writeError(w, r, api.Errorf(api.CodeBadGateway, "port %d of sandbox %s did not answer with HTTP", t.port, t.id))
+			s.WriteError(w, r, api.Errorf(api.CodeBadGateway, "port %d of sandbox %s did not answer with HTTP", t.port, t.id))
 		},
 		ErrorLog: slog.NewLogLogger(s.logger().Handler(), slog.LevelDebug),
 	}

@@ -34,10 +34,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-// writeError sends err as the error body, or only logs it when the response
+// WriteError sends err as the error body, or only logs it when the response
 // has begun. An *api.Error is shown as it is, except a 500, which like any
 // other error is logged in full and shown as "internal error".
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *api.Error
 	internal := !errors.As(err, &ae) || ae.Status() == http.StatusInternalServerError
 	if internal || began(w) {

@@ -357,18 +357,18 @@ func methodNotAllowed(methods []string) http.Handler {
 func (s *Server) endpoint(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rt.access != public {
-			key, err := s.authenticate(r)
+			key, err := s.Authenticate(r)
 			if err == nil && rt.access == admin && !key.Admin {
 				err = api.Errorf(api.CodeForbidden, "this route needs an admin key")
 			}
 			if err != nil {
-				s.writeError(w, r, err)
+				s.WriteError(w, r, err)
 				return
 			}
 			meta(r.Context()).key = key
 		}
 		if err := rt.handle(w, r); err != nil {
-			s.writeError(w, r, err)
+			s.WriteError(w, r, err)
 		}
 	})
 }
