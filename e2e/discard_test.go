@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/wait"
 )
 
 // TestDiskSpaceReturns is the regression test of issue 13, item 5: freed
@@ -29,7 +31,7 @@ func TestDiskSpaceReturns(t *testing.T) {
 	id := shared.newSandbox(t)
 	// What the create wrote is trimmed like the rest: wait for it to settle.
 	base := hostUsage(t, image)
-	eventually(t, 30*time.Second, "the pool image's usage to settle", func() bool {
+	wait.For(t, 30*time.Second, "the pool image's usage to settle", func() bool {
 		time.Sleep(time.Second)
 		now := hostUsage(t, image)
 		defer func() { base = now }()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // Run with (docs/BENCHMARKS.md records the figures; under TCG here):
@@ -126,7 +127,7 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest) {
 		}
 	}
 	for _, id := range ids {
-		eventually(b, 30*time.Second, "the sandbox's processes to be gone", func() bool {
+		wait.For(b, 30*time.Second, "the sandbox's processes to be gone", func() bool {
 			return len(qemuOf(id)) == 0 && countInCgroup(id) == 0
 		})
 	}

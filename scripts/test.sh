@@ -37,7 +37,7 @@ race=(
 	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog
 	./internal/hostclaim ./internal/ident ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/runtime/inproc ./internal/sandbox ./internal/store
-	./internal/unixmode ./internal/vmm ./internal/vmm/accel ./internal/vmport ./internal/warmpool
+	./internal/unixmode ./internal/vmm ./internal/vmm/accel ./internal/vmport ./internal/wait ./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"
 mapfile -t rest < <(go list ./... | grep -vxF -f <(go list "${race[@]}"))

@@ -22,6 +22,7 @@ import (
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/wait"
 )
 
 // startAgent serves a Server on a unix socket in a temporary directory and
@@ -86,18 +87,6 @@ func run(t testing.TB, conn *agentconn.Conn, req *processpb.StartRequest) result
 		t.Fatalf("run %v: %v", req.GetProcess().GetArgs(), err)
 	}
 	return result{stdout.String(), stderr.String(), end, pid}
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func wantCode(t testing.TB, err error, code connect.Code) {
@@ -598,7 +587,7 @@ func TestOrphansReaped(t *testing.T) {
 		run(t, conn, sh("sleep 0.1 & (sleep 0.1 &) ; exit 0"))
 	}
 	me := fmt.Sprint(os.Getpid())
-	waitFor(t, 10*time.Second, "no zombie or sleeping child", func() bool {
+	wait.For(t, 10*time.Second, "no zombie or sleeping child", func() bool {
 		for _, st := range procStats(t) {
 			if st.ppid == me && (st.state == "Z" || st.comm == "sleep") {
 				return false

@@ -24,6 +24,7 @@ import (
 	"warren/api"
 	"warren/internal/agent"
 	"warren/internal/agentconn"
+	"warren/internal/wait"
 )
 
 // startAgent runs the real guest agent in this process on a unix socket and
@@ -366,13 +367,13 @@ func TestCallerLeavingKillsForegroundExec(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		waitFor(t, tag+" running", func() bool {
+		wait.For(t, 10*time.Second, tag+" running", func() bool {
 			p, ok := processByTag(t, e, box, tag)
 			return ok && p.Running
 		})
 		cancel()
 		<-done
-		waitFor(t, tag+" killed", func() bool {
+		wait.For(t, 10*time.Second, tag+" killed", func() bool {
 			p, _ := processByTag(t, e, box, tag)
 			return !p.Running
 		})
