@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,40 +17,20 @@ import (
 	"connectrpc.com/connect"
 
 	"warren/internal/agent"
+	"warren/internal/agent/agenttest"
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
 	"warren/internal/wait"
 )
 
-// startAgent serves a Server on a unix socket in a temporary directory and
-// returns a Conn to it; both are closed when the test ends.
+// startAgent serves a Server on a unix socket and returns a Conn to it;
+// both are closed when the test ends.
 func startAgent(t testing.TB, opts agent.Options) (*agentconn.Conn, *agent.Server) {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := agent.New(opts, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, l) }()
+	sock, srv := agenttest.Listen(t, opts)
 	conn := agentconn.DialUnix(sock)
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
-	if err := conn.WaitReady(wctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(conn.Close)
 	return conn, srv
 }
 
