@@ -227,3 +227,22 @@ func TestPauseResumeDeleteRace(t *testing.T) {
 		}
 	}
 }
+
+// TestSetNetworkWithoutNetworking is the bug where setting the one policy a
+// node without sandbox networking allows, no egress, dereferenced its
+// missing network and answered 500.
+func TestSetNetworkWithoutNetworking(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	sb := h.create()
+	st, err := h.Manager.SetNetwork(ctx, tenant, sb.ID, api.NetworkPolicy{None: true})
+	if err != nil || !st.Policy.None {
+		t.Fatalf("no egress: %+v, %v; want the policy set", st, err)
+	}
+	if st, err := h.Manager.Network(ctx, tenant, sb.ID); err != nil || !st.Policy.None {
+		t.Errorf("the policy after: %+v, %v", st, err)
+	}
+	if _, err := h.Manager.SetNetwork(ctx, tenant, sb.ID, api.NetworkPolicy{Allow: []string{"pypi.org"}}); !api.IsCode(err, api.CodeBadRequest) {
+		t.Errorf("an allow list without networking: %v, want bad_request", err)
+	}
+}
