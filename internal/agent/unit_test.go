@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -85,13 +86,20 @@ func TestUserDB(t *testing.T) {
 	write(passwd, "root:x:0:0:root:/root:/bin/sh\n# comment\nbroken line\nbad:x:notanumber:1::/:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n")
 	write(group, "root:x:0:\nalice:x:1000:\ndocker:x:999:bob,alice\nwheel:x:10:alice\n")
 	db := newUserDB(passwd, group)
-	for _, tt := range []struct {
+	type row struct {
 		spec       string
 		uid, gid   uint32
 		home, name string
 		groups     int
-	}{
-		{"", 0, 0, "/root", "root", 1},
+	}
+	// No user is the agent's own: root, or (not root) an id this passwd
+	// does not list.
+	own := row{"", 0, 0, "/root", "root", 1}
+	if euid := uint32(os.Geteuid()); euid != 0 {
+		own = row{"", euid, euid, "/", fmt.Sprint(euid), 1}
+	}
+	for _, tt := range []row{
+		own,
 		{"root", 0, 0, "/root", "root", 1},
 		{"alice", 1000, 1000, "/home/alice", "alice", 3},
 		{"1000", 1000, 1000, "/home/alice", "alice", 3},
