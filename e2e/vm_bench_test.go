@@ -149,7 +149,7 @@ func settleMemory(ids []string) time.Duration {
 	}
 	last, stable := total(), 0
 	for stable < 3 && time.Since(t0) < time.Minute {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the sampling period of what is measured: stable for 3 s
 		now := total()
 		if d := now - last; d < int64(len(ids))<<20 && d > -int64(len(ids))<<20 {
 			stable++

@@ -133,14 +133,7 @@ func vmGone(t *testing.T, id string) {
 		}
 		return l
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for l := left(); len(l) > 0; l = left() {
-		if time.Now().After(deadline) {
-			t.Errorf("left behind by %s: %v", id, l)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, 20*time.Second, "nothing left behind by "+id, func() bool { return len(left()) == 0 })
 }
 
 func exists(p string) bool {

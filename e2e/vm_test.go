@@ -374,8 +374,12 @@ func TestVMPauseResume(t *testing.T) {
 	if !alive {
 		t.Fatalf("the counter (pid %s) is not running after resume", pid1)
 	}
-	time.Sleep(2 * time.Second)
-	pid2, n2, alive := counter(t, id)
+	var pid2 string
+	var n2 int
+	wait.For(t, 20*time.Second, "the counter to count on after resume", func() bool {
+		pid2, n2, alive = counter(t, id)
+		return pid2 != pid1 || !alive || n2 > n1
+	})
 	if pid2 != pid1 || !alive || n2 <= n1 {
 		t.Errorf("counter after resume: pid %s count %d, then pid %s count %d (alive %v); want the same pid counting on", pid1, n1, pid2, n2, alive)
 	}

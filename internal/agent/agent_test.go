@@ -605,15 +605,16 @@ func TestShutdownHook(t *testing.T) {
 	called := make(chan struct{})
 	conn, _ := startAgent(t, agent.Options{OnShutdown: func() { close(called) }})
 	ctx := context.Background()
-	stream, err := conn.Process.Start(ctx, connect.NewRequest(sh("trap 'exit 7' TERM; sleep 30 & wait")))
+	stream, err := conn.Process.Start(ctx, connect.NewRequest(sh("trap 'exit 7' TERM; echo trapped; sleep 30 & wait")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stream.Close()
-	if !stream.Receive() {
-		t.Fatal(stream.Err())
+	for !strings.Contains(string(stream.Msg().GetEvent().GetData().GetStdout()), "trapped") { // sh has installed its trap
+		if !stream.Receive() {
+			t.Fatal(stream.Err())
+		}
 	}
-	time.Sleep(100 * time.Millisecond) // let sh install its trap
 	if _, err := conn.Control.Shutdown(ctx, connect.NewRequest(&controlpb.ShutdownRequest{GraceMs: 2000})); err != nil {
 		t.Fatal(err)
 	}
@@ -673,20 +674,10 @@ func TestWarmLeavesNoListener(t *testing.T) {
 	conn, srv := startAgent(t, agent.Options{})
 	srv.Warm()
 	prefix := fmt.Sprintf("@warren-agent-warm-%d-", os.Getpid())
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.For(t, 5*time.Second, fmt.Sprintf("the warm-up socket %s* to close", prefix), func() bool {
 		b, err := os.ReadFile("/proc/net/unix")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(b), prefix) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm-up socket %s* still open", prefix)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && !strings.Contains(string(b), prefix)
+	})
 	if _, err := conn.Control.Info(context.Background(), connect.NewRequest(&controlpb.InfoRequest{})); err != nil {
 		t.Fatalf("Info after Warm: %v", err)
 	}

@@ -122,7 +122,8 @@ func TestUserDB(t *testing.T) {
 	if db.userName(1000) != "alice" || db.userName(5) != "5" || db.groupName(999) != "docker" || db.groupName(7) != "7" {
 		t.Error("names by id")
 	}
-	// Changes are picked up.
+	// Changes are picked up. (The rewrite comes later than the first read
+	// by more than the file's timestamp granularity, not to synchronise.)
 	time.Sleep(10 * time.Millisecond)
 	write(passwd, "root:x:0:0:root:/root:/bin/sh\nbob:x:1001:1001::/home/bob:/bin/sh\n")
 	if acc, err := db.lookup("bob"); err != nil || acc.uid != 1001 || len(acc.groups) != 2 {
@@ -246,7 +247,8 @@ func TestOutputBoundedAcrossProcesses(t *testing.T) {
 		}
 		return
 	}
-	// Every producer is now waiting on its consumer.
+	// The producers push for half a second, the load under test: what the
+	// streams hold must stay bounded however long they push.
 	time.Sleep(500 * time.Millisecond)
 	queued, replay := held()
 	maxQueued := int(max(queueBudget*(1+math.Log(procs)), procs*queueFloor)) + procs*(32<<10+eventOverhead)

@@ -216,7 +216,7 @@ func TestPauseResumeDeleteRace(t *testing.T) {
 			})
 		}
 		wg.Go(func() {
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // the delete comes amid the pauses and resumes: the race under test
 			if err := h.Manager.Delete(ctx, tenant, sb.ID); err != nil {
 				t.Errorf("delete: %v", err)
 			}

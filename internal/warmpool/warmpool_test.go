@@ -116,8 +116,8 @@ func TestCloseDiscardsReady(t *testing.T) {
 		t.Fatalf("discarded %v, want %v (and perhaps a refill)", discarded, want)
 	}
 	calls := m.count()
-	p.Start() // after Close: nothing
-	time.Sleep(20 * time.Millisecond)
+	p.Start()                         // after Close: nothing
+	time.Sleep(20 * time.Millisecond) // nothing to poll for: time for a wrong make to happen
 	if m.count() != calls {
 		t.Fatal("Start after Close made items")
 	}

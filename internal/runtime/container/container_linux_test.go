@@ -314,20 +314,10 @@ func TestContainerStopLeavesNothing(t *testing.T) {
 		t.Errorf("sandbox dir still there: %v", err)
 	}
 	// The loop device detaches itself once the mount namespace is gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, "the disk's loop device to detach", func() bool {
 		loops, err := disk.StaleLoops(filepath.Dir(f.spec.Disk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(loops) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loop devices still attached to the disk: %v", loops)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(loops) == 0
+	})
 }
 
 func TestContainerAdoptAfterRestart(t *testing.T) {
