@@ -70,7 +70,7 @@ func benchCreate(b *testing.B, pause time.Duration) {
 		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(pause)
+		time.Sleep(pause) // the pause between creates the benchmark is about
 		b.StartTimer()
 	}
 	reportPercentiles(b, ds)

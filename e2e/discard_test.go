@@ -4,12 +4,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/wait"
 )
 
 // TestDiskSpaceReturns is the regression test of issue 13, item 5: freed
@@ -29,8 +32,8 @@ func TestDiskSpaceReturns(t *testing.T) {
 	id := shared.newSandbox(t)
 	// What the create wrote is trimmed like the rest: wait for it to settle.
 	base := hostUsage(t, image)
-	eventually(t, 30*time.Second, "the pool image's usage to settle", func() bool {
-		time.Sleep(time.Second)
+	wait.For(t, 30*time.Second, "the pool image's usage to settle", func() bool {
+		time.Sleep(time.Second) // settled is unchanged over a second: the sampling period, not a wait
 		now := hostUsage(t, image)
 		defer func() { base = now }()
 		return now >= base-(1<<20) && now <= base+(1<<20)
@@ -48,14 +51,8 @@ func TestDiskSpaceReturns(t *testing.T) {
 		}
 		t0 := time.Now()
 		free()
-		deadline := t0.Add(30 * time.Second)
-		for hostUsage(t, image) > base+written/8 {
-			if time.Now().After(deadline) {
-				t.Fatalf("after %s the pool image takes %d MiB of the host, %d MiB more than before %d MiB were written",
-					what, hostUsage(t, image)>>20, (hostUsage(t, image)-base)>>20, written>>20)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		wait.For(t, 30*time.Second, fmt.Sprintf("the pool image to give back what %s freed (back within %d MiB of %d MiB)", what, written>>23, base>>20),
+			func() bool { return hostUsage(t, image) <= base+written/8 })
 		t.Logf("%s: pool image %d MiB, %d MiB with the data, back to %d MiB in %v",
 			what, base>>20, full>>20, hostUsage(t, image)>>20, time.Since(t0).Round(100*time.Millisecond))
 	}

@@ -373,15 +373,3 @@ func (b *lockedBuffer) tail(n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-// eventually polls cond every 50ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // BenchmarkDaemonMemoryUnderAttack measures a daemon's resident memory
@@ -79,7 +80,7 @@ func BenchmarkDaemonMemoryUnderAttack(b *testing.B) {
 				}
 				conns = append(conns, c)
 			}
-			eventually(b, 10*time.Second, "the daemon to accept the connections", func() bool { return fds() >= open+len(conns) })
+			wait.For(b, 10*time.Second, "the daemon to accept the connections", func() bool { return fds() >= open+len(conns) })
 			after := node.rss(b)
 			for _, c := range conns {
 				c.Close()

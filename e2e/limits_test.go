@@ -182,7 +182,7 @@ func stalledStreamsPeak(t testing.TB, id string, pid, n int) int64 {
 	}
 	var peak int64
 	for range 16 {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // sampling the peak while the load runs
 		peak = max(peak, rssOf(t, pid))
 	}
 	return peak

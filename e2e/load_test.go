@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // 100 sandboxes created at once all start, each answers an exec, and once
@@ -64,7 +65,7 @@ func TestLoadConcurrentCreates(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 20*time.Second, "every sandbox's cgroup, loop device and mount to go", func() bool {
+	wait.For(t, 20*time.Second, "every sandbox's cgroup, loop device and mount to go", func() bool {
 		return leaks(t) == before
 	})
 }

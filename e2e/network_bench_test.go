@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // Run with (docs/BENCHMARKS.md records the figures):
@@ -50,7 +51,7 @@ func BenchmarkPortProxy(b *testing.B) {
 	direct := "http://" + nodeAddress(b, sb) + ":8000"
 	proxied := cl.PortURL(sb, 8000, "")
 	proxied = proxied[:len(proxied)-1] // no trailing slash: paths follow
-	eventually(b, 10*time.Second, "the app serving", func() bool {
+	wait.For(b, 10*time.Second, "the app serving", func() bool {
 		resp, err := http.Get(direct + "/")
 		if err == nil {
 			resp.Body.Close()

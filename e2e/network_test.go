@@ -22,6 +22,7 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/wait"
 )
 
 // probeScript tries each target from inside a sandbox and prints one JSON
@@ -314,7 +315,7 @@ func hostGateway(t *testing.T) string {
 // waitServing waits until something listens on port in sandbox id.
 func waitServing(t *testing.T, id string, port int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("port %d of %s listening", port, id), func() bool {
+	wait.For(t, 10*time.Second, fmt.Sprintf("port %d of %s listening", port, id), func() bool {
 		res, err := shared.client().Exec(context.Background(), id, api.ExecRequest{
 			Cmd: []string{"python3", "-c", fmt.Sprintf("import socket; socket.create_connection(('127.0.0.1', %d), timeout=1)", port)},
 		})

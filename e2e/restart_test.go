@@ -16,6 +16,7 @@ import (
 
 	"warren/api"
 	"warren/internal/mountinfo"
+	"warren/internal/wait"
 )
 
 // foreign are the sandbox cgroups, routers and loop-device backing files
@@ -226,7 +227,7 @@ func TestInitKilled(t *testing.T) {
 	}
 	syscall.Kill(initPid(t, id), syscall.SIGKILL)
 	var failed *api.Sandbox
-	eventually(t, 15*time.Second, "the sandbox to be failed", func() bool {
+	wait.For(t, 15*time.Second, "the sandbox to be failed", func() bool {
 		sb, err := c.GetSandbox(ctx, id)
 		failed = sb
 		return err == nil && sb.State == api.StateFailed && strings.Contains(sb.Error, "exited")
@@ -238,7 +239,7 @@ func TestInitKilled(t *testing.T) {
 		t.Errorf("exec in a sandbox whose init died: %v, want conflict", err)
 	}
 	disk := filepath.Join(shared.dataDir, "disks", "sandboxes", id+".img")
-	eventually(t, 10*time.Second, "its processes to go", func() bool { return countInCgroup(id) == 0 })
+	wait.For(t, 10*time.Second, "its processes to go", func() bool { return countInCgroup(id) == 0 })
 	if _, err := os.Stat(disk); err != nil {
 		t.Fatalf("the failed sandbox's disk: %v; want it kept", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/wait"
 )
 
 // The two questions the whole field starts from, answered by running code in
@@ -270,7 +271,7 @@ func TestTTLReaps(t *testing.T) {
 	id := shared.newSandbox(t, "--timeout", "2s")
 	c := shared.client()
 	before := leaks(t)
-	eventually(t, 15*time.Second, "the expired sandbox to stop", func() bool {
+	wait.For(t, 15*time.Second, "the expired sandbox to stop", func() bool {
 		sb, err := c.GetSandbox(context.Background(), id)
 		return err == nil && sb.State == api.StateStopped
 	})
@@ -304,7 +305,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "resources to return to their count before", func() bool {
+	wait.For(t, 10*time.Second, "resources to return to their count before", func() bool {
 		return leaks(t) == before
 	})
 	for _, id := range ids {

@@ -17,6 +17,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/internal/blob/s3test"
+	"warren/internal/wait"
 )
 
 // snapshotState is what the check command prints in a sandbox: the files
@@ -199,7 +200,7 @@ func TestSnapshotSurvivesDaemonKill(t *testing.T) {
 	if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the snapshot to become durable after a restart", func() bool {
+	wait.For(t, 2*time.Minute, "the snapshot to become durable after a restart", func() bool {
 		got, err := shared.client().GetSnapshot(ctx, sn.ID)
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // footprint is what the daemon and its sandboxes hold: it must come back to
@@ -114,7 +115,7 @@ func TestSoak(t *testing.T) {
 	}
 	var after footprint
 	// Goroutines of finished requests and connections wind down shortly.
-	eventually(t, 15*time.Second, "the daemon's footprint to come back", func() bool {
+	wait.For(t, 15*time.Second, "the daemon's footprint to come back", func() bool {
 		after = measure(t)
 		return after.vars.Goroutines <= before.vars.Goroutines+5 && after.vars.OpenFDs <= before.vars.OpenFDs+5 &&
 			after.host == before.host && after.diskFiles == before.diskFiles && after.dirs == before.dirs

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // Run with (docs/BENCHMARKS.md records the figures; under TCG here):
@@ -126,7 +127,7 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest) {
 		}
 	}
 	for _, id := range ids {
-		eventually(b, 30*time.Second, "the sandbox's processes to be gone", func() bool {
+		wait.For(b, 30*time.Second, "the sandbox's processes to be gone", func() bool {
 			return len(qemuOf(id)) == 0 && countInCgroup(id) == 0
 		})
 	}
@@ -148,7 +149,7 @@ func settleMemory(ids []string) time.Duration {
 	}
 	last, stable := total(), 0
 	for stable < 3 && time.Since(t0) < time.Minute {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the sampling period of what is measured: stable for 3 s
 		now := total()
 		if d := now - last; d < int64(len(ids))<<20 && d > -int64(len(ids))<<20 {
 			stable++

@@ -20,6 +20,7 @@ import (
 	"warren/internal/consolelog"
 	"warren/internal/disk/disktest"
 	"warren/internal/vmm/qemu"
+	"warren/internal/wait"
 )
 
 // Escape attempts from inside a vm sandbox, and faults of its VMM, as the
@@ -132,14 +133,7 @@ func vmGone(t *testing.T, id string) {
 		}
 		return l
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for l := left(); len(l) > 0; l = left() {
-		if time.Now().After(deadline) {
-			t.Errorf("left behind by %s: %v", id, l)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, 20*time.Second, "nothing left behind by "+id, func() bool { return len(left()) == 0 })
 }
 
 func exists(p string) bool {
@@ -468,7 +462,7 @@ func TestVMEscape(t *testing.T) {
 			t.Fatalf("the flood: %+v", res)
 		}
 		log := filepath.Join(shared.dataDir, "sandboxes", id, "console.log")
-		eventually(t, 30*time.Second, "the flood's end in the console log", func() bool {
+		wait.For(t, 30*time.Second, "the flood's end in the console log", func() bool {
 			b, _ := os.ReadFile(log)
 			return bytes.Contains(b, []byte("flood-done"))
 		})
@@ -485,7 +479,7 @@ func TestVMEscape(t *testing.T) {
 		if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: "sleep 0.5; echo b > /proc/sysrq-trigger"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "the rebooted sandbox to be failed", func() bool {
+		wait.For(t, 30*time.Second, "the rebooted sandbox to be failed", func() bool {
 			sb, err := c.GetSandbox(ctx, id)
 			return err == nil && sb.State == api.StateFailed
 		})
@@ -527,7 +521,7 @@ func TestVMMKilled(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "the sandbox to be failed", func() bool {
+	wait.For(t, 15*time.Second, "the sandbox to be failed", func() bool {
 		sb, err := c.GetSandbox(ctx, id)
 		return err == nil && sb.State == api.StateFailed
 	})

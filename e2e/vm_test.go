@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // The vm runtime's part of the suite: few tests, each bounded, because a
@@ -147,7 +148,7 @@ func TestVMSandbox(t *testing.T) {
 		if _, errOut, code := shared.cli(t, nil, "rm", id); code != 0 {
 			t.Fatalf("warren rm: exit %d: %s", code, errOut)
 		}
-		eventually(t, 15*time.Second, "QEMU of the deleted sandbox to be gone", func() bool { return len(qemuOf(id)) == 0 })
+		wait.For(t, 15*time.Second, "QEMU of the deleted sandbox to be gone", func() bool { return len(qemuOf(id)) == 0 })
 	})
 }
 
@@ -174,7 +175,7 @@ func TestVMSurvivesRestart(t *testing.T) {
 	if _, err := shared.client().StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", counterProgram}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the counter to count", func() bool {
+	wait.For(t, 20*time.Second, "the counter to count", func() bool {
 		res, err := shared.client().Exec(ctx, id, api.ExecRequest{Shell: "test $(cat /tmp/count 2>/dev/null || echo 0) -ge 3"})
 		return err == nil && res.ExitCode == 0
 	})
@@ -250,7 +251,7 @@ func TestVMSurvivesRestart(t *testing.T) {
 	if err := shared.client().DeleteSandbox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "QEMU of the deleted sandbox to be gone", func() bool { return len(qemuOf(id)) == 0 })
+	wait.For(t, 15*time.Second, "QEMU of the deleted sandbox to be gone", func() bool { return len(qemuOf(id)) == 0 })
 }
 
 // TestVMInfoAndSelection: warren info shows the vm runtime and its accel;
@@ -327,7 +328,7 @@ func TestVMPauseResume(t *testing.T) {
 	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", counterProgram}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the counter to count", func() bool {
+	wait.For(t, 20*time.Second, "the counter to count", func() bool {
 		res, err := c.Exec(ctx, id, api.ExecRequest{Shell: "test $(cat /tmp/count 2>/dev/null || echo 0) -ge 3"})
 		return err == nil && res.ExitCode == 0
 	})
@@ -373,8 +374,12 @@ func TestVMPauseResume(t *testing.T) {
 	if !alive {
 		t.Fatalf("the counter (pid %s) is not running after resume", pid1)
 	}
-	time.Sleep(2 * time.Second)
-	pid2, n2, alive := counter(t, id)
+	var pid2 string
+	var n2 int
+	wait.For(t, 20*time.Second, "the counter to count on after resume", func() bool {
+		pid2, n2, alive = counter(t, id)
+		return pid2 != pid1 || !alive || n2 > n1
+	})
 	if pid2 != pid1 || !alive || n2 <= n1 {
 		t.Errorf("counter after resume: pid %s count %d, then pid %s count %d (alive %v); want the same pid counting on", pid1, n1, pid2, n2, alive)
 	}
@@ -418,7 +423,7 @@ func TestVMPauseResume(t *testing.T) {
 					"import time\nb = bytearray(b'\\x01') * (" + strconv.Itoa(tc.touch) + " << 20)\nopen('/tmp/held', 'w').write('1')\ntime.sleep(3600)"}}); err != nil {
 					t.Fatal(err)
 				}
-				eventually(t, 60*time.Second, "the memory to be written", func() bool {
+				wait.For(t, 60*time.Second, "the memory to be written", func() bool {
 					res, err := c.Exec(ctx, sid, api.ExecRequest{Shell: "test -e /tmp/held"})
 					return err == nil && res.ExitCode == 0
 				})

@@ -38,7 +38,7 @@ race=(
 	./internal/hostclaim ./internal/ident ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pki ./internal/runtime/inproc
 	./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm ./internal/vmm/accel
-	./internal/vmport ./internal/warmpool
+	./internal/vmport ./internal/wait ./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"
 mapfile -t rest < <(go list ./... | grep -vxF -f <(go list "${race[@]}"))

@@ -23,6 +23,7 @@ import (
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/wait"
 )
 
 // buildAgent builds the static binary as shipped, once per test binary.
@@ -158,8 +159,7 @@ func TestAsPID1ReapsOrphansAndShutsDown(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, "no zombie and no sleep left in the namespace", func() bool {
 		var ps bytes.Buffer
 		_, _, err := conn.Run(ctx, sh(`for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done`), &ps, nil)
 		if err != nil {
@@ -178,14 +178,8 @@ func TestAsPID1ReapsOrphansAndShutsDown(t *testing.T) {
 				sleeps++
 			}
 		}
-		if zombies == 0 && sleeps == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d zombies and %d sleeps remain in the namespace:\n%s", zombies, sleeps, ps.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return zombies == 0 && sleeps == 0
+	})
 
 	// Shutdown terminates everything and the agent (PID 1) exits 0.
 	bg, err := conn.Process.Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "sleep", Args: []string{"60"}}}))
@@ -251,7 +245,7 @@ func TestListenFlags(t *testing.T) {
 // and stay, idle, after the goroutines that made them are gone.
 func TestReserveThreads(t *testing.T) {
 	reserveThreads(16)
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // time for the threads to go, which they must not
 	runtime.GC()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"warren/api"
 )
 
 // TestParseFlagsAnywhere pins parse: flags among the positional arguments
@@ -55,70 +53,5 @@ func TestParseBadFlags(t *testing.T) {
 		if got, err := parse(fs, args, 0, -1); err == nil {
 			t.Errorf("parse %q = %q, want an error", args, got)
 		}
-	}
-}
-
-// TestFlagsAfterArguments is the bug where a flag after the first argument
-// printed the usage and failed: the three examples.
-func TestFlagsAfterArguments(t *testing.T) {
-	f := newFake(t)
-	id := f.addSandbox(api.CreateSandboxRequest{}).ID
-
-	code, stdout, stderr := runCLI(t, nil, "snapshot", id, "--wait", "--scope", "workspace")
-	if code != 0 || stdout != "snap-1\n" {
-		t.Fatalf("snapshot ID --wait: exit %d stdout %q stderr %q", code, stdout, stderr)
-	}
-	f.with(func() {
-		want := api.CreateSnapshotRequest{Scope: "workspace", Wait: true}
-		if !reflect.DeepEqual(f.snapshots, []api.CreateSnapshotRequest{want}) {
-			t.Errorf("snapshot requests %+v, want %+v", f.snapshots, want)
-		}
-	})
-
-	code, stdout, stderr = runCLI(t, nil, "restore", "snap-1", "--count", "3", "--timeout", "1m")
-	if code != 0 || len(strings.Fields(stdout)) != 3 {
-		t.Fatalf("restore SNAP --count 3: exit %d stdout %q stderr %q, want 3 IDs", code, stdout, stderr)
-	}
-	f.with(func() {
-		want := api.RestoreRequest{Count: 3, SandboxSpec: api.SandboxSpec{TimeoutSeconds: 60}}
-		if !reflect.DeepEqual(f.restores, []api.RestoreRequest{want}) {
-			t.Errorf("restore requests %+v, want %+v", f.restores, want)
-		}
-	})
-
-	// -timeout is warren's: the fake's sleep times out only when given one.
-	code, stdout, stderr = runCLI(t, nil, "exec", id, "--timeout", "5s", "--", "sleep", "100")
-	if code != 124 || stdout != "" || stderr != "warren: command timed out after 5s\n" {
-		t.Errorf("exec ID --timeout 5s -- sleep: exit %d stdout %q stderr %q, want 124 and the timeout", code, stdout, stderr)
-	}
-}
-
-// TestExecAfterDoubleDash: everything after "--" is the command's, flags,
-// "--" and all.
-func TestExecAfterDoubleDash(t *testing.T) {
-	f := newFake(t)
-	id := f.addSandbox(api.CreateSandboxRequest{}).ID
-	tests := []struct {
-		args   []string
-		stdout string
-	}{
-		{[]string{"exec", id, "--", "echo", "--timeout", "5s", "-i"}, "--timeout 5s -i\n"},
-		{[]string{"exec", id, "--", "echo", "--", "x"}, "-- x\n"},
-		{[]string{"exec", "--", id, "echo", "-n"}, "-n\n"},
-		{[]string{"exec", id, "-i", "--", "echo", "-i"}, "-i\n"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, nil, tt.args...)
-			if code != 0 || stdout != tt.stdout {
-				t.Errorf("exit %d stdout %q stderr %q, want 0 and %q", code, stdout, stderr, tt.stdout)
-			}
-		})
-	}
-	// Without "--", the command's flags are taken for warren's: a clear
-	// error and the usage, never a command run with flags missing.
-	code, stdout, stderr := runCLI(t, nil, "exec", id, "echo", "-n", "x")
-	if code != 2 || stdout != "" || !strings.Contains(stderr, "flag provided but not defined: -n") || !strings.Contains(stderr, "usage: warren exec") {
-		t.Errorf("exec ID echo -n x: exit %d stdout %q stderr %q, want 2, the bad flag and the usage", code, stdout, stderr)
 	}
 }

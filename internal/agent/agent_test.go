@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,39 +17,20 @@ import (
 	"connectrpc.com/connect"
 
 	"warren/internal/agent"
+	"warren/internal/agent/agenttest"
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/wait"
 )
 
-// startAgent serves a Server on a unix socket in a temporary directory and
-// returns a Conn to it; both are closed when the test ends.
+// startAgent serves a Server on a unix socket and returns a Conn to it;
+// both are closed when the test ends.
 func startAgent(t testing.TB, opts agent.Options) (*agentconn.Conn, *agent.Server) {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := agent.New(opts, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, l) }()
+	sock, srv := agenttest.Listen(t, opts)
 	conn := agentconn.DialUnix(sock)
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
-	if err := conn.WaitReady(wctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(conn.Close)
 	return conn, srv
 }
 
@@ -86,18 +65,6 @@ func run(t testing.TB, conn *agentconn.Conn, req *processpb.StartRequest) result
 		t.Fatalf("run %v: %v", req.GetProcess().GetArgs(), err)
 	}
 	return result{stdout.String(), stderr.String(), end, pid}
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func wantCode(t testing.TB, err error, code connect.Code) {
@@ -598,7 +565,7 @@ func TestOrphansReaped(t *testing.T) {
 		run(t, conn, sh("sleep 0.1 & (sleep 0.1 &) ; exit 0"))
 	}
 	me := fmt.Sprint(os.Getpid())
-	waitFor(t, 10*time.Second, "no zombie or sleeping child", func() bool {
+	wait.For(t, 10*time.Second, "no zombie or sleeping child", func() bool {
 		for _, st := range procStats(t) {
 			if st.ppid == me && (st.state == "Z" || st.comm == "sleep") {
 				return false
@@ -638,15 +605,16 @@ func TestShutdownHook(t *testing.T) {
 	called := make(chan struct{})
 	conn, _ := startAgent(t, agent.Options{OnShutdown: func() { close(called) }})
 	ctx := context.Background()
-	stream, err := conn.Process.Start(ctx, connect.NewRequest(sh("trap 'exit 7' TERM; sleep 30 & wait")))
+	stream, err := conn.Process.Start(ctx, connect.NewRequest(sh("trap 'exit 7' TERM; echo trapped; sleep 30 & wait")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stream.Close()
-	if !stream.Receive() {
-		t.Fatal(stream.Err())
+	for !strings.Contains(string(stream.Msg().GetEvent().GetData().GetStdout()), "trapped") { // sh has installed its trap
+		if !stream.Receive() {
+			t.Fatal(stream.Err())
+		}
 	}
-	time.Sleep(100 * time.Millisecond) // let sh install its trap
 	if _, err := conn.Control.Shutdown(ctx, connect.NewRequest(&controlpb.ShutdownRequest{GraceMs: 2000})); err != nil {
 		t.Fatal(err)
 	}
@@ -706,20 +674,10 @@ func TestWarmLeavesNoListener(t *testing.T) {
 	conn, srv := startAgent(t, agent.Options{})
 	srv.Warm()
 	prefix := fmt.Sprintf("@warren-agent-warm-%d-", os.Getpid())
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.For(t, 5*time.Second, fmt.Sprintf("the warm-up socket %s* to close", prefix), func() bool {
 		b, err := os.ReadFile("/proc/net/unix")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(b), prefix) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm-up socket %s* still open", prefix)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && !strings.Contains(string(b), prefix)
+	})
 	if _, err := conn.Control.Info(context.Background(), connect.NewRequest(&controlpb.InfoRequest{})); err != nil {
 		t.Fatalf("Info after Warm: %v", err)
 	}

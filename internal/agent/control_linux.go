@@ -66,7 +66,7 @@ func (h controlService) Init(ctx context.Context, req *connect.Request[controlpb
 		}
 		// The container runtime sets the hostname before it drops the
 		// capability to change it: setting the same name again is a no-op.
-		if cur, err := os.Hostname(); err != nil || cur != hn {
+		if cur, err := os.Hostname(); !h.s.opts.KeepHostname && (err != nil || cur != hn) {
 			if err := unix.Sethostname([]byte(hn)); err != nil {
 				return nil, connect.NewError(errnoCode(err), fmt.Errorf("set hostname: %w", err))
 			}

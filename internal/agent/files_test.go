@@ -22,6 +22,7 @@ import (
 
 	"warren/internal/agent"
 	filesystempb "warren/internal/agent/pb/filesystem"
+	"warren/internal/wait"
 )
 
 // randReader is a deterministic stream of n pseudo-random bytes.
@@ -137,7 +138,7 @@ func TestFileWriteAtomicAndErrors(t *testing.T) {
 	if data, _ := os.ReadFile(target); string(data) != "old content" {
 		t.Errorf("after a failed upload the file holds %q", data)
 	}
-	waitFor(t, 5*time.Second, "the temporary file to be removed", func() bool {
+	wait.For(t, 5*time.Second, "the temporary file to be removed", func() bool {
 		names, _ := os.ReadDir(dir)
 		return len(names) == 1
 	})

@@ -51,6 +51,10 @@ type Options struct {
 	// thaws it by itself, so that a node that died mid-snapshot cannot leave
 	// the sandbox frozen (default 60 s).
 	FreezeTimeout time.Duration
+	// KeepHostname makes Init leave the process's hostname as it is: for an
+	// agent serving in another program's process (internal/runtime/inproc),
+	// whose hostname is the host's.
+	KeepHostname bool
 }
 
 // Server is the guest agent. Its methods may be called concurrently.

@@ -100,10 +100,11 @@ func readBounded(path string) ([]byte, error) {
 
 // lookup finds the account named by spec: a user name, or a numeric uid
 // (which need not be in /etc/passwd: it then gets gid = uid and home "/").
-// An empty spec means root.
+// An empty spec means the agent's own user: root, in a sandbox; an agent
+// that is not root (serving in a test's process) can act only as itself.
 func (db *userDB) lookup(spec string) (*account, error) {
 	if spec == "" {
-		spec = "0"
+		spec = strconv.Itoa(os.Geteuid())
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"warren/internal/agent"
+	"warren/internal/agent/agenttest"
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 )
@@ -86,22 +86,12 @@ func startH2CAgentWindow(t testing.TB, window int) (*Conn, *oneClient) {
 	}
 	l := &oneClient{Listener: ul, free: make(chan struct{}, 1)}
 	l.free <- struct{}{}
-	srv := agent.New(agent.Options{}, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, l) }()
+	agenttest.Serve(t, agent.Options{}, l)
 	conn := newH2C(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	}, window)
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	t.Cleanup(conn.Close)
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	if err := conn.WaitReady(wctx); err != nil {

@@ -24,7 +24,7 @@ func write(t *testing.T, w *os.File, p []byte) {
 		}
 		switch {
 		case errors.Is(err, syscall.EAGAIN):
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the FIFO is full: the writer waits for the drain, as a console does
 		case err != nil:
 			t.Fatalf("write: %v", err)
 		}

@@ -246,17 +246,7 @@ func Run(ctx context.Context, o Options) error {
 		Sandboxes:     mgr,
 	})
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
-	// A fleet of one: the front hands every request to this node's API.
-	front := control.NewFront(control.One(srv.Routes()), control.Options{
-		Preview: srv.PreviewSandbox,
-		Authenticate: func(r *http.Request) error {
-			_, err := srv.Authenticate(r)
-			return err
-		},
-		WriteError: srv.WriteError,
-		MaxBody:    cmp.Or(o.Server.MaxBodyBytes, server.DefaultMaxBodyBytes),
-	})
-	hs := srv.HTTPServer(srv.Wrap(front), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	hs := srv.HTTPServer(FleetOfOne(srv, o.Server.MaxBodyBytes), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -393,4 +383,19 @@ func isolations(rts []runtime.Runtime) string {
 // and so on). cgroup, network and snapshot add their subsystem themselves.
 func subsystem(log *slog.Logger, name string) *slog.Logger {
 	return log.With("subsystem", name)
+}
+
+// FleetOfOne is the API of a single machine: the fleet's front over the
+// one node of srv, in this process; maxBody is srv's bound on a JSON body
+// (0: the default).
+func FleetOfOne(srv *server.Server, maxBody int64) http.Handler {
+	return srv.Wrap(control.NewFront(control.One(srv.Routes()), control.Options{
+		Preview: srv.PreviewSandbox,
+		Authenticate: func(r *http.Request) error {
+			_, err := srv.Authenticate(r)
+			return err
+		},
+		WriteError: srv.WriteError,
+		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),
+	}))
 }

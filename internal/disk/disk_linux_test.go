@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/mountinfo"
+	"warren/internal/wait"
 )
 
 func TestCloneModeString(t *testing.T) {
@@ -407,17 +408,13 @@ func cleanupPoolMounts(t *testing.T, dir string) {
 // detach every loop device backed by a file under dir.
 func waitNoLoops(t *testing.T, dir string) {
 	t.Helper()
-	var left []string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var err error
-		if left, err = StaleLoops(dir); err != nil {
+	wait.For(t, 10*time.Second, "the loop devices under "+dir+" to detach", func() bool {
+		left, err := StaleLoops(dir)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if len(left) == 0 {
-			return
-		}
-	}
-	t.Errorf("loop devices still attached under %s: %v", dir, left)
+		return len(left) == 0
+	})
 }
 
 func mountsUnder(t *testing.T, dir string) []string {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/wait"
 )
 
 // trimPool opens an XFS loop pool in a fresh data directory with a fast
@@ -177,14 +179,8 @@ func TestTrimGivesSpaceBack(t *testing.T) {
 // waitAllocated waits until the host's usage of path is at most want.
 func waitAllocated(t *testing.T, path string, want int64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for allocated(t, path) > want {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s the pool image takes %d MiB of the host, want at most %d MiB",
-				what, allocated(t, path)>>20, want>>20)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, 15*time.Second, fmt.Sprintf("the pool image to take at most %d MiB of the host after %s", want>>20, what),
+		func() bool { return allocated(t, path) <= want })
 }
 
 // TestTrimOtherModes: a filesystem the data directory has of its own is

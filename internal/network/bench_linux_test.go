@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warren/internal/network/policy"
+	"warren/internal/wait"
 )
 
 // Run with (docs/BENCHMARKS.md records the figures):
@@ -39,8 +40,8 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 		var ds []time.Duration
 		for b.Loop() {
 			b.StopTimer()
-			for warm && len(n.pool.Ready()) == 0 {
-				time.Sleep(time.Millisecond)
+			if warm {
+				wait.For(b, 10*time.Second, "a warm router", func() bool { return len(n.pool.Ready()) > 0 })
 			}
 			target := filepath.Join(runDir, fmt.Sprintf("target-%d", i))
 			if err := newNetNS(target); err != nil {

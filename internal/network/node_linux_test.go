@@ -21,6 +21,7 @@ import (
 	"warren/api"
 	"warren/internal/guestnet"
 	"warren/internal/network/policy"
+	"warren/internal/wait"
 )
 
 // testPool is a pool of three sandbox slots that nothing on the host uses:
@@ -210,13 +211,7 @@ func TestNodeWarm(t *testing.T) {
 	n.StartWarm()
 	waitWarm := func(want int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(n.pool.Ready()) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d warm routers, want %d", len(n.pool.Ready()), want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		wait.For(t, 10*time.Second, fmt.Sprintf("%d warm routers", want), func() bool { return len(n.pool.Ready()) == want })
 	}
 	waitWarm(2)
 	pol, _ := policy.Parse(api.NetworkPolicy{None: true})

@@ -1,109 +1,38 @@
 //go:build linux
 
-package sandbox
+package sandbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"warren/api"
-	"warren/internal/backoff"
-	fileblob "warren/internal/blob/file"
-	"warren/internal/disk"
 	"warren/internal/listing"
-	"warren/internal/runtime"
-	"warren/internal/runtime/inproc"
-	"warren/internal/snapshot"
+	"warren/internal/sandbox/sandboxtest"
 	"warren/internal/store"
-	"warren/internal/template"
+	"warren/internal/wait"
 )
 
-// harness is a real manager over the in-process runtime: a store, a disk
-// pool of plain copies, a template of 64 MiB of zeros and a file blob
-// store, all in a temporary directory. It needs no root.
+// harness is sandboxtest's real manager with the lifecycle tests' helpers.
 type harness struct {
-	t    *testing.T
-	deps Deps
-	rt   *inproc.Runtime
-	m    *Manager
+	*sandboxtest.Harness
+	t *testing.T
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) harness {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := store.Open(ctx, filepath.Join(dir, "warren.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	pool, err := disk.Open(ctx, dir, nil, disk.Options{NoLoopImage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Close() })
-	tplDir := filepath.Join(pool.Dir(), "templates")
-	if err := os.MkdirAll(tplDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tplDir, "default.img"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(filepath.Join(tplDir, "default.img"), 64<<20); err != nil {
-		t.Fatal(err)
-	}
-	meta, _ := json.Marshal(template.Info{Name: "default", BuiltAt: time.Now(), Recipe: "test"})
-	if err := os.WriteFile(filepath.Join(tplDir, "default.json"), meta, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	templates, err := template.NewCatalog(pool, nil, template.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blobs, err := fileblob.Open(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := snapshot.Open(ctx, slog.New(slog.DiscardHandler), st, pool, blobs, snapshot.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, rt: inproc.New("container", nil)}
-	h.deps = Deps{
-		Store: st, Pool: pool, Templates: templates, Snapshots: snaps,
-		Runtimes: []runtime.Runtime{h.rt}, StateDir: filepath.Join(dir, "sandboxes"),
-		Host: HostCapacity{CPUs: 4, MemoryMB: 16 << 10, DiskMB: 1 << 20, PidMax: 1 << 22},
-	}
-	h.m = h.restart()
-	return h
-}
-
-// restart makes a new manager over the same store and runtime, as a
-// restarted daemon has.
-func (h *harness) restart() *Manager {
-	h.t.Helper()
-	deps := h.deps
-	deps.Log = slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, err := New(context.Background(), deps, Config{ReapEvery: 20 * time.Millisecond})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(m.Close)
-	return m
+	return harness{sandboxtest.New(t), t}
 }
 
 const tenant = "acme"
 
-func (h *harness) record(id string) store.Sandbox {
+func (h harness) record(id string) store.Sandbox {
 	h.t.Helper()
-	rec, err := h.deps.Store.GetSandbox(context.Background(), id)
+	rec, err := h.Deps.Store.GetSandbox(context.Background(), id)
 	if err != nil {
 		h.t.Fatalf("record of %s: %v", id, err)
 	}
@@ -111,9 +40,9 @@ func (h *harness) record(id string) store.Sandbox {
 }
 
 // create makes a sandbox of tenant.
-func (h *harness) create() api.Sandbox {
+func (h harness) create() api.Sandbox {
 	h.t.Helper()
-	sb, err := h.m.Create(context.Background(), tenant, api.CreateSandboxRequest{})
+	sb, err := h.Manager.Create(context.Background(), tenant, api.CreateSandboxRequest{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -122,35 +51,24 @@ func (h *harness) create() api.Sandbox {
 
 // createHeld starts a create that the runtime holds at its start, and
 // returns the sandbox's ID once it is recorded starting, and where the
-// create's answer comes once h.rt.Gate is sent to.
-func (h *harness) createHeld() (string, <-chan error) {
+// create's answer comes once h.Runtime.Gate is sent to.
+func (h harness) createHeld() (string, <-chan error) {
 	h.t.Helper()
-	h.rt.Gate = make(chan struct{})
+	h.Runtime.Gate = make(chan struct{})
 	created := make(chan error, 1)
 	go func() {
-		_, err := h.m.Create(context.Background(), tenant, api.CreateSandboxRequest{})
+		_, err := h.Manager.Create(context.Background(), tenant, api.CreateSandboxRequest{})
 		created <- err
 	}()
 	return h.starting(), created
 }
 
-// eventually waits, at most 10 s, for cond.
-func (h *harness) eventually(what string, cond func() bool) {
-	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond},
-		func() (bool, error) { return cond(), nil }); err != nil {
-		h.t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 // starting waits for the one sandbox recorded starting and returns its ID.
-func (h *harness) starting() string {
+func (h harness) starting() string {
 	h.t.Helper()
 	var id string
-	h.eventually("a sandbox to be starting", func() bool {
-		recs, _ := h.deps.Store.ListSandboxes(context.Background(), "", []string{api.StateStarting}, listing.Page{})
+	wait.For(h.t, 10*time.Second, "a sandbox to be starting", func() bool {
+		recs, _ := h.Deps.Store.ListSandboxes(context.Background(), "", []string{api.StateStarting}, listing.Page{})
 		if len(recs) > 0 {
 			id = recs[0].ID
 		}
@@ -159,8 +77,8 @@ func (h *harness) starting() string {
 	return id
 }
 
-func (h *harness) diskExists(id string) bool {
-	_, err := os.Stat(h.m.diskPath(id))
+func (h harness) diskExists(id string) bool {
+	_, err := os.Stat(h.Manager.DiskPath(id))
 	return err == nil
 }
 
@@ -171,11 +89,11 @@ func TestCreateAndDelete(t *testing.T) {
 	if rec := h.record(sb.ID); rec.State != api.StateRunning || rec.Version != 2 {
 		t.Errorf("after create: %s at version %d", rec.State, rec.Version)
 	}
-	if err := h.m.Delete(ctx, tenant, sb.ID); err != nil {
+	if err := h.Manager.Delete(ctx, tenant, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if rec := h.record(sb.ID); rec.State != api.StateStopped || h.diskExists(sb.ID) || h.rt.Live(sb.ID) != nil {
-		t.Errorf("after delete: %s, disk %v, live %v", rec.State, h.diskExists(sb.ID), h.rt.Live(sb.ID) != nil)
+	if rec := h.record(sb.ID); rec.State != api.StateStopped || h.diskExists(sb.ID) || h.Runtime.Live(sb.ID) != nil {
+		t.Errorf("after delete: %s, disk %v, live %v", rec.State, h.diskExists(sb.ID), h.Runtime.Live(sb.ID) != nil)
 	}
 }
 
@@ -186,25 +104,22 @@ func TestDeleteDuringCreate(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	id, created := h.createHeld()
-	if err := h.m.Delete(ctx, tenant, id); err != nil {
+	if err := h.Manager.Delete(ctx, tenant, id); err != nil {
 		t.Fatalf("delete of a starting sandbox: %v", err)
 	}
-	h.rt.Gate <- struct{}{}
+	h.Runtime.Gate <- struct{}{}
 	err := <-created
 	if !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("the create of a sandbox deleted while it started: %v, want a conflict", err)
 	}
 	rec := h.record(id)
-	if rec.State != api.StateStopped || h.diskExists(id) || h.rt.Live(id) != nil {
-		t.Errorf("after: %s, disk %v, live %v", rec.State, h.diskExists(id), h.rt.Live(id) != nil)
+	if rec.State != api.StateStopped || h.diskExists(id) || h.Runtime.Live(id) != nil {
+		t.Errorf("after: %s, disk %v, live %v", rec.State, h.diskExists(id), h.Runtime.Live(id) != nil)
 	}
-	if _, err := os.Stat(h.m.stateDir(id)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(h.Manager.StateDir(id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("its directory: %v, want it gone", err)
 	}
-	h.m.mu.Lock()
-	_, live := h.m.live[id]
-	h.m.mu.Unlock()
-	if live {
+	if h.Manager.CountsLive(id) {
 		t.Error("the manager still counts it live")
 	}
 }
@@ -218,19 +133,19 @@ func TestTimeoutAfterTeardown(t *testing.T) {
 		sb := h.create()
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			if err := h.m.Delete(ctx, tenant, sb.ID); err != nil {
+			if err := h.Manager.Delete(ctx, tenant, sb.ID); err != nil {
 				t.Error(err)
 			}
 		})
 		wg.Go(func() {
 			for range 20 {
-				if _, err := h.m.SetTimeout(ctx, tenant, sb.ID, time.Hour); err != nil && !api.IsCode(err, api.CodeConflict) {
+				if _, err := h.Manager.SetTimeout(ctx, tenant, sb.ID, time.Hour); err != nil && !api.IsCode(err, api.CodeConflict) {
 					t.Error(err)
 				}
 			}
 		})
 		wg.Wait()
-		if _, err := h.m.SetTimeout(ctx, tenant, sb.ID, time.Hour); !api.IsCode(err, api.CodeConflict) {
+		if _, err := h.Manager.SetTimeout(ctx, tenant, sb.ID, time.Hour); !api.IsCode(err, api.CodeConflict) {
 			t.Errorf("timeout of a stopped sandbox: %v, want a conflict", err)
 		}
 		if rec := h.record(sb.ID); rec.State != api.StateStopped {
@@ -245,19 +160,19 @@ func TestCrashKeepsTheDisk(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	sb := h.create()
-	h.rt.Live(sb.ID).Crash()
-	h.eventually("the crashed sandbox to be failed", func() bool { return h.record(sb.ID).State == api.StateFailed })
-	got, err := h.m.Get(ctx, tenant, sb.ID)
+	h.Runtime.Live(sb.ID).Crash()
+	wait.For(t, 10*time.Second, "the crashed sandbox to be failed", func() bool { return h.record(sb.ID).State == api.StateFailed })
+	got, err := h.Manager.Get(ctx, tenant, sb.ID)
 	if err != nil || got.State != api.StateFailed || !got.DiskKept || !h.diskExists(sb.ID) {
 		t.Fatalf("after the crash: %+v %v, disk %v", got, err, h.diskExists(sb.ID))
 	}
-	if err := h.m.Delete(ctx, tenant, sb.ID); err != nil {
+	if err := h.Manager.Delete(ctx, tenant, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if h.diskExists(sb.ID) {
 		t.Error("the failed sandbox's disk outlived its delete")
 	}
-	if _, err := h.deps.Store.GetSandbox(ctx, sb.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := h.Deps.Store.GetSandbox(ctx, sb.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("its record after the delete: %v", err)
 	}
 }
@@ -268,16 +183,16 @@ func TestCrashKeepsTheDisk(t *testing.T) {
 func TestRestartDuringCreate(t *testing.T) {
 	h := newHarness(t)
 	id, created := h.createHeld()
-	h.restart()
+	h.Restart()
 	if rec := h.record(id); rec.State != api.StateFailed {
 		t.Fatalf("after the restart: %s, want failed", rec.State)
 	}
-	h.rt.Gate <- struct{}{}
+	h.Runtime.Gate <- struct{}{}
 	if err := <-created; !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("the old create: %v, want a conflict", err)
 	}
-	if rec := h.record(id); rec.State != api.StateFailed || h.rt.Live(id) != nil {
-		t.Errorf("after: %s, live %v", rec.State, h.rt.Live(id) != nil)
+	if rec := h.record(id); rec.State != api.StateFailed || h.Runtime.Live(id) != nil {
+		t.Errorf("after: %s, live %v", rec.State, h.Runtime.Live(id) != nil)
 	}
 }
 
@@ -292,24 +207,43 @@ func TestPauseResumeDeleteRace(t *testing.T) {
 		for range 3 {
 			wg.Go(func() {
 				for range 5 {
-					if _, err := h.m.Pause(ctx, tenant, sb.ID); err != nil && !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeNotFound) {
+					if _, err := h.Manager.Pause(ctx, tenant, sb.ID); err != nil && !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeNotFound) {
 						t.Errorf("pause: %v", err)
 					}
-					if _, err := h.m.Resume(ctx, tenant, sb.ID); err != nil && !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeNotFound) {
+					if _, err := h.Manager.Resume(ctx, tenant, sb.ID); err != nil && !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeNotFound) {
 						t.Errorf("resume: %v", err)
 					}
 				}
 			})
 		}
 		wg.Go(func() {
-			time.Sleep(2 * time.Millisecond)
-			if err := h.m.Delete(ctx, tenant, sb.ID); err != nil {
+			time.Sleep(2 * time.Millisecond) // the delete comes amid the pauses and resumes: the race under test
+			if err := h.Manager.Delete(ctx, tenant, sb.ID); err != nil {
 				t.Errorf("delete: %v", err)
 			}
 		})
 		wg.Wait()
-		if rec := h.record(sb.ID); rec.State != api.StateStopped || h.rt.Live(sb.ID) != nil {
-			t.Errorf("after pauses, resumes and a delete: %s, live %v", rec.State, h.rt.Live(sb.ID) != nil)
+		if rec := h.record(sb.ID); rec.State != api.StateStopped || h.Runtime.Live(sb.ID) != nil {
+			t.Errorf("after pauses, resumes and a delete: %s, live %v", rec.State, h.Runtime.Live(sb.ID) != nil)
 		}
+	}
+}
+
+// TestSetNetworkWithoutNetworking is the bug where setting the one policy a
+// node without sandbox networking allows, no egress, dereferenced its
+// missing network and answered 500.
+func TestSetNetworkWithoutNetworking(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	sb := h.create()
+	st, err := h.Manager.SetNetwork(ctx, tenant, sb.ID, api.NetworkPolicy{None: true})
+	if err != nil || !st.Policy.None {
+		t.Fatalf("no egress: %+v, %v; want the policy set", st, err)
+	}
+	if st, err := h.Manager.Network(ctx, tenant, sb.ID); err != nil || !st.Policy.None {
+		t.Errorf("the policy after: %+v, %v", st, err)
+	}
+	if _, err := h.Manager.SetNetwork(ctx, tenant, sb.ID, api.NetworkPolicy{Allow: []string{"pypi.org"}}); !api.IsCode(err, api.CodeBadRequest) {
+		t.Errorf("an allow list without networking: %v, want bad_request", err)
 	}
 }

@@ -144,6 +144,15 @@ func (m *Manager) adoptNetwork(rec *store.Sandbox, spec *runtime.Spec) error {
 	return nil
 }
 
+// lookupNetwork is the sandbox's router, if the node has networking and the
+// sandbox a router.
+func (m *Manager) lookupNetwork(id string) (*network.Sandbox, bool) {
+	if m.deps.Network == nil {
+		return nil, false
+	}
+	return m.deps.Network.Lookup(id)
+}
+
 // detachNetwork removes the sandbox's router, if it has one.
 func (m *Manager) detachNetwork(id string) error {
 	if m.deps.Network == nil {
@@ -190,7 +199,7 @@ func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.Netwo
 	if _, err := m.validNetwork(&p); err != nil {
 		return api.NetworkStatus{}, err
 	}
-	if s, ok := m.deps.Network.Lookup(id); ok {
+	if s, ok := m.lookupNetwork(id); ok {
 		pol, _ := policy.Parse(p) // checked above
 		if err := s.SetPolicy(pol); err != nil {
 			return api.NetworkStatus{}, fmt.Errorf("set network of %s: %w", id, err)

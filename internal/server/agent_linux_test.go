@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -23,7 +21,9 @@ import (
 
 	"warren/api"
 	"warren/internal/agent"
+	"warren/internal/agent/agenttest"
 	"warren/internal/agentconn"
+	"warren/internal/wait"
 )
 
 // startAgent runs the real guest agent in this process on a unix socket and
@@ -34,35 +34,9 @@ func startAgent(t *testing.T) *agentconn.Conn {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the agent runs processes as other users and chowns the files it writes")
 	}
-	// A short directory: unix socket paths are limited to 108 bytes.
-	dir, err := os.MkdirTemp("", "wsrv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := agent.New(agent.Options{Version: "test"}, slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, l) }()
+	sock, _ := agenttest.Listen(t, agent.Options{Version: "test"})
 	conn := agentconn.DialUnix(sock)
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("agent serve: %v", err)
-		}
-		a.Close()
-	})
-	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer rcancel()
-	if err := conn.WaitReady(rctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(conn.Close)
 	return conn
 }
 
@@ -366,13 +340,13 @@ func TestCallerLeavingKillsForegroundExec(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		waitFor(t, tag+" running", func() bool {
+		wait.For(t, 10*time.Second, tag+" running", func() bool {
 			p, ok := processByTag(t, e, box, tag)
 			return ok && p.Running
 		})
 		cancel()
 		<-done
-		waitFor(t, tag+" killed", func() bool {
+		wait.For(t, 10*time.Second, tag+" killed", func() bool {
 			p, _ := processByTag(t, e, box, tag)
 			return !p.Running
 		})

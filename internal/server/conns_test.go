@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"warren/internal/wait"
 )
 
 // dialRaw opens a plain TCP connection to the test server.
@@ -137,14 +139,11 @@ func TestConnectionsPerClientBounded(t *testing.T) {
 	}
 	// Once the server has seen one close, a new connection is served.
 	open[0].Close()
-	var err error
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	wait.For(t, 3*time.Second, "a new connection to be served after one closed", func() bool {
 		again := e.dialRaw()
+		defer again.Close()
 		fmt.Fprintf(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		if _, err = http.ReadResponse(bufio.NewReader(again), nil); err == nil {
-			return
-		}
-		again.Close()
-	}
-	t.Errorf("after one closed, a new connection: %v", err)
+		_, err := http.ReadResponse(bufio.NewReader(again), nil)
+		return err == nil
+	})
 }

@@ -25,6 +25,7 @@ import (
 
 	"warren/api"
 	"warren/internal/ident"
+	"warren/internal/wait"
 )
 
 // The exposed-port proxy against real local backends behind the fake's
@@ -477,7 +478,7 @@ func TestPortProxyAnyUpgradeWithHalfClose(t *testing.T) {
 	if err != nil || string(rest) != "BYE" {
 		t.Errorf("after the half close: %q, %v; want BYE then EOF", rest, err)
 	}
-	waitFor(t, "the access log line of the upgrade", func() bool { return strings.Contains(e.logs.String(), "status=101") })
+	wait.For(t, 10*time.Second, "the access log line of the upgrade", func() bool { return strings.Contains(e.logs.String(), "status=101") })
 }
 
 // A caller that leaves mid-stream ends the backend's request too, and is
@@ -499,7 +500,7 @@ func TestPortProxyCallerLeaves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the sandbox's request outlived the caller")
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Contains(e.logs.String(), "path=/v1/sandboxes/"+id+"/ports/8080/wait") })
+	wait.For(t, 10*time.Second, "the access log line", func() bool { return strings.Contains(e.logs.String(), "path=/v1/sandboxes/"+id+"/ports/8080/wait") })
 	if strings.Contains(e.logs.String(), "level=ERROR") {
 		t.Errorf("a departed caller was logged as an error:\n%s", e.logs)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agentconn"
+	"warren/internal/wait"
 )
 
 // deadAgent is a connection to an agent that is not there.
@@ -521,21 +522,9 @@ func TestRequestCancelledIsNotAnError(t *testing.T) {
 	<-started
 	cancel()
 	<-done
-	waitFor(t, "the build's log line", func() bool { return strings.Contains(e.logs.String(), "path=/v1/templates/x/build") })
+	wait.For(t, 10*time.Second, "the build's log line", func() bool { return strings.Contains(e.logs.String(), "path=/v1/templates/x/build") })
 	if strings.Contains(e.logs.String(), "level=ERROR") {
 		t.Errorf("a departed caller was logged as an error:\n%s", e.logs.String())
-	}
-}
-
-// waitFor polls cond until it holds, or fails the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -1,7 +1,6 @@
 package warmpool
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"warren/internal/backoff"
+	"warren/internal/wait"
 )
 
 // maker makes ints, failing the calls listed in fail (1 for the first).
@@ -49,15 +49,6 @@ func newPool(m *maker, size int, quiet time.Duration) *Pool[int] {
 	})
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}, func() (bool, error) { return cond(), nil }) != nil {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 func TestFillTakeRefill(t *testing.T) {
 	m := &maker{}
 	p := newPool(m, 2, time.Millisecond)
@@ -67,12 +58,12 @@ func TestFillTakeRefill(t *testing.T) {
 	}
 	p.Start()
 	p.Start() // a second Start starts nothing more
-	waitFor(t, "two ready", func() bool { return len(p.Ready()) == 2 })
+	wait.For(t, 10*time.Second, "two ready", func() bool { return len(p.Ready()) == 2 })
 	v, ok := p.Take()
 	if !ok || v != 2 {
 		t.Fatalf("Take = %d, %v; want the last made, 2", v, ok)
 	}
-	waitFor(t, "the refill", func() bool { return len(p.Ready()) == 2 })
+	wait.For(t, 10*time.Second, "the refill", func() bool { return len(p.Ready()) == 2 })
 	if got := p.Ready(); !slices.Equal(got, []int{1, 3}) {
 		t.Fatalf("ready %v, want [1 3]", got)
 	}
@@ -86,7 +77,7 @@ func TestRefillFailingOnceIsRetried(t *testing.T) {
 	p := newPool(m, 1, 0)
 	defer p.Close()
 	p.Start()
-	waitFor(t, "an item after a failed make", func() bool { return len(p.Ready()) == 1 })
+	wait.For(t, 10*time.Second, "an item after a failed make", func() bool { return len(p.Ready()) == 1 })
 	if got := m.count(); got != 2 {
 		t.Fatalf("%d makes, want 2 (one failed, one retried)", got)
 	}
@@ -98,10 +89,10 @@ func TestRefillWaitsForQuiet(t *testing.T) {
 	p := newPool(m, 1, quiet)
 	defer p.Close()
 	p.Start()
-	waitFor(t, "the first fill", func() bool { return len(p.Ready()) == 1 })
+	wait.For(t, 10*time.Second, "the first fill", func() bool { return len(p.Ready()) == 1 })
 	start := time.Now()
 	p.Take()
-	waitFor(t, "the refill", func() bool { return len(p.Ready()) == 1 })
+	wait.For(t, 10*time.Second, "the refill", func() bool { return len(p.Ready()) == 1 })
 	if d := time.Since(start); d < quiet {
 		t.Fatalf("refilled %v after a take, want at least %v", d, quiet)
 	}
@@ -111,7 +102,7 @@ func TestCloseDiscardsReady(t *testing.T) {
 	m := &maker{}
 	p := newPool(m, 3, 0)
 	p.Start()
-	waitFor(t, "three ready", func() bool { return len(p.Ready()) == 3 })
+	wait.For(t, 10*time.Second, "three ready", func() bool { return len(p.Ready()) == 3 })
 	taken, _ := p.Take()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -125,8 +116,8 @@ func TestCloseDiscardsReady(t *testing.T) {
 		t.Fatalf("discarded %v, want %v (and perhaps a refill)", discarded, want)
 	}
 	calls := m.count()
-	p.Start() // after Close: nothing
-	time.Sleep(20 * time.Millisecond)
+	p.Start()                         // after Close: nothing
+	time.Sleep(20 * time.Millisecond) // nothing to poll for: time for a wrong make to happen
 	if m.count() != calls {
 		t.Fatal("Start after Close made items")
 	}

@@ -414,15 +414,3 @@ func addrs(s ...string) []netip.Addr {
 	}
 	return out
 }
-
-// eventually polls cond until it holds or the time is up.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

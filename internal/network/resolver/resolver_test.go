@@ -14,6 +14,7 @@ import (
 
 	"warren/api"
 	"warren/internal/network/policy"
+	"warren/internal/wait"
 )
 
 func TestAllowedPinsBeforeAnswer(t *testing.T) {
@@ -516,7 +517,7 @@ func TestFloodDoesNotStarveOthers(t *testing.T) {
 		defer u.mu.Unlock()
 		return u.inflight
 	}
-	eventually(t, 5*time.Second, "the flood fills its slots", func() bool { return inflight() == maxInflightPerSource })
+	wait.For(t, 5*time.Second, "the flood fills its slots", func() bool { return inflight() == maxInflightPerSource })
 
 	// Another source is answered while the flood is in progress.
 	r := query{name: "a.w.test.", qtype: dns.TypeA}.must(t, s)
@@ -527,7 +528,7 @@ func TestFloodDoesNotStarveOthers(t *testing.T) {
 		t.Errorf("%d slow queries in flight after the other source's, want %d", n, maxInflightPerSource)
 	}
 	u.releaseSlow()
-	eventually(t, 5*time.Second, "the flood ends", func() bool { return inflight() == 0 })
+	wait.For(t, 5*time.Second, "the flood ends", func() bool { return inflight() == 0 })
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.maxSlow != maxInflightPerSource {
@@ -562,7 +563,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		go query{name: "slow.w.test.", qtype: dns.TypeA, tcp: tcp, timeout: time.Second}.ask(s)
 	}
-	eventually(t, time.Second, "the slow queries reach the upstream", func() bool {
+	wait.For(t, time.Second, "the slow queries reach the upstream", func() bool {
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		return u.inflight == 2
@@ -591,7 +592,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	// The upstream's handlers of the slow queries are the upstream's
 	// goroutines, not the resolver's: end them, then count.
 	u.releaseSlow()
-	eventually(t, 3*time.Second, "goroutines back to the baseline", func() bool {
+	wait.For(t, 3*time.Second, "goroutines back to the baseline", func() bool {
 		return runtime.NumGoroutine() <= baseline
 	})
 }

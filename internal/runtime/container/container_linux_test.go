@@ -25,6 +25,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/wait"
 )
 
 // agentPath is the guest agent built once for this test binary.
@@ -313,20 +314,10 @@ func TestContainerStopLeavesNothing(t *testing.T) {
 		t.Errorf("sandbox dir still there: %v", err)
 	}
 	// The loop device detaches itself once the mount namespace is gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, "the disk's loop device to detach", func() bool {
 		loops, err := disk.StaleLoops(filepath.Dir(f.spec.Disk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(loops) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loop devices still attached to the disk: %v", loops)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(loops) == 0
+	})
 }
 
 func TestContainerAdoptAfterRestart(t *testing.T) {
@@ -437,7 +428,7 @@ func TestWarmInits(t *testing.T) {
 	f.rt = rt
 	rt.StartWarm()
 	warmCount := func() int { return len(rt.pool.Ready()) }
-	waitFor(t, "two warm inits", func() bool { return warmCount() == 2 })
+	wait.For(t, 20*time.Second, "two warm inits", func() bool { return warmCount() == 2 })
 
 	slots := map[int]bool{}
 	var pids []int
@@ -458,7 +449,7 @@ func TestWarmInits(t *testing.T) {
 		slots[st.Slot] = true
 		pids = append(pids, st.PID)
 	}
-	waitFor(t, "the pool to refill", func() bool { return warmCount() == 2 })
+	wait.For(t, 20*time.Second, "the pool to refill", func() bool { return warmCount() == 2 })
 	var waiting []int
 	for _, p := range rt.pool.Ready() {
 		waiting = append(waiting, p.pid)
@@ -476,17 +467,6 @@ func TestWarmInits(t *testing.T) {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
 			t.Errorf("sandbox init %d died with Close: sandboxes must outlive the runtime", pid)
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

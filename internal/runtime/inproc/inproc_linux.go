@@ -3,12 +3,13 @@
 // Package inproc is a runtime for tests: each sandbox is a real guest agent
 // (package agent) serving in this process, on a unix socket in the
 // sandbox's private directory, with no isolation at all: its processes run
-// as the test's user, on the host's filesystem. It implements
-// runtime.Runtime completely, so the manager, the server and the CLI run
-// their real lifecycle over it without root, and it gives tests the hooks
-// to make the races they need: a start that waits (Gate), a sandbox whose
-// init dies (Crash), a daemon restart (a new manager adopting from the same
-// Runtime).
+// as the test's user, on the host's filesystem. Only the hostname the
+// manager gives a sandbox is not set (it would be the host's). It
+// implements runtime.Runtime completely, so the manager, the server and the
+// CLI run their real lifecycle over it without root, and it gives tests the
+// hooks to make the races they need: a start that waits (Gate), a sandbox
+// whose init dies (Crash), a daemon restart (a new manager adopting from the
+// same Runtime).
 package inproc
 
 import (
@@ -172,7 +173,7 @@ func (in *Instance) serve() error {
 		return fmt.Errorf("agent socket: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ru := &run{srv: agent.New(agent.Options{SandboxID: in.id}, in.r.log.With("sandbox", in.id)), cancel: cancel}
+	ru := &run{srv: agent.New(agent.Options{SandboxID: in.id, KeepHostname: true}, in.r.log.With("sandbox", in.id)), cancel: cancel}
 	in.cur = ru
 	go func() {
 		ru.srv.Serve(ctx, l)

@@ -5,10 +5,15 @@ package inproc
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/runtime"
 )
@@ -87,4 +92,26 @@ func TestSweepStopsTheUnkept(t *testing.T) {
 
 func echo(s string) *processpb.StartRequest {
 	return &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/echo", Args: []string{s}}}
+}
+
+// TestInitKeepsTheHostsHostname is the bug where every sandbox the manager
+// started in a root test renamed the host after itself (and, not root,
+// failed to start).
+func TestInitKeepsTheHostsHostname(t *testing.T) {
+	before, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := start(t, New("container", nil), "sb-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn := in.Dial()
+	defer conn.Close()
+	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{SandboxId: "sb-1", Hostname: "sb-1"}))
+	if after, _ := os.Hostname(); err != nil || after != before {
+		t.Errorf("Init with a hostname: %v, the host's hostname %q, want it kept (%q)", err, after, before)
+		if after != before {
+			unix.Sethostname([]byte(before))
+		}
+	}
 }

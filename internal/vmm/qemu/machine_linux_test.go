@@ -21,6 +21,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/vmm"
 	"warren/internal/vmm/accel"
+	"warren/internal/wait"
 )
 
 // These tests run a real qemu-system-x86_64 under TCG without a kernel: the
@@ -245,7 +246,7 @@ func TestMemorySnapshotTimes(t *testing.T) {
 		t.Run(fmt.Sprintf("%dMiB", mem), func(t *testing.T) {
 			cfg := config(t, mem)
 			m := e.start(t, cfg, vmm.StartOptions{})
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the guest runs a little before its memory is saved
 			snap := filepath.Join(t.TempDir(), "mem.snap")
 			start := time.Now()
 			if err := m.SaveMemory(ctxT(t), snap); err != nil {
@@ -452,7 +453,7 @@ func TestJail(t *testing.T) {
 	if got.MemoryBytes != want.MemoryBytes || got.Pids != want.Pids || got.CPUs != want.CPUs {
 		t.Errorf("cgroup limits = %+v, want %+v", got, want)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // QEMU runs a little before its figures are logged (not checked)
 	if st, err := g.Stats(); err == nil {
 		t.Logf("qemu (128 MiB guest, SeaBIOS): memory %d MiB charged, %d tasks", st.MemoryBytes>>20, st.Pids)
 	}
@@ -687,18 +688,14 @@ func TestConsoleLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := e.start(t, cfg, vmm.StartOptions{})
+	defer m.Kill(ctxT(t))
 	var got []byte
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.For(t, 10*time.Second, "the guest's output in the console log", func() bool {
 		got, _ = os.ReadFile(cfg.ConsoleLog)
-		if len(got) > len(before) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	m.Kill(ctxT(t))
+		return len(got) > len(before)
+	})
 	t.Logf("console: %q", got)
-	if !strings.HasPrefix(string(got), before) || len(got) <= len(before) {
+	if !strings.HasPrefix(string(got), before) {
 		t.Errorf("console log = %q, want %q followed by the guest's output", got, before)
 	}
 }

@@ -146,8 +146,10 @@ func TestInterleavedEventsAndReplies(t *testing.T) {
 	events, unsub := c.Subscribe(16)
 	defer unsub()
 
+	firstRead := make(chan struct{})
 	go func() {
 		a, _ := f.next()
+		close(firstRead)
 		b, _ := f.next()
 		f.event("STOP", `{}`)
 		f.reply(b, `{"status": "paused", "running": false}`) // second call answered first
@@ -168,8 +170,7 @@ func TestInterleavedEventsAndReplies(t *testing.T) {
 		defer wg.Done()
 		errs[0] = c.Execute(context.Background(), "query-status", nil, &results[0])
 	}()
-	// Make sure the first call is written first.
-	time.Sleep(20 * time.Millisecond)
+	<-firstRead // the first call is written first
 	errs[1] = c.Execute(context.Background(), "query-status", nil, &results[1])
 	wg.Wait()
 	for i, err := range errs {

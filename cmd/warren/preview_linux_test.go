@@ -1,76 +1,46 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
 
 	"warren/api"
+	"warren/internal/server"
 )
 
-// The fake's preview routes: every sandbox starts private with token
-// "tok-ID"; a rotation appends "+".
-
-func (f *fakeWarren) previewOf(id string) api.Preview {
-	p, ok := f.previews[id]
-	if !ok {
-		p = api.Preview{Token: "tok-" + id}
-	}
-	if f.previewDomain != "" {
-		u := "https://{port}-" + id + "." + f.previewDomain + "/"
-		p.URL = &u
-	}
-	return p
-}
-
-func (f *fakeWarren) getPreview(w http.ResponseWriter, r *http.Request, id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	answer(w, http.StatusOK, f.previewOf(id))
-}
-
-func (f *fakeWarren) setPreview(w http.ResponseWriter, r *http.Request, id string) {
-	var req api.SetPreviewRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		fail(w, api.Errorf(api.CodeBadRequest, "%v", err))
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p := f.previewOf(id)
-	if req.Public != nil {
-		p.Public = *req.Public
-	}
-	if req.RotateToken {
-		p.Token += "+"
-	}
-	if f.previews == nil {
-		f.previews = map[string]api.Preview{}
-	}
-	f.previews[id] = p
-	answer(w, http.StatusOK, p)
-}
-
 func TestPreviewCommand(t *testing.T) {
-	f := newFake(t)
-	id := f.addSandbox(api.CreateSandboxRequest{}).ID
+	w := newWarren(t)
+	ctx := context.Background()
+	id := w.sandbox(api.CreateSandboxRequest{}).ID
+	p, err := w.Manager.Preview(ctx, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	code, stdout, stderr := runCLI(t, nil, "preview", id)
-	want := "access: private (the token is needed)\ntoken:  tok-" + id + "\nurl:    none: the server has no preview domain (use warren port-url)\n"
+	want := "access: private (the token is needed)\ntoken:  " + p.Token + "\nurl:    none: the server has no preview domain (use warren port-url)\n"
 	if code != 0 || stdout != want {
 		t.Errorf("preview: exit %d stdout %q stderr %q, want %q", code, stdout, stderr, want)
 	}
-	f.with(func() { f.previewDomain = "preview.example.com" })
+	newWarrenWith(t, w.Harness, server.Options{PreviewDomain: "preview.example.com"})
 	code, stdout, _ = runCLI(t, nil, "preview", "--public", "--rotate", id)
-	if code != 0 || !strings.Contains(stdout, "access: public\n") || !strings.Contains(stdout, "token:  tok-"+id+"+\n") ||
+	rotated, err := w.Manager.Preview(ctx, tenant, id)
+	if err != nil || !rotated.Public || rotated.Token == p.Token {
+		t.Fatalf("after --public --rotate: %+v, %v; want public with a new token", rotated, err)
+	}
+	if code != 0 || !strings.Contains(stdout, "access: public\n") || !strings.Contains(stdout, "token:  "+rotated.Token+"\n") ||
 		!strings.Contains(stdout, "url:    https://{port}-"+id+".preview.example.com/\n") {
 		t.Errorf("preview --public --rotate: exit %d stdout %q", code, stdout)
 	}
-	var p api.Preview
-	if code, stdout, _ := runCLI(t, nil, "preview", "--json", "--private", id); code != 0 || json.Unmarshal([]byte(stdout), &p) != nil || p.Public {
+	var got api.Preview
+	if code, stdout, _ := runCLI(t, nil, "preview", "--json", "--private", id); code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || got.Public || got.Token != rotated.Token {
 		t.Errorf("preview --json --private: exit %d stdout %q", code, stdout)
+	}
+	if p, err := w.Manager.Preview(ctx, tenant, id); err != nil || p.Public {
+		t.Errorf("after --private: %+v, %v; want private", p, err)
 	}
 	if code, _, stderr := runCLI(t, nil, "preview", "--public", "--private", id); code != 2 || !strings.Contains(stderr, "usage: warren preview") {
 		t.Errorf("--public --private: exit %d stderr %q", code, stderr)
@@ -81,16 +51,20 @@ func TestPreviewCommand(t *testing.T) {
 }
 
 func TestPortURLCommand(t *testing.T) {
-	f := newFake(t)
-	id := f.addSandbox(api.CreateSandboxRequest{}).ID
+	w := newWarren(t)
+	id := w.sandbox(api.CreateSandboxRequest{}).ID
 	// No preview domain: the API's URL of the port.
 	code, stdout, _ := runCLI(t, nil, "port-url", id, "8080")
 	if want := os.Getenv("WARREN_URL") + "/v1/sandboxes/" + id + "/ports/8080/\n"; code != 0 || stdout != want {
 		t.Errorf("port-url without a preview domain: exit %d stdout %q, want %q", code, stdout, want)
 	}
-	f.with(func() { f.previewDomain = "preview.example.com" })
+	newWarrenWith(t, w.Harness, server.Options{PreviewDomain: "preview.example.com"})
+	p, err := w.Manager.Preview(context.Background(), tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := "https://8080-" + id + ".preview.example.com/"
-	if code, stdout, _ := runCLI(t, nil, "port-url", id, "8080"); code != 0 || stdout != base+"?warren_token=tok-"+id+"\n" {
+	if code, stdout, _ := runCLI(t, nil, "port-url", id, "8080"); code != 0 || stdout != base+"?warren_token="+p.Token+"\n" {
 		t.Errorf("private port-url: exit %d stdout %q", code, stdout)
 	}
 	if code, stdout, _ := runCLI(t, nil, "port-url", "--no-token", id, "8080"); code != 0 || stdout != base+"\n" {
