@@ -36,8 +36,9 @@ race=(
 	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
 	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog
 	./internal/hostclaim ./internal/ident ./internal/mountinfo ./internal/network/policy
-	./internal/network/resolver ./internal/runtime/inproc ./internal/sandbox ./internal/store
-	./internal/unixmode ./internal/vmm ./internal/vmm/accel ./internal/vmport ./internal/warmpool
+	./internal/network/resolver ./internal/pgtest ./internal/runtime/inproc ./internal/sandbox
+	./internal/store ./internal/unixmode ./internal/vmm ./internal/vmm/accel ./internal/vmport
+	./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"
 mapfile -t rest < <(go list ./... | grep -vxF -f <(go list "${race[@]}"))
