@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(debootstrap e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86)
+packages=(debootstrap e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 postgresql)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -36,9 +36,9 @@ race=(
 	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
 	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog ./internal/control
 	./internal/hostclaim ./internal/ident ./internal/mountinfo ./internal/network/policy
-	./internal/network/resolver ./internal/node ./internal/pki ./internal/runtime/inproc
-	./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm ./internal/vmm/accel
-	./internal/vmport ./internal/wait ./internal/warmpool
+	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
+	./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm
+	./internal/vmm/accel ./internal/vmport ./internal/wait ./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"
 mapfile -t rest < <(go list ./... | grep -vxF -f <(go list "${race[@]}"))

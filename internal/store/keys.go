@@ -113,7 +113,7 @@ func (s *Store) DeleteKey(ctx context.Context, id string) error {
 
 // EnsureAdminKey returns the admin key kept in the file at path. When the
 // file is missing, or holds a key that is not a known admin key, it creates
-// a new admin key for tenant AdminTenant, writes it to path (mode 0600,
+// a new admin key for tenant api.AdminTenant, writes it to path (mode 0600,
 // atomically: a reader sees the old file or the new one) and reports
 // created. Calling it again returns the same key.
 func (s *Store) EnsureAdminKey(ctx context.Context, path string) (key string, created bool, err error) {

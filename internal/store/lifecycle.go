@@ -157,7 +157,7 @@ func (s *Store) change(ctx context.Context, id, op, to string, want, set []strin
 // inStates is the SQL condition column IN (states...) and its arguments.
 func inStates(column string, states []string) (string, []any) {
 	if len(states) == 0 {
-		return "0", nil
+		return "FALSE", nil
 	}
 	args := make([]any, len(states))
 	for i, st := range states {

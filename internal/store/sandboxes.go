@@ -79,7 +79,8 @@ func validState(state string) bool {
 }
 
 // InsertSandbox records a new sandbox. CreatedAt is set to now when zero;
-// UpdatedAt is set to now.
+// UpdatedAt is set to now. A record with the same ID is an error wrapping
+// ErrExists.
 func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return errors.New("insert sandbox: empty id or tenant")
@@ -109,6 +110,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+	if isUniqueViolation(err) {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, ErrExists)
+	}
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
@@ -161,7 +165,7 @@ func (s *Store) SetSandboxNetwork(ctx context.Context, id string, p api.NetworkP
 
 // SetSandboxPreview changes the sandbox's preview access in one statement:
 // PreviewPublic to *public unless public is nil, PreviewToken to token
-// unless token is "". It returns the record as it is afterwards;
+// unless token is "". It returns the record as that statement left it;
 // ErrNotFound when the sandbox does not exist. UpdatedAt is left alone: it
 // dates the sandbox's state, which PurgeFinal goes by.
 func (s *Store) SetSandboxPreview(ctx context.Context, id string, public *bool, token string) (Sandbox, error) {
@@ -169,17 +173,17 @@ func (s *Store) SetSandboxPreview(ctx context.Context, id string, public *bool, 
 	if public != nil {
 		pub = sql.NullBool{Bool: *public, Valid: true}
 	}
-	res, err := s.db.ExecContext(ctx,
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx,
 		`UPDATE sandboxes SET preview_public = COALESCE(?, preview_public),
 			preview_token = CASE WHEN ? = '' THEN preview_token ELSE ? END
-		WHERE id = ?`, pub, token, token, id)
+		WHERE id = ? RETURNING `+sandboxColumns, pub, token, token, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, ErrNotFound
+	}
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("set preview of %s: %w", id, err)
 	}
-	if err := affectedOne(res, "set preview of "+id); err != nil {
-		return Sandbox{}, err
-	}
-	return s.GetSandbox(ctx, id)
+	return sb, nil
 }
 
 // DeleteSandbox forgets the sandbox with id; ErrNotFound when there is none.

@@ -1,13 +1,22 @@
-// Package store keeps a node's metadata in SQLite: API keys, sandbox
-// records and snapshot records. It is the single-machine store; the schema is plain SQL so that a
-// PostgreSQL store for a fleet can mirror it.
+// Package store keeps warren's metadata: API keys, sandbox records and
+// snapshot records, in SQLite for a single machine or in PostgreSQL for a
+// fleet, behind the one Store type. Open picks the database by its DSN. Both
+// run one schema (migrations.go) and the same query text: ? placeholders,
+// numbered $1, $2… for PostgreSQL (rebind), and SQL both dialects read.
+// Times are Unix nanoseconds in 64-bit integers on both.
 //
 // It records what the rest of warren decides: it does not create sandboxes,
 // check quotas or validate the content of a record beyond what the schema
 // needs (the manager validates requests, the runtime owns RuntimeState).
 //
-// A Store is safe for concurrent use; SQLite serializes writers, even in
-// other processes.
+// A Store is safe for concurrent use, and so is a database shared by
+// several processes (control-plane replicas on one PostgreSQL database):
+// every change is one statement, never a read and a write back, which
+// SQLite's single writer and PostgreSQL's READ COMMITTED row locks both
+// keep whole. A sandbox's moves are compare-and-set (lifecycle.go), an
+// insert refuses a taken ID (ErrExists), and migrations run once under a
+// lock (migrate). UpdateSnapshot and SetSandboxNetwork write their fields
+// unconditionally: the last writer wins.
 package store
 
 import (
@@ -17,8 +26,14 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strconv"
+	"strings"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrNotFound is returned when a key, sandbox or snapshot does not exist.
@@ -27,91 +42,88 @@ var ErrNotFound = errors.New("not found")
 // ErrExists is returned when a record with the same ID exists already.
 var ErrExists = errors.New("already exists")
 
-// Store is the SQLite metadata store of a node.
+// Store is the metadata store, on SQLite or PostgreSQL.
 type Store struct {
-	db *sql.DB
+	db *db
 }
 
-// busyTimeoutMs is how long a statement waits for another writer's lock
-// before it fails with SQLITE_BUSY.
+// busyTimeoutMs is how long a SQLite statement waits for another writer's
+// lock before it fails with SQLITE_BUSY.
 const busyTimeoutMs = 10000
 
-// migrations are the schema steps, applied in order. PRAGMA user_version
-// holds how many have been applied. Never edit a released step; append one.
-var migrations = []string{
-	`CREATE TABLE api_keys (
-		id         TEXT PRIMARY KEY,
-		hash       BLOB NOT NULL UNIQUE,
-		tenant     TEXT NOT NULL,
-		admin      INTEGER NOT NULL,
-		created_at INTEGER NOT NULL
-	);
-	CREATE TABLE sandboxes (
-		id            TEXT PRIMARY KEY,
-		tenant        TEXT NOT NULL,
-		template      TEXT NOT NULL,
-		runtime       TEXT NOT NULL,
-		state         TEXT NOT NULL,
-		error         TEXT NOT NULL,
-		cpus          REAL NOT NULL,
-		memory_mb     INTEGER NOT NULL,
-		pids          INTEGER NOT NULL,
-		disk_mb       INTEGER NOT NULL,
-		env           TEXT NOT NULL,
-		metadata      TEXT NOT NULL,
-		runtime_state BLOB,
-		created_at    INTEGER NOT NULL,
-		expires_at    INTEGER,
-		updated_at    INTEGER NOT NULL
-	);
-	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
-	CREATE INDEX sandboxes_created ON sandboxes (created_at);`,
-	`ALTER TABLE sandboxes ADD COLUMN origin TEXT NOT NULL DEFAULT '';
-	CREATE TABLE snapshots (
-		id            TEXT PRIMARY KEY,
-		tenant        TEXT NOT NULL,
-		sandbox_id    TEXT NOT NULL,
-		parent        TEXT NOT NULL,
-		template      TEXT NOT NULL,
-		state         TEXT NOT NULL,
-		error         TEXT NOT NULL,
-		disk_bytes    INTEGER NOT NULL,
-		changed_bytes INTEGER NOT NULL,
-		stored_bytes  INTEGER NOT NULL,
-		ack_ns        INTEGER NOT NULL,
-		upload_ns     INTEGER NOT NULL,
-		created_at    INTEGER NOT NULL,
-		durable_at    INTEGER
-	);
-	CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
-	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);
-	CREATE INDEX snapshots_parent ON snapshots (parent);`,
-	`ALTER TABLE sandboxes ADD COLUMN workspace_mb INTEGER NOT NULL DEFAULT 0;
-	ALTER TABLE sandboxes ADD COLUMN workspace_origin TEXT NOT NULL DEFAULT '';
-	ALTER TABLE snapshots ADD COLUMN scope TEXT NOT NULL DEFAULT 'root';`,
-	`ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{}';
-	ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT 0;`,
-	// Exposed ports: each sandbox's preview access token and whether its
-	// preview hosts are public. Sandboxes recorded before get a token of
-	// 32 random bytes (SQLite's CSPRNG, seeded from the OS), in hex as the
-	// manager makes them.
-	`ALTER TABLE sandboxes ADD COLUMN preview_token TEXT NOT NULL DEFAULT '';
-	ALTER TABLE sandboxes ADD COLUMN preview_public INTEGER NOT NULL DEFAULT 0;
-	UPDATE sandboxes SET preview_token = lower(hex(randomblob(32)));`,
-	// The state machine's compare-and-set (lifecycle.go): every change of a
-	// sandbox's record counts up its version.
-	`ALTER TABLE sandboxes ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
-	// An ended sandbox keeps no environment (Transition): forget the ones
-	// recorded before.
-	`UPDATE sandboxes SET env = 'null' WHERE state IN ` + finalStates + `;`,
+// pgMaxConns bounds a Store's connections to PostgreSQL: enough for the
+// node's concurrent requests, few enough that several replicas stay well
+// under the server's max_connections (100 by default).
+const pgMaxConns = 16
+
+// Open opens the database dsn names and brings its schema up to date:
+//
+//   - a postgres:// or postgresql:// URL is a PostgreSQL database, opened
+//     through pgx (for example
+//     postgres://warren:PASSWORD@db.example:5432/warren?sslmode=verify-full,
+//     or postgres:///warren?host=/run/postgresql for a unix socket). The
+//     database must exist; Open creates the tables.
+//   - anything else is the path of a SQLite file, created if needed, run in
+//     WAL mode with foreign keys on.
+//
+// Errors name the database without its password.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	s, name, err := connect(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", name, err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.sql.Close()
+		return nil, fmt.Errorf("open store %s: %w", name, err)
+	}
+	return s, nil
 }
 
-// Open opens (creating if needed) the database at path and brings its
-// schema up to date. The database runs in WAL mode with foreign keys on.
-func Open(ctx context.Context, path string) (*Store, error) {
+// connect opens the database dsn names without touching its schema; name
+// is how errors name the database.
+func connect(dsn string) (s *Store, name string, err error) {
+	if !isPostgres(dsn) {
+		d, err := openSQLite(dsn)
+		return &Store{db: d}, dsn, err
+	}
+	d, err := openPostgres(dsn)
+	return &Store{db: d}, redacted(dsn), err
+}
+
+// isPostgres reports whether dsn names a PostgreSQL database.
+func isPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// redacted is dsn with its password, in the user info or the query, hidden.
+func redacted(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "postgres URL" // pgx's parse error shows it, redacted
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+func openPostgres(dsn string) (*db, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgconn's parse errors print the DSN with its password redacted.
+		return nil, err
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	sqlDB.SetMaxOpenConns(pgMaxConns)
+	sqlDB.SetMaxIdleConns(pgMaxConns)
+	return &db{sql: sqlDB, postgres: true}, nil
+}
+
+func openSQLite(path string) (*db, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMs))
@@ -122,70 +134,79 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// transaction cannot then fail half-way on a lock upgrade.
 	q.Set("_txlock", "immediate")
 	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String()
-	db, err := sql.Open("sqlite", dsn)
+	sqlDB, err := sql.Open("sqlite", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
 	// One connection: SQLite runs one writer at a time anyway, and writers
 	// that queue here wait their turn in order, where writers on several
 	// connections would poll the lock with sleeps of up to 100 ms each (a
 	// burst of 100 creates took seconds to record). Every statement is
 	// short; none is issued while another's rows are open.
-	db.SetMaxOpenConns(1)
-	s := &Store{db: db}
-	if err := s.migrate(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	return s, nil
+	sqlDB.SetMaxOpenConns(1)
+	return &db{sql: sqlDB}, nil
 }
 
 // Close closes the database. The Store must not be used afterwards.
 func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
+	if err := s.db.sql.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
 	}
 	return nil
 }
 
-// migrate applies the migrations the database has not seen yet, each in its
-// own transaction together with the user_version that records it.
-func (s *Store) migrate(ctx context.Context) error {
-	for {
-		done, err := s.migrateOne(ctx)
-		if err != nil || done {
-			return err
-		}
-	}
+// db runs the store's queries on either database. Query text is written
+// once, with ? placeholders; for PostgreSQL they are numbered (rebind).
+type db struct {
+	sql      *sql.DB
+	postgres bool
 }
 
-// migrateOne applies the next pending migration; done is true when none is
-// left.
-func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return false, fmt.Errorf("migrate: %w", err)
+func (d *db) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return d.sql.ExecContext(ctx, d.rebind(query), args...)
+}
+
+func (d *db) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return d.sql.QueryContext(ctx, d.rebind(query), args...)
+}
+
+func (d *db) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return d.sql.QueryRowContext(ctx, d.rebind(query), args...)
+}
+
+// rebind numbers the ? placeholders of query $1, $2… for PostgreSQL, and
+// leaves it alone for SQLite. The store's queries hold no ? anywhere else
+// (no string literal, identifier or comment has one).
+func (d *db) rebind(query string) string {
+	if !d.postgres || !strings.Contains(query, "?") {
+		return query
 	}
-	defer tx.Rollback()
-	var version int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return false, fmt.Errorf("read schema version: %w", err)
+	var b strings.Builder
+	b.Grow(len(query) + 16)
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] != '?' {
+			b.WriteByte(query[i])
+			continue
+		}
+		n++
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(n))
 	}
-	switch {
-	case version > len(migrations):
-		return false, fmt.Errorf("schema version %d is newer than this binary knows (%d)", version, len(migrations))
-	case version == len(migrations):
-		return true, nil
+	return b.String()
+}
+
+// isUniqueViolation reports whether err is a unique or primary key
+// constraint refusing a row, on either database.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505" // unique_violation
 	}
-	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
-		return false, fmt.Errorf("migration %d: %w", version+1, err)
+	var sqliteErr *sqlite.Error
+	if errors.As(err, &sqliteErr) {
+		code := sqliteErr.Code()
+		return code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || code == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 	}
-	// PRAGMA takes no bound parameters; version is an int we computed.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
-		return false, fmt.Errorf("migration %d: %w", version+1, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("migration %d: %w", version+1, err)
-	}
-	return false, nil
+	return false
 }

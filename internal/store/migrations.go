@@ -1,0 +1,256 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// A migration is one schema step in each database's SQL: the same text
+// on both (same), or, where types or functions differ, each spelled out.
+// The types map one way: SQLite's INTEGER (64 bits) is BIGINT, REAL is
+// DOUBLE PRECISION, BLOB is BYTEA, and an INTEGER that holds a Go bool is
+// BOOLEAN. The SQLite text of a released step never changes: existing
+// databases ran it, and their user_version counts the steps they ran.
+type migration struct {
+	sqlite, postgres string
+}
+
+func same(q string) migration { return migration{sqlite: q, postgres: q} }
+
+// migrations are the schema steps, applied in order. Never edit a released
+// step; append one.
+var migrations = []migration{
+	{
+		sqlite: `CREATE TABLE api_keys (
+		id         TEXT PRIMARY KEY,
+		hash       BLOB NOT NULL UNIQUE,
+		tenant     TEXT NOT NULL,
+		admin      INTEGER NOT NULL,
+		created_at INTEGER NOT NULL
+	);
+	CREATE TABLE sandboxes (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		template      TEXT NOT NULL,
+		runtime       TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		error         TEXT NOT NULL,
+		cpus          REAL NOT NULL,
+		memory_mb     INTEGER NOT NULL,
+		pids          INTEGER NOT NULL,
+		disk_mb       INTEGER NOT NULL,
+		env           TEXT NOT NULL,
+		metadata      TEXT NOT NULL,
+		runtime_state BLOB,
+		created_at    INTEGER NOT NULL,
+		expires_at    INTEGER,
+		updated_at    INTEGER NOT NULL
+	);
+	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
+	CREATE INDEX sandboxes_created ON sandboxes (created_at);`,
+		postgres: `CREATE TABLE api_keys (
+		id         TEXT PRIMARY KEY,
+		hash       BYTEA NOT NULL UNIQUE,
+		tenant     TEXT NOT NULL,
+		admin      BOOLEAN NOT NULL,
+		created_at BIGINT NOT NULL
+	);
+	CREATE TABLE sandboxes (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		template      TEXT NOT NULL,
+		runtime       TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		error         TEXT NOT NULL,
+		cpus          DOUBLE PRECISION NOT NULL,
+		memory_mb     BIGINT NOT NULL,
+		pids          BIGINT NOT NULL,
+		disk_mb       BIGINT NOT NULL,
+		env           TEXT NOT NULL,
+		metadata      TEXT NOT NULL,
+		runtime_state BYTEA,
+		created_at    BIGINT NOT NULL,
+		expires_at    BIGINT,
+		updated_at    BIGINT NOT NULL
+	);
+	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
+	CREATE INDEX sandboxes_created ON sandboxes (created_at);`,
+	},
+	{
+		sqlite: `ALTER TABLE sandboxes ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+	CREATE TABLE snapshots (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		sandbox_id    TEXT NOT NULL,
+		parent        TEXT NOT NULL,
+		template      TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		error         TEXT NOT NULL,
+		disk_bytes    INTEGER NOT NULL,
+		changed_bytes INTEGER NOT NULL,
+		stored_bytes  INTEGER NOT NULL,
+		ack_ns        INTEGER NOT NULL,
+		upload_ns     INTEGER NOT NULL,
+		created_at    INTEGER NOT NULL,
+		durable_at    INTEGER
+	);
+	CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
+	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);
+	CREATE INDEX snapshots_parent ON snapshots (parent);`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+	CREATE TABLE snapshots (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		sandbox_id    TEXT NOT NULL,
+		parent        TEXT NOT NULL,
+		template      TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		error         TEXT NOT NULL,
+		disk_bytes    BIGINT NOT NULL,
+		changed_bytes BIGINT NOT NULL,
+		stored_bytes  BIGINT NOT NULL,
+		ack_ns        BIGINT NOT NULL,
+		upload_ns     BIGINT NOT NULL,
+		created_at    BIGINT NOT NULL,
+		durable_at    BIGINT
+	);
+	CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
+	CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_at);
+	CREATE INDEX snapshots_parent ON snapshots (parent);`,
+	},
+	{
+		sqlite: `ALTER TABLE sandboxes ADD COLUMN workspace_mb INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sandboxes ADD COLUMN workspace_origin TEXT NOT NULL DEFAULT '';
+	ALTER TABLE snapshots ADD COLUMN scope TEXT NOT NULL DEFAULT 'root';`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN workspace_mb BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE sandboxes ADD COLUMN workspace_origin TEXT NOT NULL DEFAULT '';
+	ALTER TABLE snapshots ADD COLUMN scope TEXT NOT NULL DEFAULT 'root';`,
+	},
+	{
+		sqlite: `ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{}';
+	ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT 0;`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{}';
+	ALTER TABLE sandboxes ADD COLUMN net_slot BIGINT NOT NULL DEFAULT 0;`,
+	},
+	// Exposed ports: each sandbox's preview access token and whether its
+	// preview hosts are public. Sandboxes recorded before get a token of
+	// 32 random bytes in hex, as the manager makes them: from SQLite's
+	// CSPRNG (seeded from the OS); PostgreSQL has no random bytes without
+	// pgcrypto, so there the SHA-256 of two gen_random_uuid()s (244 bits
+	// from its CSPRNG).
+	{
+		sqlite: `ALTER TABLE sandboxes ADD COLUMN preview_token TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN preview_public INTEGER NOT NULL DEFAULT 0;
+	UPDATE sandboxes SET preview_token = lower(hex(randomblob(32)));`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN preview_token TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN preview_public BOOLEAN NOT NULL DEFAULT FALSE;
+	UPDATE sandboxes SET preview_token = encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')), 'hex');`,
+	},
+	// The state machine's compare-and-set (lifecycle.go): every change of a
+	// sandbox's record counts up its version.
+	{
+		sqlite:   `ALTER TABLE sandboxes ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN version BIGINT NOT NULL DEFAULT 1;`,
+	},
+	// An ended sandbox keeps no environment (Transition): forget the ones
+	// recorded before.
+	same(`UPDATE sandboxes SET env = 'null' WHERE state IN ` + finalStates + `;`),
+}
+
+// migrateLockKey names the PostgreSQL advisory lock that migrations hold
+// ("warren" in ASCII). Advisory locks are per database.
+const migrateLockKey = 0x77617272656e
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// migrate brings the schema up to date.
+func (s *Store) migrate(ctx context.Context) error {
+	return s.migrateTo(ctx, len(migrations))
+}
+
+// migrateTo applies the migrations up to the nth that the database has not
+// seen yet, in one transaction together with the count that records them,
+// so that stores opening one database at once (control-plane replicas
+// starting together) migrate it exactly once: SQLite's transaction holds
+// the write lock from BEGIN (_txlock=immediate); on PostgreSQL it takes an
+// advisory lock first, which the others wait on, and then find nothing
+// left to do. The count is SQLite's PRAGMA user_version, and PostgreSQL's
+// one row of schema_version.
+func (s *Store) migrateTo(ctx context.Context, n int) error {
+	tx, err := s.db.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	if s.db.postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+			id      INTEGER PRIMARY KEY CHECK (id = 1),
+			version BIGINT NOT NULL
+		);
+		INSERT INTO schema_version (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;`); err != nil {
+			return fmt.Errorf("migrate: schema_version: %w", err)
+		}
+	}
+	version, err := s.schemaVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case version > len(migrations):
+		return fmt.Errorf("schema version %d is newer than this binary knows (%d)", version, len(migrations))
+	case version >= n:
+		return nil
+	}
+	for i := version; i < n; i++ {
+		q := migrations[i].sqlite
+		if s.db.postgres {
+			q = migrations[i].postgres
+		}
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if err := s.setSchemaVersion(ctx, tx, n); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// schemaVersion is how many migrations the database has run.
+func (s *Store) schemaVersion(ctx context.Context, q querier) (int, error) {
+	query := `PRAGMA user_version`
+	if s.db.postgres {
+		query = `SELECT version FROM schema_version WHERE id = 1`
+	}
+	var v int
+	if err := q.QueryRowContext(ctx, query).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// setSchemaVersion records that the database has run n migrations.
+func (s *Store) setSchemaVersion(ctx context.Context, q querier, n int) error {
+	var err error
+	if s.db.postgres {
+		_, err = q.ExecContext(ctx, `UPDATE schema_version SET version = $1 WHERE id = 1`, n)
+	} else {
+		// PRAGMA takes no bound parameters; n is an int.
+		_, err = q.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", n))
+	}
+	if err != nil {
+		return fmt.Errorf("record schema version %d: %w", n, err)
+	}
+	return nil
+}
