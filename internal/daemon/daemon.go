@@ -51,6 +51,8 @@ const Version = "0.1.0"
 type Options struct {
 	DataDir string
 	Listen  string
+	// NodeID names this node in the fleet (default DefaultNodeID).
+	NodeID string
 	// AgentBinary is the static guest agent; default: warren-agent beside
 	// this executable.
 	AgentBinary string
@@ -85,6 +87,9 @@ type Options struct {
 	// Ready, when set, is called with the bound address once the API serves.
 	Ready func(addr string)
 }
+
+// DefaultNodeID is the name of a single machine's one node.
+const DefaultNodeID = "local"
 
 // DefaultDataDir is where a root daemon keeps its state by default.
 const DefaultDataDir = "/var/lib/warren"
@@ -123,6 +128,16 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer st.Close()
+	if o.NodeID == "" {
+		o.NodeID = DefaultNodeID
+	}
+	// Before anything reads them: a single machine's records from before
+	// the fleet are this node's.
+	if n, err := st.ClaimUnowned(ctx, o.NodeID); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("sandboxes recorded before the fleet are this node's", "count", n, "node", o.NodeID)
+	}
 	keyPath := filepath.Join(o.DataDir, "admin.key")
 	key, created, err := st.EnsureAdminKey(ctx, keyPath)
 	if err != nil {
@@ -191,6 +206,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer blobs.Close()
+	o.Snapshot.Node = o.NodeID
 	snaps, err := snapshot.Open(ctx, log, st, pool, blobs, o.Snapshot)
 	if err != nil {
 		return err
@@ -221,6 +237,7 @@ func Run(ctx context.Context, o Options) error {
 		StateDir:  filepath.Join(o.DataDir, "sandboxes"),
 		Network:   netNode,
 		Host:      host,
+		NodeID:    o.NodeID,
 	}, o.Sandbox)
 	if err != nil {
 		return err

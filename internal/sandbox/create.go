@@ -116,7 +116,7 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 			m.ledger.release(rec.ID)
 		}
 	}()
-	rec.Runtime = rt.Name()
+	rec.Runtime, rec.Node = rt.Name(), m.deps.NodeID
 	rec.PreviewToken = newPreviewToken() // per launch: a fork never shares its origin's
 	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {

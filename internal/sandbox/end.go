@@ -38,28 +38,18 @@ func (m *Manager) watch(id string, l *live) {
 // owner deletes it or its expiry passes (dropDisks), so that a crash never
 // loses the user's work, which a snapshot of the failed sandbox saves.
 func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reason string) error {
-	m.ledger.release(id)
-	var errs []error
-	if l != nil {
-		l.conn.Close()
-		errs = append(errs, l.inst.Stop(ctx))
-	}
 	rec, err := m.deps.Store.GetSandbox(ctx, id)
 	keep := err == nil && state == api.StateFailed && (rec.State == api.StateRunning || rec.State == api.StatePaused) &&
 		rec.ExpiresAt.After(time.Now())
 	expires := rec.ExpiresAt
+	errs := []error{m.release(ctx, id, l, keep)}
 	if keep {
 		m.ledger.restore(id, diskClaim(rec))
 		reason += fmt.Sprintf("; its disk is kept until %s (or until it is deleted): snapshot it to save its work",
 			rec.ExpiresAt.UTC().Format(time.RFC3339))
 	} else {
-		errs = append(errs, m.removeDisks(id))
 		expires = time.Time{}
 	}
-	if rerr := os.RemoveAll(m.stateDir(id)); rerr != nil {
-		errs = append(errs, rerr)
-	}
-	errs = append(errs, m.detachNetwork(id))
 	if err == nil && !slices.Contains(store.Live, rec.State) {
 		return errors.Join(errs...) // already final: another teardown recorded how it ended
 	}
@@ -78,6 +68,52 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 		return err
 	}
 	return nil
+}
+
+// release stops the sandbox (l nil: it runs nowhere) and frees what the
+// node holds for it: its claim, directory and router, and its disks unless
+// keepDisks. It records nothing.
+func (m *Manager) release(ctx context.Context, id string, l *live, keepDisks bool) error {
+	m.ledger.release(id)
+	var errs []error
+	if l != nil {
+		l.conn.Close()
+		errs = append(errs, l.inst.Stop(ctx))
+	}
+	if !keepDisks {
+		errs = append(errs, m.removeDisks(id))
+	}
+	if err := os.RemoveAll(m.stateDir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, m.detachNetwork(id))
+	return errors.Join(errs...)
+}
+
+// Fence stops every sandbox the node runs and frees all it holds for them,
+// disks included, and records nothing: the node has lost its lease in the
+// fleet (it was fenced, or could not renew it), so its sandboxes' records
+// are no longer its own, and another node may run them now from their
+// last snapshot under the same IDs.
+func (m *Manager) Fence(ctx context.Context) {
+	m.mu.Lock()
+	var gone []string
+	ls := map[string]*live{}
+	for id, l := range m.live {
+		if !l.deleting {
+			l.deleting = true
+			ls[id] = l
+			gone = append(gone, id)
+		}
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	for id, l := range ls {
+		if err := m.release(context.WithoutCancel(ctx), id, l, false); err != nil {
+			m.log.Error("fenced sandbox not released", "sandbox", id, "err", err)
+		}
+	}
+	m.log.Warn("fenced: stopped every sandbox of the node", "sandboxes", gone)
 }
 
 // keepsDisks says whether an ended sandbox still holds its disks: it
@@ -206,7 +242,7 @@ func (m *Manager) reap(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		expired, err := m.deps.Store.ExpiredSandboxes(ctx, now)
+		expired, err := m.deps.Store.ExpiredSandboxes(ctx, m.deps.NodeID, now)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Error("find expired sandboxes", "err", err)

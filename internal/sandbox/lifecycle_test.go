@@ -247,3 +247,25 @@ func TestSetNetworkWithoutNetworking(t *testing.T) {
 		t.Errorf("an allow list without networking: %v, want bad_request", err)
 	}
 }
+
+// TestFence: a fenced node stops every sandbox it runs and removes their
+// disks, and leaves their records to the fleet, which moves them on.
+func TestFence(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.create(), h.create()
+	h.Manager.Fence(context.Background())
+	for _, sb := range []api.Sandbox{a, b} {
+		if h.Runtime.Live(sb.ID) != nil {
+			t.Errorf("%s still runs after the fence", sb.ID)
+		}
+		if h.diskExists(sb.ID) {
+			t.Errorf("%s kept its disk after the fence", sb.ID)
+		}
+		if rec := h.record(sb.ID); rec.State != api.StateRunning || rec.Version != 2 {
+			t.Errorf("%s's record after the fence: %s version %d; want it untouched", sb.ID, rec.State, rec.Version)
+		}
+	}
+	if n := h.Manager.Running(listing.AnyTenant); n != 0 {
+		t.Errorf("%d sandboxes still counted running", n)
+	}
+}

@@ -120,6 +120,9 @@ type Deps struct {
 	Network *network.Node
 	// Host is what the node's host has, for admission.
 	Host HostCapacity
+	// NodeID names this node in the fleet: its sandboxes' records carry
+	// it, and it adopts and reaps only those.
+	NodeID string
 }
 
 // Manager runs the node's sandboxes. It is safe for concurrent use.
@@ -165,6 +168,9 @@ type live struct {
 // New makes the manager, reconciles the store with what is running on the
 // node (after a daemon restart), and starts the reaper of expired sandboxes.
 func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
+	if deps.NodeID == "" {
+		return nil, errors.New("the node has no ID")
+	}
 	if err := os.MkdirAll(deps.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}

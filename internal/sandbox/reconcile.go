@@ -11,7 +11,6 @@ import (
 
 	"warren/api"
 	"warren/internal/disk"
-	"warren/internal/listing"
 	"warren/internal/runtime"
 )
 
@@ -22,10 +21,11 @@ import (
 // the old process); then what this node's sandboxes left and no live one
 // owns — cgroups, processes, loop devices, disks, directories, routers — is
 // removed.
-// Sandboxes this store does not know are left alone: another warren server
-// on the host (another data directory) owns them.
+// Sandboxes this store does not know as this node's are left alone:
+// another warren server on the host (another data directory), or another
+// node of the fleet, owns them.
 func (m *Manager) reconcile(ctx context.Context) error {
-	recs, err := m.deps.Store.ListSandboxes(ctx, "", nil, listing.Page{})
+	recs, err := m.deps.Store.NodeSandboxes(ctx, m.deps.NodeID, nil)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	// Failed sandboxes keep their disks (teardown), those that failed just
 	// now included.
-	if recs, err = m.deps.Store.ListSandboxes(ctx, "", []string{api.StateFailed}, listing.Page{}); err != nil {
+	if recs, err = m.deps.Store.NodeSandboxes(ctx, m.deps.NodeID, []string{api.StateFailed}); err != nil {
 		return err
 	}
 	keepDisks := maps.Clone(keep)

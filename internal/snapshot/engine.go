@@ -86,6 +86,9 @@ import (
 
 // Config tunes the engine. Zero fields take DefaultConfig's values.
 type Config struct {
+	// Node names the node the engine runs on: the snapshots it takes are
+	// its to upload, and a restart resumes only its own.
+	Node string
 	// Parallel is how many chunks one upload or materialization moves at
 	// once.
 	Parallel int
@@ -206,7 +209,7 @@ func (e *Engine) BlobStore() string { return e.blobs.String() }
 // resume restarts pending uploads and clears what an interrupted daemon left
 // in the cache.
 func (e *Engine) resume(ctx context.Context) error {
-	pending, err := e.store.PendingSnapshots(ctx)
+	pending, err := e.store.PendingSnapshots(ctx, e.cfg.Node)
 	if err != nil {
 		return fmt.Errorf("resume snapshots: %w", err)
 	}

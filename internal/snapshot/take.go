@@ -55,7 +55,7 @@ func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Sna
 	}
 	sn := store.Snapshot{
 		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Scope: src.Scope, Parent: parent,
-		Template: src.Template, State: api.SnapshotPending,
+		Template: src.Template, State: api.SnapshotPending, Node: e.cfg.Node,
 	}
 	if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
 		return store.Snapshot{}, fmt.Errorf("take snapshot: %w", err)
@@ -173,7 +173,7 @@ func (e *Engine) EnsureBase(ctx context.Context, template, image string, built t
 		if err != nil {
 			return "", fmt.Errorf("template base: %w", err)
 		}
-		sn = store.Snapshot{ID: id, Template: template, State: api.SnapshotPending, DiskBytes: st.Size()}
+		sn = store.Snapshot{ID: id, Template: template, State: api.SnapshotPending, DiskBytes: st.Size(), Node: e.cfg.Node}
 		if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
 			return "", fmt.Errorf("template base: %w", err)
 		}

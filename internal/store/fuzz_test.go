@@ -31,8 +31,8 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 24 {
-		return fmt.Errorf("scan of %d columns, want 24", len(dest))
+	if len(dest) != 25 {
+		return fmt.Errorf("scan of %d columns, want 25", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
@@ -42,6 +42,7 @@ func (r storedRow) scan(dest ...any) error {
 	*dest[20].(*int64), *dest[22].(*int64) = r.created, r.updated
 	*dest[21].(*sql.NullInt64) = r.expires
 	*dest[23].(*int64) = 1
+	*dest[24].(*string) = "n1"
 	return nil
 }
 

@@ -156,6 +156,41 @@ var migrations = []migration{
 	// An ended sandbox keeps no environment (Transition): forget the ones
 	// recorded before.
 	same(`UPDATE sandboxes SET env = 'null' WHERE state IN ` + finalStates + `;`),
+	// The fleet: its nodes (nodes.go), the node each sandbox runs on and
+	// each snapshot was taken on ("" for a single machine's from before,
+	// which ClaimUnowned gives to the node).
+	{
+		sqlite: `CREATE TABLE nodes (
+		id           TEXT PRIMARY KEY,
+		addr         TEXT NOT NULL,
+		region       TEXT NOT NULL,
+		cluster      TEXT NOT NULL,
+		labels       TEXT NOT NULL,
+		state        TEXT NOT NULL,
+		epoch        INTEGER NOT NULL,
+		report       BLOB,
+		heartbeat_at INTEGER NOT NULL,
+		created_at   INTEGER NOT NULL
+	);
+	ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
+	CREATE INDEX sandboxes_node ON sandboxes (node, state);
+	ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
+		postgres: `CREATE TABLE nodes (
+		id           TEXT PRIMARY KEY,
+		addr         TEXT NOT NULL,
+		region       TEXT NOT NULL,
+		cluster      TEXT NOT NULL,
+		labels       TEXT NOT NULL,
+		state        TEXT NOT NULL,
+		epoch        BIGINT NOT NULL,
+		report       BYTEA,
+		heartbeat_at BIGINT NOT NULL,
+		created_at   BIGINT NOT NULL
+	);
+	ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
+	CREATE INDEX sandboxes_node ON sandboxes (node, state);
+	ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

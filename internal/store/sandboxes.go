@@ -15,8 +15,10 @@ import (
 // Sandbox is a sandbox's record. State is one of the api.State* constants;
 // it changes only by a move of the state machine (lifecycle.go).
 type Sandbox struct {
-	ID       string
-	Tenant   string
+	ID     string
+	Tenant string
+	// Node is the fleet node that runs the sandbox (or ran it last).
+	Node     string
 	Template string
 	Runtime  string
 	State    string
@@ -59,7 +61,7 @@ type Sandbox struct {
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
-	runtime_state, created_at, expires_at, updated_at, version`
+	runtime_state, created_at, expires_at, updated_at, version, node`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -105,11 +107,11 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		created = now
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`,
 		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
-		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano())
+		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, ErrExists)
 	}
@@ -146,6 +148,34 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string, states []strin
 	f.in("state", states)
 	q, args := f.query(`SELECT `+sandboxColumns+` FROM sandboxes`, page)
 	return s.querySandboxes(ctx, "list sandboxes", q, args...)
+}
+
+// NodeSandboxes returns the sandboxes of node in one of states (any state
+// when states is empty), oldest first: what a node adopts and reaps.
+func (s *Store) NodeSandboxes(ctx context.Context, node string, states []string) ([]Sandbox, error) {
+	var f filter
+	f.add("node = ?", node)
+	f.in("state", states)
+	q, args := f.query(`SELECT `+sandboxColumns+` FROM sandboxes`, listing.Page{})
+	return s.querySandboxes(ctx, "list sandboxes of node "+node, q, args...)
+}
+
+// ClaimUnowned makes node the node of every sandbox and snapshot recorded
+// with none: those of a single machine from before the fleet. It returns
+// how many sandboxes it claimed.
+func (s *Store) ClaimUnowned(ctx context.Context, node string) (int, error) {
+	if _, err := s.db.ExecContext(ctx, `UPDATE snapshots SET node = ? WHERE node = ''`, node); err != nil {
+		return 0, fmt.Errorf("claim snapshots for node %s: %w", node, err)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE node = ''`, node)
+	if err != nil {
+		return 0, fmt.Errorf("claim sandboxes for node %s: %w", node, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("claim sandboxes for node %s: %w", node, err)
+	}
+	return int(n), nil
 }
 
 // SetSandboxNetwork replaces the sandbox's egress policy. ErrNotFound when
@@ -195,14 +225,15 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return affectedOne(res, "delete sandbox "+id)
 }
 
-// ExpiredSandboxes returns the sandboxes not in a final state, and the
+// ExpiredSandboxes returns node's sandboxes not in a final state, and its
 // failed ones (which keep their disks until they expire), whose ExpiresAt
 // is set and not after now, oldest first.
-func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
+func (s *Store) ExpiredSandboxes(ctx context.Context, node string, now time.Time) ([]Sandbox, error) {
 	return s.querySandboxes(ctx, "expired sandboxes",
 		`SELECT `+sandboxColumns+` FROM sandboxes
-		WHERE (state NOT IN `+finalStates+` OR state = '`+api.StateFailed+`') AND expires_at IS NOT NULL AND expires_at <= ?
-		ORDER BY created_at, id`, now.UnixNano())
+		WHERE node = ? AND (state NOT IN `+finalStates+` OR state = '`+api.StateFailed+`')
+		AND expires_at IS NOT NULL AND expires_at <= ?
+		ORDER BY created_at, id`, node, now.UnixNano())
 }
 
 // PurgeFinal deletes the sandboxes in a final state last updated before
@@ -257,7 +288,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var expires sql.NullInt64
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
-		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version)
+		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node)
 	if err != nil {
 		return Sandbox{}, err
 	}

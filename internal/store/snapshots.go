@@ -11,12 +11,15 @@ import (
 	"warren/internal/listing"
 )
 
-// Snapshot is a snapshot's record on this node: the ones it took, and the
-// ones it restored from another node's manifests. State is one of the
-// api.Snapshot* constants (see package api for the state machine).
+// Snapshot is a snapshot's record: the ones the nodes took, and the ones
+// they restored from manifests found in the blob store. State is one of
+// the api.Snapshot* constants (see package api for the state machine).
 type Snapshot struct {
-	ID        string
-	Tenant    string
+	ID     string
+	Tenant string
+	// Node took the snapshot and uploads it: a pending snapshot is its to
+	// finish.
+	Node      string
 	SandboxID string
 	Scope     string // api.ScopeRoot or api.ScopeWorkspace
 	// Parent is the snapshot (or template base layer) this one's layer is
@@ -41,7 +44,7 @@ type Snapshot struct {
 }
 
 const snapshotColumns = `id, tenant, sandbox_id, scope, parent, template, state, error,
-	disk_bytes, changed_bytes, stored_bytes, ack_ns, upload_ns, created_at, durable_at`
+	disk_bytes, changed_bytes, stored_bytes, ack_ns, upload_ns, created_at, durable_at, node`
 
 func validSnapshotState(state string) bool {
 	switch state {
@@ -68,10 +71,10 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	}
 	sn.CreatedAt = fromNanos(sn.CreatedAt.UnixNano())
 	res, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 		sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
 		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
-		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt))
+		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt), sn.Node)
 	if err != nil {
 		return fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
 	}
@@ -127,11 +130,12 @@ func (s *Store) ListSnapshots(ctx context.Context, tenant, sandboxID string, sta
 	return s.querySnapshots(ctx, "list snapshots", q, args...)
 }
 
-// PendingSnapshots returns every pending snapshot, oldest first: the
-// uploads a restarted daemon resumes.
-func (s *Store) PendingSnapshots(ctx context.Context) ([]Snapshot, error) {
+// PendingSnapshots returns node's pending snapshots, oldest first: the
+// uploads it resumes when it restarts.
+func (s *Store) PendingSnapshots(ctx context.Context, node string) ([]Snapshot, error) {
 	return s.querySnapshots(ctx, "pending snapshots",
-		`SELECT `+snapshotColumns+` FROM snapshots WHERE state = ? ORDER BY created_at, id`, api.SnapshotPending)
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE state = ? AND node = ? ORDER BY created_at, id`,
+		api.SnapshotPending, node)
 }
 
 // LatestSnapshot returns the sandbox's newest snapshot of scope that has
@@ -188,7 +192,7 @@ func (s *Store) querySnapshots(ctx context.Context, op, query string, args ...an
 		var ack, upload, created int64
 		var durable sql.NullInt64
 		if err := rows.Scan(&sn.ID, &sn.Tenant, &sn.SandboxID, &sn.Scope, &sn.Parent, &sn.Template, &sn.State, &sn.Error,
-			&sn.DiskBytes, &sn.ChangedBytes, &sn.StoredBytes, &ack, &upload, &created, &durable); err != nil {
+			&sn.DiskBytes, &sn.ChangedBytes, &sn.StoredBytes, &ack, &upload, &created, &durable, &sn.Node); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		sn.Ack, sn.Upload = time.Duration(ack), time.Duration(upload)

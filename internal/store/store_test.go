@@ -373,6 +373,10 @@ func TestExpiredAndPurge(t *testing.T) {
 			sb := newSandbox(id, "acme")
 			sb.State = state
 			sb.ExpiresAt = expires
+			sb.Node = "n1"
+			if id == "sb-elsewhere" {
+				sb.Node = "n2"
+			}
 			if err := s.InsertSandbox(ctx, sb); err != nil {
 				t.Fatal(err)
 			}
@@ -385,8 +389,9 @@ func TestExpiredAndPurge(t *testing.T) {
 		mk("sb-stopped", api.StateStopped, now.Add(-time.Hour))
 		mk("sb-failed", api.StateFailed, now.Add(-time.Hour)) // keeps its disks until they are dropped
 		mk("sb-failed-bare", api.StateFailed, time.Time{})
+		mk("sb-elsewhere", api.StateRunning, now.Add(-time.Minute)) // another node's to reap
 
-		expired, err := s.ExpiredSandboxes(ctx, now)
+		expired, err := s.ExpiredSandboxes(ctx, "n1", now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,8 +412,8 @@ func TestExpiredAndPurge(t *testing.T) {
 			t.Errorf("PurgeFinal(now) = %d, %v; want 2", n, err)
 		}
 		list, _ := s.ListSandboxes(ctx, "", nil, listing.Page{})
-		if len(list) != 5 {
-			t.Errorf("%d sandboxes left, want 5", len(list))
+		if len(list) != 6 {
+			t.Errorf("%d sandboxes left, want 6", len(list))
 		}
 		for _, sb := range list {
 			if isFinal(sb.State) && sb.ID != "sb-failed" {

@@ -86,7 +86,8 @@ func New(t testing.TB) *Harness {
 	h.Deps = sandbox.Deps{
 		Store: st, Pool: pool, Templates: templates, Snapshots: snaps,
 		Runtimes: []runtime.Runtime{h.Runtime}, StateDir: filepath.Join(dir, "sandboxes"),
-		Host: sandbox.HostCapacity{CPUs: 4, MemoryMB: 16 << 10, DiskMB: 1 << 20, PidMax: 1 << 22},
+		Host:   sandbox.HostCapacity{CPUs: 4, MemoryMB: 16 << 10, DiskMB: 1 << 20, PidMax: 1 << 22},
+		NodeID: "test-node",
 	}
 	h.Manager = h.Restart()
 	return h
