@@ -30,7 +30,7 @@
 //
 // A node's cost, lower is better:
 //
-//	cost = LocalityWeight × fetch/GiB + LoadWeight × load
+//	cost = LocalityWeight × fetch/GiB + LoadWeight × load/(1 − load)
 //
 // fetch is the bytes the node would download to materialize the request's
 // lineage: the sizes of the lineage's layers nearer than the nearest one
@@ -39,10 +39,13 @@
 // one, saves nothing). A node that holds none of the lineage fetches all
 // of it. load is the node's dominant share once the request is placed:
 // the largest of (allocated + requested) / (capacity × overcommit) over
-// vCPUs, memory and disk, or the node's reported load (0–1) if higher.
-// With the defaults (1 and 2) a node one half fuller than another must
-// save a GiB of download to win. Ties go to fewer bytes, then to the
-// smaller node ID (clusters: to the lower load, then the first joined).
+// vCPUs, memory and disk, or the node's reported load (0–1) if higher,
+// capped at 0.99. load/(1 − load) is how queueing delay grows with
+// utilization: cheap while a node has room, steep as it fills, so that
+// locality packs forks onto the nodes holding their lineage until they
+// are busy, not until they are full. With the defaults (1 and 1) a node
+// half full costs as much as a GiB to fetch, three quarters full 3 GiB,
+// 90% full 9 GiB. Ties go to fewer bytes, then to the smaller node ID.
 //
 // # Best-of-K
 //
@@ -55,8 +58,12 @@
 // cluster. Cluster choice comes first: clusters of the region whose
 // summed free capacity could hold the request, cheapest first by the same
 // formula over the cluster's aggregates (its nearest holder's fetch, its
-// summed load); a cluster in which no node fits passes the request to the
-// next.
+// summed load: an estimate). Place picks the best node of the first
+// cluster in which one fits, and also of the next ones while their
+// estimate is below the best node's cost, up to 3 clusters: aggregates
+// hide that the few nodes a request may use in a cluster (a label, a CPU
+// model) are full. Ties between clusters go to the lower load, then to
+// the cluster that joined first.
 //
 // Policies: PolicyLocality is the score above; PolicyLeastLoaded scores
 // the same K random candidates by load alone; PolicyRandom takes a random
