@@ -54,8 +54,8 @@
 // layers (walking the lineage nearest-first, from a random holder of each
 // layer, so that forks of one snapshot spread over its holders), plus up
 // to Config.K feasible nodes sampled at random (the power of K choices,
-// for load). Only when sampling finds nothing feasible does it scan the
-// cluster. Cluster choice comes first: clusters of the region whose
+// for load). When the draws find fewer than K feasible nodes (few fit),
+// it scans the cluster for the rest. Cluster choice comes first: clusters of the region whose
 // summed free capacity could hold the request, cheapest first by the same
 // formula over the cluster's aggregates (its nearest holder's fetch, its
 // summed load: an estimate). Place picks the best node of the first
@@ -74,9 +74,10 @@
 //
 // With n nodes, c clusters, d lineage layers and K+L candidates, a
 // decision costs O(d + c·log c) to resolve the lineage and order the
-// clusters, plus O((K+L)·(filters + d)) to probe and score candidates;
-// a cluster scan (nothing sampled fits) is O(n/c · d), and a request that
-// fits nowhere scans the region once more to name the filter. Updates are
+// clusters, plus O((K+L)·(filters + d)) to probe and score candidates in
+// each of at most 3 clusters; a cluster scan (few sampled nodes fit) is
+// O(n/c · d), and a request that fits nowhere scans the region once more
+// to name the filter. Updates are
 // cheap: Allocate and Release are O(1); AddLayer and RemoveLayer are O(1)
 // expected plus O(c) to find the layer's holders in the node's cluster;
 // Upsert is O(labels + runtimes + flags), plus O(held layers) if the node
