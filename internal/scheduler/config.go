@@ -57,8 +57,8 @@ type Config struct {
 	Locality int
 	// LocalityWeight is the cost of one GiB fetched (default 1).
 	LocalityWeight float64
-	// LoadWeight is the cost of a node's load going from 0 to 1
-	// (default 2: a GiB of download is worth half a node).
+	// LoadWeight is the cost of a node half full (default 1: as much
+	// as a GiB fetched); the load term is LoadWeight × load/(1 − load).
 	LoadWeight float64
 }
 
@@ -66,11 +66,16 @@ const (
 	defaultK              = 8
 	defaultLocality       = 8
 	defaultLocalityWeight = 1
-	defaultLoadWeight     = 2
+	defaultLoadWeight     = 1
 	// drawsPer bounds the random draws and index probes of a decision:
 	// drawsPer × (K or Locality) before it settles for what it found.
 	drawsPer = 4
-	gib      = 1 << 30
+	// maxClusters bounds the clusters whose nodes a decision scores.
+	maxClusters = 3
+	// maxLoad caps the load in the score, where load/(1 − load) would
+	// grow without bound: a full node costs 99 × LoadWeight.
+	maxLoad = 0.99
+	gib     = 1 << 30
 )
 
 func (c Config) withDefaults() Config {

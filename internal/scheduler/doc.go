@@ -30,7 +30,7 @@
 //
 // A node's cost, lower is better:
 //
-//	cost = LocalityWeight × fetch/GiB + LoadWeight × load
+//	cost = LocalityWeight × fetch/GiB + LoadWeight × load/(1 − load)
 //
 // fetch is the bytes the node would download to materialize the request's
 // lineage: the sizes of the lineage's layers nearer than the nearest one
@@ -39,10 +39,13 @@
 // one, saves nothing). A node that holds none of the lineage fetches all
 // of it. load is the node's dominant share once the request is placed:
 // the largest of (allocated + requested) / (capacity × overcommit) over
-// vCPUs, memory and disk, or the node's reported load (0–1) if higher.
-// With the defaults (1 and 2) a node one half fuller than another must
-// save a GiB of download to win. Ties go to fewer bytes, then to the
-// smaller node ID (clusters: to the lower load, then the first joined).
+// vCPUs, memory and disk, or the node's reported load (0–1) if higher,
+// capped at 0.99. load/(1 − load) is how queueing delay grows with
+// utilization: cheap while a node has room, steep as it fills, so that
+// locality packs forks onto the nodes holding their lineage until they
+// are busy, not until they are full. With the defaults (1 and 1) a node
+// half full costs as much as a GiB to fetch, three quarters full 3 GiB,
+// 90% full 9 GiB. Ties go to fewer bytes, then to the smaller node ID.
 //
 // # Best-of-K
 //
@@ -51,12 +54,16 @@
 // layers (walking the lineage nearest-first, from a random holder of each
 // layer, so that forks of one snapshot spread over its holders), plus up
 // to Config.K feasible nodes sampled at random (the power of K choices,
-// for load). Only when sampling finds nothing feasible does it scan the
-// cluster. Cluster choice comes first: clusters of the region whose
+// for load). When the draws find fewer than K feasible nodes (few fit),
+// it scans the cluster for the rest. Cluster choice comes first: clusters of the region whose
 // summed free capacity could hold the request, cheapest first by the same
 // formula over the cluster's aggregates (its nearest holder's fetch, its
-// summed load); a cluster in which no node fits passes the request to the
-// next.
+// summed load: an estimate). Place picks the best node of the first
+// cluster in which one fits, and also of the next ones while their
+// estimate is below the best node's cost, up to 3 clusters: aggregates
+// hide that the few nodes a request may use in a cluster (a label, a CPU
+// model) are full. Ties between clusters go to the lower load, then to
+// the cluster that joined first.
 //
 // Policies: PolicyLocality is the score above; PolicyLeastLoaded scores
 // the same K random candidates by load alone; PolicyRandom takes a random
@@ -67,9 +74,10 @@
 //
 // With n nodes, c clusters, d lineage layers and K+L candidates, a
 // decision costs O(d + c·log c) to resolve the lineage and order the
-// clusters, plus O((K+L)·(filters + d)) to probe and score candidates;
-// a cluster scan (nothing sampled fits) is O(n/c · d), and a request that
-// fits nowhere scans the region once more to name the filter. Updates are
+// clusters, plus O((K+L)·(filters + d)) to probe and score candidates in
+// each of at most 3 clusters; a cluster scan (few sampled nodes fit) is
+// O(n/c · d), and a request that fits nowhere scans the region once more
+// to name the filter. Updates are
 // cheap: Allocate and Release are O(1); AddLayer and RemoveLayer are O(1)
 // expected plus O(c) to find the layer's holders in the node's cluster;
 // Upsert is O(labels + runtimes + flags), plus O(held layers) if the node

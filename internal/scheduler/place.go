@@ -30,21 +30,44 @@ func Place(v *View, req Request, rng *rand.Rand) (Decision, error) {
 		return Decision{}, err
 	}
 	q := v.resolve(req)
-	for _, ci := range v.orderClusters(q, rng) {
-		if c, ok := v.pickNode(ci, q, rng); ok {
-			cl := &v.clusters[ci]
-			return Decision{
-				Node: v.nodes[c.slot].id, Cluster: cl.name, Region: v.regions[cl.region].name,
-				FetchBytes: c.fetch, Load: c.load, Cost: c.cost, Scored: c.scored,
-			}, nil
+	var best candidate
+	bestCI, tried, scored := int32(-1), 0, 0
+	for _, rc := range v.orderClusters(q, rng) {
+		// The next cluster is worth a look while its estimate beats the
+		// best node found: a cluster's aggregates can hide that the few
+		// nodes a request may use in it are full.
+		if bestCI >= 0 && (v.cfg.Policy == PolicyRandom || rc.cost >= best.cost || tried == maxClusters) {
+			break
+		}
+		c, ok := v.pickNode(rc.ci, q, rng)
+		if !ok {
+			continue
+		}
+		tried++
+		scored += c.scored
+		if bestCI < 0 || v.better(c, best) {
+			best, bestCI = c, rc.ci
 		}
 	}
-	return Decision{}, v.noFit(q)
+	if bestCI < 0 {
+		return Decision{}, v.noFit(q)
+	}
+	cl := &v.clusters[bestCI]
+	return Decision{
+		Node: v.nodes[best.slot].id, Cluster: cl.name, Region: v.regions[cl.region].name,
+		FetchBytes: best.fetch, Load: best.load, Cost: best.cost, Scored: scored,
+	}, nil
+}
+
+// rankedCluster is a cluster and its estimated cost.
+type rankedCluster struct {
+	ci         int32
+	cost, load float64
 }
 
 // orderClusters returns the clusters of the request's region that could
 // hold it by their aggregates, best first.
-func (v *View) orderClusters(q *query, rng *rand.Rand) []int32 {
+func (v *View) orderClusters(q *query, rng *rand.Rand) []rankedCluster {
 	var all []int32
 	if q.req.Region == "" {
 		all = make([]int32, len(v.clusters))
@@ -54,17 +77,13 @@ func (v *View) orderClusters(q *query, rng *rand.Rand) []int32 {
 	} else if ri, ok := v.byRegion[q.req.Region]; ok {
 		all = v.regions[ri].clusters
 	}
-	type ranked struct {
-		ci         int32
-		cost, load float64
-	}
-	rs := make([]ranked, 0, len(all))
+	rs := make([]rankedCluster, 0, len(all))
 	for _, ci := range all {
 		c := &v.clusters[ci]
 		if c.nodesA == 0 || !c.free.covers(q.req.Resources) {
 			continue
 		}
-		rs = append(rs, ranked{ci: ci, load: share(c.alloc.add(q.req.Resources), c.eff)})
+		rs = append(rs, rankedCluster{ci: ci, load: share(c.alloc.add(q.req.Resources), c.eff)})
 	}
 	switch v.cfg.Policy {
 	case PolicyRandom:
@@ -75,7 +94,7 @@ func (v *View) orderClusters(q *query, rng *rand.Rand) []int32 {
 		}
 	case PolicyLeastLoaded:
 		for i := range rs {
-			rs[i].cost = rs[i].load
+			rs[i].cost = v.cost(0, rs[i].load)
 		}
 	default:
 		nearest := v.clusterFetch(q)
@@ -83,7 +102,7 @@ func (v *View) orderClusters(q *query, rng *rand.Rand) []int32 {
 			rs[i].cost = v.cost(nearest[rs[i].ci], rs[i].load)
 		}
 	}
-	slices.SortFunc(rs, func(a, b ranked) int {
+	slices.SortFunc(rs, func(a, b rankedCluster) int {
 		if c := cmp.Compare(a.cost, b.cost); c != 0 {
 			return c
 		}
@@ -92,11 +111,7 @@ func (v *View) orderClusters(q *query, rng *rand.Rand) []int32 {
 		}
 		return cmp.Compare(a.ci, b.ci)
 	})
-	out := make([]int32, len(rs))
-	for i, r := range rs {
-		out[i] = r.ci
-	}
-	return out
+	return rs
 }
 
 // weightedKey is Efraimidis–Spirakis: ordering items by u^(1/w), u
@@ -134,7 +149,21 @@ func (v *View) cost(fetch int64, load float64) float64 {
 	if v.cfg.Policy == PolicyLeastLoaded {
 		return load
 	}
-	return v.cfg.LocalityWeight*float64(fetch)/gib + v.cfg.LoadWeight*load
+	l := min(load, maxLoad)
+	return v.cfg.LocalityWeight*float64(fetch)/gib + v.cfg.LoadWeight*l/(1-l)
+}
+
+// better orders candidates: lower cost, then fewer bytes, then node ID.
+func (v *View) better(a, b candidate) bool { return v.compare(a, b) < 0 }
+
+func (v *View) compare(a, b candidate) int {
+	if c := cmp.Compare(a.cost, b.cost); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.fetch, b.fetch); c != 0 {
+		return c
+	}
+	return cmp.Compare(v.nodes[a.slot].id, v.nodes[b.slot].id)
 }
 
 // candidate is a feasible node a decision scores.
@@ -159,9 +188,12 @@ func (v *View) pickNode(ci int32, q *query, rng *rand.Rand) (candidate, bool) {
 	if v.cfg.Policy == PolicyRandom {
 		want = 1
 	}
+	before := len(cands)
 	cands = v.randomCandidates(cands, c, q, present, want, rng)
-	if len(cands) == 0 {
-		cands = v.scanCandidates(cands, c, q, present, want, rng)
+	if found := len(cands) - before; found < want {
+		// Few nodes of the cluster are feasible: find the others, lest
+		// the holders alone (full, perhaps) be compared.
+		cands = v.scanCandidates(cands, c, q, present, want-found, rng)
 	}
 	if len(cands) == 0 {
 		return candidate{}, false
@@ -172,15 +204,7 @@ func (v *View) pickNode(ci int32, q *query, rng *rand.Rand) (candidate, bool) {
 		cd.load = max(n.load, share(n.allocated.add(q.req.Resources), n.eff))
 		cd.cost = v.cost(cd.fetch, cd.load)
 	}
-	best := slices.MinFunc(cands, func(a, b candidate) int {
-		if c := cmp.Compare(a.cost, b.cost); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.fetch, b.fetch); c != 0 {
-			return c
-		}
-		return cmp.Compare(v.nodes[a.slot].id, v.nodes[b.slot].id)
-	})
+	best := slices.MinFunc(cands, v.compare)
 	best.scored = len(cands)
 	return best, true
 }
@@ -258,17 +282,17 @@ func (v *View) randomCandidates(cands []candidate, c *cluster, q *query, present
 	return cands
 }
 
-// scanCandidates looks at every node of c, from a random one, for up to
-// want feasible ones: when random draws found none, a few may still fit.
+// scanCandidates looks at the nodes of c, from a random one, for up to
+// want more feasible ones: when random draws find few, few fit.
 func (v *View) scanCandidates(cands []candidate, c *cluster, q *query, present []int, want int, rng *rand.Rand) []candidate {
-	start := rng.IntN(len(c.nodes))
+	start, found := rng.IntN(len(c.nodes)), 0
 	for j := range c.nodes {
 		s := c.nodes[(start+j)%len(c.nodes)]
-		if v.check(s, q) != FilterNone {
+		if has(cands, s) || v.check(s, q) != FilterNone {
 			continue
 		}
 		cands = append(cands, candidate{slot: s, fetch: v.fetch(s, q, present)})
-		if len(cands) == want {
+		if found++; found == want {
 			break
 		}
 	}

@@ -39,7 +39,8 @@ func TestFetchBytes(t *testing.T) {
 	}
 }
 
-// The cost is LocalityWeight × GiB fetched + LoadWeight × dominant share.
+// The cost is LocalityWeight × GiB fetched + LoadWeight × load/(1 − load),
+// load the dominant share with the request.
 func TestScore(t *testing.T) {
 	req := Request{Resources: Resources{MemoryMB: 16 << 10}, Lineage: lineage}
 	loaded, idle := mk("loaded", "eu", "c1"), mk("idle", "eu", "c1")
@@ -53,26 +54,27 @@ func TestScore(t *testing.T) {
 		}
 	})
 	t.Run("load outweighs a small fetch", func(t *testing.T) {
-		// loaded: 0 + 2×0.75 = 1.5; idle: 700/1024 + 2×0.25 ≈ 1.18.
+		// loaded: 0 + 0.75/0.25 = 3; idle: 700/1024 + 0.25/0.75 ≈ 1.02.
 		v := newView(t, exact, loaded, idle)
 		hold(t, v, "loaded", lineage...)
 		d := place(t, v, req)
-		want := 700.0/1024 + 2*0.25
+		want := 700.0/1024 + 0.25/0.75
 		if d.Node != "idle" || math.Abs(d.Cost-want) > 1e-9 || d.Load != 0.25 {
 			t.Errorf("got %+v, want idle at cost %v", d, want)
 		}
 	})
 	t.Run("a large fetch outweighs load", func(t *testing.T) {
+		// loaded: 3; idle: 4 + 400/1024 + 1/3 ≈ 4.72.
 		big := []Layer{{"deep", 4 << 30}, base}
 		v := newView(t, exact, loaded, idle)
 		hold(t, v, "loaded", big...)
 		d := place(t, v, Request{Resources: req.Resources, Lineage: big})
-		if d.Node != "loaded" || d.Cost != 1.5 {
-			t.Errorf("got %+v, want loaded at cost 1.5", d)
+		if d.Node != "loaded" || d.Cost != 3 {
+			t.Errorf("got %+v, want loaded at cost 3", d)
 		}
 	})
 	t.Run("weights", func(t *testing.T) {
-		// LoadWeight 0.1: a 0.5 load difference is worth 51 MiB.
+		// LoadWeight 0.1: loaded 0.3, idle 0.68 + 0.03.
 		v := newView(t, Config{Overcommit: exact.Overcommit, LoadWeight: 0.1}, loaded, idle)
 		hold(t, v, "loaded", lineage...)
 		if d := place(t, v, req); d.Node != "loaded" {
@@ -221,6 +223,19 @@ func TestClusterChoice(t *testing.T) {
 		r.Labels = b1.Labels
 		if d := place(t, v, r); d.Node != "b1" {
 			t.Errorf("got %+v, want b1 (the only labelled node)", d)
+		}
+	})
+	t.Run("the next cluster's estimate beats the best node found", func(t *testing.T) {
+		// Cluster a holds the lineage and is idle in aggregate, but its
+		// one labelled node is nearly full; b's labelled node is idle.
+		a1, a2, a3, b1, b2 := in("a1", "eu", "a", 52<<10), in("a2", "eu", "a", 0), in("a3", "eu", "a", 0), in("b1", "eu", "b", 0), in("b2", "eu", "b", 40<<10)
+		a1.Labels, b1.Labels = map[string]string{"pool": "batch"}, map[string]string{"pool": "batch"}
+		v := newView(t, exact, a1, a2, a3, b1, b2)
+		hold(t, v, "a1", lineage...)
+		r := req
+		r.Labels = a1.Labels
+		if d := place(t, v, r); d.Node != "b1" || d.Scored != 2 {
+			t.Errorf("got %+v, want b1 after scoring a1 too", d)
 		}
 	})
 	t.Run("fragmented: aggregate fits, no single node does", func(t *testing.T) {
