@@ -158,7 +158,7 @@ type daemon struct {
 	log     *lockedBuffer
 }
 
-var serving = regexp.MustCompile(`serving on (http://[^ ]+)`)
+var serving = regexp.MustCompile(`serving on (https?://[^ ]+)`)
 
 // startDaemon starts `warren server` on dataDir (listening on a free port)
 // and waits until it serves; building template tpl may take minutes the
@@ -174,7 +174,6 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	d := &daemon{dataDir: dataDir, log: &lockedBuffer{}, waited: make(chan struct{})}
 	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl}
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
@@ -182,7 +181,24 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	if inet != nil {
 		args = append(args, daemonNetFlags()...)
 	}
-	d.cmd = exec.Command(filepath.Join(bin, "warren"), append(args, flags...)...)
+	d, err := startWarren(dataDir, wait, env, append(args, flags...)...)
+	if err != nil {
+		return nil, err
+	}
+	if inet != nil {
+		if err := d.routePool(); err != nil {
+			d.kill()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// startWarren runs the warren command line args (a daemon: server, node or
+// control) with dataDir as its data directory, and waits until it serves.
+func startWarren(dataDir string, wait time.Duration, env []string, args ...string) (*daemon, error) {
+	d := &daemon{dataDir: dataDir, log: &lockedBuffer{}, waited: make(chan struct{})}
+	d.cmd = exec.Command(filepath.Join(bin, "warren"), args...)
 	d.cmd.Env = append(os.Environ(), env...)
 	// A descriptor without close-on-exec, as a careless parent leaves:
 	// nothing of a sandbox may ever hold it (TestEscapeAgent).
@@ -208,10 +224,10 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	select {
 	case d.url = <-urls:
 	case <-d.waited:
-		return nil, fmt.Errorf("warren server exited before serving:\n%s", d.log.String())
+		return nil, fmt.Errorf("warren %s exited before serving:\n%s", args[0], d.log.String())
 	case <-time.After(wait):
 		d.kill()
-		return nil, fmt.Errorf("warren server did not serve within %v:\n%s", wait, d.log.String())
+		return nil, fmt.Errorf("warren %s did not serve within %v:\n%s", args[0], wait, d.log.String())
 	}
 	key, err := os.ReadFile(filepath.Join(dataDir, "admin.key"))
 	if err != nil {
@@ -219,12 +235,6 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 		return nil, err
 	}
 	d.key = strings.TrimSpace(string(key))
-	if inet != nil {
-		if err := d.routePool(); err != nil {
-			d.kill()
-			return nil, err
-		}
-	}
 	return d, nil
 }
 

@@ -61,7 +61,9 @@ var commands = []command{
 	{"info", "describe the node: runtimes, isolation, disks, cgroups", runInfo},
 	{"key", "make API keys for tenants (admin)", runKey},
 	{"fleet", "make the fleet's certificate authority and its members' certificates", runFleet},
-	{"server", "run the warren server (control plane and node)", runServer},
+	{"server", "run the warren server: a single machine (control plane and node)", runServer},
+	{"control", "run a control replica of a fleet", runControl},
+	{"node", "run a node of a fleet", runNode},
 }
 
 // run runs the command line args (without the program's name) and returns

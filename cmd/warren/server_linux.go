@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -13,14 +14,39 @@ import (
 	"warren/internal/server"
 )
 
-// runServer is `warren server`: the single-node daemon (control plane and
-// node in one process, SQLite metadata, local disks). It serves until ctx
-// ends (SIGINT or SIGTERM) and then returns nil: its sandboxes keep running
-// and the next start adopts them.
+// runServer is `warren server`: the single machine's daemon, a fleet of
+// one (control plane and node in one process, SQLite metadata, local
+// disks). It serves until ctx ends (SIGINT or SIGTERM) and then returns
+// nil: its sandboxes keep running and the next start adopts them.
 func runServer(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("server", "[flags]", "Run the warren server: the API, the sandbox manager and the vm and container runtimes.")
+	opts := c.daemonFlags(fs, "127.0.0.1:7777", "address of the HTTP API")
+	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	o, err := opts()
+	if err != nil {
+		return err
+	}
+	return runDaemon(ctx, o)
+}
+
+// runDaemon runs the daemon until ctx ends.
+func runDaemon(ctx context.Context, o daemon.Options) error {
+	err := daemon.Run(ctx, o)
+	if err != nil && ctx.Err() != nil {
+		// Stopped by a signal while starting (e.g. during a template build).
+		return nil
+	}
+	return err
+}
+
+// daemonFlags defines the flags of a node's daemon (warren server, warren
+// node) on fs, and returns what reads them, once parsed, into its options.
+func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) func() (daemon.Options, error) {
 	dataDir := fs.String("data-dir", daemon.DefaultDataDir, "directory for the database, keys, templates and sandbox disks")
-	listen := fs.String("listen", "127.0.0.1:7777", "address of the HTTP API")
+	database := fs.String("database", "", "the metadata store: a postgres:// URL (a fleet's), or a SQLite file (default: warren.db in the data dir)")
+	listen := fs.String("listen", listenDefault, listenUsage)
 	agent := fs.String("agent", "", "path of the static guest agent (default: warren-agent beside this binary)")
 	tpl := fs.String("template", "default", "template to build at start if missing (empty: none)")
 	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
@@ -48,61 +74,56 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 	fs.Int64Var(&adm.Tenant.MemoryMB, "tenant-max-memory-mb", 0, "memory one tenant may hold on this node (0: no bound but the node's)")
 	fs.Int64Var(&adm.Tenant.DiskMB, "tenant-max-disk-mb", 0, "disk one tenant may hold on this node (0: no bound but the node's)")
 	debug := fs.Bool("debug", false, "log debug messages")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	if *preview != "" {
-		if err := server.CheckPreviewDomain(*preview); err != nil {
-			return badUsage(fs, "--preview-domain: "+err.Error())
-		}
-	}
-	netCfg := network.Config{Mbps: *mbps, ConnRate: uint32(*connRate), Warm: *netWarm}
-	var err error
-	autoPool := *pool == "auto"
-	if !autoPool {
-		if netCfg.Pool, err = netip.ParsePrefix(*pool); err != nil {
-			return badUsage(fs, "--net-pool: "+err.Error()+` (want a prefix such as 10.202.0.0/16, or "auto")`)
-		}
-	}
-	if *dns != "" {
-		for _, a := range strings.Split(*dns, ",") {
-			ap, err := netip.ParseAddrPort(strings.TrimSpace(a))
-			if err != nil {
-				return badUsage(fs, "--dns-upstream: "+err.Error())
+	return func() (daemon.Options, error) {
+		if *preview != "" {
+			if err := server.CheckPreviewDomain(*preview); err != nil {
+				return daemon.Options{}, badUsage(fs, "--preview-domain: "+err.Error())
 			}
-			netCfg.Upstreams = append(netCfg.Upstreams, ap)
 		}
+		netCfg := network.Config{Mbps: *mbps, ConnRate: uint32(*connRate), Warm: *netWarm}
+		var err error
+		autoPool := *pool == "auto"
+		if !autoPool {
+			if netCfg.Pool, err = netip.ParsePrefix(*pool); err != nil {
+				return daemon.Options{}, badUsage(fs, "--net-pool: "+err.Error()+` (want a prefix such as 10.202.0.0/16, or "auto")`)
+			}
+		}
+		if *dns != "" {
+			for _, a := range strings.Split(*dns, ",") {
+				ap, err := netip.ParseAddrPort(strings.TrimSpace(a))
+				if err != nil {
+					return daemon.Options{}, badUsage(fs, "--dns-upstream: "+err.Error())
+				}
+				netCfg.Upstreams = append(netCfg.Upstreams, ap)
+			}
+		}
+		level := slog.LevelInfo
+		if *debug {
+			level = slog.LevelDebug
+		}
+		cfg := sandbox.DefaultConfig()
+		cfg.DefaultTTL = *ttl
+		cfg.RequireIsolation = *require
+		cfg.Admission = adm
+		return daemon.Options{
+			DataDir:        *dataDir,
+			Database:       *database,
+			Listen:         *listen,
+			AgentBinary:    *agent,
+			EnsureTemplate: *tpl,
+			Warm:           *warm,
+			BlobStore:      *blobs,
+			PreviewDomain:  *preview,
+			Network:        netCfg,
+			AutoNetPool:    autoPool,
+			Server: server.Options{
+				MaxOutputBytes: *execOut,
+				Conns:          server.ListenerLimits{Total: *maxConns, PerIP: *maxConnsIP},
+			},
+			NoNetwork: *noNet,
+			Sandbox:   cfg,
+			Log:       slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
+			Out:       c.stdout,
+		}, nil
 	}
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
-	}
-	cfg := sandbox.DefaultConfig()
-	cfg.DefaultTTL = *ttl
-	cfg.RequireIsolation = *require
-	cfg.Admission = adm
-	err = daemon.Run(ctx, daemon.Options{
-		DataDir:        *dataDir,
-		Listen:         *listen,
-		AgentBinary:    *agent,
-		EnsureTemplate: *tpl,
-		Warm:           *warm,
-		BlobStore:      *blobs,
-		PreviewDomain:  *preview,
-		Network:        netCfg,
-		AutoNetPool:    autoPool,
-		Server: server.Options{
-			MaxOutputBytes: *execOut,
-			Conns:          server.ListenerLimits{Total: *maxConns, PerIP: *maxConnsIP},
-		},
-		NoNetwork: *noNet,
-		Sandbox:   cfg,
-		Log:       slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
-		Out:       c.stdout,
-	})
-	if err != nil && ctx.Err() != nil {
-		// Stopped by a signal while starting (e.g. during a template build).
-		return nil
-	}
-	return err
 }

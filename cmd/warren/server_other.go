@@ -9,11 +9,19 @@ import (
 	"runtime"
 )
 
-// runServer is `warren server` where the server cannot run: its runtimes
-// are Linux's (namespaces, cgroups, KVM). Every other command drives a
-// remote server from here.
-func runServer(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("server", "[flags]", "Run the warren server: on Linux only. From here, set WARREN_URL to drive\na server on a Linux machine.")
+// runServer, runNode and runControl are the daemons, where they cannot
+// run: their runtimes are Linux's (namespaces, cgroups, KVM). Every other
+// command drives a remote warren from here.
+func runServer(ctx context.Context, c *cli, args []string) error { return linuxOnly(c, "server", args) }
+
+func runNode(ctx context.Context, c *cli, args []string) error { return linuxOnly(c, "node", args) }
+
+func runControl(ctx context.Context, c *cli, args []string) error {
+	return linuxOnly(c, "control", args)
+}
+
+func linuxOnly(c *cli, name string, args []string) error {
+	fs := c.newFlags(name, "[flags]", "Run warren "+name+": on Linux only. From here, set WARREN_URL to drive\na warren on a Linux machine.")
 	for _, a := range args {
 		switch a {
 		case "-h", "-help", "--help":
@@ -21,5 +29,5 @@ func runServer(ctx context.Context, c *cli, args []string) error {
 			return flag.ErrHelp
 		}
 	}
-	return errors.New("warren server runs on Linux only, not on " + runtime.GOOS + ": set WARREN_URL to drive a server on a Linux machine")
+	return errors.New("warren " + name + " runs on Linux only, not on " + runtime.GOOS + ": set WARREN_URL to drive a warren on a Linux machine")
 }

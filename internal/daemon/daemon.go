@@ -9,6 +9,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/network"
 	"warren/internal/node"
+	"warren/internal/pki"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container"
 	"warren/internal/runtime/vm"
@@ -53,6 +55,13 @@ type Options struct {
 	Listen  string
 	// NodeID names this node in the fleet (default DefaultNodeID).
 	NodeID string
+	// Database is the metadata store (store.Open): "" for warren.db in the
+	// data directory; a fleet's is a postgres:// URL.
+	Database string
+	// Fleet, when set, runs the daemon as a node of a fleet (docs/FLEET.md)
+	// rather than a single machine: its API serves the fleet's control
+	// replicas only, on Fleet.Listen, and Listen is not used.
+	Fleet *FleetNode
 	// AgentBinary is the static guest agent; default: warren-agent beside
 	// this executable.
 	AgentBinary string
@@ -123,7 +132,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	st, err := store.Open(ctx, filepath.Join(o.DataDir, "warren.db"))
+	st, err := store.Open(ctx, cmp.Or(o.Database, filepath.Join(o.DataDir, "warren.db")))
 	if err != nil {
 		return err
 	}
@@ -263,18 +272,38 @@ func Run(ctx context.Context, o Options) error {
 		Sandboxes:     mgr,
 	})
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
-	hs := srv.HTTPServer(FleetOfOne(srv, o.Server.MaxBodyBytes), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-	ln, err := net.Listen("tcp", o.Listen)
+	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
+	if o.Fleet != nil {
+		// A fleet's node: its API is for the fleet's control replicas
+		// only, which the TLS handshake checks; they authenticate tenants.
+		handler, listen, scheme = srv.Handler(), o.Fleet.Listen, "https"
+	}
+	hs := srv.HTTPServer(handler, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if o.Fleet != nil {
+		ln = tls.NewListener(ln, o.Fleet.Member.ServerConfig(pki.Control))
+		m, err := joinFleet(ctx, st, o, ln.Addr().String(), mgr, nd, snaps)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		go m.Run(ctx)
+	}
 	ln = srv.Limit(ln)
-	fmt.Fprintf(o.Out, "warren %s serving on http://%s (data dir %s, isolation %s)\n", Version, ln.Addr(), o.DataDir, isolations(runtimes))
+	fmt.Fprintf(o.Out, "warren %s serving on %s://%s (data dir %s, isolation %s)\n", Version, scheme, ln.Addr(), o.DataDir, isolations(runtimes))
 	log.Info("serving", "addr", ln.Addr().String(), "clone_mode", pool.Mode().String(), "cgroup_version", cg.Version(),
 		"blob_store", blobs.String())
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())
 	}
+	return serve(ctx, hs, ln)
+}
+
+// serve serves ln with hs until ctx ends, then shuts it down.
+func serve(ctx context.Context, hs *http.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -406,7 +435,13 @@ func subsystem(log *slog.Logger, name string) *slog.Logger {
 // one node of srv, in this process; maxBody is srv's bound on a JSON body
 // (0: the default).
 func FleetOfOne(srv *server.Server, maxBody int64) http.Handler {
-	return srv.Wrap(control.NewFront(control.One(srv.Routes()), control.Options{
+	return front(srv, control.One(srv.Routes()), maxBody)
+}
+
+// front is the API served through the front of f, srv's middleware around
+// it.
+func front(srv *server.Server, f control.Fleet, maxBody int64) http.Handler {
+	return srv.Wrap(control.NewFront(f, control.Options{
 		Preview: srv.PreviewSandbox,
 		Authenticate: func(r *http.Request) error {
 			_, err := srv.Authenticate(r)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -127,4 +128,29 @@ func kernelName() string {
 		return "unknown"
 	}
 	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
+}
+
+// CPU is the host CPU's model and flags, from /proc/cpuinfo's first
+// processor: a memory snapshot resumes only on a CPU with its flags.
+func CPU() (model string, flags []string) {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "", nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			if line == "" && model != "" {
+				break // the end of the first processor
+			}
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "model name":
+			model = strings.TrimSpace(v)
+		case "flags":
+			flags = strings.Fields(v)
+		}
+	}
+	return model, flags
 }

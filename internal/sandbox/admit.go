@@ -225,3 +225,32 @@ func (l *ledger) diskFree(freeMB int64, what string) error {
 	}
 	return nil
 }
+
+// Usage is what the node may promise in all (Capacity, its host's less
+// the reserves, times the overcommit) and what its sandboxes hold of it
+// (Claimed), as the fleet's scheduler is told.
+type Usage struct {
+	Capacity, Claimed Amounts
+	// Sandboxes is how many sandboxes hold a claim.
+	Sandboxes int
+}
+
+// Amounts are vCPUs, memory and disk.
+type Amounts struct {
+	CPUs     float64
+	MemoryMB int64
+	DiskMB   int64
+}
+
+// usage sums the claims.
+func (l *ledger) usage() Usage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := Usage{Capacity: Amounts{CPUs: l.cap.cpus, MemoryMB: l.cap.memoryMB, DiskMB: l.cap.diskMB}, Sandboxes: len(l.claims)}
+	for _, c := range l.claims {
+		u.Claimed.CPUs += c.cpus
+		u.Claimed.MemoryMB += c.memoryMB
+		u.Claimed.DiskMB += c.diskMB
+	}
+	return u
+}

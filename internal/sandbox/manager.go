@@ -245,6 +245,9 @@ func (m *Manager) record(ctx context.Context, tenant, id string) (store.Sandbox,
 	return rec, nil
 }
 
+// Usage is what the node may promise and what its sandboxes hold.
+func (m *Manager) Usage() Usage { return m.ledger.usage() }
+
 // Running counts the sandboxes this process runs for tenant, or for every
 // tenant with listing.AnyTenant.
 func (m *Manager) Running(tenant string) int {

@@ -303,3 +303,31 @@ func (c chunks) Put(ctx context.Context, name string, compressed []byte) (bool, 
 func (c chunks) Get(ctx context.Context, name string) ([]byte, error) {
 	return c.b.Get(ctx, chunkKey(name))
 }
+
+// Layer is a snapshot or base layer whose disk the node's cache holds.
+type Layer struct {
+	ID    string
+	Bytes int64 // the disk's size
+}
+
+// Held lists the layers whose disks the node's cache holds materialized:
+// restoring their lineage here fetches nothing below them.
+func (e *Engine) Held() ([]Layer, error) {
+	entries, err := os.ReadDir(e.dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot cache: %w", err)
+	}
+	var out []Layer
+	for _, ent := range entries {
+		id, ok := strings.CutSuffix(ent.Name(), ".img")
+		if !ok || strings.HasPrefix(id, ".") {
+			continue
+		}
+		fi, err := ent.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, Layer{ID: id, Bytes: fi.Size()})
+	}
+	return out, nil
+}

@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"warren/internal/control"
+	"warren/internal/fleet"
+	"warren/internal/pki"
+	"warren/internal/sandbox"
+	"warren/internal/server"
+	"warren/internal/store"
+)
+
+// ControlOptions configure a control replica of a fleet.
+type ControlOptions struct {
+	// DataDir holds the replica's admin key (admin.key).
+	DataDir string
+	// Database is the fleet's metadata store, a postgres:// URL.
+	Database string
+	// Listen is the address of the API the fleet's users call.
+	Listen string
+	// Member is the replica's certificate from the fleet's CA.
+	Member        *pki.Member
+	Lease         fleet.Config
+	PreviewDomain string
+	Server        server.Options
+	Log           *slog.Logger
+	Out           io.Writer
+	Ready         func(addr string)
+}
+
+// RunControl runs a control replica until ctx ends: the fleet's API, which
+// sends each request on to the node that must answer it (package control),
+// and the directory that places sandboxes and fences nodes that stopped
+// heartbeating (package fleet). It holds no state of its own: any number
+// of replicas may serve one fleet behind any load balancer.
+func RunControl(ctx context.Context, o ControlOptions) error {
+	log := o.Log
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Member.ID.Role != pki.Control {
+		return fmt.Errorf("the fleet certificate names %s, not a control replica: make one with warren fleet cert --role control", o.Member.ID)
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	st, err := store.Open(ctx, o.Database)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keyPath := filepath.Join(o.DataDir, "admin.key")
+	key, created, err := st.EnsureAdminKey(ctx, keyPath)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	if created {
+		fmt.Fprintf(o.Out, "admin API key (also in %s): %s\n", keyPath, key)
+	}
+	o.Server.PreviewDomain = o.PreviewDomain
+	// The replica's server is its middleware, its key check and its error
+	// answers: every route is a node's.
+	srv := server.New(nil, nil, Keys(st), subsystem(log, "api"), o.Server)
+	remote := func(node, addr string) http.Handler {
+		return control.Remote(o.Member, node, addr, subsystem(log, "control"), srv.WriteError)
+	}
+	defaults := sandbox.DefaultConfig()
+	dir, err := fleet.NewDirectory(ctx, st, remote, nil, o.Lease,
+		fleet.DirectoryConfig{DefaultCPUs: defaults.DefaultCPUs, DefaultMemoryMB: defaults.DefaultMemoryMB}, subsystem(log, "fleet"))
+	if err != nil {
+		return err
+	}
+	go dir.Run(ctx)
+	hs := srv.HTTPServer(front(srv, dir, o.Server.MaxBodyBytes), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	ln = srv.Limit(ln)
+	fmt.Fprintf(o.Out, "warren %s control replica %s serving on http://%s\n", Version, o.Member.ID.Name, ln.Addr())
+	log.Info("serving", "addr", ln.Addr().String(), "replica", o.Member.ID.Name)
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	return serve(ctx, hs, ln)
+}

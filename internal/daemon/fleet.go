@@ -1,0 +1,69 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+
+	"warren/internal/fleet"
+	"warren/internal/node"
+	"warren/internal/pki"
+	"warren/internal/sandbox"
+	"warren/internal/scheduler"
+	"warren/internal/snapshot"
+	"warren/internal/store"
+)
+
+// FleetNode makes the daemon a node of a fleet.
+type FleetNode struct {
+	// Member is the node's certificate from the fleet's CA: its name is
+	// the node's ID.
+	Member *pki.Member
+	// Listen is the address of the node's API; Advertise the address
+	// control replicas reach it at (default: the one Listen bound).
+	Listen, Advertise string
+	Region, Cluster   string
+	Labels            map[string]string
+	Lease             fleet.Config
+}
+
+// joinFleet registers the node and returns its membership.
+func joinFleet(ctx context.Context, st *store.Store, o Options, bound string, mgr *sandbox.Manager, nd *node.Node, snaps *snapshot.Engine) (*fleet.Member, error) {
+	f := o.Fleet
+	if f.Member.ID != (pki.Identity{Role: pki.Node, Name: o.NodeID}) {
+		return nil, fmt.Errorf("the fleet certificate names %s, not this node (%s): make one with warren fleet cert --role node --name %s", f.Member.ID, o.NodeID, o.NodeID)
+	}
+	rec := store.Node{ID: o.NodeID, Addr: cmp.Or(f.Advertise, bound), Region: f.Region, Cluster: f.Cluster, Labels: f.Labels}
+	log := subsystem(o.Log, "fleet")
+	report := func() fleet.Report { return nodeReport(ctx, mgr, nd, snaps, log) }
+	return fleet.Join(ctx, st, rec, report, mgr.Fence, f.Lease, log)
+}
+
+// nodeReport is what the node tells the fleet at a heartbeat.
+func nodeReport(ctx context.Context, mgr *sandbox.Manager, nd *node.Node, snaps *snapshot.Engine, log interface{ Warn(string, ...any) }) fleet.Report {
+	u := mgr.Usage()
+	amounts := func(a sandbox.Amounts) scheduler.Resources {
+		return scheduler.Resources{MilliCPUs: int64(a.CPUs * 1000), MemoryMB: a.MemoryMB, DiskMB: a.DiskMB}
+	}
+	r := fleet.Report{Capacity: amounts(u.Capacity), Allocated: amounts(u.Claimed), Sandboxes: u.Sandboxes}
+	for _, ri := range nd.Info(ctx, "", true).Runtimes {
+		if !ri.Available {
+			continue
+		}
+		iso := scheduler.IsolationContainer
+		if strings.HasPrefix(ri.Isolation, "vm") {
+			iso = scheduler.IsolationVM
+		}
+		r.Runtimes = append(r.Runtimes, scheduler.Runtime{Name: ri.Name, Isolation: iso, Accel: ri.Accel})
+	}
+	r.CPU.Model, r.CPU.Flags = node.CPU()
+	held, err := snaps.Held()
+	if err != nil {
+		log.Warn("the fleet is not told what the node holds", "err", err)
+	}
+	for _, l := range held {
+		r.Layers = append(r.Layers, scheduler.Layer{ID: l.ID, Size: l.Bytes})
+	}
+	return r
+}

@@ -1,0 +1,311 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"warren/api"
+	"warren/internal/control"
+	"warren/internal/scheduler"
+	"warren/internal/store"
+)
+
+// Directory is a control replica's view of the fleet's nodes, refreshed
+// from the store: it routes (control.Fleet), places (package scheduler)
+// and fences. It is safe for concurrent use.
+type Directory struct {
+	st     *store.Store
+	remote func(node, addr string) http.Handler
+	local  map[string]http.Handler // nodes in this process
+	cfg    Config
+	dcfg   DirectoryConfig
+	log    *slog.Logger
+
+	mu       sync.Mutex // guards the fields below
+	view     *scheduler.View
+	nodes    map[string]store.Node // as last read
+	handlers map[string]routed
+	rng      *rand.Rand
+}
+
+// routed is the handler of a node at an address.
+type routed struct {
+	addr string
+	h    http.Handler
+}
+
+var _ control.Fleet = (*Directory)(nil)
+
+// DirectoryConfig tunes a directory.
+type DirectoryConfig struct {
+	// Refresh is how often the view is read again and stale nodes are
+	// fenced (default 1s).
+	Refresh time.Duration
+	// Defaults are what a create or restore that names no resources holds
+	// (the node's own defaults: sandbox.Config).
+	DefaultCPUs     float64
+	DefaultMemoryMB int64
+}
+
+// NewDirectory returns the directory of the fleet in st. remote makes the
+// handler of a node across the network (control.Remote); local are the
+// handlers of nodes in this process, by node ID, handed requests directly.
+func NewDirectory(ctx context.Context, st *store.Store, remote func(node, addr string) http.Handler, local map[string]http.Handler,
+	cfg Config, dcfg DirectoryConfig, log *slog.Logger) (*Directory, error) {
+	if dcfg.Refresh <= 0 {
+		dcfg.Refresh = time.Second
+	}
+	d := &Directory{
+		st: st, remote: remote, local: local, cfg: cfg.withDefaults(), dcfg: dcfg, log: log,
+		handlers: map[string]routed{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+	if err := d.refresh(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Run refreshes the view and fences stale nodes every Refresh until ctx
+// ends.
+func (d *Directory) Run(ctx context.Context) {
+	t := time.NewTicker(d.dcfg.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.fenceStale(ctx)
+		if err := d.refresh(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("read the fleet's nodes", "err", err)
+		}
+	}
+}
+
+// refresh reads every node's record and report into a new view: the
+// nodes' own figures supersede what was placed since they last reported.
+func (d *Directory) refresh(ctx context.Context) error {
+	recs, err := d.st.ListNodes(ctx)
+	if err != nil {
+		return err
+	}
+	view := scheduler.NewView(scheduler.Config{
+		// A node reports what it may promise with its overcommit applied.
+		Overcommit: scheduler.Overcommit{CPU: 1, Memory: 1, Disk: 1},
+	})
+	nodes := map[string]store.Node{}
+	cutoff := time.Now().Add(-d.cfg.FenceAfter)
+	for _, rec := range recs {
+		var r Report
+		if len(rec.Report) > 0 {
+			if err := json.Unmarshal(rec.Report, &r); err != nil {
+				d.log.Warn("node's report does not decode", "node", rec.ID, "err", err)
+			}
+		}
+		n := scheduler.Node{
+			ID: rec.ID, Region: orUnset(rec.Region), Cluster: orUnset(rec.Cluster), Labels: rec.Labels,
+			Capacity: r.Capacity, Allocated: r.Allocated, Load: share(r.Allocated, r.Capacity),
+			Healthy:  rec.State != store.NodeFenced && rec.HeartbeatAt.After(cutoff),
+			Draining: rec.State == store.NodeCordoned || rec.State == store.NodeDraining,
+			Runtimes: r.Runtimes, CPU: r.CPU,
+		}
+		if err := view.Upsert(n); err != nil {
+			d.log.Warn("node left out of the view", "node", rec.ID, "err", err)
+			continue
+		}
+		if err := view.SetLayers(rec.ID, r.Layers); err != nil {
+			d.log.Warn("node's layers left out of the view", "node", rec.ID, "err", err)
+		}
+		nodes[rec.ID] = rec
+	}
+	d.mu.Lock()
+	d.view, d.nodes = view, nodes
+	d.mu.Unlock()
+	return nil
+}
+
+// orUnset names an unset region or cluster, which the scheduler requires.
+func orUnset(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
+}
+
+// share is the dominant share of capacity allocated.
+func share(alloc, capacity scheduler.Resources) float64 {
+	r := 0.0
+	for _, p := range [][2]int64{{alloc.MilliCPUs, capacity.MilliCPUs}, {alloc.MemoryMB, capacity.MemoryMB}, {alloc.DiskMB, capacity.DiskMB}} {
+		if p[1] > 0 {
+			r = max(r, float64(p[0])/float64(p[1]))
+		}
+	}
+	return math.Min(r, 1)
+}
+
+// fenceStale revokes the leases of nodes that stopped heartbeating and
+// records the sandboxes they ran as failed.
+func (d *Directory) fenceStale(ctx context.Context) {
+	fenced, err := d.st.FenceStale(ctx, time.Now().Add(-d.cfg.FenceAfter))
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("fence stale nodes", "err", err)
+		}
+		return
+	}
+	for _, n := range fenced {
+		d.log.Error("node fenced: it stopped heartbeating", "node", n.ID, "last_heartbeat", n.HeartbeatAt, "epoch", n.Epoch)
+		recs, err := d.st.NodeSandboxes(ctx, n.ID, store.Live)
+		if err != nil {
+			d.log.Error("sandboxes of a fenced node", "node", n.ID, "err", err)
+			continue
+		}
+		for _, rec := range recs {
+			failLost(ctx, d.st, rec, fmt.Sprintf("its node %s stopped answering", n.ID), d.log)
+		}
+	}
+}
+
+// Owner implements control.Fleet: the node a live sandbox's record names,
+// while that node is not fenced.
+func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
+	rec, err := d.st.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", control.ErrNoOwner
+	}
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	n, ok := d.nodes[rec.Node]
+	d.mu.Unlock()
+	if !ok || n.State == store.NodeFenced || !slices.Contains(store.Live, rec.State) {
+		return "", control.ErrNoOwner
+	}
+	return rec.Node, nil
+}
+
+// Place implements control.Fleet: the scheduler's choice for p, which the
+// view counts as allocated until the node's next report.
+func (d *Directory) Place(ctx context.Context, p control.Placement) (string, error) {
+	cpus, mem := p.Spec.CPUs, p.Spec.MemoryMB
+	if cpus <= 0 {
+		cpus = d.dcfg.DefaultCPUs
+	}
+	if mem <= 0 {
+		mem = d.dcfg.DefaultMemoryMB
+	}
+	n := int64(max(p.Count, 1))
+	req := scheduler.Request{
+		Resources: scheduler.Resources{MilliCPUs: int64(cpus*1000) * n, MemoryMB: mem * n},
+		Runtime:   runtimeName(p.Spec.Runtime),
+	}
+	if p.Snapshot != "" {
+		lineage, err := d.lineage(ctx, p.Snapshot)
+		if err != nil {
+			return "", err
+		}
+		req.Lineage = lineage
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dec, err := scheduler.Place(d.view, req, d.rng)
+	var nofit *scheduler.NoFitError
+	if errors.As(err, &nofit) {
+		return "", api.Errorf(api.CodeUnavailable, "no node can take it: %v", err)
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := d.view.Allocate(dec.Node, req.Resources); err != nil {
+		return "", err
+	}
+	return dec.Node, nil
+}
+
+// runtimeName is the runtime a request names for the scheduler: none for
+// "auto".
+func runtimeName(rt string) string {
+	if rt == "auto" {
+		return ""
+	}
+	return rt
+}
+
+// maxLineage bounds the ancestors a placement reads.
+const maxLineage = 64
+
+// lineage is the layers a restore of snapshot id materializes, nearest
+// first, each sized by what it added to the blob store, or by its disk
+// when that is not known (a snapshot recorded from its manifest). An
+// ancestor the store does not know (a base layer of a template built
+// elsewhere) counts as the whole disk: what a node that holds none of the
+// lineage fetches at most. A snapshot the store does not know places with
+// no lineage, and the node answers its 404.
+func (d *Directory) lineage(ctx context.Context, id string) ([]scheduler.Layer, error) {
+	var out []scheduler.Layer
+	var disk int64
+	for i := 0; id != "" && i < maxLineage; i++ {
+		sn, err := d.st.GetSnapshot(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			if disk > 0 {
+				out = append(out, scheduler.Layer{ID: id, Size: disk})
+			}
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, scheduler.Layer{ID: sn.ID, Size: cmp.Or(max(sn.StoredBytes, sn.ChangedBytes), sn.DiskBytes)})
+		id, disk = sn.Parent, sn.DiskBytes
+	}
+	return out, nil
+}
+
+// Any implements control.Fleet: a random healthy node.
+func (d *Directory) Any(ctx context.Context) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cutoff := time.Now().Add(-d.cfg.FenceAfter)
+	var ids []string
+	for id, n := range d.nodes {
+		if n.State != store.NodeFenced && n.HeartbeatAt.After(cutoff) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return "", api.Errorf(api.CodeUnavailable, "no node of the fleet is up")
+	}
+	slices.Sort(ids)
+	return ids[d.rng.IntN(len(ids))], nil
+}
+
+// Node implements control.Fleet.
+func (d *Directory) Node(id string) (http.Handler, error) {
+	if h, ok := d.local[id]; ok {
+		return h, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, ok := d.nodes[id]
+	if !ok {
+		return nil, fmt.Errorf("no node %s in the fleet", id)
+	}
+	if r, ok := d.handlers[id]; ok && r.addr == n.Addr {
+		return r.h, nil
+	}
+	r := routed{addr: n.Addr, h: d.remote(id, n.Addr)}
+	d.handlers[id] = r
+	return r.h, nil
+}
