@@ -26,7 +26,7 @@ import (
 // shared daemon's blob store as theirs, and certificates from a CA the
 // test makes with warren fleet.
 type fleet struct {
-	t        *testing.T
+	t        testing.TB
 	dsn      string
 	st       *store.Store // the fleet's database, as the test reads it
 	certs    string
@@ -39,7 +39,7 @@ type fleet struct {
 // fenced within the test.
 var fleetLease = []string{"--heartbeat", "200ms", "--lease", "1s", "--fence-after", "2s"}
 
-func newFleet(t *testing.T) *fleet {
+func newFleet(t testing.TB) *fleet {
 	t.Helper()
 	pg := pgtest.Start(t)
 	f := &fleet{t: t, dsn: pg.Database(t), certs: t.TempDir(), nodes: map[string]*daemon{}, nodeDirs: map[string]string{}}

@@ -37,6 +37,10 @@ type Fleet interface {
 	Owner(ctx context.Context, id string) (string, error)
 	// Place returns the node to start sandboxes on for p.
 	Place(ctx context.Context, p Placement) (string, error)
+	// Started tells the fleet that node started the sandboxes ids, as it
+	// answered the request Place sent it: their routes need not look the
+	// owner up.
+	Started(node string, ids []string)
 	// Any returns a node that answers requests any node can.
 	Any(ctx context.Context) (string, error)
 	// Node returns the API of the node named node.
@@ -63,9 +67,8 @@ type Options struct {
 	// (server.Server.PreviewSandbox).
 	Preview func(host string) (id string, ok bool)
 	// Authenticate checks a create's or a restore's API key before the
-	// front reads its body (server.Server.Authenticate): no body is read
-	// for a caller without a key. The node checks the key again, and
-	// every other request's.
+	// front reads more of its body than any caller may send
+	// (server.Server.Authenticate). The node checks every request's key.
 	Authenticate func(r *http.Request) error
 	// WriteError answers a request with an error (server.Server.WriteError).
 	WriteError func(w http.ResponseWriter, r *http.Request, err error)
@@ -85,11 +88,19 @@ func NewFront(fleet Fleet, opts Options) *Front { return &Front{fleet: fleet, op
 
 // ServeHTTP implements http.Handler.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	node, err := f.route(r)
+	node, placed, err := f.route(r)
 	if err == nil {
 		var h http.Handler
 		if h, err = f.fleet.Node(node); err == nil {
-			h.ServeHTTP(w, r)
+			if !placed {
+				h.ServeHTTP(w, r)
+				return
+			}
+			tw := &teeWriter{ResponseWriter: w}
+			h.ServeHTTP(tw, r)
+			if ids := tw.sandboxes(); len(ids) > 0 {
+				f.fleet.Started(node, ids)
+			}
 			return
 		}
 	}
@@ -100,20 +111,23 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.opts.WriteError(w, r, err)
 }
 
-// route picks the node for r.
-func (f *Front) route(r *http.Request) (string, error) {
+// route picks the node for r, and says whether it placed a create or
+// restore there.
+func (f *Front) route(r *http.Request) (node string, placed bool, err error) {
 	ctx := r.Context()
 	if id, ok := f.opts.Preview(r.Host); ok {
-		return f.owner(ctx, id)
+		node, err = f.owner(ctx, id)
+		return node, false, err
 	}
 	path := r.URL.Path
 	switch {
 	case r.Method == http.MethodPost && path == "/v1/sandboxes":
 		var req api.CreateSandboxRequest
 		if err := f.peek(r, &req); err != nil {
-			return "", err
+			return "", false, err
 		}
-		return f.fleet.Place(ctx, Placement{Template: req.Template, Count: 1, Spec: req.SandboxSpec})
+		node, err = f.fleet.Place(ctx, Placement{Template: req.Template, Count: 1, Spec: req.SandboxSpec})
+		return node, true, err
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/snapshots/") && strings.HasSuffix(path, "/restore"):
 		id := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/snapshots/"), "/restore")
 		if id == "" || strings.Contains(id, "/") {
@@ -121,16 +135,19 @@ func (f *Front) route(r *http.Request) (string, error) {
 		}
 		var req api.RestoreRequest
 		if err := f.peek(r, &req); err != nil {
-			return "", err
+			return "", false, err
 		}
-		return f.fleet.Place(ctx, Placement{Snapshot: id, Count: max(req.Count, 1), Spec: req.SandboxSpec})
+		node, err = f.fleet.Place(ctx, Placement{Snapshot: id, Count: max(req.Count, 1), Spec: req.SandboxSpec})
+		return node, true, err
 	case strings.HasPrefix(path, "/v1/sandboxes/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1/sandboxes/"), "/")
 		if id != "" {
-			return f.owner(ctx, id)
+			node, err = f.owner(ctx, id)
+			return node, false, err
 		}
 	}
-	return f.fleet.Any(ctx)
+	node, err = f.fleet.Any(ctx)
+	return node, false, err
 }
 
 // owner is the node of sandbox id, or any node when none runs it (which
@@ -143,18 +160,28 @@ func (f *Front) owner(ctx context.Context, id string) (string, error) {
 	return node, err
 }
 
-// peek decodes r's JSON body into v for placement, once the caller's key
-// is known, and leaves the body as it was for the node, which validates
-// it: a body that does not decode places as an empty one, and the node
-// refuses it with the reason.
+// peekFree is how much of a create's or restore's body the front reads
+// before it checks the key: as much as a request's headers may hold
+// (server.Server.HTTPServer), which every caller may send without one.
+const peekFree = 64 << 10
+
+// peek decodes r's JSON body into v for placement, and leaves the body as
+// it was for the node, which validates it: a body that does not decode
+// places as an empty one, and the node refuses it with the reason. A body
+// longer than peekFree is read on only once the caller's key is known.
 func (f *Front) peek(r *http.Request, v any) error {
-	if err := f.opts.Authenticate(r); err != nil {
-		return err
-	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, f.opts.MaxBody+1))
+	b, err := io.ReadAll(io.LimitReader(r.Body, min(peekFree, f.opts.MaxBody)+1))
+	if err == nil && int64(len(b)) > peekFree {
+		if err := f.opts.Authenticate(r); err != nil {
+			return err
+		}
+		var more []byte
+		more, err = io.ReadAll(io.LimitReader(r.Body, f.opts.MaxBody+1-int64(len(b))))
+		b = append(b, more...)
+	}
 	rest := r.Body
 	r.Body = struct {
 		io.Reader
@@ -175,4 +202,56 @@ func (e errReader) Read([]byte) (int, error) {
 		return 0, e.err
 	}
 	return 0, io.EOF
+}
+
+// teeWriter keeps the start of a successful JSON answer, in which a create
+// or restore names the sandboxes it started.
+type teeWriter struct {
+	http.ResponseWriter
+	status int
+	head   []byte
+}
+
+// teeMax is how much of an answer teeWriter keeps: a restore of the most
+// sandboxes answers in less.
+const teeMax = 1 << 20
+
+func (t *teeWriter) WriteHeader(code int) {
+	if t.status == 0 {
+		t.status = code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *teeWriter) Write(b []byte) (int, error) {
+	if t.status == 0 {
+		t.status = http.StatusOK
+	}
+	if room := teeMax - len(t.head); room > 0 {
+		t.head = append(t.head, b[:min(len(b), room)]...)
+	}
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (t *teeWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// sandboxes are the IDs a successful create or restore answered.
+func (t *teeWriter) sandboxes() []string {
+	if t.status/100 != 2 {
+		return nil
+	}
+	var one api.Sandbox
+	var many api.RestoreResult
+	if json.Unmarshal(t.head, &many) == nil && len(many.Sandboxes) > 0 {
+		ids := make([]string, len(many.Sandboxes))
+		for i, sb := range many.Sandboxes {
+			ids[i] = sb.ID
+		}
+		return ids
+	}
+	if json.Unmarshal(t.head, &one) == nil && one.ID != "" {
+		return []string{one.ID}
+	}
+	return nil
 }

@@ -27,6 +27,7 @@ type testFleet struct {
 	place    string            // the node Place answers
 	placeErr error
 	placed   []Placement
+	started  []string // node: ids
 	any      string
 	nodes    map[string]http.Handler
 }
@@ -49,6 +50,12 @@ func (f *testFleet) Place(ctx context.Context, p Placement) (string, error) {
 
 func (f *testFleet) Any(ctx context.Context) (string, error) { return f.any, nil }
 
+func (f *testFleet) Started(node string, ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started = append(f.started, node+": "+strings.Join(ids, " "))
+}
+
 func (f *testFleet) Node(node string) (http.Handler, error) {
 	h, ok := f.nodes[node]
 	if !ok {
@@ -63,8 +70,15 @@ func nodeHandler(name string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		json.NewEncoder(w).Encode(map[string]string{"node": name, "path": r.URL.Path, "host": r.Host,
-			"body": string(body), "auth": r.Header.Get("Authorization")})
+		answer := map[string]any{"node": name, "path": r.URL.Path, "host": r.Host,
+			"body": string(body), "auth": r.Header.Get("Authorization")}
+		switch r.URL.Path {
+		case "/v1/sandboxes":
+			answer["id"] = "sb-new"
+		case "/v1/snapshots/sn-1/restore":
+			answer["sandboxes"] = []map[string]string{{"id": "sb-r1"}, {"id": "sb-r2"}}
+		}
+		json.NewEncoder(w).Encode(answer)
 	})
 	// /stream writes a line, then waits for the test to say go on.
 	mux.HandleFunc("/v1/sandboxes/sb-a/stream", func(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +140,7 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 		}
 		return nil
 	}
-	front := httptest.NewServer(NewFront(fleet, Options{Preview: preview, Authenticate: auth, WriteError: writeTestError, MaxBody: 1 << 10}))
+	front := httptest.NewServer(NewFront(fleet, Options{Preview: preview, Authenticate: auth, WriteError: writeTestError, MaxBody: 2 * peekFree}))
 	t.Cleanup(front.Close)
 	return fleet, front.URL
 }
@@ -186,6 +200,10 @@ func TestFrontRoutes(t *testing.T) {
 	if fmt.Sprint(fleet.placed) != fmt.Sprint(want) {
 		t.Errorf("placements %+v, want %+v", fleet.placed, want)
 	}
+	// The sandboxes the placed requests started are known to be there.
+	if got := strings.Join(fleet.started, "; "); got != "b: sb-new; b: sb-r1 sb-r2" {
+		t.Errorf("started %q, want b's create and restore", got)
+	}
 }
 
 // TestFrontPassesBodiesItCannotRead: a create body over the bound, or one
@@ -193,7 +211,7 @@ func TestFrontRoutes(t *testing.T) {
 // whole, which refuses it with the reason.
 func TestFrontPassesBodiesItCannotRead(t *testing.T) {
 	fleet, url := newTestFront(t)
-	big := `{"template":"` + strings.Repeat("x", 4<<10) + `"}`
+	big := `{"template":"` + strings.Repeat("x", 3*peekFree) + `"}`
 	for _, body := range []string{big, `{"cpus":`} {
 		_, got := send(t, "POST", url+"/v1/sandboxes", "", body)
 		if got.Node != "b" || got.Body != body {
@@ -229,12 +247,15 @@ func TestFrontErrors(t *testing.T) {
 }
 
 // TestFrontReadsNoBodyWithoutAKey: a create or restore without a good key
-// is refused at the front, before its body is read or it is placed.
+// and a body longer than a request's headers may be is refused at the
+// front, before the rest of its body is read or it is placed; a short one
+// goes on to the node, which refuses it.
 func TestFrontReadsNoBodyWithoutAKey(t *testing.T) {
 	fleet, url := newTestFront(t)
+	long := `{"template":"` + strings.Repeat("x", peekFree) + `"}`
 	for _, path := range []string{"/v1/sandboxes", "/v1/snapshots/sn-1/restore"} {
-		if status, eb := sendForError(t, "POST", url+path, "Bearer wk_stolen", `{"cpus":1}`); status != http.StatusUnauthorized || eb.Error.Code != api.CodeUnauthorized {
-			t.Errorf("POST %s with a bad key: %d %+v", path, status, eb)
+		if status, eb := sendForError(t, "POST", url+path, "Bearer wk_stolen", long); status != http.StatusUnauthorized || eb.Error.Code != api.CodeUnauthorized {
+			t.Errorf("POST %s with a bad key and a long body: %d %+v", path, status, eb)
 		}
 	}
 	if len(fleet.placed) != 0 {

@@ -18,3 +18,4 @@ func (one) Owner(ctx context.Context, id string) (string, error)   { return loca
 func (one) Place(ctx context.Context, p Placement) (string, error) { return localNode, nil }
 func (one) Any(ctx context.Context) (string, error)                { return localNode, nil }
 func (o one) Node(string) (http.Handler, error)                    { return o.node, nil }
+func (one) Started(string, []string)                               {}

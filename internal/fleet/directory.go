@@ -36,7 +36,22 @@ type Directory struct {
 	nodes    map[string]store.Node // as last read
 	handlers map[string]routed
 	rng      *rand.Rand
+	// owners caches the node of each live sandbox looked up: a sandbox
+	// never changes node while that node is not fenced.
+	owners map[string]string
+	// layers caches durable snapshots' lineage links, which never change.
+	layers map[string]link
 }
+
+// link is a durable snapshot's place in its lineage.
+type link struct {
+	layer  scheduler.Layer
+	parent string
+	disk   int64
+}
+
+// cacheMax bounds each cache; a full one starts again empty.
+const cacheMax = 1 << 16
 
 // routed is the handler of a node at an address.
 type routed struct {
@@ -68,6 +83,7 @@ func NewDirectory(ctx context.Context, st *store.Store, remote func(node, addr s
 	d := &Directory{
 		st: st, remote: remote, local: local, cfg: cfg.withDefaults(), dcfg: dcfg, log: log,
 		handlers: map[string]routed{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		owners: map[string]string{}, layers: map[string]link{},
 	}
 	if err := d.refresh(ctx); err != nil {
 		return nil, err
@@ -178,8 +194,17 @@ func (d *Directory) fenceStale(ctx context.Context) {
 }
 
 // Owner implements control.Fleet: the node a live sandbox's record names,
-// while that node is not fenced.
+// while that node is not fenced. A sandbox found once is remembered: a
+// request for it after it ended still goes to its node, which answers for
+// it from the store as any node would.
 func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
+	d.mu.Lock()
+	node, ok := d.owners[id]
+	if ok && d.nodes[node].State != store.NodeFenced {
+		d.mu.Unlock()
+		return node, nil
+	}
+	d.mu.Unlock()
 	rec, err := d.st.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", control.ErrNoOwner
@@ -188,11 +213,15 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	n, ok := d.nodes[rec.Node]
-	d.mu.Unlock()
 	if !ok || n.State == store.NodeFenced || !slices.Contains(store.Live, rec.State) {
 		return "", control.ErrNoOwner
 	}
+	if len(d.owners) >= cacheMax {
+		clear(d.owners)
+	}
+	d.owners[id] = rec.Node
 	return rec.Node, nil
 }
 
@@ -234,6 +263,18 @@ func (d *Directory) Place(ctx context.Context, p control.Placement) (string, err
 	return dec.Node, nil
 }
 
+// Started implements control.Fleet: the sandboxes a node started are its.
+func (d *Directory) Started(node string, ids []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.owners)+len(ids) > cacheMax {
+		clear(d.owners)
+	}
+	for _, id := range ids {
+		d.owners[id] = node
+	}
+}
+
 // runtimeName is the runtime a request names for the scheduler: none for
 // "auto".
 func runtimeName(rt string) string {
@@ -257,20 +298,49 @@ func (d *Directory) lineage(ctx context.Context, id string) ([]scheduler.Layer, 
 	var out []scheduler.Layer
 	var disk int64
 	for i := 0; id != "" && i < maxLineage; i++ {
-		sn, err := d.st.GetSnapshot(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		l, ok, err := d.link(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
 			if disk > 0 {
 				out = append(out, scheduler.Layer{ID: id, Size: disk})
 			}
 			break
 		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, scheduler.Layer{ID: sn.ID, Size: cmp.Or(max(sn.StoredBytes, sn.ChangedBytes), sn.DiskBytes)})
-		id, disk = sn.Parent, sn.DiskBytes
+		out = append(out, l.layer)
+		id, disk = l.parent, l.disk
 	}
 	return out, nil
+}
+
+// link reads snapshot id's place in its lineage, from the cache when it is
+// durable; false when the store does not know it.
+func (d *Directory) link(ctx context.Context, id string) (link, bool, error) {
+	d.mu.Lock()
+	l, ok := d.layers[id]
+	d.mu.Unlock()
+	if ok {
+		return l, true, nil
+	}
+	sn, err := d.st.GetSnapshot(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return link{}, false, nil
+	}
+	if err != nil {
+		return link{}, false, err
+	}
+	l = link{layer: scheduler.Layer{ID: sn.ID, Size: cmp.Or(max(sn.StoredBytes, sn.ChangedBytes), sn.DiskBytes)},
+		parent: sn.Parent, disk: sn.DiskBytes}
+	if sn.State == api.SnapshotDurable {
+		d.mu.Lock()
+		if len(d.layers) >= cacheMax {
+			clear(d.layers)
+		}
+		d.layers[id] = l
+		d.mu.Unlock()
+	}
+	return l, true, nil
 }
 
 // Any implements control.Fleet: a random healthy node.
