@@ -102,6 +102,12 @@ type SandboxSpec struct {
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	// Region and NodeLabels choose where a fleet starts the sandbox: on a
+	// node of that region whose labels include all of these. "" and none:
+	// anywhere. A single machine is in no region and has no labels, and
+	// refuses a request that names any (503).
+	Region     string            `json:"region,omitempty"`
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
 }
 
 // NetworkPolicy is a sandbox's egress policy, set at create and replaced

@@ -176,6 +176,20 @@ func TestFleet(t *testing.T) {
 		t.Errorf("the second restore went to %s, not %s which holds the snapshot", f.node(second.ID), home)
 	}
 
+	// A region or a label chooses the node; one no node has is refused.
+	inR2, err := admin1.Restore(ctx, snap.ID, api.RestoreRequest{SandboxSpec: api.SandboxSpec{Region: "r2"}})
+	if err != nil {
+		t.Fatalf("restore in r2: %v", err)
+	}
+	if n := f.node(inR2[0].ID); n != "n2" {
+		t.Errorf("a restore in region r2 went to %s", n)
+	}
+	admin1.DeleteSandbox(ctx, inR2[0].ID)
+	_, err = admin1.Restore(ctx, snap.ID, api.RestoreRequest{SandboxSpec: api.SandboxSpec{NodeLabels: map[string]string{"gpu": "yes"}}})
+	if !api.IsCode(err, api.CodeUnavailable) || !strings.Contains(err.Error(), "gpu") {
+		t.Errorf("a restore on a label no node has: %v, want unavailable naming it", err)
+	}
+
 	// A tenant's key reaches no node: without the fleet's certificate the
 	// TLS handshake fails before any request is read.
 	k, err := admin1.CreateKey(ctx, "fleet-tenant")

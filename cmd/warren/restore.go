@@ -16,7 +16,7 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 			"sandboxes its /workspace on a fresh root disk from its template.")
 	var req api.RestoreRequest
 	fs.IntVar(&req.Count, "count", 1, "how many sandboxes to start")
-	sf := addSandboxFlags(fs, &req.Runtime, &req.CPUs, &req.MemoryMB, &req.Pids, &req.WorkspaceMB)
+	sf := addSandboxFlags(fs, &req.SandboxSpec)
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -24,10 +24,9 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 	if req.Count < 1 {
 		return badUsage(fs, "-count must be at least 1")
 	}
-	if req.TimeoutSeconds, req.Env, req.Metadata, err = sf.values(fs); err != nil {
+	if err := sf.fill(fs, &req.SandboxSpec); err != nil {
 		return err
 	}
-	req.Network = sf.net.policy()
 	sbs, err := cl.Restore(ctx, rest[0], req)
 	if err != nil {
 		return err

@@ -236,6 +236,11 @@ func Run(ctx context.Context, o Options) error {
 		defer netNode.Close()
 	}
 
+	var region string
+	var labels map[string]string
+	if o.Fleet != nil {
+		region, labels = o.Fleet.Region, o.Fleet.Labels
+	}
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
 		Log:       subsystem(log, "sandbox"),
 		Store:     st,
@@ -247,6 +252,8 @@ func Run(ctx context.Context, o Options) error {
 		Network:   netNode,
 		Host:      host,
 		NodeID:    o.NodeID,
+		Region:    region,
+		Labels:    labels,
 	}, o.Sandbox)
 	if err != nil {
 		return err

@@ -239,6 +239,8 @@ func (d *Directory) Place(ctx context.Context, p control.Placement) (string, err
 	req := scheduler.Request{
 		Resources: scheduler.Resources{MilliCPUs: int64(cpus*1000) * n, MemoryMB: mem * n},
 		Runtime:   runtimeName(p.Spec.Runtime),
+		Region:    p.Spec.Region,
+		Labels:    p.Spec.NodeLabels,
 	}
 	if p.Snapshot != "" {
 		lineage, err := d.lineage(ctx, p.Snapshot)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -267,5 +268,23 @@ func TestFence(t *testing.T) {
 	}
 	if n := h.Manager.Running(listing.AnyTenant); n != 0 {
 		t.Errorf("%d sandboxes still counted running", n)
+	}
+}
+
+// TestPlacedElsewhere: a single machine is in no region and has no labels:
+// a create that names either is refused as unavailable, saying why.
+func TestPlacedElsewhere(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		spec api.SandboxSpec
+		want string
+	}{
+		{api.SandboxSpec{Region: "eu"}, `no node in region "eu": this warren is not in a region`},
+		{api.SandboxSpec{NodeLabels: map[string]string{"gpu": "yes"}}, "no node with label gpu=yes"},
+	} {
+		_, err := h.Manager.Create(context.Background(), tenant, api.CreateSandboxRequest{SandboxSpec: tc.spec})
+		if !api.IsCode(err, api.CodeUnavailable) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("create %+v: %v, want unavailable: %s", tc.spec, err, tc.want)
+		}
 	}
 }

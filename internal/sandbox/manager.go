@@ -121,8 +121,12 @@ type Deps struct {
 	// Host is what the node's host has, for admission.
 	Host HostCapacity
 	// NodeID names this node in the fleet: its sandboxes' records carry
-	// it, and it adopts and reaps only those.
+	// it, and it adopts and reaps only those. Region and Labels are the
+	// fleet's for it ("" and none on a single machine): it refuses a
+	// request that names others.
 	NodeID string
+	Region string
+	Labels map[string]string
 }
 
 // Manager runs the node's sandboxes. It is safe for concurrent use.

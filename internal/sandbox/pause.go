@@ -45,7 +45,11 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, er
 	if err := p.Pause(pctx); err != nil {
 		m.mu.Lock()
 		l.paused = false
+		deleting := l.deleting
 		m.mu.Unlock()
+		if deleting { // a delete stopped it meanwhile
+			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+		}
 		m.log.Warn("sandbox pause failed", "sandbox", id, "err", err)
 		return api.Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
@@ -87,6 +91,12 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 	defer cancel()
 	t0 := time.Now()
 	if err := p.Resume(rctx); err != nil {
+		m.mu.Lock()
+		deleting := l.deleting
+		m.mu.Unlock()
+		if deleting { // a delete stopped it meanwhile
+			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+		}
 		m.log.Warn("sandbox resume failed", "sandbox", id, "err", err)
 		return api.Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}

@@ -16,6 +16,9 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	bad := func(format string, args ...any) (store.Sandbox, error) {
 		return store.Sandbox{}, api.Errorf(api.CodeBadRequest, format, args...)
 	}
+	if err := m.placedHere(req.SandboxSpec); err != nil {
+		return store.Sandbox{}, err
+	}
 	maxCPUs := float64(goruntime.NumCPU())
 	cpus := req.CPUs
 	if cpus == 0 {
@@ -99,6 +102,23 @@ func validMetadata(md map[string]string) error {
 	for k, v := range md {
 		if k == "" || len(k) > 128 || len(v) > 1024 {
 			return api.Errorf(api.CodeBadRequest, "metadata %q: keys must be 1-128 bytes, values at most 1024", k)
+		}
+	}
+	return nil
+}
+
+// placedHere checks that the request's region and node labels are this
+// node's: a fleet placed it here by them, and a single machine has none.
+func (m *Manager) placedHere(spec api.SandboxSpec) error {
+	if spec.Region != "" && spec.Region != m.deps.Region {
+		if m.deps.Region == "" {
+			return api.Errorf(api.CodeUnavailable, "no node in region %q: this warren is not in a region", spec.Region)
+		}
+		return api.Errorf(api.CodeUnavailable, "no node in region %q: this node is in %q", spec.Region, m.deps.Region)
+	}
+	for k, v := range spec.NodeLabels {
+		if have, ok := m.deps.Labels[k]; !ok || have != v {
+			return api.Errorf(api.CodeUnavailable, "no node with label %s=%s", k, v)
 		}
 	}
 	return nil
