@@ -95,6 +95,9 @@ type call struct {
 	// goneIsDone makes a 404 a success after an attempt whose outcome is
 	// unknown: that attempt did what the call asked (a repeated DELETE).
 	goneIsDone bool
+	// idempotencyKey, when set, is sent with every attempt: the server
+	// answers a repeat with the first attempt's answer.
+	idempotencyKey string
 }
 
 // send sends cl, repeating it as its retry class allows, and returns the
@@ -172,6 +175,9 @@ func (c *Client) newRequest(ctx context.Context, cl *call, payload []byte) (*htt
 	}
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	if cl.idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", cl.idempotencyKey)
 	}
 	return req, nil
 }

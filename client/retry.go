@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"syscall"
@@ -54,4 +56,29 @@ func refused(err error) bool {
 // clients do not retry in step.
 func (c *Client) waits() backoff.Backoff {
 	return backoff.Backoff{Base: c.backoff, Max: 16 * c.backoff, Jitter: true}
+}
+
+// idempotencyKeyOf is the context key of WithIdempotencyKey.
+type idempotencyKeyOf struct{}
+
+// WithIdempotencyKey makes the create, snapshot or restore called with ctx
+// send key as its idempotency key (docs/API.md, "Retries"): however often
+// it is sent, from this process or another that uses the same key, it
+// takes effect once and answers the same. Without one, each such call
+// makes a key of its own, which makes its own retries safe.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idempotencyKeyOf{}, key)
+}
+
+// once makes cl a call sent under an idempotency key (ctx's, or a new
+// one), which may then be repeated like an idempotent one.
+func once(ctx context.Context, cl *call) *call {
+	key, _ := ctx.Value(idempotencyKeyOf{}).(string)
+	if key == "" {
+		b := make([]byte, 16)
+		rand.Read(b)
+		key = hex.EncodeToString(b)
+	}
+	cl.idempotencyKey, cl.retry = key, retryIdempotent
+	return cl
 }

@@ -76,10 +76,6 @@ var effects = []struct {
 		_, err := c.StartProcess(ctx, "sb-1", api.ExecRequest{Cmd: []string{"true"}})
 		return err
 	}},
-	{"create", func(ctx context.Context, c *Client) error {
-		_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		return err
-	}},
 	{"stdin", func(ctx context.Context, c *Client) error {
 		return c.WriteStdin(ctx, "sb-1", 7, strings.NewReader("x"), true)
 	}},
@@ -174,6 +170,58 @@ func TestNoRetryOnBrokenConnectionForCallsWithEffects(t *testing.T) {
 				t.Errorf("%d requests, want 1", h.count())
 			}
 		})
+	}
+}
+
+// keyed are the calls with effects sent under an idempotency key.
+var keyed = []struct {
+	name string
+	call func(context.Context, *Client) error
+}{
+	{"create", func(ctx context.Context, c *Client) error {
+		_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		return err
+	}},
+	{"snapshot", func(ctx context.Context, c *Client) error {
+		_, err := c.Snapshot(ctx, "sb-1", api.CreateSnapshotRequest{})
+		return err
+	}},
+	{"restore", func(ctx context.Context, c *Client) error {
+		_, err := c.Restore(ctx, "sn-1", api.RestoreRequest{})
+		return err
+	}},
+}
+
+// TestKeyedCallsRetryUnderOneKey: a create, snapshot or restore whose
+// answer was lost is sent again with the same idempotency key (the server
+// answers it once); the key is the context's when it has one.
+func TestKeyedCallsRetryUnderOneKey(t *testing.T) {
+	for _, tt := range keyed {
+		for _, given := range []string{"", "my-key"} {
+			t.Run(tt.name+"/"+given, func(t *testing.T) {
+				var h hits
+				var mu sync.Mutex
+				var keys []string
+				c := newTestClient(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					keys = append(keys, r.Header.Get("Idempotency-Key"))
+					mu.Unlock()
+					dropFirst(&h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						w.Write([]byte(`{"sandboxes":[{"id":"sb-2"}],"id":"sb-2"}`))
+					})).ServeHTTP(w, r)
+				}))
+				ctx := t.Context()
+				if given != "" {
+					ctx = WithIdempotencyKey(ctx, given)
+				}
+				if err := tt.call(ctx, c); err != nil {
+					t.Fatalf("call: %v, want success on the retry", err)
+				}
+				if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] || (given != "" && keys[0] != given) {
+					t.Errorf("keys sent %q; want the same one twice (%q if given)", keys, given)
+				}
+			})
+		}
 	}
 }
 

@@ -54,7 +54,7 @@ func (c *Client) Info(ctx context.Context) (*api.NodeInfo, error) {
 // retried: a repeated create could make two sandboxes.
 func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
 	var sb api.Sandbox
-	cl := &call{op: "create sandbox", method: http.MethodPost, path: "/v1/sandboxes", in: req, retry: retryNever}
+	cl := once(ctx, &call{op: "create sandbox", method: http.MethodPost, path: "/v1/sandboxes", in: req})
 	if err := c.do(ctx, cl, &sb); err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ func snapshotPath(id string, elems ...string) string {
 // second snapshot.
 func (c *Client) Snapshot(ctx context.Context, sandboxID string, req api.CreateSnapshotRequest) (*api.Snapshot, error) {
 	var sn api.Snapshot
-	cl := &call{op: "snapshot", method: http.MethodPost, path: sandboxPath(sandboxID, "snapshots"), in: req, retry: retryNever}
+	cl := once(ctx, &call{op: "snapshot", method: http.MethodPost, path: sandboxPath(sandboxID, "snapshots"), in: req})
 	if err := c.do(ctx, cl, &sn); err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 // returns them running. Never retried: a repeat would start more.
 func (c *Client) Restore(ctx context.Context, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
 	var res api.RestoreResult
-	cl := &call{op: "restore", method: http.MethodPost, path: snapshotPath(id, "restore"), in: req, retry: retryNever}
+	cl := once(ctx, &call{op: "restore", method: http.MethodPost, path: snapshotPath(id, "restore"), in: req})
 	if err := c.do(ctx, cl, &res); err != nil {
 		return nil, err
 	}

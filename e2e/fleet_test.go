@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/listing"
 	"warren/internal/pgtest"
 	"warren/internal/store"
 	"warren/internal/wait"
@@ -116,6 +119,26 @@ func (f *fleet) node(id string) string {
 	return rec.Node
 }
 
+// marked are the fleet's sandbox records whose metadata includes m.
+func (f *fleet) marked(m map[string]string) []store.Sandbox {
+	f.t.Helper()
+	recs, err := f.st.ListSandboxes(context.Background(), "", nil, listing.Page{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []store.Sandbox
+	for _, rec := range recs {
+		match := true
+		for k, v := range m {
+			match = match && rec.Metadata[k] == v
+		}
+		if match {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
 // TestFleet runs a fleet of two nodes and two control replicas on one
 // machine: restores through either replica land on a node and are reached
 // through either; a second restore of a snapshot goes where its lineage
@@ -188,6 +211,33 @@ func TestFleet(t *testing.T) {
 	_, err = admin1.Restore(ctx, snap.ID, api.RestoreRequest{SandboxSpec: api.SandboxSpec{NodeLabels: map[string]string{"gpu": "yes"}}})
 	if !api.IsCode(err, api.CodeUnavailable) || !strings.Contains(err.Error(), "gpu") {
 		t.Errorf("a restore on a label no node has: %v, want unavailable naming it", err)
+	}
+
+	// kill -9 of a control replica mid-restore: the retry with the same
+	// idempotency key, through the other replica, gets the first restore's
+	// answer.
+	mark := map[string]string{"retried": "yes"}
+	body, _ := json.Marshal(api.RestoreRequest{SandboxSpec: api.SandboxSpec{Metadata: mark}})
+	req, _ := http.NewRequest("POST", c2.url+"/v1/snapshots/"+snap.ID+"/restore", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+c1.key)
+	req.Header.Set("Idempotency-Key", "restore-once")
+	go http.DefaultClient.Do(req)
+	wait.For(t, 30*time.Second, "the restore to be under way on a node", func() bool {
+		return len(f.marked(mark)) > 0
+	})
+	c2.kill()
+	again, err := admin1.Restore(client.WithIdempotencyKey(ctx, "restore-once"), snap.ID, api.RestoreRequest{SandboxSpec: api.SandboxSpec{Metadata: mark}})
+	if err != nil {
+		t.Fatalf("the retry through the other replica: %v", err)
+	}
+	t.Cleanup(func() { admin1.DeleteSandbox(context.Background(), again[0].ID) })
+	// The restore under way when its replica died ran to its end, and the
+	// retry got its answer: one sandbox, never a second.
+	if recs := f.marked(mark); len(recs) != 1 || recs[0].ID != again[0].ID || recs[0].State != api.StateRunning {
+		for _, rec := range recs {
+			t.Logf("a sandbox of the retried restore: %s %s %s", rec.ID, rec.State, rec.Error)
+		}
+		t.Errorf("%d sandboxes of the retried restore; want one, running, the retry's answer %s", len(recs), again[0].ID)
 	}
 
 	// A tenant's key reaches no node: without the fleet's certificate the

@@ -278,6 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		Bases:         snaps,
 		Sandboxes:     mgr,
 	})
+	o.Server.Requests = Requests(st)
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
 	if o.Fleet != nil {

@@ -264,5 +264,8 @@ func (m *Manager) reap(ctx context.Context) {
 		if _, err := m.deps.Store.PurgeFinal(ctx, now.Add(-m.cfg.KeepFinal)); err != nil && ctx.Err() == nil {
 			m.log.Error("purge ended sandboxes", "err", err)
 		}
+		if _, err := m.deps.Store.PurgeRequests(ctx, now.Add(-store.RequestsKept)); err != nil && ctx.Err() == nil {
+			m.log.Error("purge idempotency keys", "err", err)
+		}
 	}
 }

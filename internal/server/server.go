@@ -160,6 +160,9 @@ type Options struct {
 	// non-streaming exec (default DefaultMaxOutputBytes). Output beyond it
 	// is read and dropped, and the result says Truncated.
 	MaxOutputBytes int64
+	// Requests keeps the answers of requests sent with an idempotency key
+	// (idempotency.go); nil: such requests are refused.
+	Requests Requests
 	// Limits bound concurrent execs and streams (limits.go).
 	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
@@ -367,7 +370,11 @@ func (s *Server) endpoint(rt route) http.Handler {
 			}
 			meta(r.Context()).key = key
 		}
-		if err := rt.handle(w, r); err != nil {
+		handle := rt.handle
+		if pattern := rt.method + " " + rt.path; idempotent[pattern] && r.Header.Get(idempotencyHeader) != "" {
+			handle = func(w http.ResponseWriter, r *http.Request) error { return s.once(w, r, pattern, rt.handle) }
+		}
+		if err := handle(w, r); err != nil {
 			s.WriteError(w, r, err)
 		}
 	})

@@ -191,6 +191,30 @@ var migrations = []migration{
 	CREATE INDEX sandboxes_node ON sandboxes (node, state);
 	ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
 	},
+	// Idempotency keys (requests.go): each tenant's key, the request it
+	// was first given with, and the answer once there is one.
+	{
+		sqlite: `CREATE TABLE requests (
+		tenant     TEXT NOT NULL,
+		key        TEXT NOT NULL,
+		request    TEXT NOT NULL,
+		status     INTEGER NOT NULL,
+		answer     BLOB,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, key)
+	);
+	CREATE INDEX requests_created ON requests (created_at);`,
+		postgres: `CREATE TABLE requests (
+		tenant     TEXT NOT NULL,
+		key        TEXT NOT NULL,
+		request    TEXT NOT NULL,
+		status     BIGINT NOT NULL,
+		answer     BYTEA,
+		created_at BIGINT NOT NULL,
+		PRIMARY KEY (tenant, key)
+	);
+	CREATE INDEX requests_created ON requests (created_at);`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold
