@@ -304,6 +304,39 @@ type RuntimeInfo struct {
 	Accel string `json:"accel,omitempty"`
 }
 
+// FleetNode is a node of a fleet as GET /v1/nodes lists it (admin key
+// only): where it is, its state, and what it said at its last heartbeat.
+type FleetNode struct {
+	ID      string            `json:"id"`
+	Addr    string            `json:"addr"`
+	Region  string            `json:"region"`
+	Cluster string            `json:"cluster"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	// State is active, cordoned (it takes no new sandboxes), draining or
+	// fenced (it lost its lease).
+	State       string    `json:"state"`
+	Epoch       int64     `json:"epoch"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	Sandboxes   int       `json:"sandboxes"`
+	// Capacity is what the node may promise; Allocated what its sandboxes
+	// hold of it.
+	Capacity  Amounts  `json:"capacity"`
+	Allocated Amounts  `json:"allocated"`
+	Runtimes  []string `json:"runtimes"`
+}
+
+// Amounts are vCPUs, memory and disk.
+type Amounts struct {
+	CPUs     float64 `json:"cpus"`
+	MemoryMB int64   `json:"memory_mb"`
+	DiskMB   int64   `json:"disk_mb"`
+}
+
+// FleetNodeList is the answer to GET /v1/nodes.
+type FleetNodeList struct {
+	Nodes []FleetNode `json:"nodes"`
+}
+
 // NodeInfo is the answer to GET /v1/info.
 type NodeInfo struct {
 	Version       string        `json:"version"`

@@ -252,6 +252,10 @@ func sandboxPath(id string, elems ...string) string {
 	return idPath("sandboxes", id, elems...)
 }
 
+func nodePath(id string, elems ...string) string {
+	return idPath("nodes", id, elems...)
+}
+
 // idPath is the escaped path of the resource id in collection, and of elems
 // under it; "" when id is empty.
 func idPath(collection, id string, elems ...string) string {

@@ -179,3 +179,29 @@ func (c *Client) DeleteKey(ctx context.Context, id string) error {
 	cl := &call{op: "delete key", method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: retryIdempotent}
 	return c.do(ctx, cl, nil)
 }
+
+// ListNodes lists the fleet's nodes (needs the admin key); none on a
+// single machine.
+func (c *Client) ListNodes(ctx context.Context) ([]api.FleetNode, error) {
+	var list api.FleetNodeList
+	cl := &call{op: "list nodes", method: http.MethodGet, path: "/v1/nodes", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &list); err != nil {
+		return nil, err
+	}
+	return list.Nodes, nil
+}
+
+// CordonNode stops node id taking new sandboxes, or with cordon false lets
+// it again (needs the admin key).
+func (c *Client) CordonNode(ctx context.Context, id string, cordon bool) (*api.FleetNode, error) {
+	verb := "cordon"
+	if !cordon {
+		verb = "uncordon"
+	}
+	var n api.FleetNode
+	cl := &call{op: verb + " node", method: http.MethodPost, path: nodePath(id, verb), retry: retryIdempotent}
+	if err := c.do(ctx, cl, &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}

@@ -194,7 +194,9 @@ func TestFleet(t *testing.T) {
 		n, err := f.st.GetNode(ctx, home)
 		return err == nil && strings.Contains(string(n.Report), snap.ID)
 	})
-	time.Sleep(1500 * time.Millisecond) // the replicas' views refresh each second: the thing under test is the next placement
+	// The replicas read the nodes' reports every second: the placement
+	// under test is the one after their next read.
+	time.Sleep(1500 * time.Millisecond)
 	if second := restore(admin2); f.node(second.ID) != home {
 		t.Errorf("the second restore went to %s, not %s which holds the snapshot", f.node(second.ID), home)
 	}
@@ -211,6 +213,25 @@ func TestFleet(t *testing.T) {
 	_, err = admin1.Restore(ctx, snap.ID, api.RestoreRequest{SandboxSpec: api.SandboxSpec{NodeLabels: map[string]string{"gpu": "yes"}}})
 	if !api.IsCode(err, api.CodeUnavailable) || !strings.Contains(err.Error(), "gpu") {
 		t.Errorf("a restore on a label no node has: %v, want unavailable naming it", err)
+	}
+
+	// A cordoned node takes no new sandboxes and keeps its own.
+	out, errOut, code := c1.cli(t, nil, "node", "ls")
+	if code != 0 || !strings.Contains(out, "n1") || !strings.Contains(out, "n2") || strings.Count(out, "active") != 2 {
+		t.Errorf("warren node ls: exit %d %q %s", code, out, errOut)
+	}
+	away := map[string]string{"n1": "n2", "n2": "n1"}[home]
+	if out, errOut, code := c1.cli(t, nil, "node", "cordon", home); code != 0 || out != home+" cordoned\n" {
+		t.Fatalf("warren node cordon: exit %d %q %s", code, out, errOut)
+	}
+	if sb := restore(admin1); f.node(sb.ID) != away {
+		t.Errorf("a restore with %s cordoned went to %s", home, f.node(sb.ID))
+	}
+	if _, err := admin1.Exec(ctx, first.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		t.Errorf("exec in a sandbox of the cordoned node: %v", err)
+	}
+	if out, errOut, code := c1.cli(t, nil, "node", "uncordon", home); code != 0 || out != home+" active\n" {
+		t.Fatalf("warren node uncordon: exit %d %q %s", code, out, errOut)
 	}
 
 	// kill -9 of a control replica mid-restore: the retry with the same

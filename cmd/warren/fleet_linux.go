@@ -16,10 +16,10 @@ import (
 	"warren/internal/server"
 )
 
-// runNode is `warren node`: a fleet's node. It runs the sandboxes the
-// fleet's control replicas place on it; its API takes only them, over the
-// fleet's mutual TLS.
-func runNode(ctx context.Context, c *cli, args []string) error {
+// runNodeDaemon is `warren node [flags]`: a fleet's node. It runs the
+// sandboxes the fleet's control replicas place on it; its API takes only
+// them, over the fleet's mutual TLS.
+func runNodeDaemon(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("node", "--node-id ID --database URL --fleet-dir DIR [flags]",
 		"Run a node of a warren fleet: the sandbox manager and the vm and container\nruntimes, whose API only the fleet's control replicas reach (mutual TLS with\nthe fleet's certificates, from warren fleet cert). It registers in the\nfleet's database and renews its lease there; a node that cannot renew it\nstops its sandboxes.")
 	opts := c.daemonFlags(fs, "0.0.0.0:7778", "address of the node's API (mutual TLS; control replicas only)")

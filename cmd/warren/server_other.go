@@ -9,12 +9,14 @@ import (
 	"runtime"
 )
 
-// runServer, runNode and runControl are the daemons, where they cannot
+// runServer, runNodeDaemon and runControl are the daemons, where they cannot
 // run: their runtimes are Linux's (namespaces, cgroups, KVM). Every other
 // command drives a remote warren from here.
 func runServer(ctx context.Context, c *cli, args []string) error { return linuxOnly(c, "server", args) }
 
-func runNode(ctx context.Context, c *cli, args []string) error { return linuxOnly(c, "node", args) }
+func runNodeDaemon(ctx context.Context, c *cli, args []string) error {
+	return linuxOnly(c, "node", args)
+}
 
 func runControl(ctx context.Context, c *cli, args []string) error {
 	return linuxOnly(c, "control", args)

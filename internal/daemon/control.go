@@ -67,6 +67,7 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	}
 	o.Server.PreviewDomain = o.PreviewDomain
 	o.Server.Requests = Requests(st)
+	o.Server.Fleet = Fleet(st)
 	// The replica's server is its middleware, its key check and its error
 	// answers: every route is a node's.
 	srv := server.New(nil, nil, Keys(st), subsystem(log, "api"), o.Server)

@@ -279,6 +279,9 @@ func Run(ctx context.Context, o Options) error {
 		Sandboxes:     mgr,
 	})
 	o.Server.Requests = Requests(st)
+	if o.Fleet != nil {
+		o.Server.Fleet = Fleet(st)
+	}
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
 	if o.Fleet != nil {

@@ -3,14 +3,18 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
+	"warren/api"
 	"warren/internal/fleet"
 	"warren/internal/node"
 	"warren/internal/pki"
 	"warren/internal/sandbox"
 	"warren/internal/scheduler"
+	"warren/internal/server"
 	"warren/internal/snapshot"
 	"warren/internal/store"
 )
@@ -66,4 +70,64 @@ func nodeReport(ctx context.Context, mgr *sandbox.Manager, nd *node.Node, snaps 
 		r.Layers = append(r.Layers, scheduler.Layer{ID: l.ID, Size: l.Bytes})
 	}
 	return r
+}
+
+// Fleet lists and cordons the fleet's nodes in st, for the API.
+func Fleet(st *store.Store) server.Fleet { return storeFleet{st} }
+
+// storeFleet is server.Fleet over the store.
+type storeFleet struct{ st *store.Store }
+
+func (f storeFleet) Nodes(ctx context.Context) ([]api.FleetNode, error) {
+	recs, err := f.st.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.FleetNode, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, fleetNode(rec))
+	}
+	return out, nil
+}
+
+func (f storeFleet) Cordon(ctx context.Context, id string, cordon bool) (api.FleetNode, error) {
+	from, to := store.NodeActive, store.NodeCordoned
+	if !cordon {
+		from, to = store.NodeCordoned, store.NodeActive
+	}
+	rec, err := f.st.GetNode(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return api.FleetNode{}, api.Errorf(api.CodeNotFound, "node %s not found", id)
+	case err != nil:
+		return api.FleetNode{}, err
+	case rec.State == to:
+		return fleetNode(rec), nil
+	}
+	rec, err = f.st.SetNodeState(ctx, id, []string{from}, to)
+	if errors.Is(err, store.ErrNodeState) {
+		return api.FleetNode{}, api.Errorf(api.CodeConflict, "node %s cannot be made %s: %v", id, to, err)
+	}
+	if err != nil {
+		return api.FleetNode{}, err
+	}
+	return fleetNode(rec), nil
+}
+
+// fleetNode is a node's record as the API shows it.
+func fleetNode(rec store.Node) api.FleetNode {
+	var r fleet.Report
+	json.Unmarshal(rec.Report, &r) // a record without a report shows none
+	amounts := func(res scheduler.Resources) api.Amounts {
+		return api.Amounts{CPUs: float64(res.MilliCPUs) / 1000, MemoryMB: res.MemoryMB, DiskMB: res.DiskMB}
+	}
+	n := api.FleetNode{
+		ID: rec.ID, Addr: rec.Addr, Region: rec.Region, Cluster: rec.Cluster, Labels: rec.Labels,
+		State: rec.State, Epoch: rec.Epoch, HeartbeatAt: rec.HeartbeatAt, Sandboxes: r.Sandboxes,
+		Capacity: amounts(r.Capacity), Allocated: amounts(r.Allocated), Runtimes: []string{},
+	}
+	for _, rt := range r.Runtimes {
+		n.Runtimes = append(n.Runtimes, rt.Name)
+	}
+	return n
 }

@@ -249,20 +249,35 @@ func (d *Directory) Place(ctx context.Context, p control.Placement) (string, err
 		}
 		req.Lineage = lineage
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	dec, err := scheduler.Place(d.view, req, d.rng)
-	var nofit *scheduler.NoFitError
-	if errors.As(err, &nofit) {
-		return "", api.Errorf(api.CodeUnavailable, "no node can take it: %v", err)
+	// The view is up to a refresh old: the node picked is read again, and
+	// one cordoned, drained or fenced since is left out of the view and
+	// another picked.
+	for {
+		d.mu.Lock()
+		dec, err := scheduler.Place(d.view, req, d.rng)
+		d.mu.Unlock()
+		var nofit *scheduler.NoFitError
+		if errors.As(err, &nofit) {
+			return "", api.Errorf(api.CodeUnavailable, "no node can take it: %v", err)
+		}
+		if err != nil {
+			return "", err
+		}
+		rec, err := d.st.GetNode(ctx, dec.Node)
+		if err != nil {
+			return "", err
+		}
+		d.mu.Lock()
+		if rec.State != store.NodeActive {
+			d.nodes[rec.ID] = rec
+			d.view.Remove(rec.ID)
+			d.mu.Unlock()
+			continue
+		}
+		err = d.view.Allocate(dec.Node, req.Resources)
+		d.mu.Unlock()
+		return dec.Node, err
 	}
-	if err != nil {
-		return "", err
-	}
-	if err := d.view.Allocate(dec.Node, req.Resources); err != nil {
-		return "", err
-	}
-	return dec.Node, nil
 }
 
 // Started implements control.Fleet: the sandboxes a node started are its.

@@ -770,7 +770,7 @@ func (n *Node) Sweep() error {
 		n.log.Info("removing leftover sandbox router", "router", e.Name())
 		errs = append(errs, removeNetNS(path))
 	}
-	links, err := netlink.LinkList()
+	links, err := consistent(netlink.LinkList)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -785,6 +785,18 @@ func (n *Node) Sweep() error {
 	return errors.Join(errs...)
 }
 
+// consistent runs a netlink dump again while the kernel says it was
+// interrupted (the table changed while it was read: say, a veth the kernel
+// removes by itself once its namespace is gone), a few times at most.
+func consistent[T any](dump func() (T, error)) (T, error) {
+	for i := 1; ; i++ {
+		v, err := dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || i == 10 {
+			return v, err
+		}
+	}
+}
+
 // delLink deletes a host link. One that is already gone is not an error:
 // the kernel removes a veth pair on its own, asynchronously, once the
 // namespace holding its other end is gone.
@@ -797,7 +809,7 @@ func delLink(l netlink.Link) error {
 
 // inPool reports whether a host link has an address of the node's pool.
 func (n *Node) inPool(l netlink.Link) bool {
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+	addrs, err := consistent(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 	if err != nil {
 		return false
 	}

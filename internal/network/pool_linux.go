@@ -172,7 +172,7 @@ func checkPoolFree(runDir string, pool netip.Prefix, adopt bool) error {
 	if other, ok := overlappingLivePool(runDir, pool, adopt); ok {
 		return fmt.Errorf("network pool %s overlaps pool %s of another warren server on this host", pool, other)
 	}
-	links, err := netlink.LinkList()
+	links, err := consistent(netlink.LinkList)
 	if err != nil {
 		return fmt.Errorf("network pool %s: list links: %w", pool, err)
 	}
@@ -194,7 +194,7 @@ func checkPoolFree(runDir string, pool netip.Prefix, adopt bool) error {
 		a, ok := hostIfaceAddr(name)
 		return ok && pool.Contains(a)
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := consistent(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("network pool %s: list addresses: %w", pool, err)
 	}
@@ -208,7 +208,9 @@ func checkPoolFree(runDir string, pool netip.Prefix, adopt bool) error {
 			return fmt.Errorf("network pool %s overlaps address %s/%d of %s on this host: choose another --net-pool", pool, addr, subnet.Bits(), names[a.LinkIndex])
 		}
 	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := consistent(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return fmt.Errorf("network pool %s: list routes: %w", pool, err)
 	}

@@ -125,6 +125,17 @@ type Node interface {
 	BuildTemplate(ctx context.Context, name string, progress io.Writer) (api.Template, error)
 }
 
+// Fleet is what the API needs of the fleet's nodes. Errors are as
+// Sandboxes's.
+type Fleet interface {
+	// Nodes lists the fleet's nodes by ID.
+	Nodes(ctx context.Context) ([]api.FleetNode, error)
+	// Cordon stops node id taking new sandboxes (or, with cordon false,
+	// lets it again) and returns it; CodeNotFound for an unknown node,
+	// CodeConflict for a fenced one.
+	Cordon(ctx context.Context, id string, cordon bool) (api.FleetNode, error)
+}
+
 // Keys resolves and makes API keys. It may be called concurrently.
 type Keys interface {
 	// LookupKey returns the record of key; ErrUnknownKey for a key it does
@@ -163,6 +174,9 @@ type Options struct {
 	// Requests keeps the answers of requests sent with an idempotency key
 	// (idempotency.go); nil: such requests are refused.
 	Requests Requests
+	// Fleet lists and cordons the fleet's nodes (GET /v1/nodes); nil on a
+	// single machine, which has none.
+	Fleet Fleet
 	// Limits bound concurrent execs and streams (limits.go).
 	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
@@ -291,6 +305,9 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},
 		{"GET", "/v1/keys", admin, s.listKeys},
+		{"GET", "/v1/nodes", admin, s.listNodes},
+		{"POST", "/v1/nodes/{id}/cordon", admin, s.cordonNode},
+		{"POST", "/v1/nodes/{id}/uncordon", admin, s.cordonNode},
 		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},
 		{"GET", "/v1/debug/vars", admin, s.debugVars},
 	}
