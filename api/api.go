@@ -396,6 +396,26 @@ type CreateKeyRequest struct {
 	Tenant string `json:"tenant"`
 }
 
+// Quota is the body and answer of PUT and GET /v1/tenants/{tenant}/quota
+// (admin key only): what one tenant may hold in the whole fleet at once,
+// across every node. A zero field bounds nothing (each node still bounds
+// its tenants by its own flags). A create, restore or snapshot beyond it
+// is a 429 naming the quota and its value.
+type Quota struct {
+	// Sandboxes, CPUs, MemoryMB and DiskMB bound its live sandboxes and
+	// what they were given.
+	Sandboxes int     `json:"sandboxes"`
+	CPUs      float64 `json:"cpus"`
+	MemoryMB  int64   `json:"memory_mb"`
+	DiskMB    int64   `json:"disk_mb"`
+	// Snapshots and SnapshotBytes bound its snapshots that did not fail
+	// and what they added to the blob store.
+	Snapshots     int   `json:"snapshots"`
+	SnapshotBytes int64 `json:"snapshot_bytes"`
+	// CreatesPerMinute bounds the sandboxes it starts in any 60 seconds.
+	CreatesPerMinute int `json:"creates_per_minute"`
+}
+
 // AdminTenant is the tenant of the admin key; no other key may have it.
 const AdminTenant = "admin"
 

@@ -205,3 +205,19 @@ func (c *Client) CordonNode(ctx context.Context, id string, cordon bool) (*api.F
 	}
 	return &n, nil
 }
+
+// Quota returns tenant's quota in the fleet (needs the admin key).
+func (c *Client) Quota(ctx context.Context, tenant string) (*api.Quota, error) {
+	var q api.Quota
+	cl := &call{op: "get quota", method: http.MethodGet, path: idPath("tenants", tenant, "quota"), retry: retryIdempotent}
+	if err := c.do(ctx, cl, &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// SetQuota sets tenant's quota in the fleet, whole (needs the admin key).
+func (c *Client) SetQuota(ctx context.Context, tenant string, q api.Quota) error {
+	cl := &call{op: "set quota", method: http.MethodPut, path: idPath("tenants", tenant, "quota"), in: q, retry: retryIdempotent}
+	return c.do(ctx, cl, nil)
+}

@@ -325,3 +325,43 @@ func TestTenantQuota(t *testing.T) {
 	}
 	t.Cleanup(func() { admin.DeleteSandbox(context.Background(), again[0].ID) })
 }
+
+// TestTenantFleetQuota: a tenant's quota in the fleet (warren quota set)
+// refuses its sandbox past it with a 429 naming the quota; another tenant
+// is not held back; a delete frees the room.
+func TestTenantFleetQuota(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	tenant := fmt.Sprintf("quota-%d", time.Now().UnixNano())
+	if _, errOut, code := shared.cli(t, nil, "quota", "set", tenant, "--sandboxes", "1", "--creates-per-minute", "10"); code != 0 {
+		t.Fatalf("warren quota set: exit %d: %s", code, errOut)
+	}
+	out, errOut, code := shared.cli(t, nil, "quota", "get", tenant)
+	if code != 0 || !strings.Contains(out, `"sandboxes": 1`) || !strings.Contains(out, `"creates_per_minute": 10`) {
+		t.Errorf("warren quota get: exit %d %q %s", code, out, errOut)
+	}
+	c := tenantClient(t, tenant)
+	first, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteSandbox(context.Background(), first.ID) })
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{}); !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "at most 1 sandboxes in the fleet") {
+		t.Errorf("a second sandbox: %v, want too_many_requests naming the quota", err)
+	}
+	other := tenantClient(t, tenant+"-other")
+	sb, err := other.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Errorf("another tenant: %v", err)
+	} else {
+		other.DeleteSandbox(ctx, sb.ID)
+	}
+	if err := c.DeleteSandbox(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+	c.DeleteSandbox(ctx, again.ID)
+}

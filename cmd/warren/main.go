@@ -60,6 +60,7 @@ var commands = []command{
 	{"template", "list and build templates", runTemplate},
 	{"info", "describe the node: runtimes, isolation, disks, cgroups", runInfo},
 	{"key", "make API keys for tenants (admin)", runKey},
+	{"quota", "show and set a tenant's quota in the fleet (admin)", runQuota},
 	{"fleet", "make the fleet's certificate authority and its members' certificates", runFleet},
 	{"server", "run the warren server: a single machine (control plane and node)", runServer},
 	{"control", "run a control replica of a fleet", runControl},

@@ -66,7 +66,7 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 		fmt.Fprintf(o.Out, "admin API key (also in %s): %s\n", keyPath, key)
 	}
 	o.Server.PreviewDomain = o.PreviewDomain
-	o.Server.Requests = Requests(st)
+	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
 	o.Server.Fleet = Fleet(st)
 	// The replica's server is its middleware, its key check and its error
 	// answers: every route is a node's.

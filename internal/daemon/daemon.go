@@ -278,7 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		Bases:         snaps,
 		Sandboxes:     mgr,
 	})
-	o.Server.Requests = Requests(st)
+	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"warren/api"
 	"warren/internal/server"
 	"warren/internal/store"
 )
@@ -28,4 +29,21 @@ func (r storeRequests) Answer(ctx context.Context, tenant, key string, status in
 
 func (r storeRequests) Release(ctx context.Context, tenant, key string) error {
 	return r.st.ReleaseRequest(ctx, tenant, key)
+}
+
+// Quotas keeps tenants' quotas in st, for the API.
+func Quotas(st *store.Store) server.Quotas { return storeQuotas{st} }
+
+// storeQuotas is server.Quotas over the store.
+type storeQuotas struct{ st *store.Store }
+
+func (q storeQuotas) Quota(ctx context.Context, tenant string) (api.Quota, error) {
+	r, err := q.st.GetQuota(ctx, tenant)
+	return api.Quota{Sandboxes: r.Sandboxes, CPUs: r.CPUs, MemoryMB: r.MemoryMB, DiskMB: r.DiskMB,
+		Snapshots: r.Snapshots, SnapshotBytes: r.SnapshotBytes, CreatesPerMinute: r.CreatesPerMinute}, err
+}
+
+func (q storeQuotas) SetQuota(ctx context.Context, tenant string, a api.Quota) error {
+	return q.st.SetQuota(ctx, store.Quota{Tenant: tenant, Sandboxes: a.Sandboxes, CPUs: a.CPUs, MemoryMB: a.MemoryMB,
+		DiskMB: a.DiskMB, Snapshots: a.Snapshots, SnapshotBytes: a.SnapshotBytes, CreatesPerMinute: a.CreatesPerMinute})
 }

@@ -120,6 +120,9 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 	rec.PreviewToken = newPreviewToken() // per launch: a fork never shares its origin's
 	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
+		if qe := quotaRefusal(err); qe != nil {
+			return api.Sandbox{}, qe
+		}
 		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	log := m.log.With("sandbox", rec.ID)

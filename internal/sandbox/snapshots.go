@@ -74,6 +74,9 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	}
 	freeze := func(ctx context.Context) (func() error, error) { return freezeFS(ctx, mountpoint) }
 	sn, err := snaps.Take(ctx, src, freeze)
+	if qe := quotaRefusal(err); qe != nil {
+		return api.Snapshot{}, qe
+	}
 	if err != nil {
 		return api.Snapshot{}, api.Errorf(api.CodeInternal, "snapshot of %s: %v", id, err)
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	goruntime "runtime"
 	"strings"
 	"time"
@@ -122,4 +123,15 @@ func (m *Manager) placedHere(spec api.SandboxSpec) error {
 		}
 	}
 	return nil
+}
+
+// quotaRefusal is the answer to a record the tenant's quota in the fleet
+// had no room for (429, naming the quota and its value), or nil for any
+// other error.
+func quotaRefusal(err error) error {
+	var qe *store.QuotaError
+	if !errors.As(err, &qe) {
+		return nil
+	}
+	return api.Errorf(api.CodeTooMany, "tenant quota: at most %g %s in the fleet (%g now)", qe.Limit, qe.Quota, qe.Held)
 }

@@ -289,6 +289,9 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 			t.Logf("server log:\n%s", e.logs)
 		}
 	})
+	if opts.Quotas == nil {
+		opts.Quotas = &memQuotas{}
+	}
 	keys := &memKeys{}
 	keys.add(e.keyA, "a", false)
 	keys.add(e.keyB, "b", false)
@@ -571,4 +574,26 @@ func (k *memKeys) DeleteKey(ctx context.Context, id string) error {
 		}
 	}
 	return ErrUnknownKey
+}
+
+// memQuotas is an in-memory Quotas.
+type memQuotas struct {
+	mu sync.Mutex
+	q  map[string]api.Quota
+}
+
+func (m *memQuotas) Quota(ctx context.Context, tenant string) (api.Quota, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.q[tenant], nil
+}
+
+func (m *memQuotas) SetQuota(ctx context.Context, tenant string, q api.Quota) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.q == nil {
+		m.q = map[string]api.Quota{}
+	}
+	m.q[tenant] = q
+	return nil
 }

@@ -197,6 +197,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"FleetNode":             reflect.TypeFor[api.FleetNode](),
 		"FleetNodeList":         reflect.TypeFor[api.FleetNodeList](),
 		"Amounts":               reflect.TypeFor[api.Amounts](),
+		"Quota":                 reflect.TypeFor[api.Quota](),
 		"SandboxList":           reflect.TypeFor[api.SandboxList](),
 		"ProcessList":           reflect.TypeFor[api.ProcessList](),
 		"FileList":              reflect.TypeFor[api.FileList](),

@@ -136,6 +136,12 @@ type Fleet interface {
 	Cordon(ctx context.Context, id string, cordon bool) (api.FleetNode, error)
 }
 
+// Quotas keeps each tenant's quota in the fleet.
+type Quotas interface {
+	Quota(ctx context.Context, tenant string) (api.Quota, error)
+	SetQuota(ctx context.Context, tenant string, q api.Quota) error
+}
+
 // Keys resolves and makes API keys. It may be called concurrently.
 type Keys interface {
 	// LookupKey returns the record of key; ErrUnknownKey for a key it does
@@ -177,6 +183,9 @@ type Options struct {
 	// Fleet lists and cordons the fleet's nodes (GET /v1/nodes); nil on a
 	// single machine, which has none.
 	Fleet Fleet
+	// Quotas keeps tenants' quotas (GET and PUT /v1/tenants/{tenant}/quota);
+	// nil: those routes answer 404.
+	Quotas Quotas
 	// Limits bound concurrent execs and streams (limits.go).
 	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
@@ -306,6 +315,8 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/keys", admin, s.createKey},
 		{"GET", "/v1/keys", admin, s.listKeys},
 		{"GET", "/v1/nodes", admin, s.listNodes},
+		{"GET", "/v1/tenants/{tenant}/quota", admin, s.getQuota},
+		{"PUT", "/v1/tenants/{tenant}/quota", admin, s.setQuota},
 		{"POST", "/v1/nodes/{id}/cordon", admin, s.cordonNode},
 		{"POST", "/v1/nodes/{id}/uncordon", admin, s.cordonNode},
 		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},

@@ -25,7 +25,7 @@ func deadAgent(t *testing.T) *agentconn.Conn {
 // concrete fills a route's wildcards and gives it what it needs to get past
 // input checks: query parameters and a valid body.
 func concrete(rt route, id string) (path string, body any) {
-	path = strings.NewReplacer("{id}", id, "{pid}", "7", "{name}", "default", "{port}", "8080", "{path...}", "x").Replace(rt.path)
+	path = strings.NewReplacer("{id}", id, "{pid}", "7", "{name}", "default", "{port}", "8080", "{path...}", "x", "{tenant}", "a").Replace(rt.path)
 	if strings.Contains(path, "/files") && !strings.HasSuffix(path, "/mkdir") && !strings.HasSuffix(path, "/move") {
 		path += "?path=/tmp/x"
 	}
@@ -34,6 +34,8 @@ func concrete(rt route, id string) (path string, body any) {
 		body = "{}"
 	case strings.HasSuffix(rt.path, "/timeout"):
 		body = `{"timeout_seconds":60}`
+	case strings.HasSuffix(rt.path, "/quota") && rt.method == "PUT":
+		body = `{"sandboxes":10}`
 	case strings.HasSuffix(rt.path, "/exec"):
 		body = `{"cmd":["true"]}`
 	case strings.HasSuffix(rt.path, "/network") && rt.method == "PUT":

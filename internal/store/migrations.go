@@ -215,6 +215,31 @@ var migrations = []migration{
 	);
 	CREATE INDEX requests_created ON requests (created_at);`,
 	},
+	// Tenants' quotas in the fleet (quotas.go).
+	{
+		sqlite: `CREATE TABLE quotas (
+		tenant             TEXT PRIMARY KEY,
+		sandboxes          INTEGER NOT NULL,
+		cpus               REAL NOT NULL,
+		memory_mb          INTEGER NOT NULL,
+		disk_mb            INTEGER NOT NULL,
+		snapshots          INTEGER NOT NULL,
+		snapshot_bytes     INTEGER NOT NULL,
+		creates_per_minute INTEGER NOT NULL
+	);
+	CREATE INDEX sandboxes_tenant_state ON sandboxes (tenant, state);`,
+		postgres: `CREATE TABLE quotas (
+		tenant             TEXT PRIMARY KEY,
+		sandboxes          BIGINT NOT NULL,
+		cpus               DOUBLE PRECISION NOT NULL,
+		memory_mb          BIGINT NOT NULL,
+		disk_mb            BIGINT NOT NULL,
+		snapshots          BIGINT NOT NULL,
+		snapshot_bytes     BIGINT NOT NULL,
+		creates_per_minute BIGINT NOT NULL
+	);
+	CREATE INDEX sandboxes_tenant_state ON sandboxes (tenant, state);`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

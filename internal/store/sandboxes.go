@@ -82,7 +82,7 @@ func validState(state string) bool {
 
 // InsertSandbox records a new sandbox. CreatedAt is set to now when zero;
 // UpdatedAt is set to now. A record with the same ID is an error wrapping
-// ErrExists.
+// ErrExists; one its tenant's quota has no room for, a *QuotaError.
 func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return errors.New("insert sandbox: empty id or tenant")
@@ -106,12 +106,22 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if created.IsZero() {
 		created = now
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`,
-		sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
+	q := `INSERT INTO sandboxes (` + sandboxColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`
+	args := []any{sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
-		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node)
+		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node}
+	err = s.withinQuota(ctx, sb.Tenant,
+		func(tx *sql.Tx, quota Quota) error { return s.sandboxQuota(ctx, tx, quota, sb, now) },
+		func(tx *sql.Tx) error {
+			_, err := s.execIn(ctx, tx, q, args...)
+			return err
+		})
+	var qe *QuotaError
+	if errors.As(err, &qe) {
+		return err
+	}
 	if isUniqueViolation(err) {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, ErrExists)
 	}

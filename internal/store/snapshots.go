@@ -55,7 +55,8 @@ func validSnapshotState(state string) bool {
 }
 
 // InsertSnapshot records a new snapshot; CreatedAt is set to now when zero.
-// A record with the same ID is an error wrapping ErrExists.
+// A record with the same ID is an error wrapping ErrExists; a new one (pending)
+// its tenant's quota has no room for, a *QuotaError.
 func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	if sn.ID == "" {
 		return errors.New("insert snapshot: empty id")
@@ -70,20 +71,29 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 		sn.CreatedAt = time.Now()
 	}
 	sn.CreatedAt = fromNanos(sn.CreatedAt.UnixNano())
-	res, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-		sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
+	q := `INSERT INTO snapshots (` + snapshotColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
+	args := []any{sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
 		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
-		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt), sn.Node)
-	if err != nil {
-		return fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
+		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt), sn.Node}
+	insert := func(tx *sql.Tx) error {
+		res, err := s.execIn(ctx, tx, q, args...)
+		if err != nil {
+			return fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
+		}
+		if err := affectedOne(res, "insert snapshot "+sn.ID); errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("insert snapshot %s: %w", sn.ID, ErrExists)
+		} else if err != nil {
+			return err
+		}
+		return nil
 	}
-	if err := affectedOne(res, "insert snapshot "+sn.ID); errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("insert snapshot %s: %w", sn.ID, ErrExists)
-	} else if err != nil {
-		return err
+	if sn.Tenant == "" || sn.State != api.SnapshotPending {
+		// A template's base layer is no tenant's; a durable record is
+		// one of a snapshot taken before, found again in the blob store.
+		return insert(nil)
 	}
-	return nil
+	return s.withinQuota(ctx, sn.Tenant, func(tx *sql.Tx, quota Quota) error { return s.snapshotQuota(ctx, tx, quota, sn.Tenant) }, insert)
 }
 
 // UpdateSnapshot writes every field but ID, Tenant, SandboxID, Template and
