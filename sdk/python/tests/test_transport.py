@@ -202,11 +202,31 @@ class RetryTest(StubCase):
             sb.exec(["true"])
         self.assertEqual(s.count("POST", "/v1/sandboxes/sb-stub1/exec"), 1)
 
-    def test_create_stdin_and_upload_not_retried(self) -> None:
+    def test_calls_with_effects_retried_under_one_key(self) -> None:
+        # A create, restore or snapshot whose answer was lost is sent again
+        # with the same idempotency key: the server answers it once.
+        def script(seen: Seen, n: int) -> Reply:
+            if n % 2 == 1:
+                return None
+            return (200, {"sandboxes": [SANDBOX]} if seen.path.endswith("/restore") else
+                    SNAPSHOT if seen.path.endswith("/snapshots") else SANDBOX)
+
+        s = self.stub(script)
+        c = self.client(s)
+        Sandbox.create(client=c)
+        Sandbox.restore("sn-stub1", client=c, idempotency_key="mine")
+        self.sandbox(c).snapshot()
+        keys = [x.headers.get("idempotency-key") for x in s.seen]
+        self.assertEqual(len(keys), 6)
+        for i in range(0, 6, 2):
+            self.assertTrue(keys[i], "no idempotency key sent")
+            self.assertEqual(keys[i], keys[i + 1], "the retry's key differs")
+        self.assertEqual(keys[2], "mine")
+        self.assertNotEqual(keys[0], keys[4])
+
+    def test_stdin_and_upload_not_retried(self) -> None:
         s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
         c = self.client(s)
-        with self.assertRaises(warren.UnavailableError):
-            Sandbox.create(client=c)
         sb = self.sandbox(c)
         with self.assertRaises(warren.UnavailableError):
             sb.process(7).send_stdin(b"x")
@@ -214,7 +234,7 @@ class RetryTest(StubCase):
             sb.files.write("/root/x", b"data")
         with self.assertRaises(warren.UnavailableError):
             sb.files.write("/root/x", io.BytesIO(b"data"))
-        self.assertEqual(len(s.seen), 4)
+        self.assertEqual(len(s.seen), 3)
 
     def test_broken_connection_retried_for_get(self) -> None:
         s = self.stub(lambda seen, n: None if n == 1 else (200, {"sandboxes": [SANDBOX]}))
@@ -516,18 +536,23 @@ class SnapshotTest(StubCase):
         self.assertEqual(cm.exception.status, 504)
         self.assertEqual(len(s.seen), 1)
 
-    def test_snapshot_and_restore_are_never_retried(self) -> None:
+    def test_snapshot_and_restore_retried_under_their_key(self) -> None:
         s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
-        c = self.client(s)
+        c = self.client(s, retries=3)
         with self.assertRaises(warren.UnavailableError):
             self.sandbox(c).snapshot()
         with self.assertRaises(warren.UnavailableError):
             Sandbox.restore("sn-stub1", 2, client=c)
         with self.assertRaises(warren.UnavailableError):
             c.gc()  # retried only when refused
-        self.assertEqual([(x.method, x.path) for x in s.seen], [
-            ("POST", "/v1/sandboxes/sb-stub1/snapshots"), ("POST", "/v1/snapshots/sn-stub1/restore"),
-            ("POST", "/v1/gc")])
+        self.assertEqual([(x.method, x.path) for x in s.seen],
+                         [("POST", "/v1/sandboxes/sb-stub1/snapshots")] * 3 + [("POST", "/v1/snapshots/sn-stub1/restore")] * 3 +
+                         [("POST", "/v1/gc")])
+        keys = [x.headers.get("idempotency-key") for x in s.seen]
+        self.assertEqual(len(set(keys[:3])), 1)
+        self.assertEqual(len(set(keys[3:6])), 1)
+        self.assertNotEqual(keys[0], keys[3])
+        self.assertIsNone(keys[6])
 
     def test_sandbox_gone(self) -> None:
         s = self.stub(lambda seen, n: error(409, "conflict", "sandbox sb-stub1 is not running (state stopped)"))

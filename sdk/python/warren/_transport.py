@@ -275,13 +275,16 @@ class Transport:
         gone_is_done: bool = False,
         timeout: Union[float, None, str] = "default",
         accept: str = "application/json",
+        idempotency_key: Optional[str] = None,
     ) -> Answer:
         """Send a call and return its complete 2xx answer; an error answer
         is raised as its WarrenError.
 
         gone_is_done makes a 404 a success after an attempt whose outcome is
-        unknown (it did what the call asked, as a repeated DELETE finds)."""
-        sent = self._send(method, path, query, json_body, body, retry, gone_is_done, timeout, accept)
+        unknown (it did what the call asked, as a repeated DELETE finds).
+        idempotency_key is sent with every attempt: the server answers a
+        repeat with the first attempt's answer."""
+        sent = self._send(method, path, query, json_body, body, retry, gone_is_done, timeout, accept, idempotency_key)
         if sent is None:
             return Answer(204, http.client.HTTPMessage(), b"")
         conn, resp = sent
@@ -309,7 +312,7 @@ class Transport:
     ) -> RawStream:
         """Send a call and return its 2xx answer as a stream to read as it
         arrives; an error answer is raised as its WarrenError."""
-        sent = self._send(method, path, query, json_body, None, retry, False, timeout, accept)
+        sent = self._send(method, path, query, json_body, None, retry, False, timeout, accept, None)
         assert sent is not None  # only gone_is_done calls answer None
         return RawStream(self._pool, sent[0], sent[1])
 
@@ -333,6 +336,7 @@ class Transport:
         gone_is_done: bool,
         timeout: Union[float, None, str],
         accept: str,
+        idempotency_key: Optional[str],
     ) -> Optional[Tuple[http.client.HTTPConnection, http.client.HTTPResponse]]:
         """Send a call, repeating it as retry allows; the connection and
         response of a 2xx answer, or None for a 404 that gone_is_done makes a
@@ -342,6 +346,8 @@ class Transport:
         headers: Dict[str, str] = {"User-Agent": self._user_agent, "Accept": accept}
         if self._key:
             headers["Authorization"] = "Bearer " + self._key
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
         payload: Body = None
         if json_body is not None:
             payload = json.dumps(json_body, separators=(",", ":")).encode("utf-8")

@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import json
 import math
+import secrets
 import signal as _signal
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -125,6 +126,8 @@ def _sandbox_body(
     metadata: Optional[Mapping[str, str]],
     workspace_mb: Optional[int] = None,
     network: Optional[NetworkArg] = None,
+    region: Optional[str] = None,
+    node_labels: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """The fields that CreateSandboxRequest and RestoreRequest share, for
     the arguments that are not None."""
@@ -143,7 +146,17 @@ def _sandbox_body(
         body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
     if network is not None:
         body["network"] = _policy_of(network).to_json()
+    if region:
+        body["region"] = region
+    if node_labels:
+        body["node_labels"] = {str(k): str(v) for k, v in node_labels.items()}
     return body
+
+
+def _once(key: Optional[str]) -> str:
+    """The idempotency key of a call with effects: the caller's, or a new
+    one, which makes the call's own retries safe."""
+    return key or secrets.token_hex(16)
 
 
 def _stream_error(message: str) -> WarrenError:
@@ -414,6 +427,9 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[NetworkArg] = None,
+        region: Optional[str] = None,
+        node_labels: Optional[Mapping[str, str]] = None,
+        idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it is running. Arguments left
@@ -438,23 +454,30 @@ class Sandbox:
                 a dict of its fields (``{"allow": ["pypi.org"]}``); None
                 for the default (the internet, not private ranges). Change
                 it later with :meth:`set_network`.
+            region, node_labels: in a fleet, start on a node of that region
+                with all these labels (a single machine refuses either).
+            idempotency_key: the request's idempotency key: however often
+                it is sent with it, from any process, it makes one sandbox
+                and answers the same. Default: a key of its own, which makes
+                its retries (after a broken connection, a 502 or a 503) safe.
             client: the client to use (default: :func:`default_client`).
 
         Raises:
             BadRequestError: an argument is invalid, e.g. a network entry
                 that is neither an IPv4 address, a CIDR nor a domain name
                 (the message names it).
-
-        Never retried: a failed create may or may not have made a sandbox.
+            TooManyRequestsError: past the tenant's quota.
         """
         client = client or default_client()
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-                             env=env, metadata=metadata, workspace_mb=workspace_mb, network=network)
+                             env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
+                             region=region, node_labels=node_labels)
         if template is not None:
             body["template"] = template
         if disk_mb is not None:
             body["disk_mb"] = disk_mb
-        answer = client.transport.request("POST", "/v1/sandboxes", json_body=body, retry=NEVER)
+        answer = client.transport.request("POST", "/v1/sandboxes", json_body=body, retry=IDEMPOTENT,
+                                          idempotency_key=_once(idempotency_key))
         return cls(SandboxInfo.from_json(answer.json()), client)
 
     @classmethod
@@ -472,6 +495,9 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[NetworkArg] = None,
+        region: Optional[str] = None,
+        node_labels: Optional[Mapping[str, str]] = None,
+        idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> List["Sandbox"]:
         """Fork: start count sandboxes from a snapshot, in parallel, and
@@ -495,6 +521,7 @@ class Sandbox:
                 its template.
             workspace_mb: an empty workspace disk for each sandbox restored
                 from a root snapshot.
+            region, node_labels, idempotency_key: as for :meth:`create`.
             client: the client to use (default: the snapshot's, else
                 :func:`default_client`).
 
@@ -503,8 +530,6 @@ class Sandbox:
                 the server), or another argument is invalid.
             NotFoundError: there is no such snapshot (deleted, or another
                 tenant's).
-
-        Never retried: a repeat would start more sandboxes.
         """
         client = _client_of(snapshot, client)
         sid = _snapshot_id(snapshot)
@@ -514,12 +539,13 @@ class Sandbox:
             # The API reads a count of 0 as "the default, 1": refuse it here.
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-                             env=env, metadata=metadata, workspace_mb=workspace_mb, network=network)
+                             env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
+                             region=region, node_labels=node_labels)
         body["count"] = count
         t = client.transport.timeout
         answer = client.transport.request(
-            "POST", path_of("v1", "snapshots", sid, "restore"), json_body=body, retry=NEVER,
-            timeout=None if t is None else max(t, _RESTORE_TIMEOUT),
+            "POST", path_of("v1", "snapshots", sid, "restore"), json_body=body, retry=IDEMPOTENT,
+            timeout=None if t is None else max(t, _RESTORE_TIMEOUT), idempotency_key=_once(idempotency_key),
         )
         return [cls(SandboxInfo.from_json(d), client) for d in answer.json().get("sandboxes") or []]
 
@@ -761,7 +787,8 @@ class Sandbox:
     # -- snapshots -----------------------------------------------------------
 
     def snapshot(
-        self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root"
+        self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root",
+        *, idempotency_key: Optional[str] = None,
     ) -> Snapshot:
         """Save the sandbox's disk and return the snapshot. The sandbox's
         filesystem is frozen for a moment (``ack_duration``) and its disk
@@ -777,14 +804,14 @@ class Sandbox:
                 (it can already be restored on this node).
             wait_timeout: with wait, seconds to wait at most (the server's
                 default is 600).
+            idempotency_key: as for :meth:`create`: one snapshot however
+                often it is sent.
 
         Raises:
             SandboxGoneError: the sandbox is not running.
             RequestTimeout: with wait, it was not durable in time; it stays
                 pending (find it with :meth:`snapshots`, then
                 :meth:`Snapshot.wait`).
-
-        Never retried: a repeat would take a second snapshot.
         """
         body: Dict[str, Any] = {}
         if scope != "root":
@@ -803,7 +830,8 @@ class Sandbox:
         elif wait_timeout is not None:
             raise ValueError("wait_timeout is for wait=True")
         answer = self._transport.request(
-            "POST", self._path("snapshots"), json_body=body, retry=NEVER, timeout=sock_timeout
+            "POST", self._path("snapshots"), json_body=body, retry=IDEMPOTENT, timeout=sock_timeout,
+            idempotency_key=_once(idempotency_key),
         )
         return Snapshot.from_json(answer.json(), self.client)
 
