@@ -220,6 +220,10 @@ func TestFleet(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "n1") || !strings.Contains(out, "n2") || strings.Count(out, "active") != 2 {
 		t.Errorf("warren node ls: exit %d %q %s", code, out, errOut)
 	}
+	out, errOut, code = c1.cli(t, nil, "region", "ls")
+	if code != 0 || !strings.Contains(out, "r1") || !strings.Contains(out, "r2-a") || strings.Count(out, "1 of 1 active") != 2 {
+		t.Errorf("warren region ls: exit %d %q %s", code, out, errOut)
+	}
 	away := map[string]string{"n1": "n2", "n2": "n1"}[home]
 	if out, errOut, code := c1.cli(t, nil, "node", "cordon", home); code != 0 || out != home+" cordoned\n" {
 		t.Fatalf("warren node cordon: exit %d %q %s", code, out, errOut)

@@ -51,8 +51,12 @@ func runNodeDaemon(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return badUsage(fs, "--labels: "+err.Error())
 	}
+	timing, err := lease()
+	if err != nil {
+		return err
+	}
 	o.NodeID = *id
-	o.Fleet = &daemon.FleetNode{Member: member, Listen: o.Listen, Advertise: *advertise, Region: *region, Cluster: *cluster, Labels: l, Lease: lease()}
+	o.Fleet = &daemon.FleetNode{Member: member, Listen: o.Listen, Advertise: *advertise, Region: *region, Cluster: *cluster, Labels: l, Lease: timing}
 	return runDaemon(ctx, o)
 }
 
@@ -79,6 +83,10 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 			return badUsage(fs, "--preview-domain: "+err.Error())
 		}
 	}
+	timing, err := lease()
+	if err != nil {
+		return err
+	}
 	member, err := loadMember(*certs, *name)
 	if err != nil {
 		return err
@@ -88,19 +96,26 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 		level = slog.LevelDebug
 	}
 	return daemon.RunControl(ctx, daemon.ControlOptions{
-		DataDir: *dataDir, Database: *database, Listen: *listen, Member: member, Lease: lease(),
+		DataDir: *dataDir, Database: *database, Listen: *listen, Member: member, Lease: timing,
 		PreviewDomain: *preview,
 		Log:           slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
 		Out:           c.stdout,
 	})
 }
 
-// leaseFlags defines the lease timing flags.
-func leaseFlags(fs *flag.FlagSet) func() fleet.Config {
+// leaseFlags defines the lease timing flags, and returns what reads them
+// once parsed.
+func leaseFlags(fs *flag.FlagSet) func() (fleet.Config, error) {
 	beat := fs.Duration("heartbeat", time.Second, "how often a node renews its lease")
 	lease := fs.Duration("lease", 5*time.Second, "how long a node that cannot renew its lease runs on before it stops its sandboxes")
 	fence := fs.Duration("fence-after", 10*time.Second, "how long after its last heartbeat a node is fenced (more than --lease)")
-	return func() fleet.Config { return fleet.Config{Heartbeat: *beat, Lease: *lease, FenceAfter: *fence} }
+	return func() (fleet.Config, error) {
+		c := fleet.Config{Heartbeat: *beat, Lease: *lease, FenceAfter: *fence}
+		if err := c.Check(); err != nil {
+			return c, badUsage(fs, err.Error())
+		}
+		return c, nil
+	}
 }
 
 // loadMember reads the fleet certificate of name from dir.

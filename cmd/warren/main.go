@@ -64,7 +64,8 @@ var commands = []command{
 	{"fleet", "make the fleet's certificate authority and its members' certificates", runFleet},
 	{"server", "run the warren server: a single machine (control plane and node)", runServer},
 	{"control", "run a control replica of a fleet", runControl},
-	{"node", "run a node of a fleet", runNode},
+	{"node", "run a node of a fleet; list, cordon and uncordon nodes", runNode},
+	{"region", "list the fleet's regions", runRegion},
 }
 
 // run runs the command line args (without the program's name) and returns

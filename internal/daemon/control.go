@@ -46,6 +46,9 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	if err := o.Lease.Check(); err != nil {
+		return err
+	}
 	if o.Member.ID.Role != pki.Control {
 		return fmt.Errorf("the fleet certificate names %s, not a control replica: make one with warren fleet cert --role control", o.Member.ID)
 	}

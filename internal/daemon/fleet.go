@@ -35,6 +35,9 @@ type FleetNode struct {
 // joinFleet registers the node and returns its membership.
 func joinFleet(ctx context.Context, st *store.Store, o Options, bound string, mgr *sandbox.Manager, nd *node.Node, snaps *snapshot.Engine) (*fleet.Member, error) {
 	f := o.Fleet
+	if err := f.Lease.Check(); err != nil {
+		return nil, err
+	}
 	if f.Member.ID != (pki.Identity{Role: pki.Node, Name: o.NodeID}) {
 		return nil, fmt.Errorf("the fleet certificate names %s, not this node (%s): make one with warren fleet cert --role node --name %s", f.Member.ID, o.NodeID, o.NodeID)
 	}

@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -62,10 +63,24 @@ func (c Config) withDefaults() Config {
 	if c.Lease <= 0 {
 		c.Lease = 5 * time.Second
 	}
-	if c.FenceAfter <= c.Lease {
+	if c.FenceAfter <= 0 {
 		c.FenceAfter = 2 * c.Lease
 	}
 	return c
+}
+
+// Check reports a timing that would let two copies of a sandbox run: a
+// node must renew its lease more often than it lasts, and stop its
+// sandboxes before any replica fences it.
+func (c Config) Check() error {
+	c = c.withDefaults()
+	switch {
+	case c.Heartbeat >= c.Lease:
+		return fmt.Errorf("the heartbeat (%v) must be shorter than the lease (%v)", c.Heartbeat, c.Lease)
+	case c.FenceAfter <= c.Lease:
+		return fmt.Errorf("fence-after (%v) must be longer than the lease (%v): a node stops its sandboxes when its lease lapses, and only after that may they run elsewhere", c.FenceAfter, c.Lease)
+	}
+	return nil
 }
 
 // Member is a node's membership of the fleet.
