@@ -45,13 +45,8 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, er
 	if err := p.Pause(pctx); err != nil {
 		m.mu.Lock()
 		l.paused = false
-		deleting := l.deleting
 		m.mu.Unlock()
-		if deleting { // a delete stopped it meanwhile
-			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
-		}
-		m.log.Warn("sandbox pause failed", "sandbox", id, "err", err)
-		return api.Sandbox{}, fmt.Errorf("pause sandbox %s: %w", id, err)
+		return api.Sandbox{}, m.failedOp(l, id, "pause", err)
 	}
 	took := time.Since(t0)
 	rec, err := m.setState(ctx, l, id, api.StatePaused)
@@ -91,14 +86,7 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 	defer cancel()
 	t0 := time.Now()
 	if err := p.Resume(rctx); err != nil {
-		m.mu.Lock()
-		deleting := l.deleting
-		m.mu.Unlock()
-		if deleting { // a delete stopped it meanwhile
-			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
-		}
-		m.log.Warn("sandbox resume failed", "sandbox", id, "err", err)
-		return api.Sandbox{}, fmt.Errorf("resume sandbox %s: %w", id, err)
+		return api.Sandbox{}, m.failedOp(l, id, "resume", err)
 	}
 	took := time.Since(t0)
 	m.mu.Lock()
@@ -110,6 +98,20 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 	}
 	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
 	return m.view(rec), nil
+}
+
+// failedOp is the answer to a pause or resume (op) whose runtime call
+// failed with err: a 409 when a delete stopped the sandbox meanwhile, else
+// err.
+func (m *Manager) failedOp(l *live, id, op string, err error) error {
+	m.mu.Lock()
+	deleting := l.deleting
+	m.mu.Unlock()
+	if deleting {
+		return api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+	}
+	m.log.Warn("sandbox "+op+" failed", "sandbox", id, "err", err)
+	return fmt.Errorf("%s sandbox %s: %w", op, id, err)
 }
 
 // pauseTimeout bounds a pause or a resume (a memory save or load under TCG
