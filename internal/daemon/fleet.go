@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"warren/api"
@@ -43,18 +44,19 @@ func joinFleet(ctx context.Context, st *store.Store, o Options, bound string, mg
 	}
 	rec := store.Node{ID: o.NodeID, Addr: cmp.Or(f.Advertise, bound), Region: f.Region, Cluster: f.Cluster, Labels: f.Labels}
 	log := subsystem(o.Log, "fleet")
-	report := func() fleet.Report { return nodeReport(ctx, mgr, nd, snaps, log) }
+	// What does not change while the node runs is read once; its usage
+	// and what its cache holds, at every heartbeat.
+	static := fleet.Report{Runtimes: runtimesOf(nd.Info(ctx, "", true))}
+	static.CPU.Model, static.CPU.Flags = node.CPU()
+	report := func() fleet.Report { return nodeReport(static, mgr, snaps, log) }
 	return fleet.Join(ctx, st, rec, report, mgr.Fence, f.Lease, log)
 }
 
-// nodeReport is what the node tells the fleet at a heartbeat.
-func nodeReport(ctx context.Context, mgr *sandbox.Manager, nd *node.Node, snaps *snapshot.Engine, log interface{ Warn(string, ...any) }) fleet.Report {
-	u := mgr.Usage()
-	amounts := func(a sandbox.Amounts) scheduler.Resources {
-		return scheduler.Resources{MilliCPUs: int64(a.CPUs * 1000), MemoryMB: a.MemoryMB, DiskMB: a.DiskMB}
-	}
-	r := fleet.Report{Capacity: amounts(u.Capacity), Allocated: amounts(u.Claimed), Sandboxes: u.Sandboxes}
-	for _, ri := range nd.Info(ctx, "", true).Runtimes {
+// runtimesOf are the available runtimes of info, as the scheduler names
+// them.
+func runtimesOf(info api.NodeInfo) []scheduler.Runtime {
+	var out []scheduler.Runtime
+	for _, ri := range info.Runtimes {
 		if !ri.Available {
 			continue
 		}
@@ -62,9 +64,20 @@ func nodeReport(ctx context.Context, mgr *sandbox.Manager, nd *node.Node, snaps 
 		if strings.HasPrefix(ri.Isolation, "vm") {
 			iso = scheduler.IsolationVM
 		}
-		r.Runtimes = append(r.Runtimes, scheduler.Runtime{Name: ri.Name, Isolation: iso, Accel: ri.Accel})
+		out = append(out, scheduler.Runtime{Name: ri.Name, Isolation: iso, Accel: ri.Accel})
 	}
-	r.CPU.Model, r.CPU.Flags = node.CPU()
+	return out
+}
+
+// nodeReport is what the node tells the fleet at a heartbeat: static, with
+// its usage and the layers its cache holds now.
+func nodeReport(static fleet.Report, mgr *sandbox.Manager, snaps *snapshot.Engine, log *slog.Logger) fleet.Report {
+	u := mgr.Usage()
+	amounts := func(a sandbox.Amounts) scheduler.Resources {
+		return scheduler.Resources{MilliCPUs: int64(a.CPUs * 1000), MemoryMB: a.MemoryMB, DiskMB: a.DiskMB}
+	}
+	r := static
+	r.Capacity, r.Allocated, r.Sandboxes = amounts(u.Capacity), amounts(u.Claimed), u.Sandboxes
 	held, err := snaps.Held()
 	if err != nil {
 		log.Warn("the fleet is not told what the node holds", "err", err)

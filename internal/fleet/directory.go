@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -131,7 +130,7 @@ func (d *Directory) refresh(ctx context.Context) error {
 		}
 		n := scheduler.Node{
 			ID: rec.ID, Region: orUnset(rec.Region), Cluster: orUnset(rec.Cluster), Labels: rec.Labels,
-			Capacity: r.Capacity, Allocated: r.Allocated, Load: share(r.Allocated, r.Capacity),
+			Capacity: r.Capacity, Allocated: r.Allocated,
 			Healthy:  rec.State != store.NodeFenced && rec.HeartbeatAt.After(cutoff),
 			Draining: rec.State == store.NodeCordoned || rec.State == store.NodeDraining,
 			Runtimes: r.Runtimes, CPU: r.CPU,
@@ -157,17 +156,6 @@ func orUnset(s string) string {
 		return "default"
 	}
 	return s
-}
-
-// share is the dominant share of capacity allocated.
-func share(alloc, capacity scheduler.Resources) float64 {
-	r := 0.0
-	for _, p := range [][2]int64{{alloc.MilliCPUs, capacity.MilliCPUs}, {alloc.MemoryMB, capacity.MemoryMB}, {alloc.DiskMB, capacity.DiskMB}} {
-		if p[1] > 0 {
-			r = max(r, float64(p[0])/float64(p[1]))
-		}
-	}
-	return math.Min(r, 1)
 }
 
 // fenceStale revokes the leases of nodes that stopped heartbeating and

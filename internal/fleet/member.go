@@ -105,9 +105,6 @@ func Join(ctx context.Context, st *store.Store, n store.Node, report func() Repo
 	return m, nil
 }
 
-// Node is the node's record as last registered.
-func (m *Member) Node() store.Node { return m.node }
-
 func (m *Member) register(ctx context.Context) error {
 	b, err := json.Marshal(m.report())
 	if err != nil {
