@@ -114,6 +114,11 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after footprint
+	defer func() {
+		if t.Failed() { // what did not come back
+			t.Logf("footprint before %+v\nafter %+v", before, after)
+		}
+	}()
 	// Goroutines of finished requests and connections wind down shortly.
 	wait.For(t, 15*time.Second, "the daemon's footprint to come back", func() bool {
 		after = measure(t)
