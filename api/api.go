@@ -24,13 +24,24 @@ const (
 // running → paused → running (POST /v1/sandboxes/{id}/pause and /resume):
 // paused, its memory is saved to a file on the node and no process runs
 // for it; exec and files are refused until it is resumed; it still expires,
-// and may be deleted.
+// and may be deleted. In a fleet, a sandbox with a checkpoint policy whose
+// node was lost or drained is moving: no node runs it until one starts it
+// again from its last checkpoint (starting, then running, under the same
+// ID; its Restored says from what).
 const (
 	StateStarting = "starting"
 	StateRunning  = "running"
 	StatePaused   = "paused"
+	StateMoving   = "moving"
 	StateStopped  = "stopped"
 	StateFailed   = "failed"
+)
+
+// Node actions: POST /v1/nodes/{id}/{action}.
+const (
+	NodeCordon   = "cordon"   // take no new sandboxes; keep those it runs
+	NodeUncordon = "uncordon" // take new sandboxes again
+	NodeDrain    = "drain"    // take none, and move those it runs away
 )
 
 // Sandbox is one sandbox as the API shows it.
@@ -73,6 +84,35 @@ type Sandbox struct {
 	// ExpiresAt is when the sandbox is deleted unless its timeout is
 	// extended; for a failed sandbox that kept its disks, when they go.
 	ExpiresAt time.Time `json:"expires_at"`
+	// CheckpointEverySeconds is its checkpoint policy (0: none), and
+	// Checkpoint the last checkpoint taken by it.
+	CheckpointEverySeconds int64       `json:"checkpoint_every_seconds,omitempty"`
+	Checkpoint             *Checkpoint `json:"checkpoint,omitempty"`
+	// Restored is set once the sandbox was started again from a checkpoint
+	// after its node was lost or drained: the last time it was.
+	Restored *Restored `json:"restored,omitempty"`
+}
+
+// Checkpoint is a durable snapshot a sandbox's checkpoint policy took.
+type Checkpoint struct {
+	Snapshot string    `json:"snapshot"`
+	At       time.Time `json:"at"`
+}
+
+// Restored says how a sandbox came back on another node.
+type Restored struct {
+	// Snapshot is the checkpoint it came back from, taken at SnapshotAt;
+	// At is when it came back. LostSeconds is the work lost: the time from
+	// the snapshot to the loss of its node (0 for a drain, whose final
+	// snapshot is taken with the sandbox frozen).
+	Snapshot    string    `json:"snapshot"`
+	SnapshotAt  time.Time `json:"snapshot_at"`
+	At          time.Time `json:"at"`
+	LostSeconds float64   `json:"lost_seconds"`
+	// Reason is why it moved: its node stopped answering, or was drained.
+	Reason string `json:"reason"`
+	// From is the node it ran on before.
+	From string `json:"from,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take
@@ -99,9 +139,16 @@ type SandboxSpec struct {
 	// private ranges). A snapshot does not carry one.
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// TimeoutSeconds is the sandbox's time to live; it is deleted after it.
-	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+	// CheckpointEverySeconds, when not 0, is the sandbox's checkpoint
+	// policy: its root disk is snapshotted that often (each checkpoint
+	// replaces the one before), and in a fleet, when its node is lost or
+	// drained, it starts again on another node from the last checkpoint,
+	// under the same ID (docs/FLEET.md, "Checkpoints and drain"). Not with
+	// a workspace disk.
+	CheckpointEverySeconds int64             `json:"checkpoint_every_seconds,omitempty"`
+	Env                    map[string]string `json:"env,omitempty"`
+	Metadata               map[string]string `json:"metadata,omitempty"`
 	// Region and NodeLabels choose where a fleet starts the sandbox: on a
 	// node of that region whose labels include all of these. "" and none:
 	// anywhere. A single machine is in no region and has no labels, and

@@ -191,15 +191,12 @@ func (c *Client) ListNodes(ctx context.Context) ([]api.FleetNode, error) {
 	return list.Nodes, nil
 }
 
-// CordonNode stops node id taking new sandboxes, or with cordon false lets
-// it again (needs the admin key).
-func (c *Client) CordonNode(ctx context.Context, id string, cordon bool) (*api.FleetNode, error) {
-	verb := "cordon"
-	if !cordon {
-		verb = "uncordon"
-	}
+// NodeAction does action to node id (needs the admin key):
+// api.NodeCordon stops it taking new sandboxes, api.NodeUncordon lets it
+// again, api.NodeDrain moves its sandboxes away.
+func (c *Client) NodeAction(ctx context.Context, id, action string) (*api.FleetNode, error) {
 	var n api.FleetNode
-	cl := &call{op: verb + " node", method: http.MethodPost, path: nodePath(id, verb), retry: retryIdempotent}
+	cl := &call{op: action + " node", method: http.MethodPost, path: nodePath(id, action), retry: retryIdempotent}
 	if err := c.do(ctx, cl, &n); err != nil {
 		return nil, err
 	}

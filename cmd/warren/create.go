@@ -38,7 +38,7 @@ func runCreate(ctx context.Context, c *cli, args []string) error {
 // sandboxFlags are the flags of the sandboxes create and restore start
 // that need reading after the parse.
 type sandboxFlags struct {
-	ttl               *time.Duration
+	ttl, checkpoint   *time.Duration
 	env, meta, labels kvFlag
 	net               *networkFlags
 }
@@ -54,6 +54,7 @@ func addSandboxFlags(fs *flag.FlagSet, spec *api.SandboxSpec) *sandboxFlags {
 	fs.StringVar(&spec.Region, "region", "", "start in this region of a fleet (default: any)")
 	sf := &sandboxFlags{env: kvFlag{}, meta: kvFlag{}, labels: kvFlag{}}
 	sf.ttl = fs.Duration("timeout", 0, "delete the sandbox after this long, e.g. 30m (default: the server's)")
+	sf.checkpoint = fs.Duration("checkpoint-every", 0, "checkpoint the root disk this often, e.g. 5m: in a fleet the sandbox comes back\non another node from its last checkpoint when its node is lost (default: never)")
 	fs.Var(sf.env, "env", "set `K=V` in the environment of every command (repeatable)")
 	fs.Var(sf.meta, "meta", "attach the metadata `K=V` (repeatable)")
 	fs.Var(sf.labels, "node-label", "start on a node of the fleet with the label `K=V` (repeatable)")
@@ -61,14 +62,18 @@ func addSandboxFlags(fs *flag.FlagSet, spec *api.SandboxSpec) *sandboxFlags {
 	return sf
 }
 
-// fill sets spec's fields as the parsed flags say: the timeout in whole
-// seconds (rounded up), env, metadata and node labels (nil when empty), the
+// fill sets spec's fields as the parsed flags say: the timeout and the
+// checkpoint period in whole seconds (rounded up), env, metadata and node labels (nil when empty), the
 // egress policy.
 func (sf *sandboxFlags) fill(fs *flag.FlagSet, spec *api.SandboxSpec) error {
 	if *sf.ttl < 0 {
 		return badUsage(fs, "negative -timeout")
 	}
+	if *sf.checkpoint < 0 {
+		return badUsage(fs, "negative -checkpoint-every")
+	}
 	spec.TimeoutSeconds = int64((*sf.ttl + time.Second - 1) / time.Second)
+	spec.CheckpointEverySeconds = int64((*sf.checkpoint + time.Second - 1) / time.Second)
 	spec.Env, spec.Metadata, spec.NodeLabels = sf.env.orNil(), sf.meta.orNil(), sf.labels.orNil()
 	spec.Network = sf.net.policy()
 	return nil

@@ -64,7 +64,7 @@ var commands = []command{
 	{"fleet", "make the fleet's certificate authority and its members' certificates", runFleet},
 	{"server", "run the warren server: a single machine (control plane and node)", runServer},
 	{"control", "run a control replica of a fleet", runControl},
-	{"node", "run a node of a fleet; list, cordon and uncordon nodes", runNode},
+	{"node", "run a node of a fleet; list, cordon, uncordon and drain nodes", runNode},
 	{"region", "list the fleet's regions", runRegion},
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"warren/api"
 )
 
 // nodeCommands are the subcommands of `warren node` that drive a fleet's
@@ -12,7 +14,8 @@ import (
 var nodeCommands = []command{
 	{"ls", "list the fleet's nodes (admin)", runNodeList},
 	{"cordon", "stop a node taking new sandboxes (admin)", runNodeCordon},
-	{"uncordon", "let a cordoned node take new sandboxes again (admin)", runNodeUncordon},
+	{"uncordon", "let a cordoned or draining node take new sandboxes again (admin)", runNodeUncordon},
+	{"drain", "move a node's sandboxes to other nodes from a final snapshot (admin)", runNodeDrain},
 }
 
 func runNode(ctx context.Context, c *cli, args []string) error {
@@ -43,21 +46,29 @@ func runNodeList(ctx context.Context, c *cli, args []string) error {
 }
 
 func runNodeCordon(ctx context.Context, c *cli, args []string) error {
-	return cordon(ctx, c, "cordon", "Stop nodes taking new sandboxes; they keep those they run (needs the admin key).", true, args)
+	return nodeAction(ctx, c, api.NodeCordon, "Stop nodes taking new sandboxes; they keep those they run (needs the admin key).", args)
 }
 
 func runNodeUncordon(ctx context.Context, c *cli, args []string) error {
-	return cordon(ctx, c, "uncordon", "Let cordoned nodes take new sandboxes again (needs the admin key).", false, args)
+	return nodeAction(ctx, c, api.NodeUncordon, "Let cordoned or draining nodes take new sandboxes again (needs the admin key).", args)
 }
 
-func cordon(ctx context.Context, c *cli, verb, about string, on bool, args []string) error {
-	fs := c.newFlags("node "+verb, "ID...", about)
+func runNodeDrain(ctx context.Context, c *cli, args []string) error {
+	return nodeAction(ctx, c, api.NodeDrain, `Drain nodes: they take no new sandboxes, and each running sandbox gets a
+final snapshot with its filesystem frozen, stops, and starts again on another
+node from that snapshot under the same ID, losing nothing written before it.
+Paused sandboxes and those with a workspace disk stay. warren node ls shows
+what is left (needs the admin key).`, args)
+}
+
+func nodeAction(ctx context.Context, c *cli, action, about string, args []string) error {
+	fs := c.newFlags("node "+action, "ID...", about)
 	cl, rest, err := connect(fs, args, 1, -1)
 	if err != nil {
 		return err
 	}
 	for _, id := range rest {
-		n, err := cl.CordonNode(ctx, id, on)
+		n, err := cl.NodeAction(ctx, id, action)
 		if err != nil {
 			return err
 		}

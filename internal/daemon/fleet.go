@@ -49,7 +49,12 @@ func joinFleet(ctx context.Context, st *store.Store, o Options, bound string, mg
 	static := fleet.Report{Runtimes: runtimesOf(nd.Info(ctx, "", true))}
 	static.CPU.Model, static.CPU.Flags = node.CPU()
 	report := func() fleet.Report { return nodeReport(static, mgr, snaps, log) }
-	return fleet.Join(ctx, st, rec, report, mgr.Fence, f.Lease, log)
+	drain := func(ctx context.Context) {
+		if n := mgr.Drain(ctx, fmt.Sprintf("its node %s was drained", o.NodeID)); n > 0 {
+			log.Info("drained: sandboxes moved away", "sandboxes", n)
+		}
+	}
+	return fleet.Join(ctx, st, rec, fleet.Hooks{Report: report, Fence: mgr.Fence, Drain: drain}, f.Lease, log)
 }
 
 // runtimesOf are the available runtimes of info, as the scheduler names
@@ -88,7 +93,7 @@ func nodeReport(static fleet.Report, mgr *sandbox.Manager, snaps *snapshot.Engin
 	return r
 }
 
-// Fleet lists and cordons the fleet's nodes in st, for the API.
+// Fleet lists, cordons and drains the fleet's nodes in st, for the API.
 func Fleet(st *store.Store) server.Fleet { return storeFleet{st} }
 
 // storeFleet is server.Fleet over the store.
@@ -106,11 +111,22 @@ func (f storeFleet) Nodes(ctx context.Context) ([]api.FleetNode, error) {
 	return out, nil
 }
 
-func (f storeFleet) Cordon(ctx context.Context, id string, cordon bool) (api.FleetNode, error) {
-	from, to := store.NodeActive, store.NodeCordoned
-	if !cordon {
-		from, to = store.NodeCordoned, store.NodeActive
+// nodeActions are what each node action moves a node to, and from.
+var nodeActions = map[string]struct {
+	from []string
+	to   string
+}{
+	api.NodeCordon:   {[]string{store.NodeActive}, store.NodeCordoned},
+	api.NodeUncordon: {[]string{store.NodeCordoned, store.NodeDraining}, store.NodeActive},
+	api.NodeDrain:    {[]string{store.NodeActive, store.NodeCordoned}, store.NodeDraining},
+}
+
+func (f storeFleet) NodeAction(ctx context.Context, id, action string) (api.FleetNode, error) {
+	move, ok := nodeActions[action]
+	if !ok {
+		return api.FleetNode{}, api.Errorf(api.CodeBadRequest, "node action %q: want cordon, uncordon or drain", action)
 	}
+	from, to := move.from, move.to
 	rec, err := f.st.GetNode(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -120,7 +136,7 @@ func (f storeFleet) Cordon(ctx context.Context, id string, cordon bool) (api.Fle
 	case rec.State == to:
 		return fleetNode(rec), nil
 	}
-	rec, err = f.st.SetNodeState(ctx, id, []string{from}, to)
+	rec, err = f.st.SetNodeState(ctx, id, from, to)
 	if errors.Is(err, store.ErrNodeState) {
 		return api.FleetNode{}, api.Errorf(api.CodeConflict, "node %s cannot be made %s: %v", id, to, err)
 	}

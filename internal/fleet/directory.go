@@ -90,8 +90,8 @@ func NewDirectory(ctx context.Context, st *store.Store, remote func(node, addr s
 	return d, nil
 }
 
-// Run refreshes the view and fences stale nodes every Refresh until ctx
-// ends.
+// Run refreshes the view, fences stale nodes and places moving sandboxes
+// every Refresh until ctx ends.
 func (d *Directory) Run(ctx context.Context) {
 	t := time.NewTicker(d.dcfg.Refresh)
 	defer t.Stop()
@@ -105,6 +105,7 @@ func (d *Directory) Run(ctx context.Context) {
 		if err := d.refresh(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("read the fleet's nodes", "err", err)
 		}
+		d.placeMoving(ctx)
 	}
 }
 
@@ -158,8 +159,8 @@ func orUnset(s string) string {
 	return s
 }
 
-// fenceStale revokes the leases of nodes that stopped heartbeating and
-// records the sandboxes they ran as failed.
+// fenceStale revokes the leases of nodes that stopped heartbeating; the
+// sandboxes they ran move (from their checkpoints) or fail (lose).
 func (d *Directory) fenceStale(ctx context.Context) {
 	fenced, err := d.st.FenceStale(ctx, time.Now().Add(-d.cfg.FenceAfter))
 	if err != nil {
@@ -176,8 +177,59 @@ func (d *Directory) fenceStale(ctx context.Context) {
 			continue
 		}
 		for _, rec := range recs {
-			failLost(ctx, d.st, rec, fmt.Sprintf("its node %s stopped answering", n.ID), d.log)
+			lose(ctx, d.st, rec, n.HeartbeatAt, fmt.Sprintf("its node %s stopped answering", n.ID), d.log)
 		}
+	}
+}
+
+// movesAtOnce bounds the moving sandboxes a refresh places.
+const movesAtOnce = 64
+
+// placeMoving places the moving sandboxes no node has yet, each on the
+// node the scheduler picks for a restore of its checkpoint, in the region
+// of the node it left; of the replicas placing at once, one wins each
+// (store.AssignMove). One whose time is up stops instead. One no node can
+// take now waits for the next refresh.
+func (d *Directory) placeMoving(ctx context.Context) {
+	recs, err := d.st.MovingSandboxes(ctx, "", movesAtOnce)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("find moving sandboxes", "err", err)
+		}
+		return
+	}
+	for _, rec := range recs {
+		if !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(time.Now()) {
+			none := time.Time{}
+			_, err := d.st.Transition(ctx, rec.ID, store.Transition{
+				From: []string{api.StateMoving}, Version: rec.Version, To: api.StateStopped,
+				Error: "timeout expired while it was moving", Expires: &none,
+			})
+			if err != nil && !errors.Is(err, store.ErrTransition) {
+				d.log.Error("stop an expired moving sandbox", "sandbox", rec.ID, "err", err)
+			}
+			continue
+		}
+		spec := api.SandboxSpec{Runtime: rec.Runtime, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB}
+		snap := ""
+		if rec.Restored != nil {
+			snap = rec.Restored.Snapshot
+			d.mu.Lock()
+			spec.Region = d.nodes[rec.Restored.From].Region
+			d.mu.Unlock()
+		}
+		node, err := d.Place(ctx, control.Placement{Spec: spec, Snapshot: snap})
+		if err != nil {
+			d.log.Debug("moving sandbox not placed yet", "sandbox", rec.ID, "err", err)
+			continue
+		}
+		if _, err := d.st.AssignMove(ctx, rec.ID, rec.Version, "", node); err != nil {
+			if !errors.Is(err, store.ErrTransition) {
+				d.log.Error("place a moving sandbox", "sandbox", rec.ID, "err", err)
+			}
+			continue
+		}
+		d.log.Info("moving sandbox placed", "sandbox", rec.ID, "node", node, "snapshot", snap)
 	}
 }
 

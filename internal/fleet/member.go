@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"warren/api"
@@ -85,20 +86,31 @@ func (c Config) Check() error {
 
 // Member is a node's membership of the fleet.
 type Member struct {
-	st     *store.Store
-	node   store.Node // as registered: its epoch is the lease
-	report func() Report
-	fence  func(ctx context.Context)
-	cfg    Config
-	log    *slog.Logger
+	st    *store.Store
+	node  store.Node // as registered: its epoch is the lease
+	hooks Hooks
+	cfg   Config
+	log   *slog.Logger
+	// draining is set while Hooks.Drain runs.
+	draining atomic.Bool
+}
+
+// Hooks are what a membership calls on the node.
+type Hooks struct {
+	// Report tells the node's figures at each heartbeat.
+	Report func() Report
+	// Fence stops everything the node runs, when it loses its lease.
+	Fence func(ctx context.Context)
+	// Drain moves the node's sandboxes away: called, in a goroutine of
+	// its own, at a heartbeat that finds the node draining, unless the
+	// call before has not returned.
+	Drain func(ctx context.Context)
 }
 
 // Join registers node n (its ID, address, region, cluster and labels) and
-// returns its membership, whose Run keeps the lease. report tells the node's
-// figures at each heartbeat; fence stops everything the node runs, when it
-// loses its lease.
-func Join(ctx context.Context, st *store.Store, n store.Node, report func() Report, fence func(context.Context), cfg Config, log *slog.Logger) (*Member, error) {
-	m := &Member{st: st, node: n, report: report, fence: fence, cfg: cfg.withDefaults(), log: log}
+// returns its membership, whose Run keeps the lease and calls hooks.
+func Join(ctx context.Context, st *store.Store, n store.Node, hooks Hooks, cfg Config, log *slog.Logger) (*Member, error) {
+	m := &Member{st: st, node: n, hooks: hooks, cfg: cfg.withDefaults(), log: log}
 	if err := m.register(ctx); err != nil {
 		return nil, err
 	}
@@ -106,7 +118,7 @@ func Join(ctx context.Context, st *store.Store, n store.Node, report func() Repo
 }
 
 func (m *Member) register(ctx context.Context) error {
-	b, err := json.Marshal(m.report())
+	b, err := json.Marshal(m.hooks.Report())
 	if err != nil {
 		return err
 	}
@@ -141,22 +153,29 @@ func (m *Member) Run(ctx context.Context) {
 			lost, renewed = false, time.Now()
 			continue
 		}
-		b, err := json.Marshal(m.report())
+		b, err := json.Marshal(m.hooks.Report())
+		state := ""
 		if err == nil {
-			err = m.st.Heartbeat(ctx, m.node.ID, m.node.Epoch, b, time.Now())
+			state, err = m.st.Heartbeat(ctx, m.node.ID, m.node.Epoch, b, time.Now())
 		}
 		switch {
 		case err == nil:
 			renewed = time.Now()
+			if state == store.NodeDraining && m.draining.CompareAndSwap(false, true) {
+				go func() {
+					defer m.draining.Store(false)
+					m.hooks.Drain(ctx)
+				}()
+			}
 		case errors.Is(err, store.ErrFenced):
 			m.log.Error("fenced: this node's lease was revoked; stopping its sandboxes", "node", m.node.ID, "epoch", m.node.Epoch)
-			m.fence(ctx)
+			m.hooks.Fence(ctx)
 			lost = true
 		case ctx.Err() != nil:
 			return
 		case time.Since(renewed) > m.cfg.Lease:
 			m.log.Error("fencing itself: the lease could not be renewed in time", "node", m.node.ID, "since", time.Since(renewed), "err", err)
-			m.fence(ctx)
+			m.hooks.Fence(ctx)
 			lost = true
 		default:
 			m.log.Warn("heartbeat failed", "node", m.node.ID, "err", err)
@@ -164,8 +183,8 @@ func (m *Member) Run(ctx context.Context) {
 	}
 }
 
-// rejoin registers the fenced node again, with a new epoch, and records
-// as failed what the store still shows it running: nothing runs there
+// rejoin registers the fenced node again, with a new epoch; what the
+// store still shows it running moves or fails (lose): nothing runs there
 // now, and no control replica moved it on.
 func (m *Member) rejoin(ctx context.Context) error {
 	if err := m.register(ctx); err != nil {
@@ -176,23 +195,23 @@ func (m *Member) rejoin(ctx context.Context) error {
 		return err
 	}
 	for _, rec := range recs {
-		failLost(ctx, m.st, rec, "its node lost its lease in the fleet and stopped it", m.log)
+		lose(ctx, m.st, rec, time.Now(), "its node lost its lease in the fleet and stopped it", m.log)
 	}
 	return nil
 }
 
-// failLost records a sandbox whose node was lost as failed, unless its
-// record moved on meanwhile.
-func failLost(ctx context.Context, st *store.Store, rec store.Sandbox, reason string, log *slog.Logger) {
-	none := time.Time{}
-	_, err := st.Transition(ctx, rec.ID, store.Transition{
-		From: store.Live, Version: rec.Version, To: api.StateFailed, Error: reason, Expires: &none,
-	})
-	if err != nil && !errors.Is(err, store.ErrTransition) {
-		log.Error("record a lost sandbox failed", "sandbox", rec.ID, "err", err)
-		return
-	}
-	if err == nil {
+// lose records a sandbox whose node was lost at lostAt as moving, for a
+// control replica to place from its checkpoint, or failed when it has
+// none (store.Lose), unless its record moved on meanwhile.
+func lose(ctx context.Context, st *store.Store, rec store.Sandbox, lostAt time.Time, reason string, log *slog.Logger) {
+	now, err := st.Lose(ctx, rec, "", lostAt, reason)
+	switch {
+	case errors.Is(err, store.ErrTransition):
+	case err != nil:
+		log.Error("record a lost sandbox", "sandbox", rec.ID, "err", err)
+	case now.State == api.StateMoving:
+		log.Warn("sandbox lost with its node; it moves from its checkpoint", "sandbox", rec.ID, "node", rec.Node, "checkpoint", now.Restored.Snapshot)
+	default:
 		log.Warn("sandbox lost with its node", "sandbox", rec.ID, "node", rec.Node)
 	}
 }

@@ -125,8 +125,13 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 		}
 		return api.Sandbox{}, fmt.Errorf("record sandbox: %w", err)
 	}
-	log := m.log.With("sandbox", rec.ID)
+	return m.run(ctx, rt, rec, src)
+}
 
+// run starts sandbox rec, recorded starting and admitted, and records a
+// start that failed.
+func (m *Manager) run(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (api.Sandbox, error) {
+	log := m.log.With("sandbox", rec.ID)
 	if err := m.start(ctx, rt, &rec, src); err != nil {
 		ended := (*endedWhileStarting)(nil)
 		if !errors.As(err, &ended) {
@@ -266,7 +271,7 @@ func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sand
 	// Live before running: a delete that sees the record running finds
 	// what to tear down. One that saw it starting has moved it to stopped
 	// already, and this move then fails: the undo stack unwinds.
-	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
+	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, every: rec.CheckpointEvery, checkpointed: time.Now()}
 	m.mu.Lock()
 	m.live[rec.ID] = l
 	m.mu.Unlock()

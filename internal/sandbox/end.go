@@ -173,7 +173,9 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 
 // kill tears down a running sandbox and records it stopped. A sandbox
 // still starting is only moved to stopped: its create owns what it has
-// made so far and unwinds it when its own move to running is refused.
+// made so far and unwinds it when its own move to running is refused. A
+// moving one is only moved to stopped: nothing runs it. Its checkpoint
+// goes with it.
 func (m *Manager) kill(ctx context.Context, id, reason string) error {
 	// A cancelled request must not leave a sandbox half torn down.
 	ctx = context.WithoutCancel(ctx)
@@ -192,11 +194,12 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 		if l == nil {
 			none := time.Time{}
 			rec, err := m.deps.Store.Transition(ctx, id, store.Transition{
-				From: []string{api.StateStarting}, To: api.StateStopped, Error: reason, Expires: &none,
+				From: []string{api.StateStarting, api.StateMoving}, To: api.StateStopped, Error: reason, Expires: &none,
 			})
 			switch {
 			case err == nil:
-				m.log.Info("sandbox stopped while it was starting", "sandbox", id, "reason", reason)
+				m.log.Info("sandbox stopped while it was starting or moving", "sandbox", id, "reason", reason)
+				m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
 				return nil
 			case !errors.Is(err, store.ErrTransition):
 				return fmt.Errorf("delete sandbox %s: %w", id, err)
@@ -208,6 +211,9 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
 		m.log.Info("sandbox stopped", "sandbox", id, "reason", reason)
+		if rec, err := m.deps.Store.GetSandbox(ctx, id); err == nil {
+			m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
+		}
 		return nil
 	}
 }
@@ -232,7 +238,7 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 
 // reap deletes expired sandboxes and forgets old ended ones until ctx ends.
 func (m *Manager) reap(ctx context.Context) {
-	defer m.reaper.Done()
+	defer m.loops.Done()
 	t := time.NewTicker(m.cfg.ReapEvery)
 	defer t.Stop()
 	for {

@@ -149,8 +149,8 @@ type Manager struct {
 	// ledger holds what the node's sandboxes claim of it.
 	ledger *ledger
 
-	stop   context.CancelFunc // stops the reaper
-	reaper sync.WaitGroup
+	stop  context.CancelFunc // stops the loops: the reaper, checkpoints and moves
+	loops sync.WaitGroup
 }
 
 // live is a running sandbox.
@@ -167,10 +167,17 @@ type live struct {
 	paused bool
 	// op serializes Pause and Resume.
 	op sync.Mutex
+	// every is the sandbox's checkpoint policy (0: none); checkpointed
+	// when its last checkpoint was taken (or it started), and
+	// checkpointing set while one is under way (both under Manager.mu).
+	every         time.Duration
+	checkpointed  time.Time
+	checkpointing bool
 }
 
 // New makes the manager, reconciles the store with what is running on the
-// node (after a daemon restart), and starts the reaper of expired sandboxes.
+// node (after a daemon restart), and starts its loops: the reaper of
+// expired sandboxes, the checkpoints, and the starts of moved sandboxes.
 func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if deps.NodeID == "" {
 		return nil, errors.New("the node has no ID")
@@ -195,8 +202,10 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
-	m.reaper.Add(1)
+	m.loops.Add(3)
 	go m.reap(rctx)
+	go m.checkpoints(rctx)
+	go m.moves(rctx)
 	return m, nil
 }
 
@@ -219,7 +228,7 @@ func (m *Manager) prepareBases(ctx context.Context) error {
 // process adopts them.
 func (m *Manager) Close() {
 	m.stop()
-	m.reaper.Wait()
+	m.loops.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range m.live {
@@ -344,12 +353,20 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 			iso, acc = rt.Isolation(), runtime.Accel(rt)
 		}
 	}
-	return api.Sandbox{
+	v := api.Sandbox{
 		ID: r.ID, Tenant: r.Tenant, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
 		State: r.State, Error: r.Error, DiskKept: keepsDisks(r),
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,
 		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin, Network: r.Network,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
+		CheckpointEverySeconds: int64(r.CheckpointEvery / time.Second),
 	}
+	if r.Checkpoint != "" {
+		v.Checkpoint = &api.Checkpoint{Snapshot: r.Checkpoint, At: r.CheckpointAt}
+	}
+	if r.Restored != nil && !r.Restored.At.IsZero() {
+		v.Restored = r.Restored
+	}
+	return v
 }

@@ -1,17 +1,20 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"warren/api"
 	"warren/internal/disk"
 	"warren/internal/runtime"
+	"warren/internal/store"
 )
 
 // reconcile makes the node match the store after a daemon (re)start: every
@@ -32,8 +35,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	known, keep := map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
 		known[rec.ID] = true
-		if rec.State != api.StateRunning && rec.State != api.StateStarting && rec.State != api.StatePaused {
-			continue
+		if !slices.Contains(store.OnNode, rec.State) {
+			continue // final, or moving: the moves loop starts it if it is placed here
 		}
 		log := m.log.With("sandbox", rec.ID)
 		rt := m.runtimeNamed(rec.Runtime)
@@ -46,7 +49,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			if inst, err := rt.Adopt(ctx, m.spec(&rec), rec.RuntimeState); err == nil {
 				inst.Stop(ctx)
 			}
-			m.teardown(ctx, rec.ID, nil, api.StateFailed, "the daemon stopped while the sandbox was starting")
+			m.lose(ctx, rec, "the daemon stopped while the sandbox was starting")
 			continue
 		}
 		spec := m.spec(&rec)
@@ -63,7 +66,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				reason = "the node could not reattach it after a daemon restart"
 			}
 			log.Warn("sandbox not adopted", "err", err)
-			m.teardown(ctx, rec.ID, nil, api.StateFailed, reason)
+			m.lose(ctx, rec, reason)
 			continue
 		}
 		conn := inst.Dial()
@@ -79,7 +82,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			m.teardown(ctx, rec.ID, l, api.StateFailed, "its agent stopped answering while the daemon was down")
 			continue
 		}
-		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, paused: paused}
+		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, paused: paused,
+			every: rec.CheckpointEvery, checkpointed: cmp.Or(rec.CheckpointAt, time.Now())}
 		m.live[rec.ID] = l
 		m.ledger.restore(rec.ID, claimOf(rec))
 		keep[rec.ID] = true
@@ -107,6 +111,25 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		errs = append(errs, m.deps.Network.Sweep())
 	}
 	return errors.Join(errs...)
+}
+
+// lose ends sandbox rec, which the node lost (it stopped while the
+// daemon was down, or while it was starting), for reason: a movable one
+// (store.Movable) starts again here from its checkpoint, by the moves
+// loop; any other fails, as teardown records it.
+func (m *Manager) lose(ctx context.Context, rec store.Sandbox, reason string) {
+	if snap, _ := store.Movable(rec); snap == "" {
+		m.teardown(ctx, rec.ID, nil, api.StateFailed, reason)
+		return
+	}
+	if err := m.release(ctx, rec.ID, nil, false); err != nil {
+		m.log.Warn("what a lost sandbox left", "sandbox", rec.ID, "err", err)
+	}
+	if _, err := m.deps.Store.Lose(ctx, rec, m.deps.NodeID, time.Now(), reason); err != nil {
+		m.log.Error("record a lost sandbox moving", "sandbox", rec.ID, "err", err)
+		return
+	}
+	m.log.Warn("sandbox lost; it starts again from its checkpoint", "sandbox", rec.ID, "reason", reason)
 }
 
 func (m *Manager) runtimeNamed(name string) runtime.Runtime {

@@ -11,6 +11,7 @@ import (
 	"warren/api"
 	"warren/internal/listing"
 	"warren/internal/snapshot"
+	"warren/internal/store"
 	"warren/internal/template"
 )
 
@@ -52,25 +53,9 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	src := snapshot.Source{Tenant: tenant, SandboxID: id, Template: rec.Template, Scope: req.Scope}
-	mountpoint := "/"
-	switch req.Scope {
-	case "", api.ScopeRoot:
-		src.Scope, src.Image, src.Origin = api.ScopeRoot, m.diskPath(id), rec.Origin
-		// The template is needed only for a sandbox's first snapshot, and
-		// only when it was not restored from one.
-		if tpl, err := m.deps.Templates.Get(rec.Template); err == nil {
-			src.TemplateImage, src.TemplateBuilt = tpl.Path, tpl.BuiltAt
-		} else if !errors.Is(err, template.ErrNotFound) {
-			return api.Snapshot{}, fmt.Errorf("template %s: %w", rec.Template, err)
-		}
-	case api.ScopeWorkspace:
-		if rec.WorkspaceMB == 0 {
-			return api.Snapshot{}, api.Errorf(api.CodeBadRequest, "sandbox %s has no workspace disk (create it with workspace_mb)", id)
-		}
-		src.Image, src.Origin, mountpoint = m.workspacePath(id), rec.WorkspaceOrigin, "/workspace"
-	default:
-		return api.Snapshot{}, api.Errorf(api.CodeBadRequest, "scope must be root or workspace, got %q", req.Scope)
+	src, mountpoint, err := m.snapshotSource(rec, req.Scope)
+	if err != nil {
+		return api.Snapshot{}, err
 	}
 	freeze := func(ctx context.Context) (func() error, error) { return freezeFS(ctx, mountpoint) }
 	sn, err := snaps.Take(ctx, src, freeze)
@@ -90,6 +75,31 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 		sn = waited
 	}
 	return snaps.View(sn), nil
+}
+
+// snapshotSource is what a snapshot of sandbox rec's disk of scope saves,
+// and where that disk is mounted in the sandbox.
+func (m *Manager) snapshotSource(rec store.Sandbox, scope string) (snapshot.Source, string, error) {
+	src := snapshot.Source{Tenant: rec.Tenant, SandboxID: rec.ID, Template: rec.Template, Scope: scope}
+	switch scope {
+	case "", api.ScopeRoot:
+		src.Scope, src.Image, src.Origin = api.ScopeRoot, m.diskPath(rec.ID), rec.Origin
+		// The template is needed only for a sandbox's first snapshot, and
+		// only when it was not restored from one.
+		if tpl, err := m.deps.Templates.Get(rec.Template); err == nil {
+			src.TemplateImage, src.TemplateBuilt = tpl.Path, tpl.BuiltAt
+		} else if !errors.Is(err, template.ErrNotFound) {
+			return snapshot.Source{}, "", fmt.Errorf("template %s: %w", rec.Template, err)
+		}
+		return src, "/", nil
+	case api.ScopeWorkspace:
+		if rec.WorkspaceMB == 0 {
+			return snapshot.Source{}, "", api.Errorf(api.CodeBadRequest, "sandbox %s has no workspace disk (create it with workspace_mb)", rec.ID)
+		}
+		src.Image, src.Origin = m.workspacePath(rec.ID), rec.WorkspaceOrigin
+		return src, "/workspace", nil
+	}
+	return snapshot.Source{}, "", api.Errorf(api.CodeBadRequest, "scope must be root or workspace, got %q", scope)
 }
 
 // GetSnapshot returns one of the tenant's snapshots, from this node or from

@@ -62,6 +62,14 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	if req.TimeoutSeconds == 0 {
 		ttl = c.DefaultTTL
 	}
+	every := req.CheckpointEverySeconds
+	if every != 0 && (every < int64(minCheckpointEvery/time.Second) || every > maxSeconds) {
+		return bad("checkpoint_every_seconds must be 0 (no checkpoints) or between %d and %d, got %d",
+			int64(minCheckpointEvery/time.Second), maxSeconds, every)
+	}
+	if every != 0 && req.WorkspaceMB != 0 {
+		return bad("checkpoint_every_seconds cannot be set for a sandbox with a workspace disk: a checkpoint saves the root disk only")
+	}
 	if err := validEnv(req.Env); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -77,7 +85,7 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 		Tenant: tenant, Template: src.template, State: api.StateStarting,
 		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB, WorkspaceMB: req.WorkspaceMB,
 		Env: req.Env, Metadata: req.Metadata, Network: netPol,
-		CreatedAt: now, ExpiresAt: now.Add(ttl),
+		CreatedAt: now, ExpiresAt: now.Add(ttl), CheckpointEvery: time.Duration(every) * time.Second,
 	}, nil
 }
 

@@ -2,7 +2,7 @@ package server
 
 import (
 	"net/http"
-	"strings"
+	"path"
 
 	"warren/api"
 )
@@ -19,13 +19,14 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.FleetNodeList{Nodes: nodes})
 }
 
-// cordonNode answers POST /v1/nodes/{id}/cordon and .../uncordon.
-func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) error {
+// nodeAction answers POST /v1/nodes/{id}/cordon, .../uncordon and
+// .../drain.
+func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if s.opts.Fleet == nil {
 		return api.Errorf(api.CodeNotFound, "node %s not found: this warren is a single machine, not a fleet", id)
 	}
-	n, err := s.opts.Fleet.Cordon(r.Context(), id, !strings.HasSuffix(r.URL.Path, "/uncordon"))
+	n, err := s.opts.Fleet.NodeAction(r.Context(), id, path.Base(r.URL.Path))
 	if err != nil {
 		return err
 	}

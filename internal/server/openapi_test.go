@@ -198,6 +198,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"FleetNodeList":         reflect.TypeFor[api.FleetNodeList](),
 		"Amounts":               reflect.TypeFor[api.Amounts](),
 		"Quota":                 reflect.TypeFor[api.Quota](),
+		"Checkpoint":            reflect.TypeFor[api.Checkpoint](),
+		"Restored":              reflect.TypeFor[api.Restored](),
 		"SandboxList":           reflect.TypeFor[api.SandboxList](),
 		"ProcessList":           reflect.TypeFor[api.ProcessList](),
 		"FileList":              reflect.TypeFor[api.FileList](),

@@ -52,7 +52,7 @@ type listRequest struct {
 
 // State filters of the lists that have one.
 var (
-	sandboxStates  = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopped, api.StateFailed}
+	sandboxStates  = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateMoving, api.StateStopped, api.StateFailed}
 	snapshotStates = []string{api.SnapshotPending, api.SnapshotDurable, api.SnapshotFailed}
 	processStates  = []string{api.ProcessRunning, api.ProcessExited}
 )

@@ -166,7 +166,7 @@ func TestListBadParameters(t *testing.T) {
 		{"/v1/snapshots?page_token=" + tok, "another listing"},
 		{"/v1/sandboxes/" + sb.ID + "/snapshots?page_token=" + tok, "another listing"},
 		{"/v1/snapshots/" + sn.ID + "/lineage?page_token=" + tok, "another listing"},
-		{"/v1/sandboxes?state=sleeping", "starting, running, paused, stopped, failed"},
+		{"/v1/sandboxes?state=sleeping", "starting, running, paused, moving, stopped, failed"},
 		{"/v1/sandboxes?state=running,", "bad state"},
 		{"/v1/snapshots?state=running", "pending, durable, failed"},
 		{"/v1/templates?state=running", "no state filter"},

@@ -130,10 +130,10 @@ type Node interface {
 type Fleet interface {
 	// Nodes lists the fleet's nodes by ID.
 	Nodes(ctx context.Context) ([]api.FleetNode, error)
-	// Cordon stops node id taking new sandboxes (or, with cordon false,
-	// lets it again) and returns it; CodeNotFound for an unknown node,
-	// CodeConflict for a fenced one.
-	Cordon(ctx context.Context, id string, cordon bool) (api.FleetNode, error)
+	// NodeAction does action (api.NodeCordon, NodeUncordon or NodeDrain)
+	// to node id and returns it; CodeNotFound for an unknown node,
+	// CodeConflict for one in a state the action is not for.
+	NodeAction(ctx context.Context, id, action string) (api.FleetNode, error)
 }
 
 // Quotas keeps each tenant's quota in the fleet.
@@ -317,8 +317,9 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"GET", "/v1/nodes", admin, s.listNodes},
 		{"GET", "/v1/tenants/{tenant}/quota", admin, s.getQuota},
 		{"PUT", "/v1/tenants/{tenant}/quota", admin, s.setQuota},
-		{"POST", "/v1/nodes/{id}/cordon", admin, s.cordonNode},
-		{"POST", "/v1/nodes/{id}/uncordon", admin, s.cordonNode},
+		{"POST", "/v1/nodes/{id}/cordon", admin, s.nodeAction},
+		{"POST", "/v1/nodes/{id}/uncordon", admin, s.nodeAction},
+		{"POST", "/v1/nodes/{id}/drain", admin, s.nodeAction},
 		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},
 		{"GET", "/v1/debug/vars", admin, s.debugVars},
 	}

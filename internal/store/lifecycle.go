@@ -21,23 +21,31 @@ import (
 // newer state.
 //
 //		starting ──▶ running ◀──▶ paused
-//		   │            │           │
-//		   └────────────┴───────────┴──▶ stopped │ failed
+//		 ▲  │            │           │
+//		 │  └────────────┴───────────┴──▶ stopped │ failed
+//		 │               ▼           ▼             ▲
+//		 └───────────  moving ──────────────────────┘
 //
 //	  - starting: recorded before anything is made for the sandbox; its create
 //	    owns it. A delete moves it to stopped and leaves the unwinding to the
 //	    create, which finds its own move to running refused.
 //	  - running: its agent answered. paused: a vm's memory is saved to a file
 //	    and no process runs for it (Pause, Resume).
+//	  - moving: a sandbox with a checkpoint policy whose node was lost or
+//	    drained; nothing runs for it. Its record's node is the node that is
+//	    to start it again from its checkpoint, or "" while a control replica
+//	    has not placed it yet (MovingSandboxes, AssignMove); that node's
+//	    move to starting claims it.
 //	  - stopped (deleted or expired) and failed (its start failed, its init or
 //	    VMM died, or a restart could not adopt it) are final: no move leaves
 //	    them. A final record keeps no environment and is forgotten after a
 //	    while (PurgeFinal); a failed one may keep its disks until its expiry
 //	    (the manager's teardown; SetExpiry and ExpiredSandboxes).
 var moves = map[string][]string{
-	api.StateStarting: {api.StateRunning, api.StateStopped, api.StateFailed},
-	api.StateRunning:  {api.StatePaused, api.StateStopped, api.StateFailed},
-	api.StatePaused:   {api.StateRunning, api.StateStopped, api.StateFailed},
+	api.StateStarting: {api.StateRunning, api.StateMoving, api.StateStopped, api.StateFailed},
+	api.StateRunning:  {api.StatePaused, api.StateMoving, api.StateStopped, api.StateFailed},
+	api.StatePaused:   {api.StateRunning, api.StateMoving, api.StateStopped, api.StateFailed},
+	api.StateMoving:   {api.StateStarting, api.StateStopped, api.StateFailed},
 }
 
 // CanMove reports whether the state machine moves a sandbox from one state
@@ -45,7 +53,11 @@ var moves = map[string][]string{
 func CanMove(from, to string) bool { return slices.Contains(moves[from], to) }
 
 // Live are the states that are not final.
-var Live = []string{api.StateStarting, api.StateRunning, api.StatePaused}
+var Live = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateMoving}
+
+// OnNode are the live states in which the sandbox's node holds it: all
+// but moving.
+var OnNode = []string{api.StateStarting, api.StateRunning, api.StatePaused}
 
 // ErrTransition is what every *TransitionError is, for errors.Is.
 var ErrTransition = errors.New("state transition refused")
@@ -92,6 +104,13 @@ type Transition struct {
 	NetSlot *int
 	// Expires, when not nil, is the new expiry (zero: none).
 	Expires *time.Time
+	// Node, when not nil, is the node that now owns the sandbox ("" for
+	// none: a moving sandbox not placed yet).
+	Node *string
+	// Checkpoint, when not nil, is the sandbox's new last checkpoint.
+	Checkpoint *api.Checkpoint
+	// Restored, when not nil, says how the sandbox came back.
+	Restored *api.Restored
 }
 
 // Transition makes the move t of sandbox id and returns the record after
@@ -115,6 +134,19 @@ func (s *Store) Transition(ctx context.Context, id string, t Transition) (Sandbo
 	if t.Expires != nil {
 		set, args = append(set, "expires_at = ?"), append(args, nullNanos(*t.Expires))
 	}
+	if t.Node != nil {
+		set, args = append(set, "node = ?"), append(args, *t.Node)
+	}
+	if t.Checkpoint != nil {
+		set, args = append(set, "checkpoint = ?", "checkpoint_at = ?"), append(args, t.Checkpoint.Snapshot, nullNanos(t.Checkpoint.At))
+	}
+	if t.Restored != nil {
+		restored, err := encodeRestored(t.Restored)
+		if err != nil {
+			return Sandbox{}, fmt.Errorf("transition of %s: %w", id, err)
+		}
+		set, args = append(set, "restored = ?"), append(args, restored)
+	}
 	if isFinal(t.To) {
 		set = append(set, "env = 'null'")
 	}
@@ -131,6 +163,35 @@ func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time, states .
 	where, wargs := inStates("state", states)
 	return s.change(ctx, id, "set expiry", "", states,
 		[]string{"expires_at = ?"}, []any{nullNanos(at)}, where, wargs)
+}
+
+// SetCheckpoint records c as the last checkpoint of sandbox id, which node
+// runs: if it is running or paused there; else a *TransitionError, and
+// nothing changes.
+func (s *Store) SetCheckpoint(ctx context.Context, id, node string, c api.Checkpoint) (Sandbox, error) {
+	states := []string{api.StateRunning, api.StatePaused}
+	where, wargs := inStates("state", states)
+	return s.change(ctx, id, "set checkpoint", "", states,
+		[]string{"checkpoint = ?", "checkpoint_at = ?"}, []any{c.Snapshot, nullNanos(c.At)},
+		where+" AND node = ?", append(wargs, node))
+}
+
+// MovingSandboxes returns up to limit moving sandboxes whose node is node
+// ("": those no control replica placed yet), longest waiting first.
+func (s *Store) MovingSandboxes(ctx context.Context, node string, limit int) ([]Sandbox, error) {
+	return s.querySandboxes(ctx, "moving sandboxes",
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE state = '`+api.StateMoving+`' AND node = ?
+		ORDER BY updated_at, id LIMIT ?`, node, limit)
+}
+
+// AssignMove gives moving sandbox id, at version and with node from, to
+// node to: the one placement of it that wins (a *TransitionError for the
+// others, and for a sandbox that is no longer moving from from).
+func (s *Store) AssignMove(ctx context.Context, id string, version int64, from, to string) (Sandbox, error) {
+	states := []string{api.StateMoving}
+	return s.change(ctx, id, "assign move", "", states,
+		[]string{"node = ?"}, []any{to},
+		"state = ? AND version = ? AND node = ?", []any{api.StateMoving, version, from})
 }
 
 // change updates the columns set of sandbox id where the condition holds,
@@ -164,4 +225,42 @@ func inStates(column string, states []string) (string, []any) {
 		args[i] = st
 	}
 	return column + " IN (?" + strings.Repeat(", ?", len(states)-1) + ")", args
+}
+
+// Movable says whether sandbox rec comes back from a checkpoint when its
+// node is lost, and from which: its last checkpoint, else the snapshot it
+// was restored from (its disk as it started); "" when it does not (no
+// checkpoint policy, or a workspace disk, which a checkpoint does not
+// save).
+func Movable(rec Sandbox) (snapshot string, at time.Time) {
+	switch {
+	case rec.CheckpointEvery == 0 || rec.WorkspaceMB > 0:
+		return "", time.Time{}
+	case rec.Checkpoint != "":
+		return rec.Checkpoint, rec.CheckpointAt
+	}
+	return rec.Origin, rec.CreatedAt
+}
+
+// Lose records that sandbox rec's node lost it at lostAt, for reason:
+// nothing runs it now (the node is fenced, or stopped it). A movable one
+// moves, to node to ("": for a control replica to place), with Restored
+// saying from which checkpoint and how much work was lost; one already
+// moving loses its placement on that node; any other fails. It is a
+// compare-and-set on rec's version, as every move.
+func (s *Store) Lose(ctx context.Context, rec Sandbox, to string, lostAt time.Time, reason string) (Sandbox, error) {
+	if rec.State == api.StateMoving {
+		return s.AssignMove(ctx, rec.ID, rec.Version, rec.Node, to)
+	}
+	snap, at := Movable(rec)
+	if snap == "" {
+		none := time.Time{}
+		return s.Transition(ctx, rec.ID, Transition{
+			From: OnNode, Version: rec.Version, To: api.StateFailed, Error: reason, Expires: &none,
+		})
+	}
+	return s.Transition(ctx, rec.ID, Transition{
+		From: OnNode, Version: rec.Version, To: api.StateMoving, Node: &to, Error: reason,
+		Restored: &api.Restored{Snapshot: snap, SnapshotAt: at, LostSeconds: max(0, lostAt.Sub(at).Seconds()), Reason: reason, From: rec.Node},
+	})
 }

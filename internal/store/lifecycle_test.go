@@ -17,11 +17,13 @@ func TestStateMachine(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s, _ := openTest(t, b)
 		ctx := context.Background()
-		all := []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopped, api.StateFailed}
+		all := []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateMoving, api.StateStopped, api.StateFailed}
 		want := map[[2]string]bool{
 			{api.StateStarting, api.StateRunning}: true, {api.StateStarting, api.StateStopped}: true, {api.StateStarting, api.StateFailed}: true,
 			{api.StateRunning, api.StatePaused}: true, {api.StateRunning, api.StateStopped}: true, {api.StateRunning, api.StateFailed}: true,
 			{api.StatePaused, api.StateRunning}: true, {api.StatePaused, api.StateStopped}: true, {api.StatePaused, api.StateFailed}: true,
+			{api.StateStarting, api.StateMoving}: true, {api.StateRunning, api.StateMoving}: true, {api.StatePaused, api.StateMoving}: true,
+			{api.StateMoving, api.StateStarting}: true, {api.StateMoving, api.StateStopped}: true, {api.StateMoving, api.StateFailed}: true,
 		}
 		for _, from := range all {
 			for _, to := range all {
@@ -101,6 +103,76 @@ func TestTransitionRace(t *testing.T) {
 		got, _ := s.GetSandbox(ctx, "sb-1")
 		if total != 1 || won[got.State] != 1 || got.Version != 2 {
 			t.Errorf("winners %v, record %s at version %d", won, got.State, got.Version)
+		}
+	})
+}
+
+// TestMoving: a checkpointed sandbox whose node is lost moves with no
+// node; of two placements of it one wins; the node placed claims it by its
+// move to starting, with how it came back; no node claims a moving
+// sandbox as its own unowned record.
+func TestMoving(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := openTest(t, b)
+		ctx := context.Background()
+		sb := newSandbox("sb-1", "acme")
+		sb.Node, sb.CheckpointEvery = "n1", 30*time.Second
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCheckpoint(ctx, "sb-1", "n1", api.Checkpoint{Snapshot: "sn-0", At: time.Now()}); !errors.Is(err, ErrTransition) {
+			t.Errorf("a checkpoint of a starting sandbox: %v, want it refused", err)
+		}
+		if _, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateStarting}, To: api.StateRunning}); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+		if _, err := s.SetCheckpoint(ctx, "sb-1", "n2", api.Checkpoint{Snapshot: "sn-1", At: at}); !errors.Is(err, ErrTransition) {
+			t.Errorf("a checkpoint by a node that does not run it: %v, want it refused", err)
+		}
+		rec, err := s.SetCheckpoint(ctx, "sb-1", "n1", api.Checkpoint{Snapshot: "sn-1", At: at})
+		if err != nil || rec.Checkpoint != "sn-1" || !rec.CheckpointAt.Equal(at) || rec.CheckpointEvery != 30*time.Second {
+			t.Fatalf("SetCheckpoint: %+v, %v", rec, err)
+		}
+		none := ""
+		rec, err = s.Transition(ctx, "sb-1", Transition{From: OnNode, To: api.StateMoving, Node: &none, Error: "its node n1 stopped answering"})
+		if err != nil || rec.Node != "" || rec.State != api.StateMoving {
+			t.Fatalf("move to moving: %+v, %v", rec, err)
+		}
+		if n, err := s.ClaimUnowned(ctx, "n3"); err != nil || n != 0 {
+			t.Errorf("ClaimUnowned took %d moving sandboxes (%v); want none", n, err)
+		}
+		unplaced, err := s.MovingSandboxes(ctx, "", 10)
+		if err != nil || len(unplaced) != 1 || unplaced[0].ID != "sb-1" {
+			t.Fatalf("MovingSandboxes(\"\") = %+v, %v", unplaced, err)
+		}
+		// Two replicas place it at once: one wins.
+		won, lost := 0, 0
+		for _, to := range []string{"n2", "n3"} {
+			if _, err := s.AssignMove(ctx, "sb-1", unplaced[0].Version, "", to); err == nil {
+				won++
+			} else if errors.Is(err, ErrTransition) {
+				lost++
+			} else {
+				t.Fatal(err)
+			}
+		}
+		rec, _ = s.GetSandbox(ctx, "sb-1")
+		if won != 1 || lost != 1 || rec.Node != "n2" {
+			t.Fatalf("two placements: %d won, %d lost, node %q", won, lost, rec.Node)
+		}
+		if mine, err := s.MovingSandboxes(ctx, "n2", 10); err != nil || len(mine) != 1 {
+			t.Fatalf("MovingSandboxes(n2) = %+v, %v", mine, err)
+		}
+		node := "n2"
+		back := &api.Restored{Snapshot: "sn-1", SnapshotAt: at, At: at.Add(time.Minute), LostSeconds: 60, Reason: rec.Error, From: "n1"}
+		rec, err = s.Transition(ctx, "sb-1", Transition{From: []string{api.StateMoving}, To: api.StateStarting, Version: rec.Version, Node: &node, Restored: back})
+		if err != nil || rec.State != api.StateStarting || rec.Error != "" || rec.Restored == nil ||
+			rec.Restored.Snapshot != "sn-1" || rec.Restored.From != "n1" || rec.Restored.Reason != back.Reason || !rec.Restored.At.Equal(back.At) {
+			t.Fatalf("the claim of the node placed: %+v (restored %+v), %v", rec, rec.Restored, err)
+		}
+		if got, _ := s.GetSandbox(ctx, "sb-1"); got.Restored == nil || got.Restored.Snapshot != "sn-1" || got.Restored.LostSeconds != 60 {
+			t.Errorf("restored read back: %+v", got.Restored)
 		}
 	})
 }

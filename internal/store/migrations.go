@@ -240,6 +240,19 @@ var migrations = []migration{
 	);
 	CREATE INDEX sandboxes_tenant_state ON sandboxes (tenant, state);`,
 	},
+	// Checkpoint policies, and how a moved sandbox came back (lifecycle.go).
+	{
+		sqlite: `ALTER TABLE sandboxes ADD COLUMN checkpoint_every INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN checkpoint_at INTEGER;
+	ALTER TABLE sandboxes ADD COLUMN restored TEXT NOT NULL DEFAULT '';
+	CREATE INDEX sandboxes_state_node ON sandboxes (state, node);`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN checkpoint_every BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN checkpoint_at BIGINT;
+	ALTER TABLE sandboxes ADD COLUMN restored TEXT NOT NULL DEFAULT '';
+	CREATE INDEX sandboxes_state_node ON sandboxes (state, node);`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

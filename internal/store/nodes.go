@@ -77,19 +77,20 @@ func (s *Store) RegisterNode(ctx context.Context, n Node, now time.Time) (Node, 
 }
 
 // Heartbeat records that node, holding lease epoch, is alive at now and
-// reports report. ErrFenced when epoch is not the node's any more.
-func (s *Store) Heartbeat(ctx context.Context, id string, epoch int64, report []byte, now time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET heartbeat_at = ?, report = ?
-		WHERE id = ? AND epoch = ? AND state != '`+NodeFenced+`'`, now.UnixNano(), report, id, epoch)
+// reports report, and returns the node's state (an operator may have
+// cordoned or drained it). ErrFenced when epoch is not the node's any
+// more.
+func (s *Store) Heartbeat(ctx context.Context, id string, epoch int64, report []byte, now time.Time) (string, error) {
+	var state string
+	err := s.db.QueryRowContext(ctx, `UPDATE nodes SET heartbeat_at = ?, report = ?
+		WHERE id = ? AND epoch = ? AND state != '`+NodeFenced+`' RETURNING state`, now.UnixNano(), report, id, epoch).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrFenced
+	}
 	if err != nil {
-		return fmt.Errorf("heartbeat of node %s: %w", id, err)
+		return "", fmt.Errorf("heartbeat of node %s: %w", id, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("heartbeat of node %s: %w", id, err)
-	} else if n == 0 {
-		return ErrFenced
-	}
-	return nil
+	return state, nil
 }
 
 // FenceStale revokes the lease of every node not fenced whose last

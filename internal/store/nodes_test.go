@@ -23,24 +23,24 @@ func TestNodeLease(t *testing.T) {
 		if err != nil || first.Epoch != 1 || first.State != NodeActive || first.Labels["gpu"] != "no" {
 			t.Fatalf("RegisterNode = %+v, %v", first, err)
 		}
-		if err := s.Heartbeat(ctx, "n1", 1, []byte(`{"cpus":8,"load":0.5}`), t0.Add(time.Second)); err != nil {
+		if state, err := s.Heartbeat(ctx, "n1", 1, []byte(`{"cpus":8,"load":0.5}`), t0.Add(time.Second)); err != nil || state != NodeActive {
 			t.Fatalf("Heartbeat: %v", err)
 		}
 		again, err := s.RegisterNode(ctx, n, t0.Add(2*time.Second))
 		if err != nil || again.Epoch != 2 {
 			t.Fatalf("RegisterNode again = %+v, %v; want epoch 2", again, err)
 		}
-		if err := s.Heartbeat(ctx, "n1", 1, nil, t0.Add(3*time.Second)); !errors.Is(err, ErrFenced) {
+		if _, err := s.Heartbeat(ctx, "n1", 1, nil, t0.Add(3*time.Second)); !errors.Is(err, ErrFenced) {
 			t.Errorf("Heartbeat with the old epoch: %v, want ErrFenced", err)
 		}
-		if err := s.Heartbeat(ctx, "nobody", 1, nil, t0); !errors.Is(err, ErrFenced) {
+		if _, err := s.Heartbeat(ctx, "nobody", 1, nil, t0); !errors.Is(err, ErrFenced) {
 			t.Errorf("Heartbeat of an unknown node: %v, want ErrFenced", err)
 		}
 		fenced, err := s.FenceStale(ctx, t0.Add(10*time.Second))
 		if err != nil || len(fenced) != 1 || fenced[0].State != NodeFenced || fenced[0].Epoch != 3 {
 			t.Fatalf("FenceStale = %+v, %v", fenced, err)
 		}
-		if err := s.Heartbeat(ctx, "n1", 3, nil, t0.Add(11*time.Second)); !errors.Is(err, ErrFenced) {
+		if _, err := s.Heartbeat(ctx, "n1", 3, nil, t0.Add(11*time.Second)); !errors.Is(err, ErrFenced) {
 			t.Errorf("Heartbeat of a fenced node: %v, want ErrFenced", err)
 		}
 		if again, _ := s.FenceStale(ctx, t0.Add(time.Hour)); len(again) != 0 {
@@ -50,7 +50,7 @@ func TestNodeLease(t *testing.T) {
 		if err != nil || back.Epoch != 4 || back.State != NodeActive {
 			t.Fatalf("RegisterNode after fencing = %+v, %v", back, err)
 		}
-		if err := s.Heartbeat(ctx, "n1", 4, nil, t0.Add(13*time.Second)); err != nil {
+		if _, err := s.Heartbeat(ctx, "n1", 4, nil, t0.Add(13*time.Second)); err != nil {
 			t.Errorf("Heartbeat after registering again: %v", err)
 		}
 	})
@@ -69,8 +69,13 @@ func TestNodeStates(t *testing.T) {
 		if rec, err := s.SetNodeState(ctx, "n1", []string{NodeActive}, NodeCordoned); err != nil || rec.State != NodeCordoned {
 			t.Fatalf("cordon: %+v, %v", rec, err)
 		}
-		if rec, err := s.RegisterNode(ctx, n, time.Now()); err != nil || rec.State != NodeCordoned {
+		rec, err := s.RegisterNode(ctx, n, time.Now())
+		if err != nil || rec.State != NodeCordoned {
 			t.Errorf("a cordoned node restarting: %+v, %v; want it still cordoned", rec, err)
+		}
+		// Its heartbeat tells the node what it was made.
+		if state, err := s.Heartbeat(ctx, "n1", rec.Epoch, nil, time.Now()); err != nil || state != NodeCordoned {
+			t.Errorf("the heartbeat of a cordoned node: %q, %v", state, err)
 		}
 		if _, err := s.SetNodeState(ctx, "n1", []string{NodeActive}, NodeDraining); !errors.Is(err, ErrNodeState) {
 			t.Errorf("drain from active of a cordoned node: %v, want ErrNodeState", err)
@@ -97,7 +102,7 @@ func TestFenceStaleOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Heartbeat(ctx, "n4", 1, nil, t0.Add(time.Minute)); err != nil {
+		if _, err := s.Heartbeat(ctx, "n4", 1, nil, t0.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex

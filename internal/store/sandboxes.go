@@ -56,12 +56,22 @@ type Sandbox struct {
 	ExpiresAt time.Time
 	// UpdatedAt is when the record last changed.
 	UpdatedAt time.Time
+	// CheckpointEvery is the sandbox's checkpoint policy (0: none), in
+	// whole seconds; Checkpoint is the last checkpoint its node took, at
+	// CheckpointAt ("" and zero: none yet).
+	CheckpointEvery time.Duration
+	Checkpoint      string
+	CheckpointAt    time.Time
+	// Restored says how the sandbox last came back from a checkpoint on
+	// another node; nil if it never did.
+	Restored *api.Restored
 }
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
-	runtime_state, created_at, expires_at, updated_at, version, node`
+	runtime_state, created_at, expires_at, updated_at, version, node,
+	checkpoint_every, checkpoint, checkpoint_at, restored`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -74,7 +84,7 @@ func isFinal(state string) bool {
 // validState reports whether state is one of the api.State* constants.
 func validState(state string) bool {
 	switch state {
-	case api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopped, api.StateFailed:
+	case api.StateStarting, api.StateRunning, api.StatePaused, api.StateMoving, api.StateStopped, api.StateFailed:
 		return true
 	}
 	return false
@@ -106,12 +116,17 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if created.IsZero() {
 		created = now
 	}
+	restored, err := encodeRestored(sb.Restored)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
 	q := `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`
 	args := []any{sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
-		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node}
+		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node,
+		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored}
 	err = s.withinQuota(ctx, sb.Tenant,
 		func(tx *sql.Tx, quota Quota) error { return s.sandboxQuota(ctx, tx, quota, sb, now) },
 		func(tx *sql.Tx) error {
@@ -171,13 +186,16 @@ func (s *Store) NodeSandboxes(ctx context.Context, node string, states []string)
 }
 
 // ClaimUnowned makes node the node of every sandbox and snapshot recorded
-// with none: those of a single machine from before the fleet. It returns
+// with none: those of a single machine from before the fleet (not a
+// moving sandbox waiting for a node, MovingSandboxes). It returns
 // how many sandboxes it claimed.
 func (s *Store) ClaimUnowned(ctx context.Context, node string) (int, error) {
 	if _, err := s.db.ExecContext(ctx, `UPDATE snapshots SET node = ? WHERE node = ''`, node); err != nil {
 		return 0, fmt.Errorf("claim snapshots for node %s: %w", node, err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE node = ''`, node)
+	// A moving sandbox with no node waits for a control replica to place
+	// it: it is nobody's yet.
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE node = '' AND state != '`+api.StateMoving+`'`, node)
 	if err != nil {
 		return 0, fmt.Errorf("claim sandboxes for node %s: %w", node, err)
 	}
@@ -294,13 +312,25 @@ type scanner interface {
 func scanSandbox(row scanner) (Sandbox, error) {
 	var sb Sandbox
 	var env, meta, network string
-	var created, updated int64
-	var expires sql.NullInt64
+	var created, updated, every int64
+	var expires, checkpointAt sql.NullInt64
+	var restored string
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
-		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node)
+		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node,
+		&every, &sb.Checkpoint, &checkpointAt, &restored)
 	if err != nil {
 		return Sandbox{}, err
+	}
+	sb.CheckpointEvery = time.Duration(every) * time.Second
+	if checkpointAt.Valid {
+		sb.CheckpointAt = fromNanos(checkpointAt.Int64)
+	}
+	if restored != "" {
+		sb.Restored = new(api.Restored)
+		if err := json.Unmarshal([]byte(restored), sb.Restored); err != nil {
+			return Sandbox{}, fmt.Errorf("decode restored of %s: %w", sb.ID, err)
+		}
 	}
 	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
 		return Sandbox{}, fmt.Errorf("decode env of %s: %w", sb.ID, err)
@@ -317,6 +347,18 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		sb.ExpiresAt = fromNanos(expires.Int64)
 	}
 	return sb, nil
+}
+
+// encodeRestored is the JSON of r, "" for nil.
+func encodeRestored(r *api.Restored) (string, error) {
+	if r == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode restored: %w", err)
+	}
+	return string(b), nil
 }
 
 // encodeMaps returns the JSON of the sandbox's Env and Metadata; a nil map

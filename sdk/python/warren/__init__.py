@@ -51,6 +51,7 @@ from .errors import (
 )
 from .files import Files
 from .models import (
+    Checkpoint,
     ExecEvent,
     ExecResult,
     FileInfo,
@@ -60,6 +61,7 @@ from .models import (
     NodeInfo,
     Preview,
     ProcessInfo,
+    Restored,
     RuntimeInfo,
     SandboxInfo,
     Template,
@@ -94,6 +96,8 @@ __all__ = [
     "OutputCallback",
     "NetworkArg",
     "SandboxInfo",
+    "Checkpoint",
+    "Restored",
     "ExecResult",
     "ExecEvent",
     "ProcessInfo",

@@ -208,6 +208,12 @@ class SandboxInfo:
     (0: none) and ``workspace_origin`` the snapshot that disk came from.
     ``network`` is its egress policy (:class:`NetworkPolicy`; the default
     one when it was given none).
+
+    In a fleet, ``state`` may also be ``moving``: its node was lost or
+    drained, and it starts again on another node from its last checkpoint
+    (``checkpoint_every`` seconds is its policy, 0 for none; ``checkpoint``
+    its last one). ``restored`` says how it last came back
+    (:class:`Restored`), None if it never did.
     """
 
     id: str
@@ -229,6 +235,9 @@ class SandboxInfo:
     workspace_mb: int = 0
     workspace_origin: str = ""
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    checkpoint_every: int = 0
+    checkpoint: Optional["Checkpoint"] = None
+    restored: Optional["Restored"] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -253,6 +262,48 @@ class SandboxInfo:
             workspace_mb=int(d.get("workspace_mb") or 0),
             workspace_origin=str(d.get("workspace_origin") or ""),
             network=NetworkPolicy.from_json(d.get("network")),
+            checkpoint_every=int(d.get("checkpoint_every_seconds") or 0),
+            checkpoint=Checkpoint.from_json(d["checkpoint"]) if d.get("checkpoint") else None,
+            restored=Restored.from_json(d["restored"]) if d.get("restored") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A sandbox's last checkpoint: a durable snapshot its policy took."""
+
+    snapshot: str
+    at: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Checkpoint":
+        """Build from the API's Checkpoint object."""
+        return cls(snapshot=str(d.get("snapshot") or ""), at=parse_time(d.get("at")))
+
+
+@dataclass(frozen=True)
+class Restored:
+    """How a sandbox came back on another node: from ``snapshot`` (taken
+    at ``snapshot_at``), at ``at``; ``lost_seconds`` of work lost (0 for a
+    drain), why (``reason``), and the node it left (``from_node``)."""
+
+    snapshot: str
+    snapshot_at: Optional[datetime]
+    at: Optional[datetime]
+    lost_seconds: float
+    reason: str
+    from_node: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Restored":
+        """Build from the API's Restored object."""
+        return cls(
+            snapshot=str(d.get("snapshot") or ""),
+            snapshot_at=parse_time(d.get("snapshot_at")),
+            at=parse_time(d.get("at")),
+            lost_seconds=float(d.get("lost_seconds") or 0),
+            reason=str(d.get("reason") or ""),
+            from_node=str(d.get("from") or ""),
         )
 
 

@@ -128,6 +128,7 @@ def _sandbox_body(
     network: Optional[NetworkArg] = None,
     region: Optional[str] = None,
     node_labels: Optional[Mapping[str, str]] = None,
+    checkpoint_every: Optional[float] = None,
 ) -> Dict[str, Any]:
     """The fields that CreateSandboxRequest and RestoreRequest share, for
     the arguments that are not None."""
@@ -140,6 +141,10 @@ def _sandbox_body(
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, not {timeout}")
         body["timeout_seconds"] = max(1, math.ceil(timeout))
+    if checkpoint_every is not None:
+        if checkpoint_every <= 0:
+            raise ValueError(f"checkpoint_every must be positive, not {checkpoint_every}")
+        body["checkpoint_every_seconds"] = max(1, math.ceil(checkpoint_every))
     if env:
         body["env"] = {str(k): str(v) for k, v in env.items()}
     if metadata:
@@ -429,6 +434,7 @@ class Sandbox:
         network: Optional[NetworkArg] = None,
         region: Optional[str] = None,
         node_labels: Optional[Mapping[str, str]] = None,
+        checkpoint_every: Optional[float] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
@@ -456,6 +462,12 @@ class Sandbox:
                 it later with :meth:`set_network`.
             region, node_labels: in a fleet, start on a node of that region
                 with all these labels (a single machine refuses either).
+            checkpoint_every: checkpoint the root disk every this many
+                seconds (5 or more): in a fleet, when its node is lost or
+                drained, the sandbox starts again on another node from its
+                last checkpoint under the same id (``info.restored`` says
+                from which, and how much work was lost). Not with a
+                workspace disk.
             idempotency_key: the request's idempotency key: however often
                 it is sent with it, from any process, it makes one sandbox
                 and answers the same. Default: a key of its own, which makes
@@ -471,7 +483,7 @@ class Sandbox:
         client = client or default_client()
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
                              env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
-                             region=region, node_labels=node_labels)
+                             region=region, node_labels=node_labels, checkpoint_every=checkpoint_every)
         if template is not None:
             body["template"] = template
         if disk_mb is not None:
@@ -497,6 +509,7 @@ class Sandbox:
         network: Optional[NetworkArg] = None,
         region: Optional[str] = None,
         node_labels: Optional[Mapping[str, str]] = None,
+        checkpoint_every: Optional[float] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> List["Sandbox"]:
@@ -521,7 +534,8 @@ class Sandbox:
                 its template.
             workspace_mb: an empty workspace disk for each sandbox restored
                 from a root snapshot.
-            region, node_labels, idempotency_key: as for :meth:`create`.
+            region, node_labels, checkpoint_every, idempotency_key: as for
+                :meth:`create`.
             client: the client to use (default: the snapshot's, else
                 :func:`default_client`).
 
@@ -540,7 +554,7 @@ class Sandbox:
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
                              env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
-                             region=region, node_labels=node_labels)
+                             region=region, node_labels=node_labels, checkpoint_every=checkpoint_every)
         body["count"] = count
         t = client.transport.timeout
         answer = client.transport.request(

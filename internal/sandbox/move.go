@@ -1,0 +1,274 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"warren/api"
+	"warren/internal/store"
+)
+
+const (
+	// movesTick is how often the node looks for moving sandboxes placed on
+	// it.
+	movesTick = time.Second
+	// movesAtOnce bounds the moved sandboxes a look starts.
+	movesAtOnce = 16
+	// drainStopWait is how long a drain's final snapshot waits for the
+	// sandbox to stop before it thaws the filesystem under it: a process
+	// blocked writing to the frozen filesystem dies only once thawed, and
+	// its write never returns to it.
+	drainStopWait = 2 * time.Second
+)
+
+// moves starts, until ctx ends, the moving sandboxes placed on this node:
+// a control replica placed them after their node was lost or drained, or
+// this node's own restart could not adopt them (reconcile).
+func (m *Manager) moves(ctx context.Context) {
+	defer m.loops.Done()
+	t := time.NewTicker(movesTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		recs, err := m.deps.Store.MovingSandboxes(ctx, m.deps.NodeID, movesAtOnce)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("find moving sandboxes", "err", err)
+			}
+			continue
+		}
+		for _, rec := range recs {
+			m.loops.Go(func() { m.startMoved(ctx, rec) })
+		}
+	}
+}
+
+// startMoved starts moving sandbox rec, placed on this node, from its last
+// checkpoint under its own ID: it claims the record (moving → starting),
+// then starts it as a restore does. A node that cannot take it now gives
+// the placement back, for a control replica to place it again; a
+// checkpoint that is gone or failed fails it.
+func (m *Manager) startMoved(ctx context.Context, rec store.Sandbox) {
+	log := m.log.With("sandbox", rec.ID)
+	if rec.Restored == nil || rec.Restored.Snapshot == "" {
+		m.failMoved(ctx, rec, "it was moved without a checkpoint to start from")
+		return
+	}
+	rt := m.runtimeNamed(rec.Runtime)
+	if rt == nil {
+		m.giveBack(ctx, rec, fmt.Sprintf("this node has no %s runtime", rec.Runtime))
+		return
+	}
+	sn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, rec.Restored.Snapshot)
+	switch {
+	case api.IsCode(err, api.CodeNotFound):
+		m.failMoved(ctx, rec, fmt.Sprintf("its checkpoint %s is gone", rec.Restored.Snapshot))
+		return
+	case err != nil:
+		log.Warn("moved sandbox's checkpoint not read; trying again", "err", err)
+		return
+	case sn.State != api.SnapshotDurable:
+		m.failMoved(ctx, rec, fmt.Sprintf("its checkpoint %s is %s, not durable", sn.ID, sn.State))
+		return
+	}
+	if err := m.admitMoved(rec); err != nil {
+		m.giveBack(ctx, rec, err.Error())
+		return
+	}
+	started := false
+	defer func() {
+		if !started {
+			m.ledger.release(rec.ID)
+		}
+	}()
+	back := *rec.Restored
+	back.At = time.Now()
+	self := m.deps.NodeID
+	claimed, err := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StateMoving}, To: api.StateStarting, Version: rec.Version, Node: &self, Restored: &back,
+	})
+	if err != nil {
+		log.Info("moved sandbox not claimed", "err", err) // deleted, expired or placed again meanwhile
+		return
+	}
+	image, err := m.deps.Snapshots.Materialize(ctx, sn)
+	if err != nil {
+		m.failStarting(ctx, claimed, fmt.Sprintf("its checkpoint %s could not be fetched", sn.ID), err)
+		return
+	}
+	started = true // run owns the claim from here
+	if _, err := m.run(ctx, rt, claimed, source{template: rec.Template, image: image, size: sn.DiskBytes, origin: sn.ID}); err != nil {
+		m.ledger.release(rec.ID)
+		return
+	}
+	log.Info("sandbox moved here from its checkpoint", "snapshot", sn.ID, "from", back.From,
+		"lost_seconds", back.LostSeconds, "reason", back.Reason)
+}
+
+// admitMoved claims what moving sandbox rec holds of the node.
+func (m *Manager) admitMoved(rec store.Sandbox) error {
+	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
+		return err
+	}
+	if err := m.checkDiskFree("moved sandboxes are"); err != nil {
+		return err
+	}
+	return m.ledger.admit([]string{rec.ID}, claimOf(rec))
+}
+
+// giveBack returns the placement of moving sandbox rec on this node, for
+// a control replica to place it again.
+func (m *Manager) giveBack(ctx context.Context, rec store.Sandbox, why string) {
+	m.log.Warn("moved sandbox given back for another node", "sandbox", rec.ID, "why", why)
+	if _, err := m.deps.Store.AssignMove(ctx, rec.ID, rec.Version, m.deps.NodeID, ""); err != nil && !errors.Is(err, store.ErrTransition) {
+		m.log.Error("give back a moved sandbox", "sandbox", rec.ID, "err", err)
+	}
+}
+
+// failMoved records moving sandbox rec failed for reason.
+func (m *Manager) failMoved(ctx context.Context, rec store.Sandbox, reason string) {
+	m.log.Warn("moved sandbox failed", "sandbox", rec.ID, "reason", reason)
+	none := time.Time{}
+	_, err := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StateMoving}, To: api.StateFailed, Version: rec.Version, Error: reason, Expires: &none,
+	})
+	if err != nil && !errors.Is(err, store.ErrTransition) {
+		m.log.Error("record a moved sandbox failed", "sandbox", rec.ID, "err", err)
+	}
+}
+
+// failStarting records sandbox rec, starting, failed for reason; err is
+// the detail, for the node's log.
+func (m *Manager) failStarting(ctx context.Context, rec store.Sandbox, reason string, err error) {
+	m.log.Warn("sandbox failed to start", "sandbox", rec.ID, "reason", reason, "err", err)
+	none := time.Time{}
+	_, terr := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StateStarting}, To: api.StateFailed, Version: rec.Version, Error: "start failed: " + reason, Expires: &none,
+	})
+	if terr != nil && !errors.Is(terr, store.ErrTransition) {
+		m.log.Error("record failed sandbox", "sandbox", rec.ID, "err", terr)
+	}
+}
+
+// Drain moves every running sandbox of the node away, nothing lost: each
+// gets a final snapshot with its filesystem frozen and is stopped before
+// it is thawed, so nothing it writes after the snapshot is acknowledged;
+// once that snapshot is durable, its record is moved (with no node, for
+// a control replica to place) and the node lets go of it. A paused
+// sandbox, and one with a workspace disk, stay. It returns how many moved.
+func (m *Manager) Drain(ctx context.Context, reason string) int {
+	m.mu.Lock()
+	ls := map[string]*live{}
+	for id, l := range m.live {
+		if !l.deleting && !l.paused {
+			ls[id] = l
+		}
+	}
+	m.mu.Unlock()
+	moved := 0
+	for id, l := range ls {
+		if err := m.moveAway(ctx, id, l, reason); err != nil {
+			m.log.Warn("sandbox not drained", "sandbox", id, "err", err)
+			continue
+		}
+		moved++
+	}
+	return moved
+}
+
+// moveAway drains one sandbox (Drain).
+func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason string) error {
+	ctx = context.WithoutCancel(ctx)
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec.WorkspaceMB > 0 || rec.State != api.StateRunning {
+		return fmt.Errorf("it stays: it is %s, with a %d MB workspace disk", rec.State, rec.WorkspaceMB)
+	}
+	src, mountpoint, err := m.snapshotSource(rec, api.ScopeRoot)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if l.deleting || l.paused || m.live[id] != l {
+		m.mu.Unlock()
+		return errors.New("it is being deleted or paused")
+	}
+	l.deleting = true // the drain owns it: its exit is no failure
+	delete(m.live, id)
+	m.mu.Unlock()
+	stopped := false
+	freeze := func(ctx context.Context) (func() error, error) {
+		thaw, err := l.inst.Freeze(ctx, mountpoint)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			stopped = true
+			return stopThenThaw(ctx, l, thaw)
+		}, nil
+	}
+	sn, err := m.deps.Snapshots.Take(ctx, src, freeze)
+	if err != nil && !stopped {
+		// Refused before anything stopped it: it runs on here.
+		m.mu.Lock()
+		l.deleting = false
+		m.live[id] = l
+		m.mu.Unlock()
+		return fmt.Errorf("final snapshot: %w", err)
+	}
+	l.conn.Close()
+	if err == nil {
+		wctx, cancel := context.WithTimeout(ctx, defaultSnapshotWait)
+		sn, err = m.deps.Snapshots.Wait(wctx, sn.ID)
+		cancel()
+	}
+	if err == nil && sn.State != api.SnapshotDurable {
+		err = errors.New(sn.Error)
+	}
+	if err != nil {
+		// It keeps its disk, as a sandbox that failed does: a snapshot of
+		// it saves its work.
+		m.teardown(ctx, id, nil, api.StateFailed, "its node was drained and its final snapshot failed")
+		return fmt.Errorf("final snapshot: %w", err)
+	}
+	none := ""
+	at := sn.CreatedAt
+	_, err = m.deps.Store.Transition(ctx, id, store.Transition{
+		From: []string{api.StateRunning}, Version: rec.Version, To: api.StateMoving, Node: &none, Error: reason,
+		Checkpoint: &api.Checkpoint{Snapshot: sn.ID, At: at},
+		Restored:   &api.Restored{Snapshot: sn.ID, SnapshotAt: at, Reason: reason, From: m.deps.NodeID},
+	})
+	if err != nil {
+		m.teardown(ctx, id, nil, api.StateFailed, "its node was drained while it changed")
+		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		return err
+	}
+	m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
+	m.log.Info("sandbox drained", "sandbox", id, "snapshot", sn.ID)
+	return m.release(ctx, id, nil, false)
+}
+
+// stopThenThaw stops a sandbox whose filesystem is frozen, then thaws it:
+// first the stop, for up to drainStopWait (a vm stops at once; a container
+// process blocked on the frozen filesystem ends only after the thaw, and
+// never sees its write return).
+func stopThenThaw(ctx context.Context, l *live, thaw func() error) error {
+	stopped := make(chan error, 1)
+	go func() { stopped <- l.inst.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		thaw() // nothing runs that could see it, nor may be: a vm's agent is gone
+		return err
+	case <-time.After(drainStopWait):
+	}
+	terr := thaw()
+	return errors.Join(<-stopped, terr)
+}
