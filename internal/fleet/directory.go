@@ -35,9 +35,10 @@ type Directory struct {
 	nodes    map[string]store.Node // as last read
 	handlers map[string]routed
 	rng      *rand.Rand
-	// owners caches the node of each live sandbox looked up: a sandbox
-	// never changes node while that node is not fenced.
-	owners map[string]string
+	// owners caches the node of each live sandbox looked up, with the
+	// node's lease epoch then: a sandbox changes node only when its node
+	// is fenced (a new epoch) or drained.
+	owners map[string]owner
 	// layers caches durable snapshots' lineage links, which never change.
 	layers map[string]link
 }
@@ -51,6 +52,12 @@ type link struct {
 
 // cacheMax bounds each cache; a full one starts again empty.
 const cacheMax = 1 << 16
+
+// owner is a sandbox's node under one lease epoch.
+type owner struct {
+	node  string
+	epoch int64
+}
 
 // routed is the handler of a node at an address.
 type routed struct {
@@ -82,7 +89,7 @@ func NewDirectory(ctx context.Context, st *store.Store, remote func(node, addr s
 	d := &Directory{
 		st: st, remote: remote, local: local, cfg: cfg.withDefaults(), dcfg: dcfg, log: log,
 		handlers: map[string]routed{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		owners: map[string]string{}, layers: map[string]link{},
+		owners: map[string]owner{}, layers: map[string]link{},
 	}
 	if err := d.refresh(ctx); err != nil {
 		return nil, err
@@ -234,15 +241,18 @@ func (d *Directory) placeMoving(ctx context.Context) {
 }
 
 // Owner implements control.Fleet: the node a live sandbox's record names,
-// while that node is not fenced. A sandbox found once is remembered: a
-// request for it after it ended still goes to its node, which answers for
-// it from the store as any node would.
+// while that node is not fenced. A sandbox found once is remembered while
+// its node keeps the lease it had then and is not draining: a request for
+// it after it ended still goes to its node, which answers for it from the
+// store as any node would.
 func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 	d.mu.Lock()
-	node, ok := d.owners[id]
-	if ok && d.nodes[node].State != store.NodeFenced {
-		d.mu.Unlock()
-		return node, nil
+	o, ok := d.owners[id]
+	if ok {
+		if n := d.nodes[o.node]; n.State != store.NodeFenced && n.State != store.NodeDraining && n.Epoch == o.epoch {
+			d.mu.Unlock()
+			return o.node, nil
+		}
 	}
 	d.mu.Unlock()
 	rec, err := d.st.GetSandbox(ctx, id)
@@ -258,10 +268,13 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 	if !ok || n.State == store.NodeFenced || !slices.Contains(store.Live, rec.State) {
 		return "", control.ErrNoOwner
 	}
+	if !slices.Contains(store.OnNode, rec.State) {
+		return rec.Node, nil // moving: its node changes as it is placed
+	}
 	if len(d.owners) >= cacheMax {
 		clear(d.owners)
 	}
-	d.owners[id] = rec.Node
+	d.owners[id] = owner{node: rec.Node, epoch: n.Epoch}
 	return rec.Node, nil
 }
 
@@ -328,7 +341,7 @@ func (d *Directory) Started(node string, ids []string) {
 		clear(d.owners)
 	}
 	for _, id := range ids {
-		d.owners[id] = node
+		d.owners[id] = owner{node: node, epoch: d.nodes[node].Epoch}
 	}
 }
 

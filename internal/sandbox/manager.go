@@ -143,8 +143,10 @@ type Manager struct {
 	deps Deps
 	cfg  Config
 
-	mu   sync.Mutex       // guards live
+	mu   sync.Mutex       // guards live and arriving
 	live map[string]*live // sandboxes this process runs, by ID
+	// arriving are the moved sandboxes being started here (move.go).
+	arriving map[string]bool
 
 	// ledger holds what the node's sandboxes claim of it.
 	ledger *ledger
@@ -188,7 +190,7 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(disksDir(deps.Pool), 0o700); err != nil {
 		return nil, fmt.Errorf("disks dir: %w", err)
 	}
-	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}}
+	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}, arriving: map[string]bool{}}
 	capacity, adm := newCapacity(deps.Host, m.cfg.Admission)
 	m.cfg.Admission = adm
 	m.ledger = newLedger(capacity, adm.Tenant)

@@ -44,7 +44,21 @@ func (m *Manager) moves(ctx context.Context) {
 			continue
 		}
 		for _, rec := range recs {
-			m.loops.Go(func() { m.startMoved(ctx, rec) })
+			m.mu.Lock()
+			busy := m.arriving[rec.ID]
+			m.arriving[rec.ID] = true
+			m.mu.Unlock()
+			if busy {
+				continue // the start of a look before is still at it
+			}
+			m.loops.Go(func() {
+				defer func() {
+					m.mu.Lock()
+					delete(m.arriving, rec.ID)
+					m.mu.Unlock()
+				}()
+				m.startMoved(ctx, rec)
+			})
 		}
 	}
 }
@@ -239,15 +253,20 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 		m.teardown(ctx, id, nil, api.StateFailed, "its node was drained and its final snapshot failed")
 		return fmt.Errorf("final snapshot: %w", err)
 	}
+	// A checkpoint may have landed while the final snapshot was taken:
+	// the move is made on the record as it is now, and replaces that.
 	none := ""
 	at := sn.CreatedAt
-	_, err = m.deps.Store.Transition(ctx, id, store.Transition{
-		From: []string{api.StateRunning}, Version: rec.Version, To: api.StateMoving, Node: &none, Error: reason,
-		Checkpoint: &api.Checkpoint{Snapshot: sn.ID, At: at},
-		Restored:   &api.Restored{Snapshot: sn.ID, SnapshotAt: at, Reason: reason, From: m.deps.NodeID},
-	})
+	if rec, err = m.deps.Store.GetSandbox(ctx, id); err == nil {
+		_, err = m.deps.Store.Transition(ctx, id, store.Transition{
+			From: []string{api.StateRunning}, Version: rec.Version, To: api.StateMoving, Node: &none, Error: reason,
+			Checkpoint: &api.Checkpoint{Snapshot: sn.ID, At: at},
+			Restored:   &api.Restored{Snapshot: sn.ID, SnapshotAt: at, Reason: reason, From: m.deps.NodeID},
+		})
+	}
 	if err != nil {
-		m.teardown(ctx, id, nil, api.StateFailed, "its node was drained while it changed")
+		// Deleted meanwhile (or the store is unreachable): it stopped.
+		m.teardown(ctx, id, nil, api.StateStopped, reason)
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
 		return err
 	}

@@ -49,7 +49,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			if inst, err := rt.Adopt(ctx, m.spec(&rec), rec.RuntimeState); err == nil {
 				inst.Stop(ctx)
 			}
-			m.lose(ctx, rec, "the daemon stopped while the sandbox was starting")
+			m.lose(ctx, rec, nil, "the daemon stopped while the sandbox was starting")
 			continue
 		}
 		spec := m.spec(&rec)
@@ -66,7 +66,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				reason = "the node could not reattach it after a daemon restart"
 			}
 			log.Warn("sandbox not adopted", "err", err)
-			m.lose(ctx, rec, reason)
+			m.lose(ctx, rec, nil, reason)
 			continue
 		}
 		conn := inst.Dial()
@@ -78,8 +78,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			log.Warn("adopted sandbox's agent does not answer; stopping it", "err", err)
-			l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}
-			m.teardown(ctx, rec.ID, l, api.StateFailed, "its agent stopped answering while the daemon was down")
+			m.lose(ctx, rec, &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}, "its agent stopped answering while the daemon was down")
 			continue
 		}
 		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, paused: paused,
@@ -114,15 +113,16 @@ func (m *Manager) reconcile(ctx context.Context) error {
 }
 
 // lose ends sandbox rec, which the node lost (it stopped while the
-// daemon was down, or while it was starting), for reason: a movable one
-// (store.Movable) starts again here from its checkpoint, by the moves
-// loop; any other fails, as teardown records it.
-func (m *Manager) lose(ctx context.Context, rec store.Sandbox, reason string) {
+// daemon was down, or while it was starting; l is what is left of it, if
+// anything), for reason: a movable one (store.Movable) starts again here
+// from its checkpoint, by the moves loop; any other fails, as teardown
+// records it.
+func (m *Manager) lose(ctx context.Context, rec store.Sandbox, l *live, reason string) {
 	if snap, _ := store.Movable(rec); snap == "" {
-		m.teardown(ctx, rec.ID, nil, api.StateFailed, reason)
+		m.teardown(ctx, rec.ID, l, api.StateFailed, reason)
 		return
 	}
-	if err := m.release(ctx, rec.ID, nil, false); err != nil {
+	if err := m.release(ctx, rec.ID, l, false); err != nil {
 		m.log.Warn("what a lost sandbox left", "sandbox", rec.ID, "err", err)
 	}
 	if _, err := m.deps.Store.Lose(ctx, rec, m.deps.NodeID, time.Now(), reason); err != nil {
