@@ -56,6 +56,10 @@ type Config struct {
 	FenceAfter time.Duration
 }
 
+// Defaults is c with its zero fields set to their defaults: the timing a
+// Member keeps.
+func (c Config) Defaults() Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = time.Second
@@ -89,16 +93,20 @@ type Member struct {
 	node   store.Node // as registered: its epoch is the lease
 	report func() Report
 	fence  func(ctx context.Context)
-	cfg    Config
-	log    *slog.Logger
+	// renewed is told, after each registration and heartbeat that renewed
+	// the lease, when it was sent: the store granted the lease from then.
+	renewed func(sent time.Time)
+	cfg     Config
+	log     *slog.Logger
 }
 
 // Join registers node n (its ID, address, region, cluster and labels) and
 // returns its membership, whose Run keeps the lease. report tells the node's
 // figures at each heartbeat; fence stops everything the node runs, when it
-// loses its lease.
-func Join(ctx context.Context, st *store.Store, n store.Node, report func() Report, fence func(context.Context), cfg Config, log *slog.Logger) (*Member, error) {
-	m := &Member{st: st, node: n, report: report, fence: fence, cfg: cfg.withDefaults(), log: log}
+// loses its lease; renewed is told the time each renewal of the lease was
+// sent (its registration's too), from one goroutine at a time.
+func Join(ctx context.Context, st *store.Store, n store.Node, report func() Report, fence func(context.Context), renewed func(sent time.Time), cfg Config, log *slog.Logger) (*Member, error) {
+	m := &Member{st: st, node: n, report: report, fence: fence, renewed: renewed, cfg: cfg.withDefaults(), log: log}
 	if err := m.register(ctx); err != nil {
 		return nil, err
 	}
@@ -111,11 +119,13 @@ func (m *Member) register(ctx context.Context) error {
 		return err
 	}
 	m.node.Report = b
-	rec, err := m.st.RegisterNode(ctx, m.node, time.Now())
+	sent := time.Now()
+	rec, err := m.st.RegisterNode(ctx, m.node, sent)
 	if err != nil {
 		return err
 	}
 	m.node = rec
+	m.renewed(sent)
 	m.log.Info("joined the fleet", "node", rec.ID, "epoch", rec.Epoch, "state", rec.State, "addr", rec.Addr)
 	return nil
 }
@@ -142,12 +152,16 @@ func (m *Member) Run(ctx context.Context) {
 			continue
 		}
 		b, err := json.Marshal(m.report())
+		// The lease runs from the heartbeat's sending, not from its answer:
+		// the store may have taken a while.
+		sent := time.Now()
 		if err == nil {
-			err = m.st.Heartbeat(ctx, m.node.ID, m.node.Epoch, b, time.Now())
+			err = m.st.Heartbeat(ctx, m.node.ID, m.node.Epoch, b, sent)
 		}
 		switch {
 		case err == nil:
-			renewed = time.Now()
+			renewed = sent
+			m.renewed(sent)
 		case errors.Is(err, store.ErrFenced):
 			m.log.Error("fenced: this node's lease was revoked; stopping its sandboxes", "node", m.node.ID, "epoch", m.node.Epoch)
 			m.fence(ctx)
