@@ -82,6 +82,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	cmd := lookup(commands, args[0])
 	if cmd == nil {
+		cmd = lookup(hiddenCommands, args[0])
+	}
+	if cmd == nil {
 		fmt.Fprintf(stderr, "warren: unknown command %q\n\n", args[0])
 		usage(stderr)
 		return 2

@@ -22,6 +22,9 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 	return linuxOnly(c, "control", args)
 }
 
+// hiddenCommands: warren runs none of its own here.
+var hiddenCommands []command
+
 func linuxOnly(c *cli, name string, args []string) error {
 	fs := c.newFlags(name, "[flags]", "Run warren "+name+": on Linux only. From here, set WARREN_URL to drive\na warren on a Linux machine.")
 	for _, a := range args {

@@ -248,7 +248,7 @@ func Run(ctx context.Context, o Options) error {
 		Templates: templates,
 		Snapshots: snaps,
 		Runtimes:  runtimes,
-		StateDir:  filepath.Join(o.DataDir, "sandboxes"),
+		StateDir:  sandboxStateDir(o.DataDir),
 		Network:   netNode,
 		Host:      host,
 		NodeID:    o.NodeID,
@@ -370,6 +370,9 @@ func lockDataDir(dataDir string) (unlock func(), err error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// sandboxStateDir holds one private directory per sandbox of the node.
+func sandboxStateDir(dataDir string) string { return filepath.Join(dataDir, "sandboxes") }
 
 // agentBinary finds the guest agent: the given path, or warren-agent beside
 // the running executable.

@@ -11,6 +11,7 @@ import (
 
 	"warren/api"
 	"warren/internal/fleet"
+	"warren/internal/leasewatch"
 	"warren/internal/node"
 	"warren/internal/pki"
 	"warren/internal/sandbox"
@@ -33,7 +34,8 @@ type FleetNode struct {
 	Lease             fleet.Config
 }
 
-// joinFleet registers the node and returns its membership.
+// joinFleet starts the node's lease watchdog, registers the node and
+// returns its membership.
 func joinFleet(ctx context.Context, st *store.Store, o Options, bound string, mgr *sandbox.Manager, nd *node.Node, snaps *snapshot.Engine) (*fleet.Member, error) {
 	f := o.Fleet
 	if err := f.Lease.Check(); err != nil {
@@ -54,7 +56,17 @@ func joinFleet(ctx context.Context, st *store.Store, o Options, bound string, mg
 			log.Info("drained: sandboxes moved away", "sandboxes", n)
 		}
 	}
-	return fleet.Join(ctx, st, rec, fleet.Hooks{Report: report, Fence: mgr.Fence, Drain: drain}, f.Lease, log)
+	// Before the first renewal: should this daemon die, the watchdog
+	// kills what it leaves running once the lease lapses. It outlives a
+	// clean exit too (the sandboxes do, for the next daemon to adopt).
+	timing := f.Lease.Defaults()
+	watch, err := leasewatch.Start(leasewatch.Options{
+		DataDir: o.DataDir, StateDir: sandboxStateDir(o.DataDir), Lease: timing.Lease, Log: subsystem(o.Log, "leasewatch"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fleet.Join(ctx, st, rec, fleet.Hooks{Report: report, Fence: mgr.Fence, Drain: drain, Renewed: watch.Renew}, timing, log)
 }
 
 // runtimesOf are the available runtimes of info, as the scheduler names

@@ -57,6 +57,10 @@ type Config struct {
 	FenceAfter time.Duration
 }
 
+// Defaults is c with its zero fields set to their defaults: the timing a
+// Member keeps.
+func (c Config) Defaults() Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = time.Second
@@ -105,6 +109,10 @@ type Hooks struct {
 	// its own, at a heartbeat that finds the node draining, unless the
 	// call before has not returned.
 	Drain func(ctx context.Context)
+	// Renewed is told, after each registration and heartbeat that renewed
+	// the lease, when it was sent (the store granted the lease from then),
+	// from one goroutine at a time.
+	Renewed func(sent time.Time)
 }
 
 // Join registers node n (its ID, address, region, cluster and labels) and
@@ -123,11 +131,13 @@ func (m *Member) register(ctx context.Context) error {
 		return err
 	}
 	m.node.Report = b
-	rec, err := m.st.RegisterNode(ctx, m.node, time.Now())
+	sent := time.Now()
+	rec, err := m.st.RegisterNode(ctx, m.node, sent)
 	if err != nil {
 		return err
 	}
 	m.node = rec
+	m.hooks.Renewed(sent)
 	m.log.Info("joined the fleet", "node", rec.ID, "epoch", rec.Epoch, "state", rec.State, "addr", rec.Addr)
 	return nil
 }
@@ -154,13 +164,17 @@ func (m *Member) Run(ctx context.Context) {
 			continue
 		}
 		b, err := json.Marshal(m.hooks.Report())
+		// The lease runs from the heartbeat's sending, not from its answer:
+		// the store may have taken a while.
+		sent := time.Now()
 		state := ""
 		if err == nil {
-			state, err = m.st.Heartbeat(ctx, m.node.ID, m.node.Epoch, b, time.Now())
+			state, err = m.st.Heartbeat(ctx, m.node.ID, m.node.Epoch, b, sent)
 		}
 		switch {
 		case err == nil:
-			renewed = time.Now()
+			renewed = sent
+			m.hooks.Renewed(sent)
 			if state == store.NodeDraining && m.draining.CompareAndSwap(false, true) {
 				go func() {
 					defer m.draining.Store(false)

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"context"
+
+	"warren/internal/leasewatch"
+)
+
+// hiddenCommands are the commands warren runs itself, never listed in its
+// usage.
+var hiddenCommands = []command{
+	{leasewatch.Command, "a fleet node's lease watchdog (started by warren node)", runNodeWatchdog},
+}
+
+// runNodeWatchdog is `warren node-watchdog`: the watchdog a fleet node
+// starts, which kills the node's sandboxes if its lease lapses while the
+// daemon cannot (package leasewatch).
+func runNodeWatchdog(ctx context.Context, c *cli, args []string) error {
+	return leasewatch.Main(ctx, args, c.stderr)
+}
