@@ -601,9 +601,9 @@ class SnapshotTest(StubCase):
         self.assertEqual(json.loads(s.seen[0].body), {
             "count": 3, "runtime": "container", "cpus": 0.5, "memory_mb": 256, "pids": 64,
             "timeout_seconds": 31, "env": {"A": "1"}, "metadata": {"k": "v"}})
-        sn.restore()
+        sn.restore(checkpoint_every=59.5)
         Sandbox.restore("sn-a/b", client=c)
-        self.assertEqual([json.loads(x.body) for x in s.seen[1:]], [{"count": 1}, {"count": 1}])
+        self.assertEqual([json.loads(x.body) for x in s.seen[1:]], [{"count": 1, "checkpoint_every_seconds": 60}, {"count": 1}])
         self.assertEqual(s.seen[2].path, "/v1/snapshots/sn-a%2Fb/restore")
         with got[0] as kid:  # each is a context manager that deletes it
             self.assertEqual(kid.id, "sb-kid0")
@@ -926,6 +926,21 @@ class ModelTest(unittest.TestCase):
     def test_origin(self) -> None:
         self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).origin, "")
         self.assertEqual(warren.SandboxInfo.from_json(dict(SANDBOX, origin="sn-x")).origin, "sn-x")
+
+    def test_checkpoint_and_restored(self) -> None:
+        info = warren.SandboxInfo.from_json(SANDBOX)
+        self.assertEqual((info.checkpoint_every, info.checkpoint, info.restored), (0, None, None))
+        info = warren.SandboxInfo.from_json(dict(
+            SANDBOX, state="running", checkpoint_every_seconds=60,
+            checkpoint={"snapshot": "sn-c2", "at": "2026-12-02T10:01:00Z"},
+            restored={"snapshot": "sn-c1", "snapshot_at": "2026-12-02T10:00:00Z", "at": "2026-12-02T10:00:30Z",
+                      "lost_seconds": 12.5, "reason": "its node n1 stopped answering", "from": "n1"}))
+        self.assertEqual(info.checkpoint_every, 60)
+        self.assertEqual(info.checkpoint.snapshot, "sn-c2")  # type: ignore[union-attr]
+        r = info.restored
+        assert r is not None
+        self.assertEqual((r.snapshot, r.lost_seconds, r.from_node, r.reason), ("sn-c1", 12.5, "n1", "its node n1 stopped answering"))
+        self.assertEqual(r.at.second, 30)  # type: ignore[union-attr]
 
     def test_times(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)

@@ -157,6 +157,7 @@ class Snapshot:
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional["NetworkArg"] = None,
+        checkpoint_every: Optional[float] = None,
     ) -> List["Sandbox"]:
         """Start count sandboxes from this snapshot; see
         :meth:`Sandbox.restore`."""
@@ -164,7 +165,7 @@ class Snapshot:
 
         return Sandbox.restore(
             self, count, runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
-            env=env, metadata=metadata, network=network,
+            env=env, metadata=metadata, network=network, checkpoint_every=checkpoint_every,
         )
 
     def delete(self) -> None:
