@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,6 +80,10 @@ func Start(t testing.TB) Server {
 	cmd := exec.Command(bin, "--port", addr, "--region", region, "--quiet", "posix", root)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+access, "ROOT_SECRET_ACCESS_KEY="+secret)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test binary killed by its timeout runs no cleanup: the server
+	// goes with it, not on (holding whatever descriptors it inherited,
+	// such as a lock the test run held).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start versitygw: %v", err)
 	}
