@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,7 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/blob/s3test"
 	"warren/internal/network"
 )
 
@@ -168,8 +170,7 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 }
 
 // startDaemonWith is startDaemon with more environment variables and
-// server flags. Once the test internet is up, every daemon's sandboxes
-// resolve names through it and reach it (daemonNetFlags, routePool).
+// server flags; its sandboxes reach the test internet (startSandboxDaemon).
 func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flags ...string) (*daemon, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -178,10 +179,19 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}
+	return startSandboxDaemon(dataDir, wait, env, append(args, flags...)...)
+}
+
+// startSandboxDaemon is startWarren for a daemon that runs sandboxes (args:
+// server or node, and its flags). Once the test internet is up, its
+// sandboxes resolve names through it and reach it: the daemon gets a
+// network pool of its own (daemonNetFlags, which the flags in args
+// override), routed there (routePool).
+func startSandboxDaemon(dataDir string, wait time.Duration, env []string, args ...string) (*daemon, error) {
 	if inet != nil {
-		args = append(args, daemonNetFlags()...)
+		args = slices.Concat(args[:1], daemonNetFlags(), args[1:])
 	}
-	d, err := startWarren(dataDir, wait, env, append(args, flags...)...)
+	d, err := startWarren(dataDir, wait, env, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +294,29 @@ func snapshotNode(t *testing.T, flags ...string) (*daemon, string) {
 	}
 	t.Cleanup(func() { shared.client().DeleteSnapshot(context.Background(), snap.ID) })
 	return startNode(t, nil, append([]string{"--blob-store", filepath.Join(shared.dataDir, "blobs")}, flags...)...), snap.ID
+}
+
+// sharedOnBucket restarts the shared daemon on srv's bucket, its blob
+// store until the test ends, and returns it; when the test ends, after the
+// cleanups registered later, the shared daemon is back on its own.
+func sharedOnBucket(t testing.TB, srv s3test.Server) *daemon {
+	t.Helper()
+	var a *daemon
+	t.Cleanup(func() {
+		if a != nil {
+			a.stop()
+		}
+		var err error
+		if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	shared.stop()
+	var err error
+	if a, err = startDaemonWith(shared.dataDir, "", time.Minute, srv.Env, "--blob-store", srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // stop asks the daemon to exit (SIGTERM) and waits.

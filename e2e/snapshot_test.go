@@ -163,19 +163,9 @@ func TestSnapshotTreeSearch(t *testing.T) {
 func TestSnapshotTreeSearchS3(t *testing.T) {
 	need(t)
 	srv := s3test.Start(t)
-	shared.stop()
-	a, err := startDaemonWith(shared.dataDir, "", time.Minute, srv.Env, "--blob-store", srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// After the sandboxes' own cleanups, which delete them through a.
-	t.Cleanup(func() {
-		a.stop()
-		var err error
-		if shared, err = startDaemon(shared.dataDir, "", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	})
+	// Back on its own store after the sandboxes' own cleanups, which
+	// delete them through a.
+	a := sharedOnBucket(t, srv)
 	want := treeSearch(t, a)
 	checkRestores(t, startNode(t, srv.Env, "--blob-store", srv.URL), want)
 }
