@@ -36,16 +36,9 @@ func TestCheckpointRestart(t *testing.T) {
 	}
 	checkpoint := func(not string) api.Checkpoint {
 		t.Helper()
-		var cp api.Checkpoint
-		wait.For(t, 30*time.Second, "a checkpoint other than "+not, func() bool {
-			got, err := c.GetSandbox(ctx, sb.ID)
-			if err != nil || got.Checkpoint == nil || got.Checkpoint.Snapshot == not {
-				return false
-			}
-			cp = *got.Checkpoint
-			return true
-		})
-		return cp
+		return *waitSandbox(t, c, sb.ID, 30*time.Second, "a checkpoint other than "+not, func(sb *api.Sandbox) bool {
+			return sb.Checkpoint != nil && sb.Checkpoint.Snapshot != not
+		}).Checkpoint
 	}
 	first := checkpoint("")
 	second := checkpoint(first.Snapshot)
@@ -71,16 +64,9 @@ func TestCheckpointRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = shared.client()
-	var back *api.Sandbox
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		back, err = c.GetSandbox(ctx, sb.ID)
-		if err == nil && back.State == api.StateRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox did not run again from its checkpoint: %+v, %v\n%s", back, err, shared.log.tail(30))
-		}
-	}
+	back := waitSandbox(t, c, sb.ID, 30*time.Second, "the sandbox to run again from its checkpoint", func(sb *api.Sandbox) bool {
+		return sb.State == api.StateRunning
+	})
 	t.Logf("back %v after the restart began", time.Since(lost).Round(time.Millisecond))
 	r := back.Restored
 	if r == nil || r.Snapshot == "" || r.At.Before(lost) || !strings.Contains(r.Reason, "daemon was down") || r.LostSeconds <= 0 {
