@@ -24,18 +24,11 @@ const (
 // policy, each when its time comes, until ctx ends.
 func (m *Manager) checkpoints(ctx context.Context) {
 	defer m.loops.Done()
-	t := time.NewTicker(checkpointTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, checkpointTick, func() {
 		for id, l := range m.checkpointsDue(time.Now()) {
 			m.loops.Go(func() { m.checkpoint(ctx, id, l) })
 		}
-	}
+	})
 }
 
 // checkpointsDue marks checkpointing, and returns, the running sandboxes

@@ -239,21 +239,14 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 // reap deletes expired sandboxes and forgets old ended ones until ctx ends.
 func (m *Manager) reap(ctx context.Context) {
 	defer m.loops.Done()
-	t := time.NewTicker(m.cfg.ReapEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, m.cfg.ReapEvery, func() {
 		now := time.Now()
 		expired, err := m.deps.Store.ExpiredSandboxes(ctx, m.deps.NodeID, now)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Error("find expired sandboxes", "err", err)
 			}
-			continue
+			return
 		}
 		for _, rec := range expired {
 			switch {
@@ -273,5 +266,19 @@ func (m *Manager) reap(ctx context.Context) {
 		if _, err := m.deps.Store.PurgeRequests(ctx, now.Add(-store.RequestsKept)); err != nil && ctx.Err() == nil {
 			m.log.Error("purge idempotency keys", "err", err)
 		}
+	})
+}
+
+// tick calls fn every period until ctx ends: the manager's loops.
+func tick(ctx context.Context, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
 	}
 }

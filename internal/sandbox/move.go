@@ -28,20 +28,13 @@ const (
 // this node's own restart could not adopt them (reconcile).
 func (m *Manager) moves(ctx context.Context) {
 	defer m.loops.Done()
-	t := time.NewTicker(movesTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, movesTick, func() {
 		recs, err := m.deps.Store.MovingSandboxes(ctx, m.deps.NodeID, movesAtOnce)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("find moving sandboxes", "err", err)
 			}
-			continue
+			return
 		}
 		for _, rec := range recs {
 			m.mu.Lock()
@@ -60,7 +53,7 @@ func (m *Manager) moves(ctx context.Context) {
 				m.startMoved(ctx, rec)
 			})
 		}
-	}
+	})
 }
 
 // startMoved starts moving sandbox rec, placed on this node, from its last
