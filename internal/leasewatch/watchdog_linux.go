@@ -240,13 +240,13 @@ func killAll(ctx context.Context, stateDir string, k Killer, log *slog.Logger) e
 		if errors.Is(err, fs.ErrNotExist) {
 			err = nil // no sandbox ever ran here
 		}
-		var todo []string
+		var pending []string
 		for _, e := range entries {
 			if !killed[e.Name()] {
-				todo = append(todo, e.Name())
+				pending = append(pending, e.Name())
 			}
 		}
-		if err == nil && len(todo) == 0 {
+		if err == nil && len(pending) == 0 {
 			log.Warn("every sandbox of the node is killed", "sandboxes", slices.Sorted(maps.Keys(killed)))
 			return nil
 		}
@@ -256,7 +256,7 @@ func killAll(ctx context.Context, stateDir string, k Killer, log *slog.Logger) e
 		var mu sync.Mutex // guards killed and failed
 		failed := err != nil
 		var wg sync.WaitGroup
-		for _, id := range todo {
+		for _, id := range pending {
 			wg.Go(func() {
 				kctx, cancel := context.WithTimeout(ctx, killWait)
 				defer cancel()

@@ -131,34 +131,40 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 // run starts sandbox rec, recorded starting and admitted, and records a
 // start that failed.
 func (m *Manager) run(ctx context.Context, rt runtime.Runtime, rec store.Sandbox, src source) (api.Sandbox, error) {
-	log := m.log.With("sandbox", rec.ID)
 	if err := m.start(ctx, rt, &rec, src); err != nil {
-		ended := (*endedWhileStarting)(nil)
-		if !errors.As(err, &ended) {
-			log.Warn("sandbox failed to start", "request_id", reqid.From(ctx), "err", err)
-			none := time.Time{}
-			now, terr := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
-				From: []string{api.StateStarting}, To: api.StateFailed,
-				Error: startReason(ctx, err, m.cfg.StartTimeout), Expires: &none,
-			})
-			switch {
-			case errors.Is(terr, store.ErrTransition):
-				ended = &endedWhileStarting{state: now.State}
-			case terr != nil:
-				log.Error("record failed sandbox", "err", terr)
-			}
-		}
-		if ended != nil {
-			log.Info("sandbox ended while it was starting", "state", ended.state)
-			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s ended while it was starting: it is %s (deleted, or lost to a daemon restart)", rec.ID, ended.state)
-		}
-		if ctx.Err() != nil {
-			return api.Sandbox{}, api.Errorf(api.CodeTimeout, "sandbox start cancelled: %v", ctx.Err())
-		}
-		return api.Sandbox{}, err
+		return api.Sandbox{}, m.startFailed(ctx, rec, err)
 	}
-	log.Info("sandbox running", "runtime", rt.Name(), "template", rec.Template, "origin", rec.Origin)
+	m.log.Info("sandbox running", "sandbox", rec.ID, "runtime", rt.Name(), "template", rec.Template, "origin", rec.Origin)
 	return m.view(rec), nil
+}
+
+// startFailed records that sandbox rec, starting, failed to start with err
+// (unless it ended meanwhile), and returns the caller's answer.
+func (m *Manager) startFailed(ctx context.Context, rec store.Sandbox, err error) error {
+	log := m.log.With("sandbox", rec.ID)
+	ended := (*endedWhileStarting)(nil)
+	if !errors.As(err, &ended) {
+		log.Warn("sandbox failed to start", "request_id", reqid.From(ctx), "err", err)
+		none := time.Time{}
+		now, terr := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
+			From: []string{api.StateStarting}, To: api.StateFailed,
+			Error: startReason(ctx, err, m.cfg.StartTimeout), Expires: &none,
+		})
+		switch {
+		case errors.Is(terr, store.ErrTransition):
+			ended = &endedWhileStarting{state: now.State}
+		case terr != nil:
+			log.Error("record failed sandbox", "err", terr)
+		}
+	}
+	if ended != nil {
+		log.Info("sandbox ended while it was starting", "state", ended.state)
+		return api.Errorf(api.CodeConflict, "sandbox %s ended while it was starting: it is %s (deleted, or lost to a daemon restart)", rec.ID, ended.state)
+	}
+	if ctx.Err() != nil {
+		return api.Errorf(api.CodeTimeout, "sandbox start cancelled: %v", ctx.Err())
+	}
+	return err
 }
 
 // endedWhileStarting is start's answer when its sandbox was moved on

@@ -33,7 +33,7 @@ func (m *Manager) watch(id string, l *live) {
 }
 
 // teardown stops the sandbox, removes its directory and records the final
-// state. Its disks go too, except when a sandbox that ran fails (its agent
+// state; a stopped one's checkpoint goes too. Its disks go too, except when a sandbox that ran fails (its agent
 // died, or it could not be adopted after a restart): those stay until its
 // owner deletes it or its expiry passes (dropDisks), so that a crash never
 // loses the user's work, which a snapshot of the failed sandbox saves.
@@ -56,9 +56,13 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 	if err == nil {
 		// From any live state: the end wins over a pause or resume that
 		// moved the record since it was read, and over a timeout.
-		_, err = m.deps.Store.Transition(ctx, id, store.Transition{
+		var ended store.Sandbox
+		ended, err = m.deps.Store.Transition(ctx, id, store.Transition{
 			From: store.Live, To: state, Error: reason, Expires: &expires,
 		})
+		if err == nil && state == api.StateStopped {
+			m.dropCheckpoint(ctx, ended.Tenant, ended.Checkpoint) // it goes with its sandbox
+		}
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		errs = append(errs, err)
@@ -211,9 +215,6 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
 		m.log.Info("sandbox stopped", "sandbox", id, "reason", reason)
-		if rec, err := m.deps.Store.GetSandbox(ctx, id); err == nil {
-			m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
-		}
 		return nil
 	}
 }

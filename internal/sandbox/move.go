@@ -106,7 +106,7 @@ func (m *Manager) startMoved(ctx context.Context, rec store.Sandbox) {
 	}
 	image, err := m.deps.Snapshots.Materialize(ctx, sn)
 	if err != nil {
-		m.failStarting(ctx, claimed, fmt.Sprintf("its checkpoint %s could not be fetched", sn.ID), err)
+		m.startFailed(ctx, claimed, failed(fmt.Sprintf("its checkpoint %s could not be fetched", sn.ID), err))
 		return
 	}
 	started = true // run owns the claim from here
@@ -147,19 +147,6 @@ func (m *Manager) failMoved(ctx context.Context, rec store.Sandbox, reason strin
 	})
 	if err != nil && !errors.Is(err, store.ErrTransition) {
 		m.log.Error("record a moved sandbox failed", "sandbox", rec.ID, "err", err)
-	}
-}
-
-// failStarting records sandbox rec, starting, failed for reason; err is
-// the detail, for the node's log.
-func (m *Manager) failStarting(ctx context.Context, rec store.Sandbox, reason string, err error) {
-	m.log.Warn("sandbox failed to start", "sandbox", rec.ID, "reason", reason, "err", err)
-	none := time.Time{}
-	_, terr := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
-		From: []string{api.StateStarting}, To: api.StateFailed, Version: rec.Version, Error: "start failed: " + reason, Expires: &none,
-	})
-	if terr != nil && !errors.Is(terr, store.ErrTransition) {
-		m.log.Error("record failed sandbox", "sandbox", rec.ID, "err", terr)
 	}
 }
 
