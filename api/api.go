@@ -44,6 +44,14 @@ const (
 	NodeDrain    = "drain"    // take none, and move those it runs away
 )
 
+// Idempotency headers (docs/API.md, "Retries"): a request sent with
+// IdempotencyKeyHeader takes effect once, and an answer given again to a
+// retry carries ReplayedHeader: true.
+const (
+	IdempotencyKeyHeader = "Idempotency-Key"
+	ReplayedHeader       = "Idempotent-Replayed"
+)
+
 // Sandbox is one sandbox as the API shows it.
 type Sandbox struct {
 	ID string `json:"id"`

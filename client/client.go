@@ -177,7 +177,7 @@ func (c *Client) newRequest(ctx context.Context, cl *call, payload []byte) (*htt
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	if cl.idempotencyKey != "" {
-		req.Header.Set("Idempotency-Key", cl.idempotencyKey)
+		req.Header.Set(api.IdempotencyKeyHeader, cl.idempotencyKey)
 	}
 	return req, nil
 }

@@ -236,9 +236,11 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (t *teeWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
-// sandboxes are the IDs a successful create or restore answered.
+// sandboxes are the IDs a successful create or restore answered. An
+// answer replayed to a retry is none: the request it answers may have run
+// on another node (docs/API.md, "Retries").
 func (t *teeWriter) sandboxes() []string {
-	if t.status/100 != 2 {
+	if t.status/100 != 2 || t.Header().Get(api.ReplayedHeader) != "" {
 		return nil
 	}
 	var one api.Sandbox

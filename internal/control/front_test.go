@@ -77,6 +77,9 @@ func nodeHandler(name string) http.Handler {
 			answer["id"] = "sb-new"
 		case "/v1/snapshots/sn-1/restore":
 			answer["sandboxes"] = []map[string]string{{"id": "sb-r1"}, {"id": "sb-r2"}}
+		case "/v1/snapshots/sn-2/restore": // a retry's: the restore ran on another node
+			w.Header().Set(api.ReplayedHeader, "true")
+			answer["sandboxes"] = []map[string]string{{"id": "sb-elsewhere"}}
 		}
 		json.NewEncoder(w).Encode(answer)
 	})
@@ -181,6 +184,7 @@ func TestFrontRoutes(t *testing.T) {
 		{"a sandbox no node runs goes to any", "GET", "/v1/sandboxes/sb-gone", "", "", "a"},
 		{"a create goes where it is placed", "POST", "/v1/sandboxes", "", create, "b"},
 		{"a restore too", "POST", "/v1/snapshots/sn-1/restore", "", `{"count":3,"runtime":"vm"}`, "b"},
+		{"a retried restore too", "POST", "/v1/snapshots/sn-2/restore", "", `{}`, "b"},
 		{"a list goes to any", "GET", "/v1/sandboxes", "", "", "a"},
 		{"snapshots go to any", "GET", "/v1/snapshots/sn-1", "", "", "a"},
 		{"a preview host goes to its sandbox's node", "GET", "/", "8080-sb-b.preview.test", "", "b"},
@@ -196,13 +200,15 @@ func TestFrontRoutes(t *testing.T) {
 	want := []Placement{
 		{Template: "py", Count: 1, Spec: api.SandboxSpec{CPUs: 2, MemoryMB: 512}},
 		{Snapshot: "sn-1", Count: 3, Spec: api.SandboxSpec{Runtime: "vm"}},
+		{Snapshot: "sn-2", Count: 1},
 	}
 	if fmt.Sprint(fleet.placed) != fmt.Sprint(want) {
 		t.Errorf("placements %+v, want %+v", fleet.placed, want)
 	}
-	// The sandboxes the placed requests started are known to be there.
+	// The sandboxes the placed requests started are known to be there; an
+	// answer replayed to a retry says nothing of where its sandboxes run.
 	if got := strings.Join(fleet.started, "; "); got != "b: sb-new; b: sb-r1 sb-r2" {
-		t.Errorf("started %q, want b's create and restore", got)
+		t.Errorf("started %q, want b's create and first restore", got)
 	}
 }
 

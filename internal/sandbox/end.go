@@ -207,6 +207,10 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 				return nil
 			case !errors.Is(err, store.ErrTransition):
 				return fmt.Errorf("delete sandbox %s: %w", id, err)
+			case (rec.State == api.StateRunning || rec.State == api.StatePaused) && rec.Node != m.deps.NodeID:
+				// A request sent to the wrong node (a fleet's front that
+				// knew no better): the node that runs it must answer.
+				return api.Errorf(api.CodeConflict, "sandbox %s runs on node %s, not on this one (%s): retry", id, rec.Node, m.deps.NodeID)
 			case rec.State == api.StateRunning || rec.State == api.StatePaused:
 				continue // its create has just made it live
 			}

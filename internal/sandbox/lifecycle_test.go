@@ -288,3 +288,29 @@ func TestPlacedElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteOnTheWrongNode: a delete sent to a node that does not run the
+// sandbox (a fleet's front that routed it there) is refused at once, saying
+// which node runs it, and the record is left alone.
+func TestDeleteOnTheWrongNode(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	rec := store.Sandbox{ID: "sb-elsewhereaaaaaaaaaa", Tenant: tenant, Template: "default", Runtime: "container",
+		State: api.StateRunning, Node: "n-other"}
+	if err := h.Deps.Store.InsertSandbox(ctx, &rec); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Manager.Delete(ctx, tenant, rec.ID) }()
+	select {
+	case err := <-done:
+		if !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), "runs on node n-other") {
+			t.Errorf("delete: %v; want a conflict naming node n-other", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete did not return")
+	}
+	if got := h.record(rec.ID); got.State != api.StateRunning {
+		t.Errorf("the record is %s after the refused delete; want it running", got.State)
+	}
+}

@@ -52,8 +52,6 @@ type Answer struct {
 }
 
 const (
-	idempotencyHeader = "Idempotency-Key"
-	replayedHeader    = "Idempotent-Replayed"
 	// maxIdempotencyKey bounds a key's length.
 	maxIdempotencyKey = 255
 	// waitForRunning bounds how long a retry waits for the request that
@@ -67,12 +65,12 @@ const (
 // once runs handle for r at most once per idempotency key, as the package
 // comment says; r has one (the header is set).
 func (s *Server) once(w http.ResponseWriter, r *http.Request, pattern string, handle handlerFunc) error {
-	key := r.Header.Get(idempotencyHeader)
+	key := r.Header.Get(api.IdempotencyKeyHeader)
 	if len(key) > maxIdempotencyKey || !printable(key) {
-		return api.Errorf(api.CodeBadRequest, "the %s header must be 1-%d printable ASCII characters", idempotencyHeader, maxIdempotencyKey)
+		return api.Errorf(api.CodeBadRequest, "the %s header must be 1-%d printable ASCII characters", api.IdempotencyKeyHeader, maxIdempotencyKey)
 	}
 	if s.opts.Requests == nil {
-		return api.Errorf(api.CodeBadRequest, "this server keeps no idempotency keys: send the request without %s", idempotencyHeader)
+		return api.Errorf(api.CodeBadRequest, "this server keeps no idempotency keys: send the request without %s", api.IdempotencyKeyHeader)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
 	if err != nil {
@@ -103,7 +101,7 @@ func (s *Server) once(w http.ResponseWriter, r *http.Request, pattern string, ha
 		return api.Errorf(api.CodeBadRequest, "idempotency key %q was used with another request: use a new key for a new request", key)
 	case prior != nil:
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(replayedHeader, "true")
+		w.Header().Set(api.ReplayedHeader, "true")
 		w.WriteHeader(prior.Status)
 		_, err := w.Write(prior.Body)
 		return err

@@ -55,7 +55,7 @@ func (e *testEnv) create(key, apiKey, body string) (int, http.Header, api.Sandbo
 	req, _ := http.NewRequest("POST", e.url+"/v1/sandboxes", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	if key != "" {
-		req.Header.Set(idempotencyHeader, key)
+		req.Header.Set(api.IdempotencyKeyHeader, key)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -84,8 +84,8 @@ func TestIdempotentCreate(t *testing.T) {
 	for range 5 {
 		wg.Go(func() {
 			status, h, again, _ := e.create("k1", e.keyA, `{"cpus":1}`)
-			if status != http.StatusCreated || again.ID != first.ID || h.Get(replayedHeader) != "true" {
-				t.Errorf("a retry: %d %+v replayed %q; want the first answer again", status, again, h.Get(replayedHeader))
+			if status != http.StatusCreated || again.ID != first.ID || h.Get(api.ReplayedHeader) != "true" {
+				t.Errorf("a retry: %d %+v replayed %q; want the first answer again", status, again, h.Get(api.ReplayedHeader))
 			}
 		})
 	}

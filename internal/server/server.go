@@ -400,7 +400,7 @@ func (s *Server) endpoint(rt route) http.Handler {
 			meta(r.Context()).key = key
 		}
 		handle := rt.handle
-		if pattern := rt.method + " " + rt.path; idempotent[pattern] && r.Header.Get(idempotencyHeader) != "" {
+		if pattern := rt.method + " " + rt.path; idempotent[pattern] && r.Header.Get(api.IdempotencyKeyHeader) != "" {
 			handle = func(w http.ResponseWriter, r *http.Request) error { return s.once(w, r, pattern, rt.handle) }
 		}
 		if err := handle(w, r); err != nil {
