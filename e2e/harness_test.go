@@ -158,6 +158,10 @@ type daemon struct {
 	cmd     *exec.Cmd
 	waited  chan struct{}
 	log     *lockedBuffer
+	// cl is the one API client of the daemon: one transport, so that
+	// its keep-alive connections are reused and each test's calls do not
+	// leave the daemon a connection of their own to idle out.
+	cl *client.Client
 }
 
 var serving = regexp.MustCompile(`serving on (https?://[^ ]+)`)
@@ -245,6 +249,7 @@ func startWarren(dataDir string, wait time.Duration, env []string, args ...strin
 		return nil, err
 	}
 	d.key = strings.TrimSpace(string(key))
+	d.cl = client.New(d.url, d.key)
 	return d, nil
 }
 
@@ -335,7 +340,7 @@ func (d *daemon) kill() {
 	<-d.waited
 }
 
-func (d *daemon) client() *client.Client { return client.New(d.url, d.key) }
+func (d *daemon) client() *client.Client { return d.cl }
 
 // need skips the test when the suite cannot run here.
 func need(t testing.TB) {

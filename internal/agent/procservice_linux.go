@@ -39,6 +39,10 @@ func (h processService) List(ctx context.Context, req *connect.Request[processpb
 // Start starts a process and streams its events; the process outlives the
 // stream. A command that cannot be executed is answered as a process with
 // pid 0 that ended with code 127 or 126 and a message on stderr.
+//
+// Unless stdin stays open (the caller goes on to use the process at once),
+// the start event is held back for up to Options.StartHold: a process that
+// ends within it is answered in one write.
 func (h processService) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
 	send := func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
@@ -47,7 +51,9 @@ func (h processService) Start(ctx context.Context, req *connect.Request[processp
 	if err != nil {
 		return err
 	}
+	gate := gateOf(ctx)
 	if ns != nil {
+		gate.hold()
 		end := &processpb.ProcessEvent_EndEvent{ExitCode: ns.code, Exited: true, Status: fmt.Sprintf("exit status %d", ns.code)}
 		for _, ev := range []*processpb.ProcessEvent{
 			startEvent(0),
@@ -61,10 +67,13 @@ func (h processService) Start(ctx context.Context, req *connect.Request[processp
 		return nil
 	}
 	defer p.out.unsubscribe(sub)
+	if !req.Msg.GetStdin() {
+		gate.hold()
+	}
 	if err := send(startEvent(p.pid)); err != nil {
 		return err
 	}
-	return h.s.pump(ctx, sub, send)
+	return h.s.pump(ctx, sub, send, gate)
 }
 
 // Connect streams the events of a started process, from now on or (replay)
@@ -82,7 +91,7 @@ func (h processService) Connect(ctx context.Context, req *connect.Request[proces
 	if err := send(startEvent(p.pid)); err != nil {
 		return err
 	}
-	return h.s.pump(ctx, sub, send)
+	return h.s.pump(ctx, sub, send, nil)
 }
 
 // Update would resize a PTY; PTYs are not supported yet.
@@ -181,8 +190,15 @@ func (h processService) CloseStdin(ctx context.Context, req *connect.Request[pro
 
 // pump sends a subscriber's events until the end (nil), the caller leaving
 // or the stream being cut, with a keep-alive after each silent KeepAlive.
-func (s *Server) pump(ctx context.Context, sub *subscriber, send func(*processpb.ProcessEvent) error) error {
-	idle := time.NewTimer(s.opts.KeepAlive)
+// While gate holds flushes back (for at most Options.StartHold), what was
+// sent waits for the next event; the end then goes out with the end of the
+// stream.
+func (s *Server) pump(ctx context.Context, sub *subscriber, send func(*processpb.ProcessEvent) error, gate *flushGate) error {
+	wait := s.opts.KeepAlive
+	if gate.holding() {
+		wait = s.opts.StartHold
+	}
+	idle := time.NewTimer(wait)
 	defer idle.Stop()
 	for {
 		evs, err := sub.next(ctx.Done(), idle.C)
@@ -191,6 +207,10 @@ func (s *Server) pump(ctx context.Context, sub *subscriber, send func(*processpb
 			return connect.NewError(connect.CodeResourceExhausted, err)
 		case err != nil:
 			return connect.NewError(connect.CodeCanceled, ctx.Err())
+		case evs == nil && gate.holding():
+			gate.open(true)
+			idle.Reset(s.opts.KeepAlive)
+			continue
 		case evs == nil:
 			if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Keepalive{Keepalive: &processpb.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
@@ -203,6 +223,7 @@ func (s *Server) pump(ctx context.Context, sub *subscriber, send func(*processpb
 			if ev.end != nil {
 				return send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: ev.end}})
 			}
+			gate.open(false)
 			data, n := ev.data, 1
 			if n < len(evs) && evs[n].end == nil && evs[n].stream == ev.stream {
 				merged := slices.Clone(data)

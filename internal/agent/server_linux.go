@@ -47,6 +47,11 @@ type Options struct {
 	// KeepAlive is how long a process event stream may stay silent before a
 	// keep-alive event is sent (default 30 s).
 	KeepAlive time.Duration
+	// StartHold is how long a process's start event may wait for its end,
+	// so that a short process is answered in one write (default 2 ms: about
+	// what a short command takes). A start whose stdin stays open is not
+	// held.
+	StartHold time.Duration
 	// FreezeTimeout is how long a filesystem stays frozen before the agent
 	// thaws it by itself, so that a node that died mid-snapshot cannot leave
 	// the sandbox frozen (default 60 s).
@@ -90,6 +95,9 @@ func New(opts Options, log *slog.Logger) *Server {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = 30 * time.Second
 	}
+	if opts.StartHold <= 0 {
+		opts.StartHold = 2 * time.Millisecond
+	}
 	if opts.FreezeTimeout <= 0 {
 		opts.FreezeTimeout = 60 * time.Second
 	}
@@ -123,7 +131,7 @@ func (s *Server) newHandler() http.Handler {
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(fsService{s}, opts...))
 	mux.Handle(controlpbconnect.NewControlHandler(controlService{s}, opts...))
 	mux.HandleFunc("/files", s.serveFiles)
-	return mux
+	return gateFlushes(mux)
 }
 
 // Handler is the agent's whole API as one handler, for callers that serve it

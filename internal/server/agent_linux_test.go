@@ -10,12 +10,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +50,33 @@ func newAgentEnv(t *testing.T, opts Options) (*testEnv, string) {
 	var sb api.Sandbox
 	e.call("POST", "/v1/sandboxes", e.keyA, "{}", http.StatusCreated, &sb)
 	return e, "/v1/sandboxes/" + sb.ID
+}
+
+// Execs one after the other go over one connection to the agent: each
+// reads its event stream to the end, so that its connection goes back to
+// the pool rather than being closed and dialled again.
+func TestExecsReuseTheAgentConnection(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the agent runs processes as other users")
+	}
+	sock, _ := agenttest.Listen(t, agent.Options{Version: "test"})
+	var dials atomic.Int32
+	conn := agentconn.New(func(ctx context.Context) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+	t.Cleanup(conn.Close)
+	e := newTestEnv(t, conn, Options{})
+	var sb api.Sandbox
+	e.call("POST", "/v1/sandboxes", e.keyA, "{}", http.StatusCreated, &sb)
+	for range 5 {
+		var res api.ExecResult
+		e.call("POST", "/v1/sandboxes/"+sb.ID+"/exec", e.keyA, api.ExecRequest{Cmd: []string{"true"}}, http.StatusOK, &res)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("5 execs dialled the agent %d times, want 1", n)
+	}
 }
 
 func TestExecForeground(t *testing.T) {

@@ -252,11 +252,20 @@ func (s *Server) collect(ctx context.Context, id, tenant string, stream *startSt
 			res.TimedOut = end.GetTimedOut()
 			res.DurationMs = float64(end.GetDurationUs()) / 1000
 			res.Truncated = out.truncated || errOut.truncated
+			finish(stream)
 			return res, out.buf, errOut.buf, nil
 		}
 	}
 	s.output.give(tenant, int64(len(out.buf)+len(errOut.buf)))
 	return api.ExecResult{}, nil, nil, agentError(ctx, id, streamEnd(id, stream.Err()))
+}
+
+// finish reads what follows an event stream's end event: the agent's
+// end-of-stream frame. A stream read to its end gives its connection back
+// to the pool; one closed before would be closed with it, and the next call
+// would dial the agent again. An agent that sends more is not waited for.
+func finish[T any](stream *connect.ServerStreamForClient[T]) {
+	stream.Receive()
 }
 
 // streamEnd is the error of an event stream that stopped before the
@@ -335,6 +344,7 @@ func pipeEvents[T any, PT agentEvent[T]](r *http.Request, id string, nd *ndjson,
 			return fmt.Errorf("stream to caller: %w", err)
 		}
 		if out.Type == api.EventEnd {
+			finish(stream)
 			return nil
 		}
 	}

@@ -164,6 +164,7 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) error {
 	defer stream.Close()
 	for stream.Receive() {
 		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
+			finish(stream)
 			return writeJSON(w, http.StatusOK, api.ExecResult{
 				PID: pid, ExitCode: int(end.GetExitCode()), Status: end.GetStatus(), TimedOut: end.GetTimedOut(),
 				DurationMs: float64(end.GetDurationUs()) / 1000,
