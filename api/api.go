@@ -534,7 +534,8 @@ type Snapshot struct {
 	CreatedAt   time.Time `json:"created_at"`
 	// DurableAt is when the snapshot became durable.
 	DurableAt *time.Time `json:"durable_at,omitempty"`
-	// AckMs is how long the sandbox's disk was frozen to take it.
+	// AckMs is how long taking it held the sandbox's writes: its filesystem
+	// synced and its disk cloned (docs/API.md, "Snapshots").
 	AckMs float64 `json:"ack_ms"`
 	// UploadMs is how long the upload took, once durable.
 	UploadMs float64 `json:"upload_ms,omitempty"`

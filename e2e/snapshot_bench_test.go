@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,11 +24,16 @@ import (
 //     go test ./e2e -run '^$' -bench 'Snapshot|Restore|Fork' -benchtime 20x
 
 // BenchmarkSnapshotAck: the latency of POST /v1/sandboxes/{id}/snapshots
-// (freeze, reflink clone, thaw, answer; the upload goes on afterwards) on
+// (quiesce, reflink clone, answer; the upload goes on afterwards) on
 // sandboxes with the same 64 MiB of data on a 4 GiB disk (the smallest the
-// default template allows) and on a 16 GiB disk. Each iteration changes a
-// file first, so every snapshot has something to upload; the uploads of
-// earlier iterations run in the background, as they would in use.
+// default template allows) and on a 16 GiB disk, while a process in the
+// sandbox writes 64 KiB at a time without pause. The uploads of earlier
+// iterations run in the background, as they would in use.
+//
+// Besides the call's percentiles and the node's ack_ms it reports what the
+// writer felt: its longest gap between two writes that overlapped a
+// snapshot call, against its longest gap that did not, in the same run (a
+// frozen filesystem would show as the first).
 func BenchmarkSnapshotAck(b *testing.B) {
 	for _, gib := range []int64{4, 16} {
 		b.Run(fmt.Sprintf("disk=%dGiB", gib), func(b *testing.B) {
@@ -35,10 +42,21 @@ func BenchmarkSnapshotAck(b *testing.B) {
 			c := shared.client()
 			id := shared.newSandbox(b, "--disk", fmt.Sprint(gib<<10))
 			shared.sh(b, id, `head -c 67108864 /dev/urandom > /root/data && sync`)
+			// The writer stamps the time after each write; it stops when
+			// /root/writing goes, and overwrites its file every 64 MiB.
+			shared.sh(b, id, `touch /root/writing`)
+			if _, err := c.Exec(ctx, id, api.ExecRequest{Background: true, Shell: `i=0
+				while [ -e /root/writing ]; do
+					head -c 65536 /dev/urandom | dd of=/root/w bs=65536 seek=$((i % 1024)) conv=notrunc 2>/dev/null
+					date +%s%N >> /root/ticks; i=$((i+1))
+				done`}); err != nil {
+				b.Fatal(err)
+			}
 			var calls, acks []time.Duration
+			var during [][2]int64 // each call's start and end, in Unix ns
 			for b.Loop() {
 				b.StopTimer()
-				shared.sh(b, id, `date > /root/stamp`)
+				time.Sleep(50 * time.Millisecond) // writes outside snapshots
 				b.StartTimer()
 				start := time.Now()
 				sn, err := c.Snapshot(ctx, id, api.CreateSnapshotRequest{})
@@ -46,11 +64,31 @@ func BenchmarkSnapshotAck(b *testing.B) {
 					b.Fatal(err)
 				}
 				calls = append(calls, time.Since(start))
+				during = append(during, [2]int64{start.UnixNano(), time.Now().UnixNano()})
 				acks = append(acks, time.Duration(sn.AckMs*float64(time.Millisecond)))
 			}
+			b.StopTimer()
+			time.Sleep(50 * time.Millisecond)
+			ticks := strings.Fields(shared.sh(b, id, `rm /root/writing && sleep 0.2 && cat /root/ticks`))
 			reportPercentiles(b, calls)
 			slices.Sort(acks)
-			b.ReportMetric(float64(acks[len(acks)/2])/1e6, "frozen-p50-ms")
+			b.ReportMetric(float64(acks[len(acks)/2])/1e6, "ack-p50-ms")
+			var inGap, outGap int64
+			for i := 1; i < len(ticks); i++ {
+				t0, err0 := strconv.ParseInt(ticks[i-1], 10, 64)
+				t1, err1 := strconv.ParseInt(ticks[i], 10, 64)
+				if err0 != nil || err1 != nil {
+					b.Fatalf("writer stamps %q %q", ticks[i-1], ticks[i])
+				}
+				overlaps := slices.ContainsFunc(during, func(d [2]int64) bool { return t0 < d[1] && t1 > d[0] })
+				if gap := t1 - t0; overlaps {
+					inGap = max(inGap, gap)
+				} else if t0 > during[0][0]-int64(50*time.Millisecond) {
+					outGap = max(outGap, gap)
+				}
+			}
+			b.ReportMetric(float64(inGap)/1e6, "write-gap-snapshot-ms")
+			b.ReportMetric(float64(outGap)/1e6, "write-gap-other-ms")
 			deleteSnapshotsOf(b, id)
 		})
 	}

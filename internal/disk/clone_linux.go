@@ -99,6 +99,9 @@ func copySparse(ctx context.Context, in, out *os.File) error {
 }
 
 // Grow enlarges the ext4 filesystem in the image at path to size bytes: it
+// replays the filesystem's journal (a snapshot's clone of a mounted disk
+// holds one to replay, as after a power cut; resize2fs would not, and the
+// replay at the next mount would write the old layout back over the new),
 // extends the file (sparse) and runs resize2fs. The image must not be
 // mounted or attached. Asking for less than the current size returns an
 // error wrapping ErrShrink; asking for the current size makes the
@@ -110,6 +113,13 @@ func (p *Pool) Grow(path string, size int64) error {
 	}
 	if size < st.Size() {
 		return fmt.Errorf("grow disk to %d bytes: it has %d: %w", size, st.Size(), ErrShrink)
+	}
+	// e2fsck exits 1 when it changed something: the replay.
+	if out, err := exec.Command("e2fsck", "-y", "-E", "journal_only", path).CombinedOutput(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			return fmt.Errorf("grow disk: replay its journal: %w: %s", err, strings.TrimSpace(string(out)))
+		}
 	}
 	if err := os.Truncate(path, size); err != nil {
 		return fmt.Errorf("grow disk: %w", err)

@@ -365,6 +365,62 @@ func TestGrow(t *testing.T) {
 	}
 }
 
+// Grow of a disk cloned while it was mounted, as a snapshot's is, replays
+// its journal first: the grown filesystem mounts with every file written
+// before the clone, and checks clean after use.
+func TestGrowReplaysTheJournal(t *testing.T) {
+	requireLoop(t)
+	requireTools(t, "mkfs.ext4", "resize2fs", "e2fsck", "mount")
+	p := &Pool{dir: t.TempDir(), mode: CloneCopy}
+	img, clone := filepath.Join(p.Dir(), "root.img"), filepath.Join(p.Dir(), "clone.img")
+	mkext4(t, img, 64<<20)
+	mnt := t.TempDir()
+	mount := func(img string) {
+		t.Helper()
+		if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+			t.Fatalf("mount: %v: %s", err, out)
+		}
+	}
+	umount := func() {
+		t.Helper()
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Fatalf("umount: %v: %s", err, out)
+		}
+	}
+	mount(img)
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(mnt, fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte(i)}, 64<<10), 0o644); err != nil {
+			umount()
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("sync", "-f", mnt).CombinedOutput(); err != nil {
+		umount()
+		t.Fatalf("sync: %v: %s", err, out)
+	}
+	if err := p.Clone(context.Background(), img, clone); err != nil {
+		umount()
+		t.Fatal(err)
+	}
+	umount()
+	if err := p.Grow(clone, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	mount(clone)
+	got, err := os.ReadFile(filepath.Join(mnt, "f49"))
+	werr := os.WriteFile(filepath.Join(mnt, "after"), []byte("x"), 0o644)
+	umount()
+	if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{49}, 64<<10)) || werr != nil {
+		t.Fatalf("the grown clone's file: %d bytes, %v; a write: %v", len(got), err, werr)
+	}
+	if out, err := exec.Command("e2fsck", "-fn", clone).CombinedOutput(); err != nil {
+		t.Errorf("the grown clone does not check clean: %v\n%s", err, out)
+	}
+	if got := fsBytes(t, clone); got != 256<<20 {
+		t.Errorf("filesystem after Grow has %d bytes, want %d", got, 256<<20)
+	}
+}
+
 // requireLoop skips tests that attach loop devices when they cannot.
 func requireLoop(t *testing.T) {
 	t.Helper()

@@ -110,11 +110,20 @@ type Instance interface {
 	// Done is closed when the sandbox's init (the agent) has exited, whether
 	// asked to or not.
 	Done() <-chan struct{}
-	// Freeze flushes the filesystem mounted at path in the sandbox ("/" or
-	// "/workspace") and blocks writes to it until thaw is called, so that the
-	// node can clone a consistent disk. Processes keep running. The runtime
-	// decides who freezes: the host for a container (the sandbox may not),
-	// the guest agent for a VM.
+	// Quiesce readies the filesystem mounted at path in the sandbox ("/" or
+	// "/workspace") for a clone of its disk taken before resume is called:
+	// the clone holds everything written before Quiesce, as a whole
+	// filesystem, while the sandbox runs on. A container's is a sync, and
+	// the sandbox never waits: its clone is the disk as a power cut after
+	// the sync would leave it, which ext4's journal makes whole when it is
+	// next mounted. A VM's is a Freeze in the guest (the host cannot flush
+	// the guest's cache).
+	Quiesce(ctx context.Context, path string) (resume func() error, err error)
+	// Freeze flushes the filesystem mounted at path and blocks writes to it
+	// until thaw is called: a clone taken meanwhile holds everything the
+	// sandbox wrote, for a final snapshot before it stops (a move).
+	// Processes keep running. The runtime decides who freezes: the host for
+	// a container (the sandbox may not), the guest agent for a VM.
 	Freeze(ctx context.Context, path string) (thaw func() error, err error)
 	// Stop kills every process of the sandbox and releases everything the
 	// runtime holds for it (cgroup, mounts, loop device, sockets). It is

@@ -37,12 +37,12 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if req.WaitTimeoutSeconds > 0 {
 		wait = time.Duration(req.WaitTimeoutSeconds) * time.Second
 	}
-	var freezeFS func(ctx context.Context, mountpoint string) (func() error, error)
+	var quiesceFS func(ctx context.Context, mountpoint string) (func() error, error)
 	if l, err := m.running(ctx, tenant, id); err == nil {
-		freezeFS = l.inst.Freeze
+		quiesceFS = l.inst.Quiesce
 	} else if rec, rerr := m.record(ctx, tenant, id); rerr == nil && keepsDisks(rec) {
-		// A failed sandbox's disks are mounted nowhere: nothing to freeze.
-		freezeFS = func(context.Context, string) (func() error, error) { return func() error { return nil }, nil }
+		// A failed sandbox's disks are mounted nowhere: nothing to quiesce.
+		quiesceFS = func(context.Context, string) (func() error, error) { return func() error { return nil }, nil }
 	} else {
 		return api.Snapshot{}, err
 	}
@@ -57,8 +57,8 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	freeze := func(ctx context.Context) (func() error, error) { return freezeFS(ctx, mountpoint) }
-	sn, err := snaps.Take(ctx, src, freeze)
+	quiesce := func(ctx context.Context) (func() error, error) { return quiesceFS(ctx, mountpoint) }
+	sn, err := snaps.Take(ctx, src, quiesce)
 	if qe := quotaRefusal(err); qe != nil {
 		return api.Snapshot{}, qe
 	}

@@ -66,7 +66,7 @@ func TestDedupeWithinTenant(t *testing.T) {
 	// A snapshot of no tenant would be named plainly, beside the template
 	// base layers, where every tenant's uploads find its chunks.
 	x, disk := n.newDisk(t, tpl)
-	if sn, err := n.eng.Take(context.Background(), n.source("", x, disk, ""), noFreeze); err == nil || !strings.Contains(err.Error(), "tenant") {
+	if sn, err := n.eng.Take(context.Background(), n.source("", x, disk, ""), noQuiesce); err == nil || !strings.Contains(err.Error(), "tenant") {
 		t.Errorf("Take without a tenant = %+v, %v; want an error naming the tenant", sn, err)
 	}
 }

@@ -6,7 +6,7 @@
 // there, fetching the rest), deletes snapshots and collects the chunks no
 // snapshot needs any more.
 //
-// It does not freeze filesystems or start sandboxes (the sandbox manager
+// It does not quiesce filesystems or start sandboxes (the sandbox manager
 // does, through the guest agent and a runtime), and it does not know the
 // layer format (internal/layer) or the storage backend (internal/blob).
 //

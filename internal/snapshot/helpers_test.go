@@ -172,8 +172,8 @@ func (n *node) source(tenant, sandboxID, image, origin string) snapshot.Source {
 	}
 }
 
-// noFreeze is the Freeze of a plain image file: nothing is mounted.
-func noFreeze(context.Context) (func() error, error) { return func() error { return nil }, nil }
+// noQuiesce is the Quiesce of a plain image file: nothing is mounted.
+func noQuiesce(context.Context) (func() error, error) { return func() error { return nil }, nil }
 
 // take snapshots the disk and returns the pending snapshot and the hash of
 // the disk as it was taken.
@@ -185,7 +185,7 @@ func (n *node) take(t *testing.T, tenant, sandboxID, image, origin string) (stor
 func (n *node) takeSource(t *testing.T, src snapshot.Source) (store.Snapshot, string) {
 	t.Helper()
 	want := contentHash(t, src.Image)
-	sn, err := n.eng.Take(context.Background(), src, noFreeze)
+	sn, err := n.eng.Take(context.Background(), src, noQuiesce)
 	if err != nil {
 		t.Fatalf("%s: take snapshot of %s (%s): %v", n.name, src.SandboxID, src.Scope, err)
 	}

@@ -123,7 +123,7 @@ func TestWorkspaceScope(t *testing.T) {
 	z, zroot := n1.newDisk(t, n1.template(t))
 	src := n1.source(tenant, z, zroot, "")
 	src.TemplateImage = ""
-	if sn, err := n1.eng.Take(ctx, src, noFreeze); err == nil || !strings.Contains(err.Error(), "template") {
+	if sn, err := n1.eng.Take(ctx, src, noQuiesce); err == nil || !strings.Contains(err.Error(), "template") {
 		t.Errorf("Take of a root disk without its template = %+v, %v; want an error naming the template", sn, err)
 	}
 	if list, err := n1.eng.List(ctx, tenant, z, nil, listing.Page{}); err != nil || len(list) != 0 {

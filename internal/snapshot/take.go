@@ -32,14 +32,15 @@ type Source struct {
 	TemplateBuilt time.Time
 }
 
-// Freeze flushes the sandbox's filesystem and blocks writes to it until
-// thaw is called (runtime.Instance.Freeze).
-type Freeze func(ctx context.Context) (thaw func() error, err error)
+// Quiesce readies the sandbox's filesystem for a clone of its disk taken
+// before resume is called (runtime.Instance.Quiesce, or Freeze for a final
+// snapshot).
+type Quiesce func(ctx context.Context) (resume func() error, err error)
 
-// Take snapshots the sandbox: it records the snapshot, freezes the
-// sandbox's filesystem, clones its disk into the cache, thaws, and returns
-// the pending snapshot while the upload goes on in the background.
-func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Snapshot, error) {
+// Take snapshots the sandbox: it records the snapshot, quiesces the
+// sandbox's filesystem, clones its disk into the cache, resumes it, and
+// returns the pending snapshot while the upload goes on in the background.
+func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.Snapshot, error) {
 	tStart := time.Now()
 	if src.Tenant == "" {
 		// Its chunks would be named plainly, beside the template base
@@ -71,7 +72,7 @@ func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Sna
 		return sn, err
 	}
 	t0 := time.Now()
-	size, err := e.cloneFrozen(ctx, src.Image, sn.ID, freeze)
+	size, err := e.cloneQuiesced(ctx, src.Image, sn.ID, quiesce)
 	if err != nil {
 		return fail(fmt.Errorf("take snapshot: %w", err))
 	}
@@ -84,24 +85,24 @@ func (e *Engine) Take(ctx context.Context, src Source, freeze Freeze) (store.Sna
 	return sn, nil
 }
 
-// cloneFrozen clones image into the cache as id while the filesystem in it
-// is frozen, and returns the image's size. The clone gets its final name
-// only once complete, so a crash never leaves a partial image under it.
-func (e *Engine) cloneFrozen(ctx context.Context, image, id string, freeze Freeze) (int64, error) {
+// cloneQuiesced clones image into the cache as id while the filesystem in
+// it is quiesced, and returns the image's size. The clone gets its final
+// name only once complete, so a crash never leaves a partial image under it.
+func (e *Engine) cloneQuiesced(ctx context.Context, image, id string, quiesce Quiesce) (int64, error) {
 	t0 := time.Now()
-	thaw, err := freeze(ctx)
+	resume, err := quiesce(ctx)
 	if err != nil {
 		return 0, err
 	}
-	tFrozen := time.Now()
+	tQuiet := time.Now()
 	tmp := e.tempImage(id)
 	err = e.pool.Clone(ctx, image, tmp)
 	tCloned := time.Now()
-	if terr := thaw(); terr != nil && err == nil {
-		err = terr
+	if rerr := resume(); rerr != nil && err == nil {
+		err = rerr
 	}
-	e.log.Debug("snapshot clone timings", "snapshot", id, "freeze", tFrozen.Sub(t0),
-		"clone", tCloned.Sub(tFrozen), "thaw", time.Since(tCloned))
+	e.log.Debug("snapshot clone timings", "snapshot", id, "quiesce", tQuiet.Sub(t0),
+		"clone", tCloned.Sub(tQuiet), "resume", time.Since(tCloned))
 	if err == nil {
 		err = os.Rename(tmp, e.image(id))
 	}

@@ -243,6 +243,11 @@ func (in *Instance) Freeze(context.Context, string) (func() error, error) {
 	return func() error { return nil }, nil
 }
 
+// Quiesce implements runtime.Instance, as Freeze.
+func (in *Instance) Quiesce(ctx context.Context, path string) (func() error, error) {
+	return in.Freeze(ctx, path)
+}
+
 // Stop implements runtime.Instance.
 func (in *Instance) Stop(context.Context) error {
 	in.end()

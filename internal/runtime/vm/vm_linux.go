@@ -315,6 +315,12 @@ func (in *instance) adopt(m *qemu.Machine) {
 // Resume, to the new QEMU's port).
 func (in *instance) Dial() *agentconn.Conn { return in.conn }
 
+// Quiesce implements runtime.Instance: a Freeze, which flushes the guest's
+// cache (a sync from the host would not).
+func (in *instance) Quiesce(ctx context.Context, path string) (func() error, error) {
+	return in.Freeze(ctx, path)
+}
+
 // Freeze implements runtime.Instance through the guest agent, which is root
 // in its own kernel: FIFREEZE works there, and the host cannot reach the
 // guest's filesystem anyway.

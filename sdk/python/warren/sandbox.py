@@ -805,8 +805,8 @@ class Sandbox:
         *, idempotency_key: Optional[str] = None,
     ) -> Snapshot:
         """Save the sandbox's disk and return the snapshot. The sandbox's
-        filesystem is frozen for a moment (``ack_duration``) and its disk
-        cloned; the sandbox then runs on.
+        filesystem is synced and its disk cloned (``ack_duration``) while
+        it runs on (a vm's is frozen for the clone).
 
         Args:
             scope: ``"root"`` (the root disk, the whole system) or

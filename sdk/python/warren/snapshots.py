@@ -68,7 +68,8 @@ class Snapshot:
             once durable); another tenant's chunks are never shared.
         created_at: when it was taken.
         durable_at: when it became durable; None until then.
-        ack_duration: seconds the sandbox's filesystem was frozen to take it.
+        ack_duration: seconds taking it held the sandbox's writes (its
+            filesystem synced and its disk cloned).
         upload_duration: seconds the upload took, once durable.
     """
 
