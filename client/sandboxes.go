@@ -218,3 +218,35 @@ func (c *Client) SetQuota(ctx context.Context, tenant string, q api.Quota) error
 	cl := &call{op: "set quota", method: http.MethodPut, path: idPath("tenants", tenant, "quota"), in: q, retry: retryIdempotent}
 	return c.do(ctx, cl, nil)
 }
+
+// Pools lists the warm pools with their state (needs the admin key).
+func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
+	var list api.PoolList
+	cl := &call{op: "list pools", method: http.MethodGet, path: "/v1/pools", retry: retryIdempotent}
+	if err := c.do(ctx, cl, &list); err != nil {
+		return nil, err
+	}
+	return list.Pools, nil
+}
+
+// SetPool sets the warm pool of template and spec's runtime, whole, and
+// returns it (needs the admin key).
+func (c *Client) SetPool(ctx context.Context, template string, spec api.PoolSpec) (*api.Pool, error) {
+	var p api.Pool
+	cl := &call{op: "set pool", method: http.MethodPut, path: idPath("pools", template), in: spec, retry: retryIdempotent}
+	if err := c.do(ctx, cl, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// DeletePool removes the warm pool of template and runtime ("": what a
+// create picks) (needs the admin key).
+func (c *Client) DeletePool(ctx context.Context, template, runtime string) error {
+	path := idPath("pools", template)
+	if runtime != "" {
+		path += "?runtime=" + url.QueryEscape(runtime)
+	}
+	cl := &call{op: "delete pool", method: http.MethodDelete, path: path, retry: retryIdempotent}
+	return c.do(ctx, cl, nil)
+}

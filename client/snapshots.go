@@ -53,6 +53,19 @@ func (c *Client) Restore(ctx context.Context, id string, req api.RestoreRequest)
 	return res.Sandboxes, nil
 }
 
+// Fork starts req.Count children (default 1) of the running sandbox id
+// from a snapshot of its disk, and returns them running with that
+// snapshot and how long the parent paused. Sent under an idempotency key,
+// so a retry never starts more.
+func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) (*api.ForkResult, error) {
+	var res api.ForkResult
+	cl := once(ctx, &call{op: "fork", method: http.MethodPost, path: sandboxPath(id, "fork"), in: req})
+	if err := c.do(ctx, cl, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // GC collects the snapshot layers and chunks nothing needs (admin key
 // only); a nil grace takes the server's.
 func (c *Client) GC(ctx context.Context, req api.GCRequest) (*api.GCResult, error) {

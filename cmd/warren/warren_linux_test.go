@@ -52,7 +52,7 @@ func newWarrenWith(t *testing.T, h *sandboxtest.Harness, opts server.Options) *w
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nd := node.New(node.Deps{Log: log, Version: "test", Runtimes: h.Deps.Runtimes, CloneMode: h.Deps.Pool.Mode().String(),
 		Templates: h.Deps.Templates, Bases: h.Deps.Snapshots, Sandboxes: h.Manager})
-	opts.Requests, opts.Quotas = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store)
+	opts.Requests, opts.Quotas, opts.Pools = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store), h.Manager
 	w.srv = server.New(h.Manager, nd, daemon.Keys(h.Deps.Store), log, opts)
 	hs := httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes))
 	t.Cleanup(hs.Close)

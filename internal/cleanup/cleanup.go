@@ -20,7 +20,14 @@ func (s *Stack) RunIf(err *error) {
 	if *err == nil {
 		return
 	}
+	s.Run()
+}
+
+// Run runs every step, last added first, and empties the stack: what was
+// set up is given up on.
+func (s *Stack) Run() {
 	for i := len(s.steps) - 1; i >= 0; i-- {
 		s.steps[i]()
 	}
+	s.steps = nil
 }

@@ -27,3 +27,16 @@ func TestRunIf(t *testing.T) {
 		}
 	}
 }
+
+func TestRunEmpties(t *testing.T) {
+	var ran []int
+	var s Stack
+	for i := range 2 {
+		s.Add(func() { ran = append(ran, i) })
+	}
+	s.Run()
+	s.Run() // nothing left to run
+	if !slices.Equal(ran, []int{1, 0}) {
+		t.Errorf("ran %v, want [1 0] once", ran)
+	}
+}

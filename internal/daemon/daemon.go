@@ -282,6 +282,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}
+	o.Server.Pools = mgr
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
 	if o.Fleet != nil {

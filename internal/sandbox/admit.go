@@ -161,18 +161,11 @@ func (l *ledger) fits(memoryMB, pids int64) error {
 func (l *ledger) admit(ids []string, c claim) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var node, tenant claim
-	tenantCount := 0
+	var node claim
 	for _, h := range l.claims {
 		node.cpus += h.cpus
 		node.memoryMB += h.memoryMB
 		node.diskMB += h.diskMB
-		if h.tenant == c.tenant {
-			tenantCount++
-			tenant.cpus += h.cpus
-			tenant.memoryMB += h.memoryMB
-			tenant.diskMB += h.diskMB
-		}
 	}
 	n := len(ids)
 	want := claim{cpus: c.cpus * float64(n), memoryMB: c.memoryMB * int64(n), diskMB: c.diskMB * int64(n)}
@@ -180,15 +173,12 @@ func (l *ledger) admit(ids []string, c claim) error {
 	if n > 1 {
 		sandboxes = fmt.Sprintf("%d sandboxes", n)
 	}
-	switch t := l.tenant; {
-	case t.Sandboxes > 0 && tenantCount+n > t.Sandboxes:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d sandboxes at once on this node (%d running)", t.Sandboxes, tenantCount)
-	case t.CPUs > 0 && tenant.cpus+want.cpus > t.CPUs:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %g vCPUs on this node (%g held, %g asked)", t.CPUs, tenant.cpus, want.cpus)
-	case t.MemoryMB > 0 && tenant.memoryMB+want.memoryMB > t.MemoryMB:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of memory on this node (%d held, %d asked)", t.MemoryMB, tenant.memoryMB, want.memoryMB)
-	case t.DiskMB > 0 && tenant.diskMB+want.diskMB > t.DiskMB:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of disk on this node (%d held, %d asked)", t.DiskMB, tenant.diskMB, want.diskMB)
+	if c.tenant != pooled {
+		if err := l.overTenant(c.tenant, want, n); err != nil {
+			return err
+		}
+	}
+	switch {
 	case node.cpus+want.cpus > l.cap.cpus:
 		return api.Errorf(api.CodeConflict, "this node cannot hold %s of %g vCPUs: %g of its %g are promised", sandboxes, c.cpus, node.cpus, l.cap.cpus)
 	case node.memoryMB+want.memoryMB > l.cap.memoryMB:
@@ -199,6 +189,67 @@ func (l *ledger) admit(ids []string, c claim) error {
 	for _, id := range ids {
 		l.claims[id] = c
 	}
+	return nil
+}
+
+// pooled is the tenant of a warm pool's member (pools.go): the node's own
+// until a create claims it, bounded by the node's capacity only.
+const pooled = ""
+
+// overTenant says why tenant may not hold n more sandboxes claiming want
+// in all on the node, or returns nil. l.mu is held.
+func (l *ledger) overTenant(tenant string, want claim, n int) error {
+	var held claim
+	count := 0
+	for _, h := range l.claims {
+		if h.tenant == tenant {
+			count++
+			held.cpus += h.cpus
+			held.memoryMB += h.memoryMB
+			held.diskMB += h.diskMB
+		}
+	}
+	switch t := l.tenant; {
+	case t.Sandboxes > 0 && count+n > t.Sandboxes:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d sandboxes at once on this node (%d running)", t.Sandboxes, count)
+	case t.CPUs > 0 && held.cpus+want.cpus > t.CPUs:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %g vCPUs on this node (%g held, %g asked)", t.CPUs, held.cpus, want.cpus)
+	case t.MemoryMB > 0 && held.memoryMB+want.memoryMB > t.MemoryMB:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of memory on this node (%d held, %d asked)", t.MemoryMB, held.memoryMB, want.memoryMB)
+	case t.DiskMB > 0 && held.diskMB+want.diskMB > t.DiskMB:
+		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of disk on this node (%d held, %d asked)", t.DiskMB, held.diskMB, want.diskMB)
+	}
+	return nil
+}
+
+// couldHold says why the node could never hold n sandboxes of claim c
+// at once, or returns nil.
+func (l *ledger) couldHold(c claim, n int) error {
+	switch f := float64(n); {
+	case c.cpus*f > l.cap.cpus:
+		return api.Errorf(api.CodeConflict, "this node cannot hold %d sandboxes of %g vCPUs: it may promise %g in all", n, c.cpus, l.cap.cpus)
+	case c.memoryMB*int64(n) > l.cap.memoryMB:
+		return api.Errorf(api.CodeConflict, "this node cannot hold %d sandboxes of %d MiB memory: it may promise %d MiB in all", n, c.memoryMB, l.cap.memoryMB)
+	case c.diskMB*int64(n) > l.cap.diskMB:
+		return api.Errorf(api.CodeInsufficientStorage, "this node cannot hold %d sandboxes of %d MiB disk: it may promise %d MiB in all", n, c.diskMB, l.cap.diskMB)
+	}
+	return nil
+}
+
+// assign gives pooled sandbox id, which the node holds already, to
+// tenant, if the tenant's bounds leave room for it.
+func (l *ledger) assign(id, tenant string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.claims[id]
+	if !ok || c.tenant != pooled {
+		return fmt.Errorf("sandbox %s is no pool member of the ledger", id)
+	}
+	if err := l.overTenant(tenant, c, 1); err != nil {
+		return err
+	}
+	c.tenant = tenant
+	l.claims[id] = c
 	return nil
 }
 

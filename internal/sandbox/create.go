@@ -12,6 +12,7 @@ import (
 
 	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
+	"warren/internal/agentconn"
 	"warren/internal/cleanup"
 	"warren/internal/disk"
 	"warren/internal/ident"
@@ -27,23 +28,17 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	name := req.Template
-	if name == "" {
-		name = m.cfg.DefaultTemplate
-	}
-	tpl, err := m.deps.Templates.Get(name)
-	switch {
-	case errors.Is(err, template.ErrInvalidName):
-		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "template: %v", template.ValidName(name))
-	case errors.Is(err, template.ErrNotFound):
-		return api.Sandbox{}, api.Errorf(api.CodeNotFound, "template %q not found", name)
-	case err != nil:
-		return api.Sandbox{}, fmt.Errorf("template %s: %w", name, err)
+	tpl, err := m.template(req.Template)
+	if err != nil {
+		return api.Sandbox{}, err
 	}
 	src := source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes}
 	rec, err := m.validate(tenant, req, src)
 	if err != nil {
 		return api.Sandbox{}, err
+	}
+	if sb, ok, err := m.fromPool(ctx, rt, rec, tpl); ok {
+		return sb, err
 	}
 	ids, err := m.admit(rec, rt, 1)
 	if err != nil {
@@ -51,6 +46,23 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	}
 	rec.ID = ids[0]
 	return m.launch(ctx, rt, rec, src)
+}
+
+// template returns the template name ("": the default).
+func (m *Manager) template(name string) (template.Info, error) {
+	if name == "" {
+		name = m.cfg.DefaultTemplate
+	}
+	tpl, err := m.deps.Templates.Get(name)
+	switch {
+	case errors.Is(err, template.ErrInvalidName):
+		return template.Info{}, api.Errorf(api.CodeBadRequest, "template: %v", template.ValidName(name))
+	case errors.Is(err, template.ErrNotFound):
+		return template.Info{}, api.Errorf(api.CodeNotFound, "template %q not found", name)
+	case err != nil:
+		return template.Info{}, fmt.Errorf("template %s: %w", name, err)
+	}
+	return tpl, nil
 }
 
 // admit checks a validated sandbox against the host and claims n of it
@@ -68,10 +80,17 @@ func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string,
 	for i := range ids {
 		ids[i] = ident.New("sb-")
 	}
-	if err := m.ledger.admit(ids, c); err != nil {
-		return nil, err
+	for {
+		err := m.ledger.admit(ids, c)
+		if err == nil {
+			return ids, nil
+		}
+		// The warm pools' members give way to sandboxes that were asked for.
+		var ae *api.Error
+		if !errors.As(err, &ae) || (ae.Code != api.CodeConflict && ae.Code != api.CodeInsufficientStorage) || !m.evictMember() {
+			return nil, err
+		}
 	}
-	return ids, nil
 }
 
 // claimOf is what sandbox rec holds of its node.
@@ -216,92 +235,122 @@ func startReason(ctx context.Context, err error, timeout time.Duration) string {
 func (m *Manager) start(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
 	defer cancel()
-	var undo cleanup.Stack
-	defer undo.RunIf(&err)
+	b, err := m.boot(ctx, rt, rec, src)
+	if err != nil {
+		return err
+	}
+	defer b.undo.RunIf(&err)
+	return m.goLive(ctx, rt, rec, b, func() (store.Sandbox, error) {
+		moved, err := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
+			From: []string{api.StateStarting}, To: api.StateRunning, Version: rec.Version,
+			RuntimeState: b.inst.State(), NetSlot: &b.slot,
+		})
+		if errors.Is(err, store.ErrTransition) {
+			return moved, &endedWhileStarting{state: moved.State}
+		}
+		if err != nil {
+			return moved, failed("the node could not record it", fmt.Errorf("record running sandbox: %w", err))
+		}
+		return moved, nil
+	})
+}
+
+// booted is a sandbox whose runtime runs it and whose agent has answered,
+// not recorded running yet; undo tears it down.
+type booted struct {
+	inst runtime.Instance
+	conn *agentconn.Conn
+	slot int // its router's (0: no network)
+	undo cleanup.Stack
+}
+
+// boot clones sandbox rec's disk, makes its router, starts its runtime
+// and initializes its agent (ID, hostname, env). On failure it leaves
+// nothing behind.
+func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (_ *booted, err error) {
+	b := &booted{}
+	defer b.undo.RunIf(&err)
 
 	t0 := time.Now()
 	// The router is made while the disk is cloned and the runtime starts;
 	// the runtime waits for it only when it links the sandbox to it.
 	att := m.attachNetwork(ctx, rec)
-	undo.Add(att.undo)
+	b.undo.Add(att.undo)
 	diskPath := m.diskPath(rec.ID)
 	if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
-		return failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))
+		return nil, failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))
 	}
-	undo.Add(func() { os.Remove(diskPath) })
+	b.undo.Add(func() { os.Remove(diskPath) })
 	if want := rec.DiskMB << 20; want > src.size {
 		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
-			return failed("its disk could not be made", fmt.Errorf("grow disk: %w", err))
+			return nil, failed("its disk could not be made", fmt.Errorf("grow disk: %w", err))
 		}
 	}
 	if rec.WorkspaceMB > 0 {
 		ws := m.workspacePath(rec.ID)
 		if err := m.workspaceDisk(ctx, src.workspace, ws, rec.WorkspaceMB<<20); err != nil {
-			return failed("its workspace disk could not be made", err)
+			return nil, failed("its workspace disk could not be made", err)
 		}
-		undo.Add(func() { os.Remove(ws) })
+		b.undo.Add(func() { os.Remove(ws) })
 	}
 	dir := m.stateDir(rec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return failed("the node could not prepare it", fmt.Errorf("sandbox dir: %w", err))
+		return nil, failed("the node could not prepare it", fmt.Errorf("sandbox dir: %w", err))
 	}
-	undo.Add(func() { os.RemoveAll(dir) })
+	b.undo.Add(func() { os.RemoveAll(dir) })
 
 	tClone := time.Now()
 	spec := m.spec(rec)
 	if att != nil {
 		spec.Network = att
 	}
-	inst, err := rt.Start(ctx, spec)
+	b.inst, err = rt.Start(ctx, spec)
 	if err != nil {
-		return failed("its runtime could not start it", err)
+		return nil, failed("its runtime could not start it", err)
 	}
 	tStart := time.Now()
-	undo.Add(func() { inst.Stop(context.WithoutCancel(ctx)) })
-	conn := inst.Dial()
-	undo.Add(conn.Close)
+	b.undo.Add(func() { b.inst.Stop(context.WithoutCancel(ctx)) })
+	b.conn = b.inst.Dial()
+	b.undo.Add(b.conn.Close)
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
-	_, err = conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
+	_, err = b.conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
 		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
 	}))
 	if err != nil {
-		return failed("its agent did not answer", fmt.Errorf("init agent: %w", err))
+		return nil, failed("its agent did not answer", fmt.Errorf("init agent: %w", err))
 	}
-	tReady := time.Now()
+	if b.slot, err = att.slot(); err != nil {
+		return nil, failed("its network could not be set up", err)
+	}
+	m.log.Debug("sandbox boot timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", att.took(),
+		"runtime", tStart.Sub(tClone), "agent_init", time.Since(tStart))
+	return b, nil
+}
 
-	slot, err := att.slot()
-	if err != nil {
-		return failed("its network could not be set up", err)
-	}
-	// Live before running: a delete that sees the record running finds
-	// what to tear down. One that saw it starting has moved it to stopped
-	// already, and this move then fails: the undo stack unwinds.
-	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, every: rec.CheckpointEvery, checkpointed: time.Now()}
+// goLive makes booted sandbox rec live: in the live map first, so that a
+// delete that sees the record running finds what to tear down, then
+// recorded running by record (one that saw it starting has moved it to
+// stopped already, and record then fails: the caller unwinds b). It
+// starts the watch of its exit.
+func (m *Manager) goLive(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, b *booted, record func() (store.Sandbox, error)) error {
+	l := &live{tenant: rec.Tenant, rt: rt, inst: b.inst, conn: b.conn, every: rec.CheckpointEvery, checkpointed: time.Now()}
 	m.mu.Lock()
 	m.live[rec.ID] = l
 	m.mu.Unlock()
-	undo.Add(func() {
+	b.undo.Add(func() {
 		m.mu.Lock()
 		if m.live[rec.ID] == l {
 			delete(m.live, rec.ID)
 		}
 		m.mu.Unlock()
 	})
-	moved, err := m.deps.Store.Transition(context.WithoutCancel(ctx), rec.ID, store.Transition{
-		From: []string{api.StateStarting}, To: api.StateRunning, Version: rec.Version,
-		RuntimeState: inst.State(), NetSlot: &slot,
-	})
-	if errors.Is(err, store.ErrTransition) {
-		return &endedWhileStarting{state: moved.State}
-	}
+	moved, err := record()
 	if err != nil {
-		return failed("the node could not record it", fmt.Errorf("record running sandbox: %w", err))
+		return err
 	}
 	*rec = moved
 	go m.watch(rec.ID, l)
-	m.log.Debug("sandbox start timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", att.took(),
-		"runtime", tStart.Sub(tClone), "agent_init", tReady.Sub(tStart), "record", time.Since(tReady))
 	return nil
 }
 

@@ -151,6 +151,12 @@ type Manager struct {
 	// ledger holds what the node's sandboxes claim of it.
 	ledger *ledger
 
+	// pools are the node's shares of the warm pools (pools.go), guarded
+	// by poolsMu; poolSyncMu serializes their syncs.
+	poolsMu    sync.Mutex
+	pools      map[poolKey]*warm
+	poolSyncMu sync.Mutex
+
 	stop  context.CancelFunc // stops the loops: the reaper, checkpoints and moves
 	loops sync.WaitGroup
 }
@@ -179,7 +185,8 @@ type live struct {
 
 // New makes the manager, reconciles the store with what is running on the
 // node (after a daemon restart), and starts its loops: the reaper of
-// expired sandboxes, the checkpoints, and the starts of moved sandboxes.
+// expired sandboxes, the checkpoints, the starts of moved sandboxes and the
+// warm pools' syncs.
 func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if deps.NodeID == "" {
 		return nil, errors.New("the node has no ID")
@@ -190,7 +197,8 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(disksDir(deps.Pool), 0o700); err != nil {
 		return nil, fmt.Errorf("disks dir: %w", err)
 	}
-	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}, arriving: map[string]bool{}}
+	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}, arriving: map[string]bool{},
+		pools: map[poolKey]*warm{}}
 	capacity, adm := newCapacity(deps.Host, m.cfg.Admission)
 	m.cfg.Admission = adm
 	m.ledger = newLedger(capacity, adm.Tenant)
@@ -204,10 +212,11 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
-	m.loops.Add(3)
+	m.loops.Add(4)
 	go m.reap(rctx)
 	go m.checkpoints(rctx)
 	go m.moves(rctx)
+	go m.syncPools(rctx)
 	return m, nil
 }
 
@@ -226,11 +235,12 @@ func (m *Manager) prepareBases(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the reaper. Running sandboxes keep running: the next daemon
-// process adopts them.
+// Close stops the loops and discards the warm pools' members. Running
+// sandboxes keep running: the next daemon process adopts them.
 func (m *Manager) Close() {
 	m.stop()
 	m.loops.Wait()
+	m.closePools()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range m.live {

@@ -89,6 +89,15 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		go m.watch(rec.ID, l)
 		log.Info("sandbox adopted after restart")
 	}
+	// The warm pools' members an earlier process left are swept with the
+	// rest (their markers too: no kept sandbox owns them).
+	left, err := m.pooledLeft()
+	if err != nil {
+		return err
+	}
+	for _, id := range left {
+		known[id] = true
+	}
 	var errs []error
 	for _, rt := range m.deps.Runtimes {
 		errs = append(errs, rt.Sweep(ctx, known, keep))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	goruntime "runtime"
 	"sync"
 	"time"
@@ -226,6 +227,76 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 		return nil, err
 	}
 	return out, nil
+}
+
+// Fork starts req.Count children of running container sandbox id: a
+// snapshot of its root disk (the sandbox frozen only while the disk is
+// cloned), restored that many times, each child with a fresh identity.
+// Zero fields of the request's spec take the parent's values. The
+// snapshot stays the tenant's; a failed restore leaves it.
+func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkRequest) (api.ForkResult, error) {
+	if req.Count < 0 || req.Count > maxRestoreCount {
+		return api.ForkResult{}, api.Errorf(api.CodeBadRequest, "count must be between 1 and %d, got %d", maxRestoreCount, req.Count)
+	}
+	if _, err := m.running(ctx, tenant, id); err != nil {
+		return api.ForkResult{}, err
+	}
+	rec, err := m.record(ctx, tenant, id)
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	switch {
+	case rec.Runtime == api.IsolationVM:
+		return api.ForkResult{}, api.Errorf(api.CodeConflict,
+			"sandbox %s is a vm: a vm's fork keeps its memory, which this node cannot do yet; snapshot it and restore the snapshot to fork its disk", id)
+	case rec.WorkspaceMB > 0:
+		return api.ForkResult{}, api.Errorf(api.CodeConflict,
+			"sandbox %s has a workspace disk: a fork copies the root disk only; snapshot each disk and restore instead", id)
+	}
+	spec := inherit(req.SandboxSpec, rec, m.cfg.MaxTTL)
+	sn, err := m.Snapshot(ctx, tenant, id, api.CreateSnapshotRequest{})
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	kids, err := m.Restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec})
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	m.log.Info("sandbox forked", "sandbox", id, "children", len(kids), "snapshot", sn.ID, "paused_ms", sn.AckMs)
+	return api.ForkResult{Snapshot: sn, PausedMs: sn.AckMs, Sandboxes: kids}, nil
+}
+
+// inherit fills the zero fields of a fork's spec from its parent rec; the
+// parent's time to live (at most maxTTL) counts from the fork.
+func inherit(spec api.SandboxSpec, rec store.Sandbox, maxTTL time.Duration) api.SandboxSpec {
+	if spec.Runtime == "" {
+		spec.Runtime = rec.Runtime
+	}
+	if spec.CPUs == 0 {
+		spec.CPUs = rec.CPUs
+	}
+	if spec.MemoryMB == 0 {
+		spec.MemoryMB = rec.MemoryMB
+	}
+	if spec.Pids == 0 {
+		spec.Pids = rec.Pids
+	}
+	if spec.Network == nil && !reflect.DeepEqual(rec.Network, api.NetworkPolicy{}) { // the zero policy is the default
+		spec.Network = &rec.Network
+	}
+	if spec.TimeoutSeconds == 0 {
+		spec.TimeoutSeconds = int64(min(max(time.Second, rec.ExpiresAt.Sub(rec.CreatedAt)), maxTTL) / time.Second)
+	}
+	if spec.CheckpointEverySeconds == 0 {
+		spec.CheckpointEverySeconds = int64(rec.CheckpointEvery / time.Second)
+	}
+	if spec.Env == nil {
+		spec.Env = rec.Env
+	}
+	if spec.Metadata == nil {
+		spec.Metadata = rec.Metadata
+	}
+	return spec
 }
 
 // GCSnapshots collects unreferenced layers and chunks; grace < 0 takes the

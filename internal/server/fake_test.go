@@ -292,6 +292,9 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	if opts.Quotas == nil {
 		opts.Quotas = &memQuotas{}
 	}
+	if opts.Pools == nil {
+		opts.Pools = &memPools{}
+	}
 	keys := &memKeys{}
 	keys.add(e.keyA, "a", false)
 	keys.add(e.keyB, "b", false)
@@ -497,6 +500,18 @@ func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, tenant, id string) e
 	return nil
 }
 
+func (f *fakeSandboxes) Fork(ctx context.Context, tenant, id string, req api.ForkRequest) (api.ForkResult, error) {
+	sn, err := f.Snapshot(ctx, tenant, id, api.CreateSnapshotRequest{})
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	kids, err := f.Restore(ctx, tenant, sn.ID, api.RestoreRequest(req))
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	return api.ForkResult{Snapshot: sn, Sandboxes: kids}, nil
+}
+
 func (f *fakeSandboxes) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
 	sn, err := f.GetSnapshot(ctx, tenant, id)
 	if err != nil {
@@ -595,5 +610,36 @@ func (m *memQuotas) SetQuota(ctx context.Context, tenant string, q api.Quota) er
 		m.q = map[string]api.Quota{}
 	}
 	m.q[tenant] = q
+	return nil
+}
+
+// memPools is an in-memory Pools.
+type memPools struct {
+	mu    sync.Mutex
+	pools []api.Pool
+}
+
+func (m *memPools) Pools(ctx context.Context) ([]api.Pool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.pools), nil
+}
+
+func (m *memPools) SetPool(ctx context.Context, template string, spec api.PoolSpec) (api.Pool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := api.Pool{Template: template, PoolSpec: spec}
+	m.pools = append(slices.DeleteFunc(m.pools, func(q api.Pool) bool { return q.Template == template && q.Runtime == spec.Runtime }), p)
+	return p, nil
+}
+
+func (m *memPools) DeletePool(ctx context.Context, template, runtime string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.pools)
+	m.pools = slices.DeleteFunc(m.pools, func(q api.Pool) bool { return q.Template == template && q.Runtime == runtime })
+	if len(m.pools) == n {
+		return api.Errorf(api.CodeNotFound, "no pool of template %q and runtime %q", template, runtime)
+	}
 	return nil
 }

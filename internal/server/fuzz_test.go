@@ -360,6 +360,10 @@ func (s *fuzzSandboxes) Restore(ctx context.Context, tenant, id string, req api.
 	return s.calledFor(tenant).Restore(ctx, tenant, id, req)
 }
 
+func (s *fuzzSandboxes) Fork(ctx context.Context, tenant, id string, req api.ForkRequest) (api.ForkResult, error) {
+	return s.calledFor(tenant).Fork(ctx, tenant, id, req)
+}
+
 func (s *fuzzSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error) {
 	return s.current().GCSnapshots(ctx, grace)
 }

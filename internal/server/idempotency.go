@@ -12,8 +12,8 @@ import (
 	"warren/api"
 )
 
-// Idempotency keys (docs/API.md, "Retries"): a create, restore, snapshot
-// or delete sent with an Idempotency-Key header takes effect once. Its
+// Idempotency keys (docs/API.md, "Retries"): a create, restore, fork,
+// snapshot or delete sent with an Idempotency-Key header takes effect once. Its
 // answer is kept, and a request with the same key gets that answer again
 // (with Idempotent-Replayed: true) instead of a second effect, on any
 // server of the fleet: the key is claimed in the shared store before the
@@ -26,6 +26,7 @@ import (
 var idempotent = map[string]bool{
 	"POST /v1/sandboxes":                true,
 	"POST /v1/snapshots/{id}/restore":   true,
+	"POST /v1/sandboxes/{id}/fork":      true,
 	"POST /v1/sandboxes/{id}/snapshots": true,
 	"DELETE /v1/sandboxes/{id}":         true,
 }

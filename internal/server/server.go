@@ -105,6 +105,11 @@ type Sandboxes interface {
 	// Restore starts sandboxes from one of tenant's snapshots and returns
 	// them running.
 	Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error)
+	// Fork starts children of one of tenant's running sandboxes from a
+	// snapshot of its disk and returns them running, with the snapshot and
+	// how long the parent paused; CodeConflict for a sandbox not running
+	// or one that cannot be forked.
+	Fork(ctx context.Context, tenant, id string, req api.ForkRequest) (api.ForkResult, error)
 	// GCSnapshots collects what no snapshot needs; grace < 0 is the
 	// default grace.
 	GCSnapshots(ctx context.Context, grace time.Duration) (api.GCResult, error)
@@ -140,6 +145,21 @@ type Fleet interface {
 type Quotas interface {
 	Quota(ctx context.Context, tenant string) (api.Quota, error)
 	SetQuota(ctx context.Context, tenant string, q api.Quota) error
+}
+
+// Pools keeps the warm pools (docs/API.md, "Warm pools"). Errors are as
+// Sandboxes's.
+type Pools interface {
+	// Pools lists every pool with its state.
+	Pools(ctx context.Context) ([]api.Pool, error)
+	// SetPool sets the pool of template and spec's runtime, replacing the
+	// one before, and returns it; CodeNotFound for an unknown template,
+	// CodeBadRequest for an invalid spec, CodeConflict when the node could
+	// never hold its share.
+	SetPool(ctx context.Context, template string, spec api.PoolSpec) (api.Pool, error)
+	// DeletePool removes the pool of template and runtime ("": what a
+	// create picks); CodeNotFound when there is none.
+	DeletePool(ctx context.Context, template, runtime string) error
 }
 
 // Keys resolves and makes API keys. It may be called concurrently.
@@ -186,6 +206,9 @@ type Options struct {
 	// Quotas keeps tenants' quotas (GET and PUT /v1/tenants/{tenant}/quota);
 	// nil: those routes answer 404.
 	Quotas Quotas
+	// Pools keeps the warm pools (GET /v1/pools, PUT and DELETE
+	// /v1/pools/{template}); nil: those routes answer 404.
+	Pools Pools
 	// Limits bound concurrent execs and streams (limits.go).
 	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
@@ -310,10 +333,14 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"GET", "/v1/snapshots/{id}/lineage", tenant, s.snapshotLineage},
 		{"DELETE", "/v1/snapshots/{id}", tenant, s.deleteSnapshot},
 		{"POST", "/v1/snapshots/{id}/restore", tenant, s.restoreSnapshot},
+		{"POST", "/v1/sandboxes/{id}/fork", tenant, s.forkSandbox},
 		{"GET", "/v1/templates", tenant, s.listTemplates},
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},
 		{"GET", "/v1/keys", admin, s.listKeys},
+		{"GET", "/v1/pools", admin, s.listPools},
+		{"PUT", "/v1/pools/{template}", admin, s.setPool},
+		{"DELETE", "/v1/pools/{template}", admin, s.deletePool},
 		{"GET", "/v1/nodes", admin, s.listNodes},
 		{"GET", "/v1/tenants/{tenant}/quota", admin, s.getQuota},
 		{"PUT", "/v1/tenants/{tenant}/quota", admin, s.setQuota},

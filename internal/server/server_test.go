@@ -25,13 +25,18 @@ func deadAgent(t *testing.T) *agentconn.Conn {
 // concrete fills a route's wildcards and gives it what it needs to get past
 // input checks: query parameters and a valid body.
 func concrete(rt route, id string) (path string, body any) {
-	path = strings.NewReplacer("{id}", id, "{pid}", "7", "{name}", "default", "{port}", "8080", "{path...}", "x", "{tenant}", "a").Replace(rt.path)
+	path = strings.NewReplacer("{id}", id, "{pid}", "7", "{name}", "default", "{port}", "8080", "{path...}", "x", "{tenant}", "a", "{template}", "default").Replace(rt.path)
 	if strings.Contains(path, "/files") && !strings.HasSuffix(path, "/mkdir") && !strings.HasSuffix(path, "/move") {
 		path += "?path=/tmp/x"
+	}
+	if strings.HasPrefix(rt.path, "/v1/pools/") && rt.method == "DELETE" {
+		path += "?runtime=container"
 	}
 	switch {
 	case rt.path == "/v1/sandboxes" && rt.method == "POST":
 		body = "{}"
+	case strings.HasPrefix(rt.path, "/v1/pools/") && rt.method == "PUT":
+		body = `{"runtime":"container","min":1}`
 	case strings.HasSuffix(rt.path, "/timeout"):
 		body = `{"timeout_seconds":60}`
 	case strings.HasSuffix(rt.path, "/quota") && rt.method == "PUT":
@@ -123,7 +128,7 @@ func TestAdminOnlyRoutes(t *testing.T) {
 		apiError(t, e.do(rt.method, path, e.keyA, body), http.StatusForbidden, api.CodeForbidden)
 		resp := e.do(rt.method, path, e.admin, body)
 		resp.Body.Close()
-		want := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
+		want := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusNoContent
 		if strings.HasPrefix(rt.path, "/v1/keys/{id}") || strings.HasPrefix(rt.path, "/v1/nodes/{id}") {
 			want = resp.StatusCode == http.StatusNotFound // no key or node of that ID
 		}

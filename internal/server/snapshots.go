@@ -139,6 +139,19 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, api.RestoreResult{Sandboxes: sbs})
 }
 
+// forkSandbox answers POST /v1/sandboxes/{id}/fork.
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.ForkRequest
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
+		return err
+	}
+	res, err := s.sb.Fork(r.Context(), caller(r).Tenant, r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, res)
+}
+
 // gcSnapshots answers POST /v1/gc (admin): collect unreferenced snapshot
 // layers and chunks now.
 func (s *Server) gcSnapshots(w http.ResponseWriter, r *http.Request) error {

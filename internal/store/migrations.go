@@ -253,6 +253,57 @@ var migrations = []migration{
 	ALTER TABLE sandboxes ADD COLUMN restored TEXT NOT NULL DEFAULT '';
 	CREATE INDEX sandboxes_state_node ON sandboxes (state, node);`,
 	},
+	// Warm pools, and each node's share of them (pools.go).
+	{
+		sqlite: `CREATE TABLE pools (
+		template   TEXT NOT NULL,
+		runtime    TEXT NOT NULL,
+		min_size   INTEGER NOT NULL,
+		max_size   INTEGER NOT NULL,
+		cpus       REAL NOT NULL,
+		memory_mb  INTEGER NOT NULL,
+		pids       INTEGER NOT NULL,
+		disk_mb    INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (template, runtime)
+	);
+	CREATE TABLE pool_shares (
+		template    TEXT NOT NULL,
+		runtime     TEXT NOT NULL,
+		node        TEXT NOT NULL,
+		target      INTEGER NOT NULL,
+		ready       INTEGER NOT NULL,
+		hits        INTEGER NOT NULL,
+		misses      INTEGER NOT NULL,
+		error       TEXT NOT NULL,
+		reported_at INTEGER NOT NULL,
+		PRIMARY KEY (template, runtime, node)
+	);`,
+		postgres: `CREATE TABLE pools (
+		template   TEXT NOT NULL,
+		runtime    TEXT NOT NULL,
+		min_size   BIGINT NOT NULL,
+		max_size   BIGINT NOT NULL,
+		cpus       DOUBLE PRECISION NOT NULL,
+		memory_mb  BIGINT NOT NULL,
+		pids       BIGINT NOT NULL,
+		disk_mb    BIGINT NOT NULL,
+		updated_at BIGINT NOT NULL,
+		PRIMARY KEY (template, runtime)
+	);
+	CREATE TABLE pool_shares (
+		template    TEXT NOT NULL,
+		runtime     TEXT NOT NULL,
+		node        TEXT NOT NULL,
+		target      BIGINT NOT NULL,
+		ready       BIGINT NOT NULL,
+		hits        BIGINT NOT NULL,
+		misses      BIGINT NOT NULL,
+		error       TEXT NOT NULL,
+		reported_at BIGINT NOT NULL,
+		PRIMARY KEY (template, runtime, node)
+	);`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

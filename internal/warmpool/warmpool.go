@@ -23,8 +23,8 @@ import (
 
 // Config says what a Pool keeps and how.
 type Config[T any] struct {
-	// Size is how many items are kept ready; 0 makes a pool that never
-	// makes anything.
+	// Size is how many items are kept ready (SetSize changes it); 0 makes
+	// nothing.
 	Size int
 	// Make makes one item. It is called only from the pool's goroutine, one
 	// call at a time, never after Close has returned.
@@ -55,6 +55,7 @@ type Pool[T any] struct {
 	mu      sync.Mutex // guards the fields below
 	ready   []T
 	started bool // Start was called (or Close: a later Start does nothing)
+	closed  bool // Close was called: what is put back is discarded
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the goroutine has stopped; nil if never started
 }
@@ -75,8 +76,7 @@ func New[T any](cfg Config[T]) *Pool[T] {
 func (p *Pool[T]) Start() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.started || p.cfg.Size <= 0 {
-		p.started = true
+	if p.started {
 		return
 	}
 	p.started = true
@@ -112,6 +112,41 @@ func (p *Pool[T]) Busy() {
 	}
 }
 
+// Put gives back an item that was taken but not used; it is discarded
+// when the pool is full or closed.
+func (p *Pool[T]) Put(item T) error {
+	p.mu.Lock()
+	if p.closed || len(p.ready) >= p.cfg.Size {
+		p.mu.Unlock()
+		return p.cfg.Discard(item)
+	}
+	p.ready = append(p.ready, item)
+	p.mu.Unlock()
+	return nil
+}
+
+// SetSize changes how many items are kept ready. Items beyond a smaller
+// size are discarded, the oldest first.
+func (p *Pool[T]) SetSize(n int) error {
+	p.mu.Lock()
+	p.cfg.Size = max(n, 0)
+	var extra []T
+	if over := len(p.ready) - p.cfg.Size; over > 0 {
+		extra = append(extra, p.ready[:over]...)
+		p.ready = append(p.ready[:0], p.ready[over:]...)
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	var errs []error
+	for _, item := range extra {
+		errs = append(errs, p.cfg.Discard(item))
+	}
+	return errors.Join(errs...)
+}
+
 // Ready returns the items ready now, which stay in the pool.
 func (p *Pool[T]) Ready() []T {
 	p.mu.Lock()
@@ -123,7 +158,7 @@ func (p *Pool[T]) Ready() []T {
 // items still ready. Items taken earlier are the takers'.
 func (p *Pool[T]) Close() error {
 	p.mu.Lock()
-	p.started = true
+	p.started, p.closed = true, true
 	cancel, done := p.cancel, p.done
 	p.mu.Unlock()
 	if cancel != nil {

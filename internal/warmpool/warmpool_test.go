@@ -134,3 +134,48 @@ func TestZeroSize(t *testing.T) {
 		t.Fatalf("Close = %v after %d makes, want nil after 0", err, m.count())
 	}
 }
+
+// TestSetSizePut: a pool grows to a larger size, discards its oldest items
+// when made smaller, takes back what fits and discards the rest, and
+// discards what is put back once closed.
+func TestSetSizePut(t *testing.T) {
+	m := &maker{}
+	p := newPool(m, 0, time.Millisecond)
+	p.Start()
+	if err := p.SetSize(3); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "three items made", func() bool { return len(p.Ready()) == 3 })
+	if err := p.SetSize(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Ready(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("ready after shrinking to 1 = %v, want the newest, [3]", got)
+	}
+	m.mu.Lock()
+	discarded := slices.Clone(m.discarded)
+	m.mu.Unlock()
+	if !slices.Equal(discarded, []int{1, 2}) {
+		t.Errorf("discarded = %v, want the oldest two", discarded)
+	}
+	item, ok := p.Take()
+	if !ok || item != 3 {
+		t.Fatalf("Take = %d, %v", item, ok)
+	}
+	wait.For(t, 10*time.Second, "the pool refilled", func() bool { return len(p.Ready()) == 1 })
+	if err := p.Put(item); err != nil { // full: discarded
+		t.Fatal(err)
+	}
+	if got := len(p.Ready()); got != 1 {
+		t.Errorf("a full pool took an item back: %d ready", got)
+	}
+	p.Close()
+	if err := p.Put(7); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Contains(m.discarded, 7) || !slices.Contains(m.discarded, 3) {
+		t.Errorf("discarded = %v, want 3 (put back into a full pool) and 7 (put back after Close)", m.discarded)
+	}
+}

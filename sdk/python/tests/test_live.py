@@ -100,6 +100,30 @@ class NodeTest(unittest.TestCase):
         self.assertEqual(c.openapi().get("openapi", "")[:3], "3.1")
 
 
+class PoolTest(unittest.TestCase):
+    def test_set_claim_list_delete(self) -> None:
+        c = client()
+        if any(p.template == "default" and p.runtime == "container" for p in c.pools()):
+            self.skipTest("the server keeps a default/container pool of its own")
+        p = c.set_pool("default", min=1, runtime="container", memory_mb=288)
+        self.addCleanup(lambda: c.delete_pool("default", "container") if c.pools() else None)
+        self.assertEqual((p.min, p.max, p.memory_mb, p.runtime), (1, 1, 288, "container"))
+        deadline = time.monotonic() + 60
+        while c.pools()[0].ready < 1:
+            self.assertLess(time.monotonic(), deadline, "the pool's member did not become ready")
+            time.sleep(0.2)
+        sb = new_sandbox(self, runtime="container", memory_mb=288, env={"FROM": "pool"})
+        self.assertEqual(sb.exec(["printenv", "FROM"]).stdout, "pool\n")
+        while c.pools()[0].hits < 1:
+            self.assertLess(time.monotonic(), deadline, "the create was not counted as a hit")
+            time.sleep(0.2)
+        with self.assertRaises(warren.BadRequestError):
+            c.set_pool("default", min=2, max=1)
+        c.delete_pool("default", "container")
+        with self.assertRaises(warren.NotFoundError):
+            c.delete_pool("default", "container")
+
+
 class LifecycleTest(unittest.TestCase):
     def test_create_get_list_timeout_and_context_manager(self) -> None:
         with Sandbox.create(client=client(), memory_mb=512, timeout=300, env={"GREETING": "hello"},
@@ -561,6 +585,24 @@ class SnapshotTest(unittest.TestCase):
         self.assertEqual(sn.wait(), sn)
         self.assertIn(sn.id, [x.id for x in self.sb.snapshots()])
         self.assertIn(sn.id, [x.id for x in client().list_snapshots()])
+
+    def test_live_fork_inherits_and_diverges(self) -> None:
+        parent = new_sandbox(self, env={"ROLE": "parent"}, metadata={"run": "fork"})
+        parent.files.write_text("/root/state.txt", "shared\n")
+        kids = parent.fork(2, env={"ROLE": "child"})
+        for k in kids:
+            self.addCleanup(k.__exit__, None, None, None)
+        self.assertEqual(len(kids), 2)
+        for i, k in enumerate(kids):
+            self.assertEqual(k.files.read_text("/root/state.txt"), "shared\n")
+            self.assertEqual(k.exec(["printenv", "ROLE"]).stdout, "child\n")
+            self.assertEqual(k.info.metadata.get("run"), "fork")
+            self.assertTrue(k.info.origin.startswith("sn-"))
+            k.files.write_text("/root/state.txt", f"kid {i}\n")
+        self.assertEqual(kids[0].files.read_text("/root/state.txt"), "kid 0\n")
+        self.assertEqual(parent.files.read_text("/root/state.txt"), "shared\n")
+        with self.assertRaises(warren.BadRequestError):
+            parent.fork(0)
 
     def test_three_forks_share_the_disk_not_their_changes(self) -> None:
         kids = self.restore(self.snap, 3)

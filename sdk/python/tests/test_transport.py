@@ -656,6 +656,30 @@ class SnapshotTest(StubCase):
         with self.assertRaises(ValueError):
             c.gc(-1)
 
+    def test_pools(self) -> None:
+        pool = {"template": "default", "runtime": "container", "min": 2, "max": 4, "cpus": 1, "memory_mb": 512,
+                "pids": 1024, "disk_mb": 4096, "target": 3, "ready": 2, "hits": 9, "misses": 1,
+                "nodes": [{"node": "n1", "target": 3, "ready": 2, "hits": 9, "misses": 1,
+                           "reported_at": "2026-12-02T10:00:00Z", "error": ""}],
+                "updated_at": "2026-12-02T09:00:00Z"}
+
+        def script(seen: Seen, n: int) -> Reply:
+            if seen.method == "GET":
+                return 200, {"pools": [pool]}
+            if seen.method == "DELETE":
+                return 204, b""
+            return 200, pool
+
+        s = self.stub(script)
+        c = self.client(s)
+        p = c.set_pool("default", min=2, max=4, memory_mb=512)
+        self.assertEqual((p.target, p.ready, p.hits, p.misses, p.nodes[0].node), (3, 2, 9, 1, "n1"))
+        self.assertEqual(c.pools(), [p])
+        c.delete_pool("default", "vm")
+        self.assertEqual([(x.method, x.path) for x in s.seen], [
+            ("PUT", "/v1/pools/default"), ("GET", "/v1/pools"), ("DELETE", "/v1/pools/default?runtime=vm")])
+        self.assertEqual(json.loads(s.seen[0].body), {"min": 2, "max": 4, "memory_mb": 512})
+
     def test_async(self) -> None:
         from warren import aio
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 from ._pages import MAX_LIST_LIMIT, fetch_page, iterate
 from ._transport import IDEMPOTENT, NEVER, Transport, path_of
 from .errors import ConfigurationError, StreamBrokenError, WarrenError
-from .models import GCResult, NodeInfo, Template
+from .models import GCResult, NodeInfo, Pool, Template
 
 if TYPE_CHECKING:
     from .snapshots import Snapshot
@@ -266,6 +266,58 @@ class Client:
         from .snapshots import gc
 
         return gc(grace_seconds, client=self)
+
+    def pools(self) -> List[Pool]:
+        """The warm pools, with their targets, ready members, hits and
+        misses (admin key only).
+
+        Raises:
+            ForbiddenError: the key is not the admin key.
+        """
+        return [Pool.from_json(p) for p in self._get("/v1/pools").get("pools") or []]
+
+    def set_pool(
+        self,
+        template: str,
+        *,
+        min: int,
+        max: Optional[int] = None,
+        runtime: Optional[str] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        disk_mb: Optional[int] = None,
+    ) -> Pool:
+        """Keep ``min`` sandboxes of ``template`` booted ahead of demand,
+        grown toward ``max`` (default ``min``) while creates find the pool
+        empty; replaces the pool of that template and runtime, members and
+        all (admin key only). A create of the same template, runtime and
+        resources (each after the server's defaults) takes a member instead
+        of booting.
+
+        Raises:
+            ForbiddenError: the key is not the admin key.
+            NotFoundError: there is no such template.
+            BadRequestError: the numbers are out of range.
+            ConflictError: the node could never hold its share.
+        """
+        spec: Dict[str, Any] = {"min": min}
+        for name, value in (("max", max), ("runtime", runtime), ("cpus", cpus),
+                            ("memory_mb", memory_mb), ("pids", pids), ("disk_mb", disk_mb)):
+            if value is not None:
+                spec[name] = value
+        answer = self._transport.request("PUT", path_of("v1", "pools", template), json_body=spec, retry=IDEMPOTENT)
+        return Pool.from_json(answer.json())
+
+    def delete_pool(self, template: str, runtime: Optional[str] = None) -> None:
+        """Remove the warm pool of ``template`` and ``runtime`` (default:
+        what a create picks); its members go (admin key only).
+
+        Raises:
+            NotFoundError: there is no such pool.
+        """
+        query = {"runtime": runtime} if runtime else None
+        self._transport.request("DELETE", path_of("v1", "pools", template), query=query, retry=IDEMPOTENT)
 
     def _get(self, path: str, query: Optional[Dict[str, Any]] = None) -> Any:
         """GET a JSON document, retried as reads are."""

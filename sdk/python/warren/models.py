@@ -607,3 +607,79 @@ def _check_port(port: int) -> None:
         raise TypeError(f"port must be an int, not {type(port).__name__}")
     if not 1 <= port <= 65535:
         raise ValueError(f"port must be between 1 and 65535, not {port}")
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    """One node's share of a warm pool, as it last reported it."""
+
+    node: str
+    target: int
+    ready: int
+    hits: int
+    misses: int
+    reported_at: Optional[datetime]
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "PoolNode":
+        """Build from the API's PoolNode object."""
+        return cls(
+            node=str(d.get("node") or ""),
+            target=int(d.get("target") or 0),
+            ready=int(d.get("ready") or 0),
+            hits=int(d.get("hits") or 0),
+            misses=int(d.get("misses") or 0),
+            reported_at=parse_time(d.get("reported_at")),
+            error=str(d.get("error") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A warm pool (:meth:`Client.set_pool`): sandboxes of one template and
+    runtime kept booted ahead of demand, which creates of the same
+    template, runtime and resources take instead of booting.
+
+    Attributes:
+        min, max: members kept ready, and the most misses grow the pool to.
+        target: members the nodes aim to keep ready now; ready: those ready.
+        hits, misses: creates that took a member, and that matched the pool
+            but found it empty, since the pool was set.
+        nodes: each node's share.
+    """
+
+    template: str
+    runtime: str
+    min: int
+    max: int
+    cpus: float
+    memory_mb: int
+    pids: int
+    disk_mb: int
+    target: int
+    ready: int
+    hits: int
+    misses: int
+    nodes: Tuple[PoolNode, ...]
+    updated_at: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Pool":
+        """Build from the API's Pool object."""
+        return cls(
+            template=str(d.get("template") or ""),
+            runtime=str(d.get("runtime") or ""),
+            min=int(d.get("min") or 0),
+            max=int(d.get("max") or 0),
+            cpus=float(d.get("cpus") or 0),
+            memory_mb=int(d.get("memory_mb") or 0),
+            pids=int(d.get("pids") or 0),
+            disk_mb=int(d.get("disk_mb") or 0),
+            target=int(d.get("target") or 0),
+            ready=int(d.get("ready") or 0),
+            hits=int(d.get("hits") or 0),
+            misses=int(d.get("misses") or 0),
+            nodes=tuple(PoolNode.from_json(n) for n in d.get("nodes") or ()),
+            updated_at=parse_time(d.get("updated_at")),
+        )

@@ -849,6 +849,48 @@ class Sandbox:
         )
         return Snapshot.from_json(answer.json(), self.client)
 
+    def fork(
+        self,
+        count: int = 1,
+        *,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        network: Optional[NetworkArg] = None,
+        checkpoint_every: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> List["Sandbox"]:
+        """Start count children of this running container sandbox and
+        return them once all of them run: its root disk is snapshotted
+        (synced and cloned while it runs: the snapshot's
+        ``ack_duration``) and each child starts from that
+        snapshot, its ``info.origin``, with a fresh identity. An argument
+        not given takes this sandbox's value (resources, env, metadata,
+        egress policy, checkpoint policy, time to live). All or nothing.
+
+        Raises:
+            BadRequestError: count is out of range.
+            ConflictError: the sandbox is a vm (its memory cannot be forked
+                yet: snapshot it and restore) or has a workspace disk.
+            SandboxGoneError: the sandbox is not running.
+        """
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"count must be an int, not {type(count).__name__}")
+        if count < 1:
+            raise BadRequestError(f"count must be at least 1, got {count}")
+        body = _sandbox_body(runtime=None, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout, env=env,
+                             metadata=metadata, network=network, checkpoint_every=checkpoint_every)
+        body["count"] = count
+        t = self._transport.timeout
+        answer = self._transport.request(
+            "POST", self._path("fork"), json_body=body, retry=IDEMPOTENT,
+            timeout=None if t is None else max(t, _RESTORE_TIMEOUT), idempotency_key=_once(idempotency_key),
+        )
+        return [Sandbox(SandboxInfo.from_json(d), self.client) for d in answer.json().get("sandboxes") or []]
+
     def snapshots(self, *, state: States = None) -> List[Snapshot]:
         """The sandbox's snapshots, oldest first (each one's ``parent``
         links them into a tree), in one of state if given. Follows every

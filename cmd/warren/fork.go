@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"warren/api"
+)
+
+func runFork(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("fork", "[flags] SANDBOX",
+		"Start children of a running container sandbox: its root disk is snapshotted\n"+
+			"(synced and cloned while it runs), and each child starts from it with a fresh\n"+
+			"identity. Prints the children's IDs, one a line, once they all run; the\n"+
+			"snapshot and the parent's pause go to stderr. A flag not given takes the\n"+
+			"parent's value (resources, env, metadata, egress policy, time to live).\n"+
+			"All or nothing.")
+	var req api.ForkRequest
+	fs.IntVar(&req.Count, "count", 1, "how many children to start")
+	sf := addSandboxFlags(fs, &req.SandboxSpec)
+	cl, rest, err := connect(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if req.Count < 1 {
+		return badUsage(fs, "-count must be at least 1")
+	}
+	if err := sf.fill(fs, &req.SandboxSpec); err != nil {
+		return err
+	}
+	res, err := cl.Fork(ctx, rest[0], req)
+	if err != nil {
+		return err
+	}
+	for _, sb := range res.Sandboxes {
+		if _, err := fmt.Fprintln(c.stdout, sb.ID); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.stderr, "forked %s from snapshot %s (paused %.1f ms)\n", rest[0], res.Snapshot.ID, res.PausedMs)
+	return nil
+}
