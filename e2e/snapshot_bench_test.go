@@ -45,7 +45,7 @@ func BenchmarkSnapshotAck(b *testing.B) {
 			// The writer stamps the time after each write; it stops when
 			// /root/writing goes, and overwrites its file every 64 MiB.
 			shared.sh(b, id, `touch /root/writing`)
-			if _, err := c.Exec(ctx, id, api.ExecRequest{Background: true, Shell: `i=0
+			if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: `i=0
 				while [ -e /root/writing ]; do
 					head -c 65536 /dev/urandom | dd of=/root/w bs=65536 seek=$((i % 1024)) conv=notrunc 2>/dev/null
 					date +%s%N >> /root/ticks; i=$((i+1))
