@@ -298,12 +298,15 @@ func (in *internet) stop() {
 }
 
 // removeStaleInternets removes the test internets of runs killed before
-// their cleanup (their namespaces are named for it; their links die with
-// them).
+// their cleanup (their namespaces are named for it). Their host ends go
+// first: a link would die with its namespace, but only once the kernel
+// gets round to destroying it, and until then its addresses are in the
+// way of this run's.
 func removeStaleInternets() {
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	for _, line := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "wtest-inet-") {
+			exec.Command("ip", "link", "del", "wti"+strings.TrimPrefix(f[0], "wtest-inet-")).Run()
 			exec.Command("ip", "netns", "del", f[0]).Run()
 		}
 	}
