@@ -588,7 +588,7 @@ class SnapshotTest(unittest.TestCase):
 
     def test_live_fork_inherits_and_diverges(self) -> None:
         parent = new_sandbox(self, env={"ROLE": "parent"}, metadata={"run": "fork"})
-        parent.files.write_text("/root/state.txt", "shared\n")
+        parent.files.write("/root/state.txt", "shared\n")
         kids = parent.fork(2, env={"ROLE": "child"})
         for k in kids:
             self.addCleanup(k.__exit__, None, None, None)
@@ -598,7 +598,7 @@ class SnapshotTest(unittest.TestCase):
             self.assertEqual(k.exec(["printenv", "ROLE"]).stdout, "child\n")
             self.assertEqual(k.info.metadata.get("run"), "fork")
             self.assertTrue(k.info.origin.startswith("sn-"))
-            k.files.write_text("/root/state.txt", f"kid {i}\n")
+            k.files.write("/root/state.txt", f"kid {i}\n")
         self.assertEqual(kids[0].files.read_text("/root/state.txt"), "kid 0\n")
         self.assertEqual(parent.files.read_text("/root/state.txt"), "shared\n")
         with self.assertRaises(warren.BadRequestError):
