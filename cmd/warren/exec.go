@@ -85,9 +85,18 @@ func execStream(ctx context.Context, c *cli, cl *client.Client, id string, req a
 // process has ended; it may stay blocked reading c.stdin (a terminal) until
 // warren exits, which it does next.
 func execInteractive(ctx context.Context, c *cli, cl *client.Client, id string, req api.ExecRequest) (*api.ExecResult, error) {
-	p, err := cl.StartProcess(ctx, id, req)
+	// The start is not cut short by an interrupt: one that came while the
+	// server was starting the process would leave it running unattended,
+	// its PID unknown. It is killed once known.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startProcessTimeout)
+	p, err := cl.StartProcess(sctx, id, req)
+	cancel()
 	if err != nil {
 		return nil, err
+	}
+	if ctx.Err() != nil {
+		kill(ctx, cl, id, p.PID)
+		return nil, ctx.Err()
 	}
 	s, err := cl.AttachProcess(ctx, id, p.PID, true)
 	if err != nil {
@@ -118,6 +127,10 @@ func execInteractive(ctx context.Context, c *cli, cl *client.Client, id string, 
 	}
 	return res, nil
 }
+
+// startProcessTimeout bounds an interactive exec's start, which an
+// interrupt does not cut short.
+const startProcessTimeout = 30 * time.Second
 
 // kill ends a background process that warren gives up on, so that it does
 // not run on unattended; ctx may be cancelled already.
