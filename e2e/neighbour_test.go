@@ -30,22 +30,25 @@ func execLatencies(t *testing.T, id string, n int) []time.Duration {
 	return ds
 }
 
-func p99(ds []time.Duration) time.Duration { return ds[len(ds)*99/100] }
+// p95 is the 95th percentile of sorted ds: of 100 samples, what the five
+// slowest exceed. One stall of a shared 2-core machine is not what a
+// neighbour does to a sandbox; a shift of its latencies is.
+func p95(ds []time.Duration) time.Duration { return ds[len(ds)*95/100] }
 
 // A sandbox that spins every CPU, fork-bombs, memory-bombs or fills its disk
 // hits its own limit, inside itself; a quiet sandbox beside it keeps its
-// exec latency within 2x of its idle p99, and the daemon keeps serving. The
+// exec latency (p95) within 2x of its idle p95, and the daemon keeps serving. The
 // offender gets half a core: on this 2-core node a full core is half the
 // machine, which is capacity planning, not isolation.
 func TestNoisyNeighbours(t *testing.T) {
 	need(t)
 	quiet := shared.newSandbox(t)
 	execLatencies(t, quiet, 10) // warm its page cache
-	idle := p99(execLatencies(t, quiet, 60))
-	// On 2 cores a p99 of a few milliseconds moves by a few milliseconds
+	idle := p95(execLatencies(t, quiet, 100))
+	// On 2 cores a p95 of a few milliseconds moves by a few milliseconds
 	// with any background work: allow that much absolute slack too.
 	budget := max(2*idle, idle+5*time.Millisecond)
-	t.Logf("quiet sandbox idle exec p99 %v, budget %v", idle, budget)
+	t.Logf("quiet sandbox idle exec p95 %v, budget %v", idle, budget)
 
 	attacks := []struct {
 		name   string
@@ -78,14 +81,14 @@ func TestNoisyNeighbours(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Second) // let it get going
-			during := execLatencies(t, quiet, 60)
-			if p99(during) > budget {
-				// One p99 of 60 samples on a shared 2-core machine can catch
-				// an unrelated stall: a second sample must confirm it.
-				during = execLatencies(t, quiet, 60)
+			during := execLatencies(t, quiet, 100)
+			if p95(during) > budget {
+				// A shared 2-core machine can stall for reasons of its own:
+				// a second sample must confirm it.
+				during = execLatencies(t, quiet, 100)
 			}
-			if got := p99(during); got > budget {
-				t.Errorf("quiet sandbox exec p99 %v while its neighbour attacks (twice), budget %v (idle p99 %v)", got, budget, idle)
+			if got := p95(during); got > budget {
+				t.Errorf("quiet sandbox exec p95 %v while its neighbour attacks (twice), budget %v (idle p95 %v)", got, budget, idle)
 			}
 			resp, err := http.Get(shared.url + "/healthz")
 			if err != nil || resp.StatusCode != 200 {
@@ -109,7 +112,7 @@ func TestNoisyNeighbours(t *testing.T) {
 			if !a.inside(res) {
 				t.Errorf("the attack did not hit its own limit: exit %d, stdout %q, stderr %q", res.ExitCode, trim(res.Stdout), trim(res.Stderr))
 			}
-			t.Logf("quiet sandbox exec p99 during: %v", p99(during))
+			t.Logf("quiet sandbox exec p95 during: %v, slowest %v", p95(during), during[len(during)-1])
 		})
 	}
 }

@@ -297,8 +297,9 @@ func TestVMEscape(t *testing.T) {
 			t.Errorf("QEMU's pids limit: %d", pidsMax)
 		}
 		quota := cgroupValue(id, "cpu", "cpu.cfs_quota_us", "cpu.max")
-		if q := strings.Fields(quota); len(q) == 0 || q[0] != "100000" {
-			t.Errorf("QEMU's CPU quota: %q, want one core (100000 µs a period)", quota)
+		period := cgroupValue(id, "cpu", "cpu.cfs_period_us", "cpu.max")
+		if q, p := strings.Fields(quota), strings.Fields(period); len(q) == 0 || len(p) == 0 || q[0] != p[len(p)-1] {
+			t.Errorf("QEMU's CPU quota: %q per %q, want one core (the whole period)", quota, period)
 		}
 		t.Logf("QEMU pid %s: Uid %s, NoNewPrivs %s, Seccomp %s, memory limit %d MiB, pids.max %d, cpu quota %s",
 			pid, st["Uid"], st["NoNewPrivs"], st["Seccomp"], mem>>20, pidsMax, quota)

@@ -32,10 +32,8 @@ func runFork(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	for _, sb := range res.Sandboxes {
-		if _, err := fmt.Fprintln(c.stdout, sb.ID); err != nil {
-			return err
-		}
+	if err := printIDs(c.stdout, res.Sandboxes); err != nil {
+		return err
 	}
 	fmt.Fprintf(c.stderr, "forked %s from snapshot %s (paused %.1f ms)\n", rest[0], res.Snapshot.ID, res.PausedMs)
 	return nil

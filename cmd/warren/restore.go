@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"warren/api"
@@ -31,8 +32,13 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	return printIDs(c.stdout, sbs)
+}
+
+// printIDs prints the sandboxes' IDs, one a line.
+func printIDs(w io.Writer, sbs []api.Sandbox) error {
 	for _, sb := range sbs {
-		if _, err := fmt.Fprintln(c.stdout, sb.ID); err != nil {
+		if _, err := fmt.Fprintln(w, sb.ID); err != nil {
 			return err
 		}
 	}

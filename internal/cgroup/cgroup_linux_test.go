@@ -71,17 +71,20 @@ func TestCreateRejectsBadNamesAndLimits(t *testing.T) {
 
 func TestCPUQuota(t *testing.T) {
 	for _, tc := range []struct {
-		cpus float64
-		want int64
+		cpus          float64
+		quota, period int64
 	}{
-		{0.01, 1000},
-		{0.5, 50000},
-		{1, 100000},
-		{2.25, 225000},
-		{0.333, 33300},
+		{0.01, 1000, 100000}, // the kernel's minimum quota needs a longer period
+		{0.05, 1000, 20000},
+		{0.1, 1000, 10000},
+		{0.5, 5000, 10000},
+		{1, 10000, 10000},
+		{2.25, 22500, 10000},
+		{0.333, 3330, 10000},
 	} {
-		if got := (Limits{CPUs: tc.cpus}).cpuQuota(); got != tc.want {
-			t.Errorf("quota for %v CPUs = %d, want %d", tc.cpus, got, tc.want)
+		l := Limits{CPUs: tc.cpus}
+		if q, p := l.cpuQuota(), l.cpuPeriod(); q != tc.quota || p != tc.period {
+			t.Errorf("%v CPUs: quota %d per %d µs, want %d per %d", tc.cpus, q, p, tc.quota, tc.period)
 		}
 	}
 }

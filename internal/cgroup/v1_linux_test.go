@@ -169,7 +169,7 @@ func TestV1CreateWritesLimits(t *testing.T) {
 	g := newGroup(t, h, Limits{CPUs: 0.5, MemoryBytes: mem, Pids: 32})
 
 	want := map[string]map[string]string{
-		"cpu":    {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"},
+		"cpu":    {"cpu.cfs_period_us": "10000", "cpu.cfs_quota_us": "5000"},
 		"memory": {"memory.limit_in_bytes": fmt.Sprint(mem), "memory.swappiness": "0"},
 		"pids":   {"pids.max": "32"},
 	}

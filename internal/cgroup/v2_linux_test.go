@@ -106,7 +106,7 @@ func TestV2CreateWritesExactFiles(t *testing.T) {
 	for path, want := range map[string]string{
 		"cgroup.subtree_control":            "+cpu +memory +pids",
 		"warren/cgroup.subtree_control":     "+cpu +memory +pids",
-		"warren/sb1/cpu.max":                "150000 100000",
+		"warren/sb1/cpu.max":                "15000 10000",
 		"warren/sb1/memory.max":             "268435456",
 		"warren/sb1/memory.swap.max":        "0",
 		"warren/sb1/pids.max":               "100",
