@@ -152,10 +152,12 @@ type Manager struct {
 	ledger *ledger
 
 	// pools are the node's shares of the warm pools (pools.go), guarded
-	// by poolsMu; poolSyncMu serializes their syncs.
-	poolsMu    sync.Mutex
-	pools      map[poolKey]*warm
-	poolSyncMu sync.Mutex
+	// by poolsMu; poolSyncMu serializes their syncs and guards
+	// poolsReported, whether the node's last report held a share.
+	poolsMu       sync.Mutex
+	pools         map[poolKey]*warm
+	poolSyncMu    sync.Mutex
+	poolsReported bool
 
 	stop  context.CancelFunc // stops the loops: the reaper, checkpoints and moves
 	loops sync.WaitGroup

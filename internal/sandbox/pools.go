@@ -328,6 +328,12 @@ func (m *Manager) syncPoolsOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.poolsMu.Lock()
+	idle := len(sets) == 0 && len(m.pools) == 0
+	m.poolsMu.Unlock()
+	if idle && !m.poolsReported {
+		return nil // no pool, and nothing of ours to take back from the store
+	}
 	share, err := m.poolShare(ctx)
 	if err != nil {
 		return err
@@ -382,7 +388,11 @@ func (m *Manager) syncPoolsOnce(ctx context.Context) error {
 			m.log.Warn("pool members not discarded", "pool", w.set.Template+"/"+w.set.Runtime, "err", err)
 		}
 	}
-	return m.deps.Store.ReportPools(ctx, m.deps.NodeID, shares, now)
+	if err := m.deps.Store.ReportPools(ctx, m.deps.NodeID, shares, now); err != nil {
+		return err
+	}
+	m.poolsReported = len(shares) > 0
+	return nil
 }
 
 // poolProblem says why the node cannot keep its share of w, or "".
