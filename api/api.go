@@ -405,6 +405,28 @@ type NodeInfo struct {
 	// Sandboxes is how many of the caller's tenant's sandboxes run on the
 	// node (every tenant's for an admin key).
 	Sandboxes int `json:"sandboxes"`
+	// MemoryImages are the node's memory images, which vm sandboxes start
+	// from instead of booting (docs/API.md, "Memory starts"); shown to an
+	// admin key only.
+	MemoryImages []MemoryImage `json:"memory_images,omitempty"`
+}
+
+// MemoryImage is a booted vm sandbox of a template and shape, saved, that
+// vm sandboxes of that template and shape start from.
+type MemoryImage struct {
+	Template        string    `json:"template"`
+	TemplateBuiltAt time.Time `json:"template_built_at"`
+	VCPUs           int       `json:"vcpus"`
+	MemoryMB        int64     `json:"memory_mb"`
+	Network         bool      `json:"network"`
+	// State is "preparing", "ready" or "failed" (tried again later).
+	State string `json:"state"`
+	// Bytes is what its memory file takes of the node's disk (about what
+	// the guest used of its memory); its disk is a clone of the
+	// template's, sharing its blocks.
+	Bytes int64 `json:"bytes"`
+	// Starts counts the sandboxes started from it.
+	Starts int64 `json:"starts"`
 }
 
 // Preview is the body of GET and PUT /v1/sandboxes/{id}/preview: how the

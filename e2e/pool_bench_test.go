@@ -83,56 +83,77 @@ func BenchmarkCreateToFirstExecPool(b *testing.B) {
 	}
 }
 
-// BenchmarkVMCreateToFirstExecPool: a vm sandbox's create to its first
-// exec of `true`, taken from a warm pool of one booted member (pool) and
-// booted on the spot (cold), in the same run; accel is the machine's
-// (TCG here: each cold boot takes seconds).
-func BenchmarkVMCreateToFirstExecPool(b *testing.B) {
+// BenchmarkVMCreateToFirstExec: a vm sandbox's create to its first exec
+// of `true`, in the same run: taken from a warm pool of one booted member
+// (pool), restored from the node's memory image of its shape (memory), and
+// booted (cold: each iteration a shape of its own, which no image has);
+// accel is the machine's (TCG here: each cold boot takes seconds).
+func BenchmarkVMCreateToFirstExec(b *testing.B) {
 	rt := needVM(b)
 	b.Logf("accel %s", rt.Accel)
 	ctx := context.Background()
 	cl := shared.client()
 	spec := api.SandboxSpec{Runtime: "vm", CPUs: 1, MemoryMB: poolMemoryMB}
-	for _, pooled := range []bool{true, false} {
-		name := "cold"
-		if pooled {
-			name = "pool"
+	firstExec := func(spec api.SandboxSpec) time.Duration {
+		t0 := time.Now()
+		sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: spec})
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			if pooled {
-				if _, err := cl.SetPool(ctx, "default", api.PoolSpec{Runtime: "vm", Min: 1, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB}); err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { cl.DeletePool(context.Background(), "default", "vm") })
-			}
-			var ds []time.Duration
-			for b.Loop() {
-				if pooled {
-					b.StopTimer()
-					wait.For(b, 5*time.Minute, "the vm member ready", func() bool { return vmPool(b).Ready == 1 })
-					b.StartTimer()
-				}
-				t0 := time.Now()
-				sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: spec})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-					b.Fatal(err)
-				}
-				ds = append(ds, time.Since(t0))
-				b.StopTimer()
-				if err := cl.DeleteSandbox(ctx, sb.ID); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			reportPercentiles(b, ds)
-			if p := vmPool(b); pooled && p.Misses != 0 {
-				b.Logf("%d creates missed the pool", p.Misses)
-			}
-		})
+		if _, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(t0)
+		b.StopTimer()
+		if err := cl.DeleteSandbox(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		return took
 	}
+	b.Run("pool", func(b *testing.B) {
+		if _, err := cl.SetPool(ctx, "default", api.PoolSpec{Runtime: "vm", Min: 1, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cl.DeletePool(context.Background(), "default", "vm") })
+		var ds []time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			wait.For(b, 5*time.Minute, "the vm member ready", func() bool { return vmPool(b).Ready == 1 })
+			b.StartTimer()
+			ds = append(ds, firstExec(spec))
+		}
+		reportPercentiles(b, ds)
+		if p := vmPool(b); p.Misses != 0 {
+			b.Logf("%d creates missed the pool", p.Misses)
+		}
+	})
+	b.Run("memory", func(b *testing.B) {
+		mem := spec
+		mem.MemoryMB = memoryStartMB
+		if _, ok := memoryImage(b, mem.MemoryMB); !ok {
+			firstExec(mem) // two boots of the shape make its image
+			firstExec(mem)
+		}
+		wait.For(b, 2*time.Minute, "the memory image ready", func() bool {
+			img, ok := memoryImage(b, mem.MemoryMB)
+			return ok && img.State == "ready"
+		})
+		var ds []time.Duration
+		for b.Loop() {
+			ds = append(ds, firstExec(mem))
+		}
+		reportPercentiles(b, ds)
+	})
+	b.Run("cold", func(b *testing.B) {
+		var ds []time.Duration
+		cold := spec
+		for b.Loop() {
+			cold.MemoryMB = poolMemoryMB + 1 + int64(len(ds))
+			ds = append(ds, firstExec(cold))
+		}
+		reportPercentiles(b, ds)
+	})
 }
 
 // vmPool is the default template's vm pool on the shared daemon (zero

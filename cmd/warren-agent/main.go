@@ -159,7 +159,8 @@ func run(args []string) int {
 // runtime started it, which must set the sandbox up first.
 func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
 	reserveThreads(spareThreads)
-	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log)}, log)
+	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
+		OwnsRoot: container, Guest: mode == "vm" && os.Getpid() == 1}, log)
 	defer srv.Close()
 	if container {
 		// Started by the container runtime as a sandbox's init: page in the

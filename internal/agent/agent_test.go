@@ -651,6 +651,37 @@ func TestInfo(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument)
 }
 
+// TestInitRefusesBadIdentity: a malformed identity is refused before any
+// of it is applied, and an agent that is not a VM's PID 1 refuses to set
+// the clock or reseed the kernel (a container's kernel is the host's).
+func TestInitRefusesBadIdentity(t *testing.T) {
+	conn, _ := startAgent(t, agent.Options{SandboxID: "sb-1"})
+	ctx := context.Background()
+	seed := make([]byte, agent.MinRandomSeed)
+	for _, c := range []struct {
+		name string
+		req  *controlpb.InitRequest
+		want connect.Code
+	}{
+		{"short machine id", &controlpb.InitRequest{SandboxId: "sb-2", MachineId: "abc"}, connect.CodeInvalidArgument},
+		{"upper-case machine id", &controlpb.InitRequest{SandboxId: "sb-2", MachineId: strings.Repeat("A", 32)}, connect.CodeInvalidArgument},
+		{"hostname with a slash", &controlpb.InitRequest{SandboxId: "sb-2", Hostname: "a/b"}, connect.CodeInvalidArgument},
+		{"hostname with a newline", &controlpb.InitRequest{SandboxId: "sb-2", Hostname: "a\nb"}, connect.CodeInvalidArgument},
+		{"short seed", &controlpb.InitRequest{SandboxId: "sb-2", RandomSeed: seed[:16]}, connect.CodeInvalidArgument},
+		{"seed outside a vm", &controlpb.InitRequest{SandboxId: "sb-2", RandomSeed: seed}, connect.CodeFailedPrecondition},
+		{"clock outside a vm", &controlpb.InitRequest{SandboxId: "sb-2", ClockUnixNano: time.Now().UnixNano()}, connect.CodeFailedPrecondition},
+	} {
+		_, err := conn.Control.Init(ctx, connect.NewRequest(c.req))
+		if connect.CodeOf(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	resp, err := conn.Control.Info(ctx, connect.NewRequest(&controlpb.InfoRequest{}))
+	if err != nil || resp.Msg.GetSandboxId() != "sb-1" {
+		t.Errorf("after refused Inits: %v %v, want the sandbox ID unchanged", resp, err)
+	}
+}
+
 // TestEndNotHeldByBackgroundChild: a background child that inherited the
 // output pipes does not hold back the end of the process that started it.
 func TestEndNotHeldByBackgroundChild(t *testing.T) {

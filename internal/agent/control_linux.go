@@ -51,7 +51,9 @@ func (h controlService) Info(ctx context.Context, req *connect.Request[controlpb
 	}), nil
 }
 
-// Init sets the hostname (when given), the default environment of later
+// Init sets the sandbox's identity: the machine ID, clock and random seed
+// of a restored guest (identity), the hostname (when given; /etc/hostname,
+// and a guest's /etc/hosts, follow it), the default environment of later
 // processes (replacing the previous one) and the sandbox id.
 func (h controlService) Init(ctx context.Context, req *connect.Request[controlpb.InitRequest]) (*connect.Response[controlpb.InitResponse], error) {
 	m := req.Msg
@@ -60,17 +62,25 @@ func (h controlService) Init(ctx context.Context, req *connect.Request[controlpb
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad environment variable name %q", k))
 		}
 	}
-	if hn := m.GetHostname(); hn != "" {
-		if len(hn) > 64 || strings.ContainsRune(hn, 0) {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad hostname %q", hn))
+	hn := m.GetHostname()
+	if len(hn) > 64 || strings.ContainsAny(hn, "\x00\n\t /") {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("bad hostname %q", hn))
+	}
+	if err := h.s.identity(m); err != nil {
+		return nil, err
+	}
+	// The container runtime sets the hostname before it drops the
+	// capability to change it: setting the same name again is a no-op.
+	if cur, err := os.Hostname(); hn != "" && !h.s.opts.KeepHostname && (err != nil || cur != hn) {
+		if err := unix.Sethostname([]byte(hn)); err != nil {
+			return nil, connect.NewError(errnoCode(err), fmt.Errorf("set hostname: %w", err))
 		}
-		// The container runtime sets the hostname before it drops the
-		// capability to change it: setting the same name again is a no-op.
-		if cur, err := os.Hostname(); !h.s.opts.KeepHostname && (err != nil || cur != hn) {
-			if err := unix.Sethostname([]byte(hn)); err != nil {
-				return nil, connect.NewError(errnoCode(err), fmt.Errorf("set hostname: %w", err))
-			}
+		if h.s.opts.Guest {
+			h.s.identityFile("/etc/hosts", guestHosts(hn))
 		}
+	}
+	if hn != "" && h.s.ownsRoot() {
+		h.s.identityFile("/etc/hostname", hostnameFile(hn))
 	}
 	h.s.mu.Lock()
 	h.s.env = maps.Clone(m.GetEnvs())

@@ -60,6 +60,15 @@ type Options struct {
 	// agent serving in another program's process (internal/runtime/inproc),
 	// whose hostname is the host's.
 	KeepHostname bool
+	// OwnsRoot says the agent's root is its sandbox's own (the container
+	// runtime's init set it up, or it is a VM's guest): Init may then write
+	// the identity files in /etc (machine-id, hostname). Without it they
+	// are the host's, or a test's, and left alone.
+	OwnsRoot bool
+	// Guest says the agent is PID 1 of a VM's own kernel, its root the
+	// guest's: Init may then step the clock, reseed the kernel's generator
+	// and rewrite /etc/hosts (identity_linux.go). It implies OwnsRoot.
+	Guest bool
 }
 
 // Server is the guest agent. Its methods may be called concurrently.

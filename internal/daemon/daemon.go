@@ -277,6 +277,7 @@ func Run(ctx context.Context, o Options) error {
 		Templates:     templates,
 		Bases:         snaps,
 		Sandboxes:     mgr,
+		Images:        mgr,
 	})
 	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
 	if o.Fleet != nil {

@@ -36,6 +36,13 @@ type Deps struct {
 	Bases Bases
 	// Sandboxes counts the sandboxes running on the node.
 	Sandboxes Counter
+	// Images lists its memory images (shown to an admin); nil for none.
+	Images Imager
+}
+
+// Imager lists the node's memory images.
+type Imager interface {
+	Images() []api.MemoryImage
 }
 
 // Bases is the snapshot engine's part in templates.
@@ -62,7 +69,8 @@ func New(deps Deps) *Node {
 }
 
 // Info describes the node as tenant may see it: its own sandboxes' count;
-// everyone's, and where snapshots are stored, for an admin.
+// everyone's, where snapshots are stored and its memory images, for an
+// admin.
 func (n *Node) Info(ctx context.Context, tenant string, admin bool) api.NodeInfo {
 	info := api.NodeInfo{
 		Version:       n.deps.Version,
@@ -73,6 +81,9 @@ func (n *Node) Info(ctx context.Context, tenant string, admin bool) api.NodeInfo
 	if admin {
 		info.BlobStore = n.deps.Bases.BlobStore()
 		tenant = listing.AnyTenant
+		if n.deps.Images != nil {
+			info.MemoryImages = n.deps.Images.Images()
+		}
 	}
 	for _, rt := range n.deps.Runtimes {
 		ri := api.RuntimeInfo{Name: rt.Name(), Isolation: rt.Isolation(), Available: true, Accel: runtime.Accel(rt)}

@@ -50,6 +50,14 @@ type Spec struct {
 	// Network links the sandbox to its router, or is nil: the sandbox then
 	// has loopback only.
 	Network Network
+	// Memory is a memory image to start from instead of booting: a Pauser's
+	// memory file, saved by a sandbox whose Limits and Network (present or
+	// not) were this one's, whose disk Disk is a clone of, taken after the
+	// save. The sandbox wakes as that one was, with its identity: the
+	// caller gives it its own through the agent (Init's machine ID, clock
+	// and random seed) before anything else runs in it. The runtime only
+	// reads the file. Only the vm runtime takes it ("" elsewhere).
+	Memory string
 }
 
 // Network is a sandbox's router (package network), as a runtime links the
@@ -148,6 +156,15 @@ type Instance interface {
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+}
+
+// Imager is a Runtime whose sandboxes start from memory images
+// (Spec.Memory). SaveImage saves running instance inst's memory to path, as
+// Pause would, and ends its process: inst's disk then holds what a sandbox
+// started from the image must have a clone of, and inst is left to Stop.
+// Only the vm runtime implements it.
+type Imager interface {
+	SaveImage(ctx context.Context, inst Instance, path string) error
 }
 
 // Explainer is an Instance that can say why it ended on its own (after Done

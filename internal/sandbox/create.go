@@ -32,7 +32,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	src := source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes}
+	src := templateSource(tpl)
 	rec, err := m.validate(tenant, req, src)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -120,11 +120,17 @@ type source struct {
 	template string
 	image    string
 	size     int64
-	origin   string // the snapshot, if any
+	built    time.Time // the template's build, when image is its disk
+	origin   string    // the snapshot, if any
 	// workspace is the workspace disk to clone, "" for a new empty one;
 	// workspaceOrigin the snapshot it comes from.
 	workspace       string
 	workspaceOrigin string
+}
+
+// templateSource is the disk of template tpl.
+func templateSource(tpl template.Info) source {
+	return source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes, built: tpl.BuiltAt}
 }
 
 // launch records a validated, admitted sandbox (its ID set) and starts it;
@@ -264,12 +270,41 @@ type booted struct {
 	undo cleanup.Stack
 }
 
-// boot clones sandbox rec's disk, makes its router, starts its runtime
-// and initializes its agent (ID, hostname, env). On failure it leaves
-// nothing behind.
-func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (_ *booted, err error) {
+// boot starts sandbox rec: from the memory image of its template and
+// shape when the node has one ready (images.go), else by booting, which
+// the node counts toward preparing that image. A start from an image that fails
+// drops the image and boots instead. On failure it leaves nothing behind.
+func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (*booted, error) {
+	key, ok := m.imageKeyOf(rt, *rec, src)
+	if !ok {
+		return m.bootFrom(ctx, rt, rec, src, nil)
+	}
+	if img := m.takeImage(key); img != nil {
+		b, err := m.bootFrom(ctx, rt, rec, src, img)
+		m.releaseImage(img, err != nil)
+		if err == nil || ctx.Err() != nil {
+			return b, err
+		}
+		m.log.Warn("start from a memory image failed: booting instead", "sandbox", rec.ID, "err", err)
+	}
+	b, err := m.bootFrom(ctx, rt, rec, src, nil)
+	if err == nil {
+		m.booted(rt, key, src)
+	}
+	return b, err
+}
+
+// bootFrom clones sandbox rec's disk (img's, when it starts from memory
+// image img, else src's), makes its router, starts its runtime and
+// initializes its agent (ID, hostname, env, machine ID; the clock and a
+// random seed for a guest restored from img). On failure it leaves nothing
+// behind.
+func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source, img *image) (_ *booted, err error) {
 	b := &booted{}
 	defer b.undo.RunIf(&err)
+	if img != nil {
+		src.image = img.disk
+	}
 
 	t0 := time.Now()
 	// The router is made while the disk is cloned and the runtime starts;
@@ -304,6 +339,9 @@ func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandb
 	if att != nil {
 		spec.Network = att
 	}
+	if img != nil {
+		spec.Memory = img.memory
+	}
 	b.inst, err = rt.Start(ctx, spec)
 	if err != nil {
 		return nil, failed("its runtime could not start it", err)
@@ -314,16 +352,18 @@ func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandb
 	b.undo.Add(b.conn.Close)
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
-	_, err = b.conn.Control.Init(ctx, connect.NewRequest(&controlpb.InitRequest{
-		SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env,
-	}))
+	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env, MachineId: newMachineID()}
+	if img != nil {
+		init.ClockUnixNano, init.RandomSeed = time.Now().UnixNano(), newSeed()
+	}
+	_, err = b.conn.Control.Init(ctx, connect.NewRequest(init))
 	if err != nil {
 		return nil, failed("its agent did not answer", fmt.Errorf("init agent: %w", err))
 	}
 	if b.slot, err = att.slot(); err != nil {
 		return nil, failed("its network could not be set up", err)
 	}
-	m.log.Debug("sandbox boot timings", "sandbox", rec.ID, "clone", tClone.Sub(t0), "network", att.took(),
+	m.log.Debug("sandbox boot timings", "sandbox", rec.ID, "from_memory", img != nil, "clone", tClone.Sub(t0), "network", att.took(),
 		"runtime", tStart.Sub(tClone), "agent_init", time.Since(tStart))
 	return b, nil
 }

@@ -159,6 +159,9 @@ type Manager struct {
 	poolSyncMu    sync.Mutex
 	poolsReported bool
 
+	// images are the node's memory images (images.go).
+	images *images
+
 	stop  context.CancelFunc // stops the loops: the reaper, checkpoints and moves
 	loops sync.WaitGroup
 }
@@ -199,8 +202,12 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(disksDir(deps.Pool), 0o700); err != nil {
 		return nil, fmt.Errorf("disks dir: %w", err)
 	}
+	imgs, err := newImages(filepath.Join(deps.Pool.Dir(), "images"))
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}, arriving: map[string]bool{},
-		pools: map[poolKey]*warm{}}
+		pools: map[poolKey]*warm{}, images: imgs}
 	capacity, adm := newCapacity(deps.Host, m.cfg.Admission)
 	m.cfg.Admission = adm
 	m.ledger = newLedger(capacity, adm.Tenant)
@@ -237,12 +244,14 @@ func (m *Manager) prepareBases(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the loops and discards the warm pools' members. Running
+// Close stops the loops, discards the warm pools' members and removes the
+// memory images. Running
 // sandboxes keep running: the next daemon process adopts them.
 func (m *Manager) Close() {
 	m.stop()
 	m.loops.Wait()
 	m.closePools()
+	m.images.close()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range m.live {

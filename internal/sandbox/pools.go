@@ -229,7 +229,7 @@ func (m *Manager) makeMember(w *warm) (_ *member, err error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StartTimeout)
 	defer cancel()
-	b, err := m.boot(ctx, w.rt, &rec, source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes})
+	b, err := m.boot(ctx, w.rt, &rec, templateSource(tpl))
 	if err != nil {
 		return nil, err
 	}
@@ -533,7 +533,7 @@ func (m *Manager) SetPool(ctx context.Context, name string, spec api.PoolSpec) (
 	}
 	rec, err := m.validate(pooled, api.CreateSandboxRequest{Template: tpl.Name, DiskMB: spec.DiskMB,
 		SandboxSpec: api.SandboxSpec{CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, Pids: spec.Pids}},
-		source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes})
+		templateSource(tpl))
 	if err != nil {
 		return api.Pool{}, err
 	}

@@ -172,7 +172,8 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 		if req.WorkspaceMB != 0 {
 			return nil, api.Errorf(api.CodeBadRequest, "workspace_mb cannot be set when restoring a workspace snapshot: its disk keeps its size")
 		}
-		src = source{template: tpl.Name, image: tpl.Path, size: tpl.SizeBytes, workspaceOrigin: sn.ID}
+		src = templateSource(tpl)
+		src.workspaceOrigin = sn.ID
 		create.WorkspaceMB = (sn.DiskBytes + 1<<20 - 1) >> 20
 	}
 	rec, err := m.validate(tenant, create, src)

@@ -203,6 +203,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"PoolSpec":              reflect.TypeFor[api.PoolSpec](),
 		"Pool":                  reflect.TypeFor[api.Pool](),
 		"PoolNode":              reflect.TypeFor[api.PoolNode](),
+		"MemoryImage":           reflect.TypeFor[api.MemoryImage](),
 		"PoolList":              reflect.TypeFor[api.PoolList](),
 		"Checkpoint":            reflect.TypeFor[api.Checkpoint](),
 		"Restored":              reflect.TypeFor[api.Restored](),

@@ -274,6 +274,9 @@ func (r *Runtime) destroy(ctx context.Context, id, dir string) error {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	if spec.Memory != "" {
+		return nil, errors.New("container runtime: a container has no memory image to start from")
+	}
 	r.pool.Busy()
 	var undo cleanup.Stack
 	defer undo.RunIf(&err)

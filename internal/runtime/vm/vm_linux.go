@@ -345,11 +345,31 @@ func (in *instance) Freeze(ctx context.Context, path string) (func() error, erro
 func (in *instance) Pause(ctx context.Context) error {
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
+	if in.paused && !in.stopped {
+		return nil
+	}
+	return in.save(ctx, filepath.Join(in.dir, memoryFile), "vm paused")
+}
+
+// SaveImage implements runtime.Imager.
+func (r *Runtime) SaveImage(ctx context.Context, inst runtime.Instance, path string) error {
+	in, ok := inst.(*instance)
+	if !ok {
+		return fmt.Errorf("save image: %T is not a vm sandbox", inst)
+	}
+	in.opMu.Lock()
+	defer in.opMu.Unlock()
+	return in.save(ctx, path, "vm saved as an image")
+}
+
+// save saves the machine's memory to mem and ends its QEMU, leaving the
+// instance paused; what is logged with the figures. in.opMu is held.
+func (in *instance) save(ctx context.Context, mem, what string) error {
 	switch {
 	case in.stopped:
 		return errors.New("the sandbox is stopped")
 	case in.paused:
-		return nil
+		return errors.New("the sandbox is paused")
 	}
 	mc := in.cur
 	select {
@@ -357,7 +377,6 @@ func (in *instance) Pause(ctx context.Context) error {
 		return fmt.Errorf("pause: %w", vmm.ErrExited)
 	default:
 	}
-	mem := filepath.Join(in.dir, memoryFile)
 	t0 := time.Now()
 	if err := mc.m.SaveMemory(ctx, mem); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
@@ -388,7 +407,7 @@ func (in *instance) Pause(ctx context.Context) error {
 	if fi, err := os.Stat(mem); err == nil {
 		size = fi.Size()
 	}
-	in.r.log.Info("vm paused", "sandbox", in.id, "memory_mib", in.cfg.MemoryMiB, "file_bytes", size,
+	in.r.log.Info(what, "sandbox", in.id, "memory_mib", in.cfg.MemoryMiB, "file_bytes", size,
 		"save", tSave.Sub(t0), "stop", time.Since(tSave))
 	return nil
 }
@@ -480,8 +499,9 @@ func (in *instance) Stop(ctx context.Context) error {
 	return in.stopErr
 }
 
-// Start implements runtime.Runtime: it boots the machine and returns once
-// the guest agent answers through its port (bounded by ctx).
+// Start implements runtime.Runtime: it boots the machine, or restores
+// spec.Memory, and returns once the guest agent answers through its port
+// (bounded by ctx).
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
 	if r.unavailable != nil {
 		return nil, fmt.Errorf("vm runtime unavailable: %w", r.unavailable)
@@ -491,7 +511,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("vmm dir: %w", err)
 	}
 	t0 := time.Now()
-	m, err := r.startMachine(ctx, cfg, spec.Network, vmm.StartOptions{})
+	m, err := r.startMachine(ctx, cfg, spec.Network, vmm.StartOptions{RestoreFrom: spec.Memory})
 	if err != nil {
 		return nil, fmt.Errorf("start vm: %w", err)
 	}
@@ -510,7 +530,8 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("%w; console: %s", err, tail(cfg.ConsoleLog, consoleTail))
 	}
 	in.adopt(m)
-	r.log.Debug("vm booted", "sandbox", spec.ID, "accel", cfg.Accel, "workspace", cfg.Workspace != "", "boot_to_agent", time.Since(t0))
+	r.log.Debug("vm booted", "sandbox", spec.ID, "accel", cfg.Accel, "workspace", cfg.Workspace != "", "from_memory", spec.Memory != "",
+		"boot_to_agent", time.Since(t0))
 	go r.watch(spec.ID, m)
 	return in, nil
 }

@@ -150,7 +150,18 @@ type InitRequest struct {
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	Hostname  string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// envs are default environment variables of every process started later.
-	Envs          map[string]string `protobuf:"bytes,3,rep,name=envs,proto3" json:"envs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Envs map[string]string `protobuf:"bytes,3,rep,name=envs,proto3" json:"envs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// machine_id, when set (32 lowercase hex digits), replaces /etc/machine-id.
+	MachineId string `protobuf:"bytes,4,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// The rest is for a guest restored from a memory image, which resumes the
+	// saved machine's clock and random state: the clock is stepped to
+	// clock_unix_nano (the host's time when the node sent the request), and
+	// random_seed (at least 32 bytes from the host's generator) is added to
+	// the kernel's pool, credited, and the kernel's generator reseeded from
+	// it at once. Only an agent that is the kernel's PID 1 (a VM) may do
+	// either; a container's refuses.
+	ClockUnixNano int64  `protobuf:"varint,5,opt,name=clock_unix_nano,json=clockUnixNano,proto3" json:"clock_unix_nano,omitempty"`
+	RandomSeed    []byte `protobuf:"bytes,6,opt,name=random_seed,json=randomSeed,proto3" json:"random_seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +213,27 @@ func (x *InitRequest) GetHostname() string {
 func (x *InitRequest) GetEnvs() map[string]string {
 	if x != nil {
 		return x.Envs
+	}
+	return nil
+}
+
+func (x *InitRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *InitRequest) GetClockUnixNano() int64 {
+	if x != nil {
+		return x.ClockUnixNano
+	}
+	return 0
+}
+
+func (x *InitRequest) GetRandomSeed() []byte {
+	if x != nil {
+		return x.RandomSeed
 	}
 	return nil
 }
@@ -496,12 +528,17 @@ const file_control_control_proto_rawDesc = "" +
 	"\x03pid\x18\x04 \x01(\rR\x03pid\x12\x1b\n" +
 	"\tuptime_ms\x18\x05 \x01(\x04R\buptimeMs\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x06 \x01(\tR\tsandboxId\"\xbd\x01\n" +
+	"sandbox_id\x18\x06 \x01(\tR\tsandboxId\"\xa5\x02\n" +
 	"\vInitRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12:\n" +
-	"\x04envs\x18\x03 \x03(\v2&.warren.agent.v1.InitRequest.EnvsEntryR\x04envs\x1a7\n" +
+	"\x04envs\x18\x03 \x03(\v2&.warren.agent.v1.InitRequest.EnvsEntryR\x04envs\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x04 \x01(\tR\tmachineId\x12&\n" +
+	"\x0fclock_unix_nano\x18\x05 \x01(\x03R\rclockUnixNano\x12\x1f\n" +
+	"\vrandom_seed\x18\x06 \x01(\fR\n" +
+	"randomSeed\x1a7\n" +
 	"\tEnvsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +

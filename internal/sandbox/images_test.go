@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// readyImage adds a ready image of key to is, with its two files.
+func readyImage(t *testing.T, is *images, key imageKey, used time.Time) *image {
+	t.Helper()
+	img := &image{key: key, disk: filepath.Join(is.dir, key.template+".img"), memory: filepath.Join(is.dir, key.template+".mem"),
+		ready: true, used: used}
+	for _, p := range []string{img.disk, img.memory} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	is.byKey[key] = img
+	return img
+}
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// TestImageBookkeeping: a start holds an image while it clones and
+// restores; one that fails drops the image, whose files go once no start
+// holds them; eviction takes the least recently used image no start holds;
+// an earlier daemon's images are removed at start.
+func TestImageBookkeeping(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "images")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, "old.mem")
+	os.WriteFile(left, nil, 0o600)
+	is, err := newImages(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists(left) {
+		t.Error("an earlier daemon's image was kept")
+	}
+	m := &Manager{images: is}
+	now := time.Now()
+	a := readyImage(t, is, imageKey{template: "a", vcpus: 1, memoryMB: 512}, now.Add(-time.Minute))
+	b := readyImage(t, is, imageKey{template: "b", vcpus: 1, memoryMB: 512}, now)
+
+	if m.takeImage(imageKey{template: "c"}) != nil {
+		t.Error("took an image of a shape that has none")
+	}
+	held := m.takeImage(a.key)
+	if held != a || a.users != 1 {
+		t.Fatalf("take: %v users %d", held, a.users)
+	}
+	// a is the least recently used, but held: b goes.
+	a.used = now.Add(-time.Hour)
+	if !is.evictLocked() || is.byKey[b.key] != nil || exists(b.memory) || is.byKey[a.key] == nil {
+		t.Errorf("eviction with a held: images %v, b's memory there %v", is.byKey, exists(b.memory))
+	}
+	if is.evictLocked() {
+		t.Error("evicted a held image")
+	}
+	// A second start takes a; the first fails: a is dropped, its files
+	// stay for the second start, then go.
+	m.takeImage(a.key)
+	m.releaseImage(a, true)
+	if a.ready || m.takeImage(a.key) != nil || !exists(a.disk) {
+		t.Errorf("after a failed start: ready %v, disk there %v", a.ready, exists(a.disk))
+	}
+	m.releaseImage(a, false)
+	if exists(a.disk) || exists(a.memory) || a.users != 0 {
+		t.Errorf("a dropped image's files outlived its last start: disk %v memory %v users %d", exists(a.disk), exists(a.memory), a.users)
+	}
+	// A failed image is evicted before the node waits out its retry.
+	if !is.evictLocked() || len(is.byKey) != 0 {
+		t.Errorf("the failed image was not evicted: %v", is.byKey)
+	}
+	is.close()
+	if exists(dir) {
+		t.Error("close left the images' directory")
+	}
+}
