@@ -268,6 +268,8 @@ type booted struct {
 	conn *agentconn.Conn
 	slot int // its router's (0: no network)
 	undo cleanup.Stack
+	// restored says it started from a memory image.
+	restored bool
 }
 
 // boot starts sandbox rec: from the memory image of its template and
@@ -300,7 +302,7 @@ func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandb
 // random seed for a guest restored from img). On failure it leaves nothing
 // behind.
 func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source, img *image) (_ *booted, err error) {
-	b := &booted{}
+	b := &booted{restored: img != nil}
 	defer b.undo.RunIf(&err)
 	if img != nil {
 		src.image = img.disk
