@@ -601,8 +601,9 @@ type ForkRequest struct {
 
 // ForkResult is the answer to a fork: the snapshot of the parent's disk
 // the children start from (the tenant's, like any other), how long the
-// parent's writes waited for it (its filesystem synced and its disk
-// cloned), and the children, running.
+// parent waited for it (a container's writes while its filesystem was
+// synced and its disk cloned; a vm's vCPUs while its memory was saved and
+// its disk cloned), and the children, running.
 type ForkResult struct {
 	Snapshot  Snapshot  `json:"snapshot"`
 	PausedMs  float64   `json:"paused_ms"`

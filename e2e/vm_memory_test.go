@@ -167,3 +167,92 @@ func TestVMMemoryStart(t *testing.T) {
 		t.Logf("daemon log:\n%s", shared.log.tail(40))
 	}
 }
+
+// TestVMLiveFork: a fork of a running vm sandbox keeps its memory: a
+// process of the parent runs on in each of 4 children with what it held in
+// memory, on the parent's disk as it was, while each child is a machine of
+// its own (hostname, machine ID, random stream, the host's time) and the
+// parent runs on, stopped only while its memory was saved and its disk
+// cloned.
+func TestVMLiveFork(t *testing.T) {
+	needVM(t)
+	ctx := context.Background()
+	c := shared.client()
+	const mem = 416 // a shape of its own: no memory image
+	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{
+		Runtime: "vm", MemoryMB: mem, TimeoutSeconds: 300, Env: map[string]string{"ROLE": "parent"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteSandbox(context.Background(), parent.ID) })
+	// The process keeps a secret in its memory only, and writes it to a
+	// file named after itself every 0.2 s.
+	pid := strings.TrimSpace(shared.sh(t, parent.ID, `head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n' > /root/disk-secret
+		nohup sh -c 'x=$(cat /root/disk-secret); rm /root/disk-secret; while :; do echo "$x" > /root/mem-$$; sleep 0.2; done' >/dev/null 2>&1 &
+		echo $!`))
+	secret := func(id string) string {
+		t.Helper()
+		var got string
+		wait.For(t, 30*time.Second, "the process's file in "+id, func() bool {
+			got = strings.TrimSpace(shared.sh(t, id, "cat /root/mem-"+pid+" 2>/dev/null; true"))
+			return got != ""
+		})
+		return got
+	}
+	want := secret(parent.ID)
+
+	if _, err := c.Fork(ctx, parent.ID, api.ForkRequest{Count: 1, SandboxSpec: api.SandboxSpec{MemoryMB: mem + 64}}); err == nil {
+		t.Error("a live fork with another memory size was not refused")
+	}
+	t0 := time.Now()
+	res, err := c.Fork(ctx, parent.ID, api.ForkRequest{Count: 4})
+	if err != nil {
+		t.Fatalf("fork: %v\ndaemon log:\n%s", err, shared.log.tail(30))
+	}
+	t.Logf("fork of 4: %v; the parent was stopped %.1f ms", time.Since(t0).Round(time.Millisecond), res.PausedMs)
+	if len(res.Sandboxes) != 4 || res.PausedMs <= 0 {
+		t.Fatalf("fork = %+v; want 4 children and the pause", res)
+	}
+	ids := []string{parent.ID}
+	for _, kid := range res.Sandboxes {
+		t.Cleanup(func() { c.DeleteSandbox(context.Background(), kid.ID) })
+		ids = append(ids, kid.ID)
+		if kid.Runtime != "vm" || kid.MemoryMB != mem || kid.Origin != res.Snapshot.ID {
+			t.Errorf("child %+v: want a vm of %d MiB from %s", kid, mem, res.Snapshot.ID)
+		}
+		// The process runs on with its memory: its file, removed, comes
+		// back with the secret that is on no disk.
+		shared.sh(t, kid.ID, "rm -f /root/mem-"+pid)
+		if got := secret(kid.ID); got != want {
+			t.Errorf("child %s: the parent's process wrote %q, want %q", kid.ID, got, want)
+		}
+		if got := shared.sh(t, kid.ID, "printenv ROLE; test -e /root/disk-secret && echo on-disk || echo gone"); got != "parent\ngone\n" {
+			t.Errorf("child %s: env and disk = %q", kid.ID, got)
+		}
+	}
+	seen := map[string]string{}
+	unique := func(what, v, id string) {
+		if other, ok := seen[what+v]; ok {
+			t.Errorf("%s and %s share their %s %q", other, id, what, v)
+		}
+		seen[what+v] = id
+	}
+	for _, id := range ids {
+		g := identityOf(t, id)
+		t.Logf("%s: %+v", id, g)
+		if g.hostname != id || g.etcHostname != id || g.hosts != "1" {
+			t.Errorf("%s: hostname %q, /etc/hostname %q, /etc/hosts lines naming it %s", id, g.hostname, g.etcHostname, g.hosts)
+		}
+		if g.clockSkew > time.Second {
+			t.Errorf("%s: clock %v from the host's, want within 1 s", id, g.clockSkew)
+		}
+		unique("machine ID", g.machineID, id)
+		unique("random stream", g.random, id)
+	}
+	// The parent runs on.
+	shared.sh(t, parent.ID, "rm -f /root/mem-"+pid)
+	if got := secret(parent.ID); got != want {
+		t.Errorf("the parent after the fork: %q, want %q", got, want)
+	}
+}

@@ -9,9 +9,11 @@ import (
 
 func runFork(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("fork", "[flags] SANDBOX",
-		"Start children of a running container sandbox: its root disk is snapshotted\n"+
-			"(synced and cloned while it runs), and each child starts from it with a fresh\n"+
-			"identity. Prints the children's IDs, one a line, once they all run; the\n"+
+		"Start children of a running sandbox: its root disk is snapshotted (a\n"+
+			"container's synced and cloned while it runs; a vm's cloned while its vCPUs are\n"+
+			"stopped and its memory saved), and each child starts from it with a fresh\n"+
+			"identity; a vm's children start from its memory too, its processes running\n"+
+			"on in each. Prints the children's IDs, one a line, once they all run; the\n"+
 			"snapshot and the parent's pause go to stderr. A flag not given takes the\n"+
 			"parent's value (resources, env, metadata, egress policy, time to live).\n"+
 			"All or nothing.")

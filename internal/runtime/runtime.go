@@ -167,6 +167,16 @@ type Imager interface {
 	SaveImage(ctx context.Context, inst Instance, path string) error
 }
 
+// Forker is an Instance that forks with its memory (the vm runtime's):
+// Hold saves the running machine's memory to path and keeps its vCPUs
+// stopped until resume is called, so that a clone of its disk taken
+// meanwhile is the disk that memory expects. Sandboxes started from the
+// file (Spec.Memory) and clones of that disk are the machine as it was,
+// its processes running on in each. Calls to the instance wait for resume.
+type Forker interface {
+	Hold(ctx context.Context, path string) (resume func() error, err error)
+}
+
 // Explainer is an Instance that can say why it ended on its own (after Done
 // fired without Stop), for the sandbox's record: e.g. that its VMM crashed.
 // "" when it cannot tell.

@@ -122,6 +122,9 @@ type source struct {
 	size     int64
 	built    time.Time // the template's build, when image is its disk
 	origin   string    // the snapshot, if any
+	// memory is the memory file of the vm whose disk image is, held when
+	// the snapshot origin was taken: a live fork's (snapshots.go).
+	memory string
 	// workspace is the workspace disk to clone, "" for a new empty one;
 	// workspaceOrigin the snapshot it comes from.
 	workspace       string
@@ -272,11 +275,15 @@ type booted struct {
 	restored bool
 }
 
-// boot starts sandbox rec: from the memory image of its template and
-// shape when the node has one ready (images.go), else by booting, which
-// the node counts toward preparing that image. A start from an image that fails
+// boot starts sandbox rec: from src's memory (a live fork's child), or
+// from the memory image of its template and shape when the node has one
+// ready (images.go), else by booting, which the node counts toward
+// preparing that image. A start from an image that fails
 // drops the image and boots instead. On failure it leaves nothing behind.
 func (m *Manager) boot(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, src source) (*booted, error) {
+	if src.memory != "" {
+		return m.bootFrom(ctx, rt, rec, src, &image{disk: src.image, memory: src.memory})
+	}
 	key, ok := m.imageKeyOf(rt, *rec, src)
 	if !ok {
 		return m.bootFrom(ctx, rt, rec, src, nil)

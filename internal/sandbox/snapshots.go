@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	goruntime "runtime"
+	"strconv"
 	"sync"
 	"time"
 
 	"warren/api"
 	"warren/internal/listing"
+	"warren/internal/runtime"
 	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/template"
@@ -29,6 +34,13 @@ const (
 // It answers once the disk is cloned (pending), or with req.Wait once the
 // snapshot is durable or failed.
 func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	return m.snapshot(ctx, tenant, id, req, nil)
+}
+
+// snapshot is Snapshot with quiesceFS in place of the running sandbox's
+// Quiesce, when not nil.
+func (m *Manager) snapshot(ctx context.Context, tenant, id string, req api.CreateSnapshotRequest,
+	quiesceFS func(ctx context.Context, mountpoint string) (func() error, error)) (api.Snapshot, error) {
 	snaps := m.deps.Snapshots
 	wait := defaultSnapshotWait
 	if req.WaitTimeoutSeconds < 0 || req.WaitTimeoutSeconds > int64(m.cfg.MaxTTL/time.Second) {
@@ -38,9 +50,10 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if req.WaitTimeoutSeconds > 0 {
 		wait = time.Duration(req.WaitTimeoutSeconds) * time.Second
 	}
-	var quiesceFS func(ctx context.Context, mountpoint string) (func() error, error)
 	if l, err := m.running(ctx, tenant, id); err == nil {
-		quiesceFS = l.inst.Quiesce
+		if quiesceFS == nil {
+			quiesceFS = l.inst.Quiesce
+		}
 	} else if rec, rerr := m.record(ctx, tenant, id); rerr == nil && keepsDisks(rec) {
 		// A failed sandbox's disks are mounted nowhere: nothing to quiesce.
 		quiesceFS = func(context.Context, string) (func() error, error) { return func() error { return nil }, nil }
@@ -140,6 +153,13 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 // identity, in parallel. It returns them all running, or an error and none:
 // the ones that did start are deleted again.
 func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
+	return m.restore(ctx, tenant, id, req, "")
+}
+
+// restore is Restore; memory, when not "", is the memory file of a vm
+// held when the snapshot was taken (a live fork), which the sandboxes
+// start from.
+func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, memory string) ([]api.Sandbox, error) {
 	count := req.Count
 	if count == 0 {
 		count = 1
@@ -159,7 +179,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 		return nil, api.Errorf(api.CodeConflict, "snapshot %s failed and cannot be restored: %s", id, sn.Error)
 	}
 	create := api.CreateSandboxRequest{SandboxSpec: req.SandboxSpec}
-	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID}
+	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID, memory: memory}
 	if sn.Scope == api.ScopeWorkspace {
 		// A workspace comes back on a fresh root from its template.
 		tpl, err := m.deps.Templates.Get(sn.Template)
@@ -239,32 +259,57 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 	if req.Count < 0 || req.Count > maxRestoreCount {
 		return api.ForkResult{}, api.Errorf(api.CodeBadRequest, "count must be between 1 and %d, got %d", maxRestoreCount, req.Count)
 	}
-	if _, err := m.running(ctx, tenant, id); err != nil {
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
 		return api.ForkResult{}, err
 	}
 	rec, err := m.record(ctx, tenant, id)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	switch {
-	case rec.Runtime == api.IsolationVM:
-		return api.ForkResult{}, api.Errorf(api.CodeConflict,
-			"sandbox %s is a vm: a vm's fork keeps its memory, which this node cannot do yet; snapshot it and restore the snapshot to fork its disk", id)
-	case rec.WorkspaceMB > 0:
+	if rec.WorkspaceMB > 0 {
 		return api.ForkResult{}, api.Errorf(api.CodeConflict,
 			"sandbox %s has a workspace disk: a fork copies the root disk only; snapshot each disk and restore instead", id)
 	}
 	spec := inherit(req.SandboxSpec, rec, m.cfg.MaxTTL)
-	sn, err := m.Snapshot(ctx, tenant, id, api.CreateSnapshotRequest{})
+	var quiesce func(ctx context.Context, mountpoint string) (func() error, error)
+	memory := ""
+	if f, ok := l.inst.(runtime.Forker); ok {
+		if err := sameMachine(spec, rec); err != nil {
+			return api.ForkResult{}, err
+		}
+		memory = filepath.Join(m.images.dir, "fork-"+id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".mem")
+		defer os.Remove(memory)
+		quiesce = func(ctx context.Context, _ string) (func() error, error) { return f.Hold(ctx, memory) }
+	}
+	sn, err := m.snapshot(ctx, tenant, id, api.CreateSnapshotRequest{}, quiesce)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	kids, err := m.Restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec})
+	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, memory)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	m.log.Info("sandbox forked", "sandbox", id, "children", len(kids), "snapshot", sn.ID, "paused_ms", sn.AckMs)
+	m.log.Info("sandbox forked", "sandbox", id, "children", len(kids), "snapshot", sn.ID, "paused_ms", sn.AckMs, "memory", memory != "")
 	return api.ForkResult{Snapshot: sn, PausedMs: sn.AckMs, Sandboxes: kids}, nil
+}
+
+// sameMachine refuses a live fork's spec whose machine differs from its
+// parent rec's: the children wake in the parent's memory, with its vCPUs,
+// memory and disk.
+func sameMachine(spec api.SandboxSpec, rec store.Sandbox) error {
+	switch {
+	case spec.Runtime != rec.Runtime:
+		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children run in the vm runtime, not %q", rec.ID, spec.Runtime)
+	case math.Ceil(spec.CPUs) != math.Ceil(rec.CPUs):
+		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children have its %g vCPUs (cpus %g), not %g",
+			rec.ID, math.Ceil(rec.CPUs), rec.CPUs, math.Ceil(spec.CPUs))
+	case spec.MemoryMB != rec.MemoryMB:
+		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children have its memory_mb %d, not %d", rec.ID, rec.MemoryMB, spec.MemoryMB)
+	case spec.WorkspaceMB != 0:
+		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children have no workspace disk", rec.ID)
+	}
+	return nil
 }
 
 // inherit fills the zero fields of a fork's spec from its parent rec; the

@@ -365,12 +365,13 @@ type Machine interface {
 	Resume(ctx context.Context) error
 	// SaveMemory pauses the machine (if it runs) and writes its memory and
 	// device state to path, which it creates (0600) or replaces; a file at
-	// path is always whole: it is written under a temporary name, synced
-	// and renamed. It returns once the file is complete, leaving the
-	// machine paused: the caller clones the disk now if it wants a
-	// consistent pair, then resumes or stops the machine. If ctx ends first
-	// the save is cancelled and no file is left.
-	SaveMemory(ctx context.Context, path string) error
+	// path is always whole: it is written under a temporary name and
+	// renamed, and with durable synced first (with its directory), so that
+	// it outlives a crash of the host. It returns once the file is
+	// complete, leaving the machine paused: the caller clones the disk now
+	// if it wants a consistent pair, then resumes or stops the machine. If
+	// ctx ends first the save is cancelled and no file is left.
+	SaveMemory(ctx context.Context, path string, durable bool) error
 	// Stop shuts the machine down: it asks the guest to power off (ACPI)
 	// and waits up to grace, then tells the VMM to quit, then kills it.
 	// A paused guest cannot react, so Stop skips the grace for it. It

@@ -258,6 +258,7 @@ type machine struct {
 
 var (
 	_ runtime.Pauser    = (*instance)(nil)
+	_ runtime.Forker    = (*instance)(nil)
 	_ runtime.Explainer = (*instance)(nil)
 )
 
@@ -348,7 +349,42 @@ func (in *instance) Pause(ctx context.Context) error {
 	if in.paused && !in.stopped {
 		return nil
 	}
-	return in.save(ctx, filepath.Join(in.dir, memoryFile), "vm paused")
+	return in.save(ctx, filepath.Join(in.dir, memoryFile), true, "vm paused")
+}
+
+// Hold implements runtime.Forker: the memory is saved as a pause saves it,
+// but QEMU goes on, its vCPUs stopped until resume (QEMU's cont, which
+// takes back the disks the save let go of).
+func (in *instance) Hold(ctx context.Context, path string) (func() error, error) {
+	in.opMu.Lock()
+	switch {
+	case in.stopped:
+		in.opMu.Unlock()
+		return nil, errors.New("the sandbox is stopped")
+	case in.paused:
+		in.opMu.Unlock()
+		return nil, errors.New("the sandbox is paused")
+	}
+	mc := in.cur
+	resume := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+		defer cancel()
+		return mc.m.Resume(rctx)
+	}
+	if err := mc.m.SaveMemory(ctx, path, false); err != nil { // the children read it at once
+		defer in.opMu.Unlock()
+		if rerr := resume(); rerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("run the vm again: %w", rerr))
+		}
+		return nil, err
+	}
+	return func() error {
+		defer in.opMu.Unlock()
+		if err := resume(); err != nil {
+			return fmt.Errorf("run the vm again after its fork: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // SaveImage implements runtime.Imager.
@@ -359,12 +395,13 @@ func (r *Runtime) SaveImage(ctx context.Context, inst runtime.Instance, path str
 	}
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
-	return in.save(ctx, path, "vm saved as an image")
+	return in.save(ctx, path, false, "vm saved as an image") // images do not outlive the daemon
 }
 
-// save saves the machine's memory to mem and ends its QEMU, leaving the
-// instance paused; what is logged with the figures. in.opMu is held.
-func (in *instance) save(ctx context.Context, mem, what string) error {
+// save saves the machine's memory to mem (durable: synced, for a pause,
+// which outlives the daemon) and ends its QEMU, leaving the instance
+// paused; what is logged with the figures. in.opMu is held.
+func (in *instance) save(ctx context.Context, mem string, durable bool, what string) error {
 	switch {
 	case in.stopped:
 		return errors.New("the sandbox is stopped")
@@ -378,7 +415,7 @@ func (in *instance) save(ctx context.Context, mem, what string) error {
 	default:
 	}
 	t0 := time.Now()
-	if err := mc.m.SaveMemory(ctx, mem); err != nil {
+	if err := mc.m.SaveMemory(ctx, mem, durable); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
 		defer cancel()
 		if rerr := mc.m.Resume(rctx); rerr != nil {

@@ -184,7 +184,7 @@ func TestLifecycle(t *testing.T) {
 
 	snap := filepath.Join(t.TempDir(), "mem.snap")
 	start := time.Now()
-	if err := m.SaveMemory(ctxT(t), snap); err != nil {
+	if err := m.SaveMemory(ctxT(t), snap, true); err != nil {
 		t.Fatalf("SaveMemory: %v", err)
 	}
 	fi, err := os.Stat(snap)
@@ -249,7 +249,7 @@ func TestMemorySnapshotTimes(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // the guest runs a little before its memory is saved
 			snap := filepath.Join(t.TempDir(), "mem.snap")
 			start := time.Now()
-			if err := m.SaveMemory(ctxT(t), snap); err != nil {
+			if err := m.SaveMemory(ctxT(t), snap, true); err != nil {
 				t.Fatal(err)
 			}
 			save := time.Since(start)
@@ -285,7 +285,7 @@ func TestEvents(t *testing.T) {
 	if err := m.Pause(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.SaveMemory(ctxT(t), filepath.Join(t.TempDir(), "snap")); err != nil {
+	if err := m.SaveMemory(ctxT(t), filepath.Join(t.TempDir(), "snap"), true); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Stop(ctxT(t), 0); err != nil {
@@ -341,7 +341,7 @@ func TestCrash(t *testing.T) {
 	}
 	for name, op := range map[string]func(context.Context) error{
 		"Pause": m.Pause, "Resume": m.Resume,
-		"SaveMemory": func(ctx context.Context) error { return m.SaveMemory(ctx, filepath.Join(t.TempDir(), "x")) },
+		"SaveMemory": func(ctx context.Context) error { return m.SaveMemory(ctx, filepath.Join(t.TempDir(), "x"), true) },
 	} {
 		if err := op(ctx); !errors.Is(err, vmm.ErrExited) {
 			t.Errorf("%s after crash = %v, want ErrExited", name, err)
@@ -733,7 +733,7 @@ func TestWorkspaceDisk(t *testing.T) {
 		t.Errorf("drives %q, want root then workspace", got)
 	}
 	snap := filepath.Join(t.TempDir(), "mem.snap")
-	if err := m.SaveMemory(ctxT(t), snap); err != nil {
+	if err := m.SaveMemory(ctxT(t), snap, true); err != nil {
 		t.Fatal(err)
 	}
 	m.Kill(ctxT(t))

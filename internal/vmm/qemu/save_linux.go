@@ -22,7 +22,7 @@ type migrationInfo struct {
 }
 
 // SaveMemory implements vmm.Machine.
-func (m *Machine) SaveMemory(ctx context.Context, path string) (err error) {
+func (m *Machine) SaveMemory(ctx context.Context, path string, durable bool) (err error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	defer func() {
@@ -73,14 +73,19 @@ func (m *Machine) SaveMemory(ctx context.Context, path string) (err error) {
 	if err := m.waitMigration(ctx, events); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(filepath.Dir(path))
 }

@@ -863,18 +863,20 @@ class Sandbox:
         checkpoint_every: Optional[float] = None,
         idempotency_key: Optional[str] = None,
     ) -> List["Sandbox"]:
-        """Start count children of this running container sandbox and
-        return them once all of them run: its root disk is snapshotted
-        (synced and cloned while it runs: the snapshot's
-        ``ack_duration``) and each child starts from that
-        snapshot, its ``info.origin``, with a fresh identity. An argument
-        not given takes this sandbox's value (resources, env, metadata,
-        egress policy, checkpoint policy, time to live). All or nothing.
+        """Start count children of this running sandbox and return them
+        once all of them run: its root disk is snapshotted (a container's
+        synced and cloned while it runs; a vm's cloned while its vCPUs are
+        stopped and its memory saved) and each child starts from that
+        snapshot, its ``info.origin``, with a fresh identity; a vm's
+        children start from its memory too, its processes running on in
+        each (docs/API.md, "Fork"). An argument not given takes this
+        sandbox's value (resources, env, metadata, egress policy,
+        checkpoint policy, time to live). All or nothing.
 
         Raises:
-            BadRequestError: count is out of range.
-            ConflictError: the sandbox is a vm (its memory cannot be forked
-                yet: snapshot it and restore) or has a workspace disk.
+            BadRequestError: count is out of range, or a vm's children
+                were asked for another memory size or vCPU count.
+            ConflictError: the sandbox has a workspace disk.
             SandboxGoneError: the sandbox is not running.
         """
         if isinstance(count, bool) or not isinstance(count, int):
