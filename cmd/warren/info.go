@@ -8,7 +8,7 @@ import (
 
 func runInfo(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("info", "[flags]",
-		"Describe the node: its runtimes and the isolation each gives, how it clones\ndisks, its cgroup version, where it stores snapshots.")
+		"Describe the node: its runtimes and the isolation each gives, how it clones\ndisks, its cgroup version, where it stores snapshots, and the memory images\nvm sandboxes start from.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
@@ -41,6 +41,12 @@ func runInfo(ctx context.Context, c *cli, args []string) error {
 				acc = "\taccel: " + r.Accel
 			}
 			fmt.Fprintf(tw, "  %s\tisolation: %s%s\t%s\n", r.Name, r.Isolation, acc, state)
+		}
+		if len(info.MemoryImages) > 0 { // an admin key's view
+			fmt.Fprintln(tw, "memory images:")
+			for _, m := range info.MemoryImages {
+				fmt.Fprintf(tw, "  %s\t%d vcpu, %d MiB\t%s\t%d starts\t%.1f MiB\n", m.Template, m.VCPUs, m.MemoryMB, m.State, m.Starts, float64(m.Bytes)/(1<<20))
+			}
 		}
 	})
 }
