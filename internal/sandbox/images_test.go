@@ -1,10 +1,15 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"warren/api"
+	"warren/internal/store"
 )
 
 // readyImage adds a ready image of key to is, with its two files.
@@ -79,5 +84,39 @@ func TestImageBookkeeping(t *testing.T) {
 	is.close()
 	if exists(dir) {
 		t.Error("close left the images' directory")
+	}
+}
+
+// TestSameMachine: a live fork's children must be their parent's machine;
+// what the parent's inherit fills in passes, and each difference is
+// refused naming the field.
+func TestSameMachine(t *testing.T) {
+	parent := store.Sandbox{ID: "sb-p", Runtime: "vm", CPUs: 1.5, MemoryMB: 512}
+	spec := inherit(api.SandboxSpec{}, parent, time.Hour)
+	if err := sameMachine(spec, parent); err != nil {
+		t.Fatalf("the parent's own spec: %v", err)
+	}
+	half := spec
+	half.CPUs = 2 // the same 2 vCPUs, another quota
+	if err := sameMachine(half, parent); err != nil {
+		t.Errorf("cpus 2 for a parent of 1.5 (both 2 vCPUs): %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*api.SandboxSpec)
+		word   string
+	}{
+		{"runtime", func(s *api.SandboxSpec) { s.Runtime = "container" }, "runtime"},
+		{"vcpus", func(s *api.SandboxSpec) { s.CPUs = 3 }, "vCPUs"},
+		{"memory", func(s *api.SandboxSpec) { s.MemoryMB = 1024 }, "memory_mb"},
+		{"workspace", func(s *api.SandboxSpec) { s.WorkspaceMB = 128 }, "workspace"},
+	} {
+		s := spec
+		c.change(&s)
+		err := sameMachine(s, parent)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(err.Error(), c.word) {
+			t.Errorf("%s: %v, want a 400 naming %s", c.name, err, c.word)
+		}
 	}
 }
