@@ -170,7 +170,7 @@ func TestVMMemoryStart(t *testing.T) {
 
 // TestVMLiveFork: a fork of a running vm sandbox keeps its memory: a
 // process of the parent runs on in each of 4 children with what it held in
-// memory, on the parent's disk as it was, while each child is a machine of
+// memory, on the parent's disks (root and workspace) as they were, while each child is a machine of
 // its own (hostname, machine ID, random stream, the host's time) and the
 // parent runs on, stopped only while its memory was saved and its disk
 // cloned.
@@ -180,12 +180,13 @@ func TestVMLiveFork(t *testing.T) {
 	c := shared.client()
 	const mem = 416 // a shape of its own: no memory image
 	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{
-		Runtime: "vm", MemoryMB: mem, TimeoutSeconds: 300, Env: map[string]string{"ROLE": "parent"},
+		Runtime: "vm", MemoryMB: mem, WorkspaceMB: 64, TimeoutSeconds: 300, Env: map[string]string{"ROLE": "parent"},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.DeleteSandbox(context.Background(), parent.ID) })
+	shared.sh(t, parent.ID, "echo kept > /workspace/w.txt")
 	// The process keeps a secret in its memory only, and writes it to a
 	// file named after itself every 0.2 s.
 	pid := strings.TrimSpace(shared.sh(t, parent.ID, `head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n' > /root/disk-secret
@@ -218,8 +219,8 @@ func TestVMLiveFork(t *testing.T) {
 	for _, kid := range res.Sandboxes {
 		t.Cleanup(func() { c.DeleteSandbox(context.Background(), kid.ID) })
 		ids = append(ids, kid.ID)
-		if kid.Runtime != "vm" || kid.MemoryMB != mem || kid.Origin != res.Snapshot.ID {
-			t.Errorf("child %+v: want a vm of %d MiB from %s", kid, mem, res.Snapshot.ID)
+		if kid.Runtime != "vm" || kid.MemoryMB != mem || kid.WorkspaceMB != 64 || kid.Origin != res.Snapshot.ID {
+			t.Errorf("child %+v: want a vm of %d MiB with a 64 MiB workspace from %s", kid, mem, res.Snapshot.ID)
 		}
 		// The process runs on with its memory: its file, removed, comes
 		// back with the secret that is on no disk.
@@ -227,8 +228,8 @@ func TestVMLiveFork(t *testing.T) {
 		if got := secret(kid.ID); got != want {
 			t.Errorf("child %s: the parent's process wrote %q, want %q", kid.ID, got, want)
 		}
-		if got := shared.sh(t, kid.ID, "printenv ROLE; test -e /root/disk-secret && echo on-disk || echo gone"); got != "parent\ngone\n" {
-			t.Errorf("child %s: env and disk = %q", kid.ID, got)
+		if got := shared.sh(t, kid.ID, "printenv ROLE; test -e /root/disk-secret && echo on-disk || echo gone; cat /workspace/w.txt; echo "+kid.ID+" > /workspace/w.txt"); got != "parent\ngone\nkept\n" {
+			t.Errorf("child %s: env, disk and workspace = %q", kid.ID, got)
 		}
 	}
 	seen := map[string]string{}
@@ -250,7 +251,10 @@ func TestVMLiveFork(t *testing.T) {
 		unique("machine ID", g.machineID, id)
 		unique("random stream", g.random, id)
 	}
-	// The parent runs on.
+	// The parent runs on, its workspace its own.
+	if got := shared.sh(t, parent.ID, "cat /workspace/w.txt"); got != "kept\n" {
+		t.Errorf("the parent's workspace after its children wrote theirs: %q", got)
+	}
 	shared.sh(t, parent.ID, "rm -f /root/mem-"+pid)
 	if got := secret(parent.ID); got != want {
 		t.Errorf("the parent after the fork: %q, want %q", got, want)

@@ -96,6 +96,10 @@ func TestSameMachine(t *testing.T) {
 	if err := sameMachine(spec, parent); err != nil {
 		t.Fatalf("the parent's own spec: %v", err)
 	}
+	ws := store.Sandbox{ID: "sb-w", Runtime: "vm", CPUs: 1, MemoryMB: 512, WorkspaceMB: 128}
+	if err := sameMachine(api.SandboxSpec{Runtime: "vm", CPUs: 1, MemoryMB: 512, WorkspaceMB: 128}, ws); err != nil {
+		t.Errorf("the parent's own workspace size: %v", err)
+	}
 	half := spec
 	half.CPUs = 2 // the same 2 vCPUs, another quota
 	if err := sameMachine(half, parent); err != nil {

@@ -153,13 +153,17 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 // identity, in parallel. It returns them all running, or an error and none:
 // the ones that did start are deleted again.
 func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
-	return m.restore(ctx, tenant, id, req, "")
+	return m.restore(ctx, tenant, id, req, heldMachine{})
 }
 
-// restore is Restore; memory, when not "", is the memory file of a vm
-// held when the snapshot was taken (a live fork), which the sandboxes
-// start from.
-func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, memory string) ([]api.Sandbox, error) {
+// heldMachine is what a live fork saved of a vm held while its root disk's
+// snapshot was taken: its memory file, and a clone of its workspace disk
+// ("" when it has none).
+type heldMachine struct{ memory, workspace string }
+
+// restore is Restore; held, when its memory is not "", is what the
+// sandboxes start from besides the snapshot (a live fork's children).
+func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, held heldMachine) ([]api.Sandbox, error) {
 	count := req.Count
 	if count == 0 {
 		count = 1
@@ -179,7 +183,7 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 		return nil, api.Errorf(api.CodeConflict, "snapshot %s failed and cannot be restored: %s", id, sn.Error)
 	}
 	create := api.CreateSandboxRequest{SandboxSpec: req.SandboxSpec}
-	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID, memory: memory}
+	src := source{template: sn.Template, size: sn.DiskBytes, origin: sn.ID, memory: held.memory, workspace: held.workspace}
 	if sn.Scope == api.ScopeWorkspace {
 		// A workspace comes back on a fresh root from its template.
 		tpl, err := m.deps.Templates.Get(sn.Template)
@@ -267,30 +271,48 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	if rec.WorkspaceMB > 0 {
+	f, live := l.inst.(runtime.Forker)
+	if rec.WorkspaceMB > 0 && !live {
 		return api.ForkResult{}, api.Errorf(api.CodeConflict,
-			"sandbox %s has a workspace disk: a fork copies the root disk only; snapshot each disk and restore instead", id)
+			"sandbox %s has a workspace disk: a fork of a container copies the root disk only; snapshot each disk and restore instead", id)
 	}
 	spec := inherit(req.SandboxSpec, rec, m.cfg.MaxTTL)
 	var quiesce func(ctx context.Context, mountpoint string) (func() error, error)
-	memory := ""
-	if f, ok := l.inst.(runtime.Forker); ok {
+	var held heldMachine
+	if live {
 		if err := sameMachine(spec, rec); err != nil {
 			return api.ForkResult{}, err
 		}
-		memory = filepath.Join(m.images.dir, "fork-"+id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".mem")
-		defer os.Remove(memory)
-		quiesce = func(ctx context.Context, _ string) (func() error, error) { return f.Hold(ctx, memory) }
+		spec.WorkspaceMB = rec.WorkspaceMB
+		base := filepath.Join(m.images.dir, "fork-"+id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		held.memory = base + ".mem"
+		defer os.Remove(held.memory)
+		if rec.WorkspaceMB > 0 {
+			held.workspace = base + ".ws.img"
+			defer os.Remove(held.workspace)
+		}
+		quiesce = func(ctx context.Context, _ string) (func() error, error) {
+			resume, err := f.Hold(ctx, held.memory)
+			if err != nil || held.workspace == "" {
+				return resume, err
+			}
+			// The workspace disk is the machine's too: cloned under the
+			// same hold as the root disk the snapshot takes.
+			if err := m.deps.Pool.Clone(ctx, m.workspacePath(id), held.workspace); err != nil {
+				return nil, errors.Join(fmt.Errorf("clone workspace disk: %w", err), resume())
+			}
+			return resume, nil
+		}
 	}
 	sn, err := m.snapshot(ctx, tenant, id, api.CreateSnapshotRequest{}, quiesce)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, memory)
+	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, held)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	m.log.Info("sandbox forked", "sandbox", id, "children", len(kids), "snapshot", sn.ID, "paused_ms", sn.AckMs, "memory", memory != "")
+	m.log.Info("sandbox forked", "sandbox", id, "children", len(kids), "snapshot", sn.ID, "paused_ms", sn.AckMs, "memory", live)
 	return api.ForkResult{Snapshot: sn, PausedMs: sn.AckMs, Sandboxes: kids}, nil
 }
 
@@ -306,8 +328,9 @@ func sameMachine(spec api.SandboxSpec, rec store.Sandbox) error {
 			rec.ID, math.Ceil(rec.CPUs), rec.CPUs, math.Ceil(spec.CPUs))
 	case spec.MemoryMB != rec.MemoryMB:
 		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children have its memory_mb %d, not %d", rec.ID, rec.MemoryMB, spec.MemoryMB)
-	case spec.WorkspaceMB != 0:
-		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children have no workspace disk", rec.ID)
+	case spec.WorkspaceMB != 0 && spec.WorkspaceMB != rec.WorkspaceMB:
+		return api.Errorf(api.CodeBadRequest, "a fork of vm sandbox %s keeps its memory: its children have its workspace disk (workspace_mb %d), not %d",
+			rec.ID, rec.WorkspaceMB, spec.WorkspaceMB)
 	}
 	return nil
 }

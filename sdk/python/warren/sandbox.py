@@ -876,7 +876,8 @@ class Sandbox:
         Raises:
             BadRequestError: count is out of range, or a vm's children
                 were asked for another memory size or vCPU count.
-            ConflictError: the sandbox has a workspace disk.
+            ConflictError: the sandbox is a container with a workspace
+                disk.
             SandboxGoneError: the sandbox is not running.
         """
         if isinstance(count, bool) or not isinstance(count, int):
