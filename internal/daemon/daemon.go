@@ -33,6 +33,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/control"
 	"warren/internal/disk"
+	"warren/internal/metrics"
 	"warren/internal/network"
 	"warren/internal/node"
 	"warren/internal/pki"
@@ -241,7 +242,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		region, labels = o.Fleet.Region, o.Fleet.Labels
 	}
+	reg := metrics.New()
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
+		Metrics:   reg,
 		Log:       subsystem(log, "sandbox"),
 		Store:     st,
 		Pool:      pool,
@@ -283,7 +286,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}
-	o.Server.Pools = mgr
+	o.Server.Pools, o.Server.Metrics = mgr, reg
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
 	if o.Fleet != nil {

@@ -16,6 +16,7 @@ import (
 	"warren/internal/cleanup"
 	"warren/internal/disk"
 	"warren/internal/ident"
+	"warren/internal/metrics"
 	"warren/internal/reqid"
 	"warren/internal/runtime"
 	"warren/internal/store"
@@ -23,7 +24,13 @@ import (
 )
 
 // Create starts a sandbox and returns once its agent answers.
-func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandboxRequest) (sb api.Sandbox, err error) {
+	t0 := time.Now()
+	defer func() {
+		if err == nil {
+			m.observe(metrics.OpCreate, t0)
+		}
+	}()
 	rt, err := m.pickRuntime(req.Runtime)
 	if err != nil {
 		return api.Sandbox{}, err

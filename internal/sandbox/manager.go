@@ -20,6 +20,7 @@ import (
 	"warren/internal/agentconn"
 	"warren/internal/disk"
 	"warren/internal/listing"
+	"warren/internal/metrics"
 	"warren/internal/network"
 	"warren/internal/runtime"
 	"warren/internal/snapshot"
@@ -127,6 +128,9 @@ type Deps struct {
 	NodeID string
 	Region string
 	Labels map[string]string
+	// Metrics, when not nil, gets the manager's gauges and the times of
+	// its operations.
+	Metrics *metrics.Registry
 }
 
 // Manager runs the node's sandboxes. It is safe for concurrent use.
@@ -218,6 +222,9 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	}
 	if err := m.prepareBases(ctx); err != nil {
 		return nil, err
+	}
+	if deps.Metrics != nil {
+		m.registerMetrics(deps.Metrics)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel

@@ -15,6 +15,7 @@ import (
 
 	"warren/api"
 	"warren/internal/listing"
+	"warren/internal/metrics"
 	"warren/internal/runtime"
 	"warren/internal/snapshot"
 	"warren/internal/store"
@@ -79,6 +80,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, api.Errorf(api.CodeInternal, "snapshot of %s: %v", id, err)
 	}
+	m.deps.Metrics.Observe(metrics.OpSnapshotAck, sn.Ack)
 	if req.Wait {
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
@@ -153,7 +155,12 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 // identity, in parallel. It returns them all running, or an error and none:
 // the ones that did start are deleted again.
 func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
-	return m.restore(ctx, tenant, id, req, heldMachine{})
+	t0 := time.Now()
+	out, err := m.restore(ctx, tenant, id, req, heldMachine{})
+	if err == nil {
+		m.observe(metrics.OpRestore, t0)
+	}
+	return out, err
 }
 
 // heldMachine is what a live fork saved of a vm held while its root disk's
@@ -260,6 +267,7 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 // Zero fields of the request's spec take the parent's values. The
 // snapshot stays the tenant's; a failed restore leaves it.
 func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkRequest) (api.ForkResult, error) {
+	t0 := time.Now()
 	if req.Count < 0 || req.Count > maxRestoreCount {
 		return api.ForkResult{}, api.Errorf(api.CodeBadRequest, "count must be between 1 and %d, got %d", maxRestoreCount, req.Count)
 	}
@@ -312,6 +320,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 	if err != nil {
 		return api.ForkResult{}, err
 	}
+	m.observe(metrics.OpFork, t0)
 	m.log.Info("sandbox forked", "sandbox", id, "children", len(kids), "snapshot", sn.ID, "paused_ms", sn.AckMs, "memory", live)
 	return api.ForkResult{Snapshot: sn, PausedMs: sn.AckMs, Sandboxes: kids}, nil
 }

@@ -505,3 +505,24 @@ func TestFiles(t *testing.T) {
 	apiError(t, e.do("PUT", files+q(dir), e.keyA, "x"), http.StatusConflict, api.CodeConflict)
 	apiError(t, e.do("PUT", files+q(filepath.Join(dir, "u"), "user", "no-such-user"), e.keyA, "x"), http.StatusBadRequest, api.CodeBadRequest)
 }
+
+// An exec answered whole is timed in the metrics; a streamed one is not.
+func TestExecIsTimed(t *testing.T) {
+	e, path := newAgentEnv(t, Options{})
+	e.call("POST", path+"/exec", e.keyA, `{"cmd":["true"]}`, http.StatusOK, nil)
+	e.do("POST", path+"/exec", e.keyA, `{"cmd":["true"],"stream":true}`).Body.Close()
+	if text := e.scrape(); !strings.Contains(text, `warren_operation_duration_seconds_count{op="exec"} 1`) {
+		t.Errorf("scrape after one exec answered whole:\n%s", grepLines(text, "warren_operation"))
+	}
+}
+
+// grepLines is text's lines that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

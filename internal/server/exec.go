@@ -14,6 +14,7 @@ import (
 	"warren/api"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/metrics"
 )
 
 // maxExecTimeout bounds ExecRequest.TimeoutMs and the wait route's
@@ -60,7 +61,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	case req.Stream:
 		return s.execStream(w, r, id, conn, start)
 	}
-	return s.execCollect(w, r, id, conn, start, tenant, req.OutputEncoding)
+	t0 := time.Now()
+	err = s.execCollect(w, r, id, conn, start, tenant, req.OutputEncoding)
+	if err == nil {
+		s.opts.Metrics.Observe(metrics.OpExec, time.Since(t0))
+	}
+	return err
 }
 
 // holdStream takes one of sandbox id's concurrent streams.

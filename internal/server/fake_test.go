@@ -22,6 +22,7 @@ import (
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/listing"
+	"warren/internal/metrics"
 )
 
 // fakeSandboxes is an in-memory Sandboxes and Node: sandboxes are records
@@ -294,6 +295,9 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	}
 	if opts.Pools == nil {
 		opts.Pools = &memPools{}
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
 	}
 	keys := &memKeys{}
 	keys.add(e.keyA, "a", false)

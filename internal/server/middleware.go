@@ -30,6 +30,10 @@ type requestMeta struct {
 	// previewTenant owns the sandbox a preview host request reached (for
 	// the access log: such a request has no key).
 	previewTenant string
+	// route is the route table's "METHOD PATH" that served the request, ""
+	// for none (a 404, a 405, a preview host, a request a fleet's front
+	// sent to another process).
+	route string
 }
 
 // meta returns the request's metadata (zero outside serve).
@@ -83,8 +87,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 		case r.URL.Path == "/healthz":
 			level = slog.LevelDebug
 		}
+		took := time.Since(start)
 		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
-			"status", rw.status, "bytes", rw.bytes, "duration", time.Since(start), "tenant", cmp.Or(m.key.Tenant, m.previewTenant))
+			"status", rw.status, "bytes", rw.bytes, "duration", took, "tenant", cmp.Or(m.key.Tenant, m.previewTenant))
+		s.opts.Metrics.Request(m.route, rw.status, took)
 		if v != nil {
 			panic(http.ErrAbortHandler)
 		}

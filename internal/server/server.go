@@ -23,6 +23,7 @@ import (
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/listing"
+	"warren/internal/metrics"
 )
 
 // Sandboxes is what the API needs of the sandbox manager. Every method may be
@@ -209,6 +210,9 @@ type Options struct {
 	// Pools keeps the warm pools (GET /v1/pools, PUT and DELETE
 	// /v1/pools/{template}); nil: those routes answer 404.
 	Pools Pools
+	// Metrics counts the API's requests and serves GET /metrics (admin);
+	// nil: the route answers 404.
+	Metrics *metrics.Registry
 	// Limits bound concurrent execs and streams (limits.go).
 	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
@@ -349,6 +353,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/nodes/{id}/drain", admin, s.nodeAction},
 		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},
 		{"GET", "/v1/debug/vars", admin, s.debugVars},
+		{"GET", "/metrics", admin, s.metrics},
 	}
 	allowed := map[string][]string{}
 	var paths []string
@@ -415,6 +420,7 @@ func methodNotAllowed(methods []string) http.Handler {
 // endpoint wraps a route's handler with its access check and error writing.
 func (s *Server) endpoint(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		meta(r.Context()).route = rt.method + " " + rt.path
 		if rt.access != public {
 			key, err := s.Authenticate(r)
 			if err == nil && rt.access == admin && !key.Admin {
@@ -434,6 +440,15 @@ func (s *Server) endpoint(rt route) http.Handler {
 			s.WriteError(w, r, err)
 		}
 	})
+}
+
+// metrics serves the process's metrics in Prometheus's format.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
+	if s.opts.Metrics == nil {
+		return api.Errorf(api.CodeNotFound, "this server keeps no metrics")
+	}
+	s.opts.Metrics.Handler().ServeHTTP(w, r)
+	return nil
 }
 
 // healthz answers that the process serves; it needs no key.

@@ -23,6 +23,7 @@ import (
 
 	fileblob "warren/internal/blob/file"
 	"warren/internal/disk"
+	"warren/internal/metrics"
 	"warren/internal/runtime"
 	"warren/internal/runtime/inproc"
 	"warren/internal/sandbox"
@@ -39,6 +40,8 @@ type Harness struct {
 	Deps    sandbox.Deps
 	Runtime *inproc.Runtime
 	Manager *sandbox.Manager
+	// Metrics is Manager's registry; each manager Restart makes gets its own.
+	Metrics *metrics.Registry
 }
 
 // New builds a Harness whose parts all end with the test.
@@ -99,6 +102,10 @@ func (h *Harness) Restart() *sandbox.Manager {
 	h.t.Helper()
 	deps := h.Deps
 	deps.Log = slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	deps.Metrics = metrics.New()
+	if h.Metrics == nil {
+		h.Metrics = deps.Metrics
+	}
 	m, err := sandbox.New(context.Background(), deps, sandbox.Config{ReapEvery: 20 * time.Millisecond})
 	if err != nil {
 		h.t.Fatal(err)
