@@ -1,8 +1,9 @@
+//go:build linux
+
 package e2e
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -15,15 +16,7 @@ import (
 // status and the body.
 func scrapeMetrics(t *testing.T, key string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", shared.url+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return get(t, "", "/metrics", map[string]string{"Authorization": "Bearer " + key})
 }
 
 // value is the value of series (name and labels, as the scrape writes
