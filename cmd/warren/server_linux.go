@@ -68,7 +68,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	fs.Float64Var(&adm.MemoryOvercommit, "memory-overcommit", adm.MemoryOvercommit, "memory the node may promise per MiB it has (after the reserve);\nall sandboxes together still never get more than it has")
 	fs.Float64Var(&adm.DiskOvercommit, "disk-overcommit", adm.DiskOvercommit, "sandbox disk (sparse) the node may promise per MiB of its data directory's filesystem")
 	fs.Int64Var(&adm.ReserveMemoryMB, "reserve-memory-mb", 0, "memory kept for the host and the daemon (default: 1 GiB or a tenth of it, the larger)")
-	fs.Int64Var(&adm.ReserveDiskMB, "reserve-disk-mb", 0, "free disk below which creates, restores and snapshots are refused\n(default: 2 GiB or a twentieth of the filesystem, the larger)")
+	fs.Int64Var(&adm.ReserveDiskMB, "reserve-disk-mb", 0, "free disk below which creates, restores and snapshots are refused\n(default: a twentieth of the filesystem, between 2 and 10 GiB)")
 	fs.IntVar(&adm.Tenant.Sandboxes, "tenant-max-sandboxes", adm.Tenant.Sandboxes, "sandboxes one tenant may have at once on this node")
 	fs.Float64Var(&adm.Tenant.CPUs, "tenant-max-cpus", 0, "vCPUs one tenant may hold on this node (0: no bound but the node's)")
 	fs.Int64Var(&adm.Tenant.MemoryMB, "tenant-max-memory-mb", 0, "memory one tenant may hold on this node (0: no bound but the node's)")

@@ -39,8 +39,9 @@ type Admission struct {
 	// larger of 1 GiB and a tenth of the host's memory.
 	ReserveMemoryMB int64
 	// ReserveDiskMB is the free disk below which creates, restores and
-	// snapshots are refused; 0 takes the larger of 2 GiB and a twentieth
-	// of the filesystem.
+	// snapshots are refused; 0 takes a twentieth of the filesystem, at
+	// least 2 GiB and at most 10 GiB (a twentieth of a large disk would
+	// refuse creates with tens of GiB free).
 	ReserveDiskMB int64
 	// ReservePids are pids kept for the host: no sandbox may have more
 	// than pid_max less these, nor all of them together.
@@ -101,7 +102,7 @@ func newCapacity(h HostCapacity, a Admission) (capacity, Admission) {
 		a.ReserveMemoryMB = max(1024, h.MemoryMB/10)
 	}
 	if a.ReserveDiskMB <= 0 {
-		a.ReserveDiskMB = max(2048, h.DiskMB/20)
+		a.ReserveDiskMB = min(max(2048, h.DiskMB/20), 10<<10)
 	}
 	if a.ReservePids <= 0 {
 		a.ReservePids = d.ReservePids

@@ -16,8 +16,8 @@ var host = HostCapacity{CPUs: 2, MemoryMB: 24 << 10, DiskMB: 250 << 10, PidMax: 
 func TestCapacityDefaults(t *testing.T) {
 	c, a := newCapacity(host, Admission{})
 	// Reserves: a tenth of the memory (2.4 GiB > 1 GiB), a twentieth of
-	// the disk (12.5 GiB > 2 GiB).
-	if a.ReserveMemoryMB != 2457 || a.ReserveDiskMB != 12800 || a.ReservePids != 2048 {
+	// the disk (12.5 GiB) held to 10 GiB.
+	if a.ReserveMemoryMB != 2457 || a.ReserveDiskMB != 10240 || a.ReservePids != 2048 {
 		t.Errorf("reserves %d MiB, %d MiB, %d pids", a.ReserveMemoryMB, a.ReserveDiskMB, a.ReservePids)
 	}
 	if c.cpus != 64 || c.hostMemoryMB != 24576-2457 || c.memoryMB != 33178 ||
@@ -26,6 +26,14 @@ func TestCapacityDefaults(t *testing.T) {
 	}
 	if mem, pids := HostShare(host, Admission{}); mem != 24576-2457 || pids != 30720 {
 		t.Errorf("HostShare = %d MiB, %d pids", mem, pids)
+	}
+	// The disk reserve is a twentieth of the filesystem between 2 and
+	// 10 GiB: CI's 1 TiB disk with 51 GiB free refused every create when
+	// it was a twentieth alone.
+	for diskMB, want := range map[int64]int64{20 << 10: 2048, 100 << 10: 5120, 1 << 20: 10240} {
+		if _, a := newCapacity(HostCapacity{CPUs: 2, MemoryMB: 4096, DiskMB: diskMB, PidMax: 32768}, Admission{}); a.ReserveDiskMB != want {
+			t.Errorf("disk %d MiB: reserve %d MiB, want %d", diskMB, a.ReserveDiskMB, want)
+		}
 	}
 }
 
@@ -134,7 +142,7 @@ func TestAdmissionFitsHost(t *testing.T) {
 	if err := l.fits(512, 1024); err != nil {
 		t.Errorf("a default sandbox: %v", err)
 	}
-	if err := l.diskFree(1000, "creates are"); !api.IsCode(err, api.CodeInsufficientStorage) || !strings.Contains(err.Error(), "below its reserve of 12800 MiB") {
+	if err := l.diskFree(1000, "creates are"); !api.IsCode(err, api.CodeInsufficientStorage) || !strings.Contains(err.Error(), "below its reserve of 10240 MiB") {
 		t.Errorf("1000 MiB free: %v", err)
 	}
 }

@@ -106,7 +106,13 @@ func (h *Harness) Restart() *sandbox.Manager {
 	if h.Metrics == nil {
 		h.Metrics = deps.Metrics
 	}
-	m, err := sandbox.New(context.Background(), deps, sandbox.Config{ReapEvery: 20 * time.Millisecond})
+	// The host above is made up, so the disk reserve is not taken from it:
+	// a twentieth of its 1 TiB would refuse creates on a real disk with
+	// 50 GiB free.
+	m, err := sandbox.New(context.Background(), deps, sandbox.Config{
+		ReapEvery: 20 * time.Millisecond,
+		Admission: sandbox.Admission{ReserveDiskMB: 256},
+	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
