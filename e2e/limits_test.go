@@ -249,22 +249,27 @@ func TestAdmission(t *testing.T) {
 			}
 		}
 	}
-	// 256 GiB disks until the node has promised all it may.
+	// 256 GiB disks until the node has promised all it may: by its own
+	// account, the last one is refused at the latest.
+	nodes, err := cl.ListNodes(ctx)
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	bound := int((nodes[0].Capacity.DiskMB-nodes[0].Allocated.DiskMB)/(256<<10)) + 1
 	var made []string
 	defer func() {
 		for _, id := range made {
 			cl.DeleteSandbox(context.Background(), id)
 		}
 	}()
-	var err error
-	for range 30 {
+	for range bound {
 		var sb *api.Sandbox
 		if sb, err = cl.CreateSandbox(ctx, api.CreateSandboxRequest{DiskMB: 256 << 10, SandboxSpec: api.SandboxSpec{CPUs: 0.1, MemoryMB: 64}}); err != nil {
 			break
 		}
 		made = append(made, sb.ID)
 	}
-	if !api.IsCode(err, api.CodeInsufficientStorage) || !strings.Contains(err.Error(), "MiB disk") || len(made) >= 30 {
+	if !api.IsCode(err, api.CodeInsufficientStorage) || !strings.Contains(err.Error(), "MiB disk") || len(made) >= bound {
 		t.Errorf("after %d sandboxes of 256 GiB: %v, want insufficient_storage naming the disk", len(made), err)
 	}
 	t.Logf("%d sandboxes of 256 GiB admitted, then: %v", len(made), err)
