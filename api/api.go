@@ -469,9 +469,16 @@ type SetPreviewRequest struct {
 // CreateKeyRequest is the body of POST /v1/keys (admin key only): a new API
 // key for a tenant. Tenant names are 1-63 characters of a-z, 0-9, '_' and
 // '-', starting with a letter or digit; "admin" is the admin key's own.
+// Scope limits the key to what it names: "" is the tenant's whole API,
+// KeyScopeMetrics only GET /metrics (a scraper's key, which can do nothing
+// else; its tenant names its owner).
 type CreateKeyRequest struct {
 	Tenant string `json:"tenant"`
+	Scope  string `json:"scope,omitempty"`
 }
+
+// KeyScopeMetrics is the scope of a key that may only read /metrics.
+const KeyScopeMetrics = "metrics"
 
 // Quota is the body and answer of PUT and GET /v1/tenants/{tenant}/quota
 // (admin key only): what one tenant may hold in the whole fleet at once,
@@ -502,6 +509,7 @@ type Key struct {
 	ID     string `json:"id"`
 	Key    string `json:"key"`
 	Tenant string `json:"tenant"`
+	Scope  string `json:"scope,omitempty"`
 }
 
 // KeyInfo is one API key as GET /v1/keys lists it: never the key itself.
@@ -509,6 +517,7 @@ type KeyInfo struct {
 	ID        string    `json:"id"`
 	Tenant    string    `json:"tenant"`
 	Admin     bool      `json:"admin"`
+	Scope     string    `json:"scope,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 

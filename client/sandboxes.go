@@ -164,9 +164,9 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, progress io.Wri
 // CreateKey makes a new API key for tenant (needs an admin key). The key is
 // in the answer only: the server keeps its hash. Sent once, never retried
 // (a retry could make a second key).
-func (c *Client) CreateKey(ctx context.Context, tenant string) (*api.Key, error) {
+func (c *Client) CreateKey(ctx context.Context, req api.CreateKeyRequest) (*api.Key, error) {
 	var k api.Key
-	cl := &call{op: "create key", method: http.MethodPost, path: "/v1/keys", in: api.CreateKeyRequest{Tenant: tenant}, retry: retryNever}
+	cl := &call{op: "create key", method: http.MethodPost, path: "/v1/keys", in: req, retry: retryNever}
 	if err := c.do(ctx, cl, &k); err != nil {
 		return nil, err
 	}

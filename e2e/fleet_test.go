@@ -130,7 +130,7 @@ func (f *fleet) snapshots(setups map[string]string) map[string]string {
 	for tenant, setup := range setups {
 		c := a.client()
 		if tenant != api.AdminTenant {
-			k, err := c.CreateKey(ctx, tenant)
+			k, err := c.CreateKey(ctx, api.CreateKeyRequest{Tenant: tenant})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -408,6 +408,22 @@ func TestFleet(t *testing.T) {
 	}
 	f.logPhase("regions, labels and listings")
 
+	// Metrics: each replica's own, and each node's through either replica
+	// (home runs first and second).
+	if code, text := scrapeAt(t, c1.url+"/metrics", c1.key); code != http.StatusOK ||
+		value(t, text, `warren_fleet_nodes{state="active"}`) != 3 ||
+		value(t, text, `warren_api_requests_total{code="201",route="POST /v1/snapshots/{id}/restore"}`) < 3 {
+		t.Errorf("c1's metrics: %d, want 3 active nodes and its restores counted:\n%.2000s", code, text)
+	}
+	code, text := scrapeAt(t, c2.url+"/v1/nodes/"+home+"/metrics", c1.key)
+	if got := value(t, text, `warren_sandboxes{runtime="container",state="running"}`); code != http.StatusOK || got != 2 {
+		t.Errorf("%s's metrics through c2: %d, %v running sandboxes, want 2", home, code, got)
+	}
+	if code, _ := scrapeAt(t, c2.url+"/v1/nodes/n9/metrics", c1.key); code != http.StatusNotFound {
+		t.Errorf("an unknown node's metrics: %d, want 404", code)
+	}
+	f.logPhase("metrics")
+
 	// Spread by load. Every node holds the snapshot now: with nothing
 	// running, restores one after another find no node nearer than another
 	// and go one to each, to the least loaded. The sections below use the
@@ -448,7 +464,7 @@ func TestFleet(t *testing.T) {
 	// is read.
 	keys := map[string]string{}
 	for _, tenant := range []string{quotaTenant, otherTenant} {
-		k, err := admin1.CreateKey(ctx, tenant)
+		k, err := admin1.CreateKey(ctx, api.CreateKeyRequest{Tenant: tenant})
 		if err != nil {
 			t.Fatal(err)
 		}

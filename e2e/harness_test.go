@@ -388,7 +388,7 @@ func (d *daemon) newSandbox(t testing.TB, args ...string) string {
 // client that uses it.
 func tenantClient(t testing.TB, tenant string) *client.Client {
 	t.Helper()
-	k, err := shared.client().CreateKey(context.Background(), tenant)
+	k, err := shared.client().CreateKey(context.Background(), api.CreateKeyRequest{Tenant: tenant})
 	if err != nil {
 		t.Fatal(err)
 	}

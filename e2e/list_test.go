@@ -42,7 +42,7 @@ func TestListStaysBounded(t *testing.T) {
 	ctx := context.Background()
 	// A tenant of its own: the suite's daemon may keep the records of an
 	// earlier run for an hour.
-	k, err := shared.client().CreateKey(ctx, fmt.Sprintf("lists-%d", time.Now().UnixNano()))
+	k, err := shared.client().CreateKey(ctx, api.CreateKeyRequest{Tenant: fmt.Sprintf("lists-%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,19 +4,39 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
 
 	"warren/api"
+	"warren/client"
 )
 
 // scrapeMetrics reads the shared daemon's /metrics with key, returning the
 // status and the body.
 func scrapeMetrics(t *testing.T, key string) (int, string) {
 	t.Helper()
-	return get(t, "", "/metrics", map[string]string{"Authorization": "Bearer " + key})
+	return scrapeAt(t, shared.url+"/metrics", key)
+}
+
+// scrapeAt reads the metrics at url with key, returning the status and
+// the body.
+func scrapeAt(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // value is the value of series (name and labels, as the scrape writes
@@ -34,18 +54,29 @@ func value(t *testing.T, text, series string) float64 {
 	return v
 }
 
-// TestMetricsScrape: the real daemon's /metrics, for an admin key only,
+// TestMetricsScrape: the real daemon's /metrics, for the admin key and a
+// key of scope metrics only (which can do nothing else),
 // counts a sandbox it runs and the create and exec that made and used it.
 func TestMetricsScrape(t *testing.T) {
 	need(t)
 	ctx := context.Background()
 	c := shared.client()
-	k, err := c.CreateKey(ctx, "metrics-tenant")
+	k, err := c.CreateKey(ctx, api.CreateKeyRequest{Tenant: "metrics-tenant"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := scrapeMetrics(t, k.Key); code != http.StatusForbidden {
 		t.Errorf("a tenant's scrape: %d, want 403", code)
+	}
+	scraper, err := c.CreateKey(ctx, api.CreateKeyRequest{Tenant: "metrics-tenant", Scope: api.KeyScopeMetrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := scrapeMetrics(t, scraper.Key); code != http.StatusOK {
+		t.Errorf("a metrics key's scrape: %d, want 200", code)
+	}
+	if _, err := client.New(shared.url, scraper.Key).ListSandboxes(ctx); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("a metrics key lists sandboxes: %v, want forbidden", err)
 	}
 	_, before := scrapeMetrics(t, shared.key)
 	creates := value(t, before, `warren_operation_duration_seconds_count{op="create"}`)

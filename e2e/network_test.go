@@ -146,6 +146,9 @@ func TestNetworkDefault(t *testing.T) {
 	bNode := nodeAddress(t, b)
 
 	before := inet.hits(inetMeta) + inet.hits(inetPrivate) + inet.hits(inetDenied)
+	denied := `warren_network_refusals_total{kind="denied"}`
+	_, scrape := scrapeMetrics(t, shared.key)
+	denied0 := value(t, scrape, denied)
 	got := probe(t, a,
 		"dns:allowed.test", hostPort(inetAllowed, 80), "allowed.test:80",
 		hostPort(inetMeta, 80), hostPort(inetPrivate, 80),
@@ -178,6 +181,21 @@ func TestNetworkDefault(t *testing.T) {
 	if st.Address != "10.0.2.15" || st.Gateway != "10.0.2.2" || st.Denied < 3 {
 		t.Errorf("network status %+v: want the sandbox's address and at least 3 denials", st)
 	}
+	// The node's metrics count them, and keep them once the sandbox is gone.
+	_, scrape = scrapeMetrics(t, shared.key)
+	denied1 := value(t, scrape, denied)
+	if denied1 < denied0+float64(st.Denied) {
+		t.Errorf("%s went from %v to %v, want at least the sandbox's %d more", denied, denied0, denied1, st.Denied)
+	}
+	defer func() {
+		if err := cl.DeleteSandbox(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		_, scrape = scrapeMetrics(t, shared.key)
+		if denied2 := value(t, scrape, denied); denied2 < denied1 {
+			t.Errorf("%s fell from %v to %v when the sandbox was deleted", denied, denied1, denied2)
+		}
+	}()
 	// Inside, the sandbox sees its own address and resolver.
 	res, err := cl.Exec(ctx, a, api.ExecRequest{Shell: "cat /etc/resolv.conf; grep $(hostname) /etc/hosts; cat /proc/net/route | wc -l"})
 	if err != nil {

@@ -421,7 +421,7 @@ func TestTenants(t *testing.T) {
 	if err != nil || res.Stdout != "mine\n" {
 		t.Errorf("tenant a's sandbox after b's attempts: %+v %v", res, err)
 	}
-	if _, err := b.CreateKey(ctx, "tenant-c"); !api.IsCode(err, api.CodeForbidden) {
+	if _, err := b.CreateKey(ctx, api.CreateKeyRequest{Tenant: "tenant-c"}); !api.IsCode(err, api.CodeForbidden) {
 		t.Errorf("a tenant key made a key: %v, want forbidden", err)
 	}
 	// The admin lists the keys (never a key) and revokes b's: b is out at

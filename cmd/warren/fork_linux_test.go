@@ -10,6 +10,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/internal/listing"
+	"warren/internal/store"
 )
 
 // TestFork: fork prints its children, which start from a snapshot of the
@@ -42,7 +43,7 @@ func TestFork(t *testing.T) {
 	if code, _, stderr := runCLI(t, nil, "fork", "sb-nonesuch"); code != 1 || !strings.Contains(stderr, "not found") {
 		t.Errorf("fork of no sandbox: exit %d stderr %q", code, stderr)
 	}
-	other, err := w.Deps.Store.CreateKey(context.Background(), "other", false)
+	other, err := w.Deps.Store.CreateKey(context.Background(), store.Key{Tenant: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}

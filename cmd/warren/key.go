@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+
+	"warren/api"
 )
 
 // keyCommands are the subcommands of `warren key`.
@@ -18,13 +21,14 @@ func runKey(ctx context.Context, c *cli, args []string) error {
 }
 
 func runKeyCreate(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("key create", "TENANT",
-		"Make an API key for TENANT (needs the admin key) and print it alone on stdout.\nThe server keeps only its hash: store it now. `warren key ls` shows its ID.")
+	fs := c.newFlags("key create", "[flags] TENANT",
+		"Make an API key for TENANT (needs the admin key) and print it alone on stdout.\nThe server keeps only its hash: store it now. `warren key ls` shows its ID.\nWith --scope metrics the key may only read /metrics (for a Prometheus\nscraper), and TENANT names its owner.")
+	scope := fs.String("scope", "", "limit the key to what it names: metrics (GET /metrics alone)")
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	k, err := cl.CreateKey(ctx, rest[0])
+	k, err := cl.CreateKey(ctx, api.CreateKeyRequest{Tenant: rest[0], Scope: *scope})
 	if err != nil {
 		return err
 	}
@@ -33,7 +37,7 @@ func runKeyCreate(ctx context.Context, c *cli, args []string) error {
 }
 
 func runKeyList(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("key ls", "[flags]", "List the API keys: ID, tenant, admin or not, created (needs the admin key).\nThe keys themselves are never shown: the server keeps only their hashes.")
+	fs := c.newFlags("key ls", "[flags]", "List the API keys: ID, tenant, admin or not, scope, created (needs the admin key).\nThe keys themselves are never shown: the server keeps only their hashes.")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	cl, _, err := connect(fs, args, 0, 0)
 	if err != nil {
@@ -44,9 +48,9 @@ func runKeyList(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	return printTable(c.stdout, *asJSON, keys, 2, func(tw io.Writer) {
-		fmt.Fprintln(tw, "ID\tTENANT\tADMIN\tCREATED")
+		fmt.Fprintln(tw, "ID\tTENANT\tADMIN\tSCOPE\tCREATED")
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", k.ID, k.Tenant, k.Admin, when(k.CreatedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", k.ID, k.Tenant, k.Admin, cmp.Or(k.Scope, "-"), when(k.CreatedAt))
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"warren/internal/node"
 	"warren/internal/sandbox/sandboxtest"
 	"warren/internal/server"
+	"warren/internal/store"
 )
 
 // tenant is the tenant of the key the CLI's tests use.
@@ -43,10 +44,10 @@ func newWarrenWith(t *testing.T, h *sandboxtest.Harness, opts server.Options) *w
 	ctx := context.Background()
 	w := &warren{Harness: h, t: t}
 	var err error
-	if w.key, err = h.Deps.Store.CreateKey(ctx, tenant, false); err != nil {
+	if w.key, err = h.Deps.Store.CreateKey(ctx, store.Key{Tenant: tenant}); err != nil {
 		t.Fatal(err)
 	}
-	if w.admin, err = h.Deps.Store.CreateKey(ctx, api.AdminTenant, true); err != nil {
+	if w.admin, err = h.Deps.Store.CreateKey(ctx, store.Key{Tenant: api.AdminTenant, Admin: true}); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -7,6 +7,8 @@
 //     preview host names) goes to the node that runs it;
 //   - a create, and a restore of a snapshot, go to the node the fleet
 //     places them on, chosen from what the request asks for;
+//   - /v1/nodes/ID/metrics goes to node ID, whose metrics they are, and
+//     /metrics is the front's own process's (Options.Local);
 //   - anything else (lists, snapshots, keys, templates) goes to any node:
 //     nodes share the metadata store, so any of them answers for all.
 //
@@ -75,6 +77,9 @@ type Options struct {
 	// MaxBody bounds the body of a create or restore read for placement:
 	// the API's bound on a JSON body.
 	MaxBody int64
+	// Local answers GET /metrics: the metrics of the front's own process
+	// (a control replica's, or a single machine's).
+	Local http.Handler
 }
 
 // Front sends each API request on to its node; see the package comment.
@@ -88,6 +93,12 @@ func NewFront(fleet Fleet, opts Options) *Front { return &Front{fleet: fleet, op
 
 // ServeHTTP implements http.Handler.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/metrics" {
+		if _, preview := f.opts.Preview(r.Host); !preview {
+			f.opts.Local.ServeHTTP(w, r)
+			return
+		}
+	}
 	node, placed, err := f.route(r)
 	if err == nil {
 		var h http.Handler
@@ -145,6 +156,18 @@ func (f *Front) route(r *http.Request) (node string, placed bool, err error) {
 			node, err = f.owner(ctx, id)
 			return node, false, err
 		}
+	case strings.HasPrefix(path, "/v1/nodes/") && strings.HasSuffix(path, "/metrics"):
+		id := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/nodes/"), "/metrics")
+		if id == "" || strings.Contains(id, "/") {
+			break
+		}
+		if _, err := f.fleet.Node(id); err != nil {
+			if err := f.opts.Authenticate(r); err != nil {
+				return "", false, err
+			}
+			return "", false, api.Errorf(api.CodeNotFound, "node %s not found in the fleet", id)
+		}
+		return id, false, nil
 	}
 	node, err = f.fleet.Any(ctx)
 	return node, false, err

@@ -143,7 +143,7 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 		}
 		return nil
 	}
-	front := httptest.NewServer(NewFront(fleet, Options{Preview: preview, Authenticate: auth, WriteError: writeTestError, MaxBody: 2 * peekFree}))
+	front := httptest.NewServer(NewFront(fleet, Options{Preview: preview, Authenticate: auth, WriteError: writeTestError, MaxBody: 2 * peekFree, Local: nodeHandler("front")}))
 	t.Cleanup(front.Close)
 	return fleet, front.URL
 }
@@ -188,6 +188,9 @@ func TestFrontRoutes(t *testing.T) {
 		{"a list goes to any", "GET", "/v1/sandboxes", "", "", "a"},
 		{"snapshots go to any", "GET", "/v1/snapshots/sn-1", "", "", "a"},
 		{"a preview host goes to its sandbox's node", "GET", "/", "8080-sb-b.preview.test", "", "b"},
+		{"whatever its path", "GET", "/metrics", "8080-sb-b.preview.test", "", "b"},
+		{"a node's metrics go to that node", "GET", "/v1/nodes/b/metrics", "", "", "b"},
+		{"the front answers its own", "GET", "/metrics", "", "", "front"},
 	} {
 		status, got := send(t, tc.method, url+tc.path, tc.host, tc.body)
 		if status != http.StatusOK || got.Node != tc.node || got.Body != tc.body || got.Auth != "Bearer wk_key" {
@@ -249,6 +252,14 @@ func TestFrontErrors(t *testing.T) {
 	fleet.nodes["a"] = Remote(m, "a", dead, slog.New(slog.DiscardHandler), writeTestError)
 	if status, eb := sendForError(t, "GET", url+"/v1/sandboxes/sb-a", "Bearer wk_key", ""); status != http.StatusServiceUnavailable || eb.Error.Message != "node a did not answer" {
 		t.Errorf("dead node: %d %+v", status, eb)
+	}
+	// The metrics of a node the fleet does not have: 404 for a caller
+	// with a key, 401 without.
+	if status, eb := sendForError(t, "GET", url+"/v1/nodes/nosuch/metrics", "Bearer wk_key", ""); status != http.StatusNotFound || eb.Error.Code != api.CodeNotFound {
+		t.Errorf("an unknown node's metrics: %d %+v", status, eb)
+	}
+	if status, _ := sendForError(t, "GET", url+"/v1/nodes/nosuch/metrics", "", ""); status != http.StatusUnauthorized {
+		t.Errorf("an unknown node's metrics without a key: %d, want 401", status)
 	}
 }
 

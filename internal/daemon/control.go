@@ -12,6 +12,7 @@ import (
 
 	"warren/internal/control"
 	"warren/internal/fleet"
+	"warren/internal/metrics"
 	"warren/internal/pki"
 	"warren/internal/sandbox"
 	"warren/internal/server"
@@ -71,6 +72,8 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	o.Server.PreviewDomain = o.PreviewDomain
 	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
 	o.Server.Fleet = Fleet(st)
+	reg := metrics.New()
+	o.Server.Metrics = reg
 	// The replica's server is its middleware, its key check and its error
 	// answers: every route is a node's.
 	srv := server.New(nil, nil, Keys(st), subsystem(log, "api"), o.Server)
@@ -83,6 +86,7 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	if err != nil {
 		return err
 	}
+	dir.RegisterMetrics(reg)
 	go dir.Run(ctx)
 	hs := srv.HTTPServer(front(srv, dir, o.Server.MaxBodyBytes), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)

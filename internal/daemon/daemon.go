@@ -211,12 +211,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
-	blobs, err := openBlobStore(ctx, o.BlobStore, o.DataDir, subsystem(log, "blob"))
+	reg := metrics.New()
+	blobs, err := openBlobStore(ctx, o.BlobStore, o.DataDir, subsystem(log, "blob"), reg)
 	if err != nil {
 		return err
 	}
 	defer blobs.Close()
-	o.Snapshot.Node = o.NodeID
+	o.Snapshot.Node, o.Snapshot.Metrics = o.NodeID, reg
 	snaps, err := snapshot.Open(ctx, log, st, pool, blobs, o.Snapshot)
 	if err != nil {
 		return err
@@ -242,7 +243,6 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		region, labels = o.Fleet.Region, o.Fleet.Labels
 	}
-	reg := metrics.New()
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
 		Metrics:   reg,
 		Log:       subsystem(log, "sandbox"),
@@ -286,7 +286,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}
-	o.Server.Pools, o.Server.Metrics = mgr, reg
+	o.Server.Pools, o.Server.Metrics, o.Server.NodeID = mgr, reg, o.NodeID
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
 	if o.Fleet != nil {
@@ -336,8 +336,9 @@ func serve(ctx context.Context, hs *http.Server, ln net.Listener) error {
 }
 
 // openBlobStore opens the snapshot blob store named by spec (see
-// Options.BlobStore), with retries on every call.
-func openBlobStore(ctx context.Context, spec, dataDir string, log *slog.Logger) (blob.Store, error) {
+// Options.BlobStore), with retries on every call, and counts the bytes that
+// pass through it in reg.
+func openBlobStore(ctx context.Context, spec, dataDir string, log *slog.Logger, reg *metrics.Registry) (blob.Store, error) {
 	var b blob.Store
 	var err error
 	switch {
@@ -355,7 +356,15 @@ func openBlobStore(ctx context.Context, spec, dataDir string, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	return blob.Retry{Store: b, Attempts: 6, Base: 200 * time.Millisecond, Max: 5 * time.Second, Log: log}, nil
+	c := &blob.Counted{Store: blob.Retry{Store: b, Attempts: 6, Base: 200 * time.Millisecond, Max: 5 * time.Second, Log: log}}
+	reg.Gauges([]metrics.Family{{
+		Name: "warren_blob_bytes_total", Help: "Bytes of objects this node stored in, and fetched from, its blob store since it started, by direction.",
+		Labels: []string{"direction"}, Counter: true,
+	}}, func() [][]metrics.Sample {
+		stored, fetched := c.Bytes()
+		return [][]metrics.Sample{{{Labels: []string{"stored"}, Value: float64(stored)}, {Labels: []string{"fetched"}, Value: float64(fetched)}}}
+	})
+	return c, nil
 }
 
 // lockDataDir makes sure one server at a time uses dataDir: two would
@@ -468,5 +477,6 @@ func front(srv *server.Server, f control.Fleet, maxBody int64) http.Handler {
 		},
 		WriteError: srv.WriteError,
 		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),
+		Local:      srv.Routes(),
 	}))
 }

@@ -23,8 +23,8 @@ func (k storeKeys) LookupKey(ctx context.Context, key string) (server.Key, error
 	return serverKey(rec), nil
 }
 
-func (k storeKeys) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
-	return k.st.CreateKey(ctx, tenant, admin)
+func (k storeKeys) CreateKey(ctx context.Context, tenant, scope string) (string, error) {
+	return k.st.CreateKey(ctx, store.Key{Tenant: tenant, Scope: scope})
 }
 
 func (k storeKeys) ListKeys(ctx context.Context, page listing.Page) ([]server.Key, error) {
@@ -44,7 +44,7 @@ func (k storeKeys) DeleteKey(ctx context.Context, id string) error {
 }
 
 func serverKey(rec store.Key) server.Key {
-	return server.Key{ID: rec.ID, Tenant: rec.Tenant, Admin: rec.Admin, CreatedAt: rec.CreatedAt}
+	return server.Key{ID: rec.ID, Tenant: rec.Tenant, Admin: rec.Admin, Scope: rec.Scope, CreatedAt: rec.CreatedAt}
 }
 
 // keyErr is the server's name for a key the store does not have.

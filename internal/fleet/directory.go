@@ -15,6 +15,7 @@ import (
 
 	"warren/api"
 	"warren/internal/control"
+	"warren/internal/metrics"
 	"warren/internal/scheduler"
 	"warren/internal/store"
 )
@@ -448,4 +449,25 @@ func (d *Directory) Node(id string) (http.Handler, error) {
 	r := routed{addr: n.Addr, h: d.remote(id, n.Addr)}
 	d.handlers[id] = r
 	return r.h, nil
+}
+
+// RegisterMetrics registers the directory's gauges with reg, read at each
+// scrape: the fleet's nodes by state, as the directory last read them.
+func (d *Directory) RegisterMetrics(reg *metrics.Registry) {
+	states := []string{store.NodeActive, store.NodeCordoned, store.NodeDraining, store.NodeFenced}
+	reg.Gauges([]metrics.Family{{
+		Name: "warren_fleet_nodes", Help: "The fleet's nodes as this control replica last read them, by state (active, cordoned, draining, fenced).", Labels: []string{"state"},
+	}}, func() [][]metrics.Sample {
+		counts := map[string]int{}
+		d.mu.Lock()
+		for _, n := range d.nodes {
+			counts[n.State]++
+		}
+		d.mu.Unlock()
+		var samples []metrics.Sample
+		for _, st := range states {
+			samples = append(samples, metrics.Sample{Labels: []string{st}, Value: float64(counts[st])})
+		}
+		return [][]metrics.Sample{samples}
+	})
 }

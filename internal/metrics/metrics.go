@@ -28,6 +28,7 @@ const (
 	OpFork        = "fork"         // a fork, to its children running
 	OpSnapshotAck = "snapshot_ack" // a snapshot's acknowledgement: its disk quiesced and cloned
 	OpExec        = "exec"         // an exec answered whole (not streamed, not in the background)
+	OpUpload      = "upload"       // a snapshot's upload: its acknowledgement to durable
 )
 
 // Registry holds one process's metrics.
@@ -54,7 +55,7 @@ func New() *Registry {
 		}, []string{"route"}),
 		ops: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warren_operation_duration_seconds",
-			Help:    "How long operations that succeeded took, by operation: create, restore, fork, snapshot_ack, exec.",
+			Help:    "How long operations that succeeded took, by operation: create, restore, fork, snapshot_ack, exec, upload (a snapshot's acknowledgement to durable).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}, []string{"op"}),
 	}
@@ -96,26 +97,37 @@ type Sample struct {
 	Value  float64
 }
 
-// Family describes a family of gauges read at each scrape.
+// Family describes a family of values read at each scrape: gauges, or
+// counters (Counter) when the values only grow while the process runs.
 type Family struct {
 	Name, Help string
 	Labels     []string
+	Counter    bool
 }
 
 // Gauges registers read, which answers the families' samples (in fams'
 // order) at each scrape. It panics if a name is taken: families are
 // registered once, at start.
 func (r *Registry) Gauges(fams []Family, read func() [][]Sample) {
+	if r == nil {
+		return
+	}
 	c := &reader{read: read}
 	for _, f := range fams {
 		c.descs = append(c.descs, prometheus.NewDesc(f.Name, f.Help, f.Labels, nil))
+		kind := prometheus.GaugeValue
+		if f.Counter {
+			kind = prometheus.CounterValue
+		}
+		c.kinds = append(c.kinds, kind)
 	}
 	r.reg.MustRegister(c)
 }
 
-// reader is a prometheus.Collector of gauges read from their owner.
+// reader is a prometheus.Collector of values read from their owner.
 type reader struct {
 	descs []*prometheus.Desc
+	kinds []prometheus.ValueType
 	read  func() [][]Sample
 }
 
@@ -131,7 +143,7 @@ func (c *reader) Collect(ch chan<- prometheus.Metric) {
 			break
 		}
 		for _, s := range samples {
-			m, err := prometheus.NewConstMetric(c.descs[i], prometheus.GaugeValue, s.Value, s.Labels...)
+			m, err := prometheus.NewConstMetric(c.descs[i], c.kinds[i], s.Value, s.Labels...)
 			if err != nil {
 				ch <- prometheus.NewInvalidMetric(c.descs[i], err)
 				continue

@@ -26,7 +26,7 @@ func TestRegistry(t *testing.T) {
 	r.Request("", 404, time.Millisecond)
 	r.Observe(OpCreate, 30*time.Millisecond)
 	n := 0.0
-	r.Gauges([]Family{{Name: "test_things", Help: "Things.", Labels: []string{"kind"}}, {Name: "test_total", Help: "All."}},
+	r.Gauges([]Family{{Name: "test_things", Help: "Things.", Labels: []string{"kind"}}, {Name: "test_total", Help: "All.", Counter: true}},
 		func() [][]Sample {
 			n++
 			return [][]Sample{{{Labels: []string{"a"}, Value: n}, {Labels: []string{"b"}, Value: 2 * n}}, {{Value: 7}}}
@@ -38,6 +38,7 @@ func TestRegistry(t *testing.T) {
 		`warren_operation_duration_seconds_count{op="create"} 1`,
 		`warren_operation_duration_seconds_sum{op="create"} 0.03`,
 		`test_things{kind="a"} 1`, `test_things{kind="b"} 2`, "test_total 7",
+		"# TYPE test_things gauge", "# TYPE test_total counter",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %q:\n%s", want, text)
@@ -60,4 +61,5 @@ func TestRegistry(t *testing.T) {
 	var none *Registry
 	none.Request("GET /x", 200, time.Second)
 	none.Observe(OpExec, time.Second)
+	none.Gauges([]Family{{Name: "test_none", Help: "None."}}, nil)
 }

@@ -25,10 +25,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +128,9 @@ type Node struct {
 	mu     sync.Mutex
 	byID   map[string]*Sandbox
 	bySlot map[int]*Sandbox // every router, warm ones included
+	// retired are the refusals of the routers removed since the node
+	// started, so that Refusals only grows.
+	retired Counters
 
 	pool *warmpool.Pool[*Sandbox] // ready routers no sandbox has taken yet
 }
@@ -353,15 +358,42 @@ func (n *Node) register(id string, slot int, pol policy.Policy) (*Sandbox, error
 	return s, nil
 }
 
-func (n *Node) unregister(s *Sandbox) {
+// unregister forgets s, and keeps its last counters c in the node's.
+func (n *Node) unregister(s *Sandbox, c Counters) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.bySlot[s.slot] == s {
 		delete(n.bySlot, s.slot)
+		n.retired.Denied += c.Denied
+		n.retired.RateLimited += c.RateLimited
 	}
 	if s.id != "" && n.byID[s.id] == s {
 		delete(n.byID, s.id)
 	}
+}
+
+// Refusals are the refusals of every router the node has had since it
+// started: those it has now and those removed.
+func (n *Node) Refusals() Counters {
+	n.mu.Lock()
+	live := slices.Collect(maps.Values(n.byID))
+	n.mu.Unlock()
+	read := make(map[*Sandbox]Counters, len(live))
+	for _, s := range live {
+		if c, err := s.Counters(); err == nil {
+			read[s] = c
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sum := n.retired
+	for s, c := range read {
+		if n.bySlot[s.slot] == s { // not retired since: its counters are not in sum
+			sum.Denied += c.Denied
+			sum.RateLimited += c.RateLimited
+		}
+	}
+	return sum
 }
 
 // Attach gives sandbox id its router: a warm one when the pool has one, else
@@ -704,13 +736,14 @@ func (n *Node) Detach(s *Sandbox) error {
 }
 
 func (s *Sandbox) destroy() error {
+	c, _ := s.Counters() // a router half made counted nothing
 	var errs []error
 	if link, err := netlink.LinkByName(s.host); err == nil {
 		errs = append(errs, delLink(link))
 	}
 	s.closeNS()
 	errs = append(errs, removeNetNS(s.nsPath))
-	s.n.unregister(s)
+	s.n.unregister(s, c)
 	return errors.Join(errs...)
 }
 
@@ -731,7 +764,7 @@ func (n *Node) Adopt(id string, slot int, pol policy.Policy) (_ *Sandbox, err er
 	}
 	defer func() {
 		if err != nil {
-			n.unregister(s)
+			n.unregister(s, Counters{})
 			s.closeNS()
 		}
 	}()

@@ -9,7 +9,8 @@ import (
 
 // registerMetrics registers the manager's gauges with reg, read at each
 // scrape: its sandboxes by runtime and state, its warm pools, its memory
-// images, and its capacity against what it promised (admit.go).
+// images, its capacity against what it promised (admit.go), and what its
+// sandboxes' networks refused.
 func (m *Manager) registerMetrics(reg *metrics.Registry) {
 	reg.Gauges([]metrics.Family{
 		{Name: "warren_sandboxes", Help: "Sandboxes this node runs, by runtime and state (running or paused).", Labels: []string{"runtime", "state"}},
@@ -18,6 +19,7 @@ func (m *Manager) registerMetrics(reg *metrics.Registry) {
 		{Name: "warren_memory_images", Help: "This node's memory images of vm sandboxes, by state (preparing, ready, failed).", Labels: []string{"state"}},
 		{Name: "warren_node_capacity", Help: "What this node may promise its sandboxes (memory after overcommit), by resource: cpus, memory_mb, disk_mb.", Labels: []string{"resource"}},
 		{Name: "warren_node_claimed", Help: "What this node's sandboxes (warm pools' members included) hold of its capacity, by resource: cpus, memory_mb, disk_mb.", Labels: []string{"resource"}},
+		{Name: "warren_network_refusals_total", Help: "What sandboxes' egress policies refused on this node since the daemon started, by kind: denied (connections and DNS queries), rate_limited (new connections over the rate).", Labels: []string{"kind"}, Counter: true},
 	}, m.metricSamples)
 }
 
@@ -70,7 +72,15 @@ func (m *Manager) metricSamples() [][]metrics.Sample {
 			{Labels: []string{"disk_mb"}, Value: float64(a.DiskMB)},
 		}
 	}
-	return [][]metrics.Sample{sandboxes, members, claims, imageSamples, amounts(u.Capacity), amounts(u.Claimed)}
+	var refusals []metrics.Sample
+	if m.deps.Network != nil {
+		r := m.deps.Network.Refusals()
+		refusals = []metrics.Sample{
+			{Labels: []string{"denied"}, Value: float64(r.Denied)},
+			{Labels: []string{"rate_limited"}, Value: float64(r.RateLimited)},
+		}
+	}
+	return [][]metrics.Sample{sandboxes, members, claims, imageSamples, amounts(u.Capacity), amounts(u.Claimed), refusals}
 }
 
 // observe records that op, begun at t0, succeeded.

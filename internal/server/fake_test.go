@@ -300,9 +300,9 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 		opts.Metrics = metrics.New()
 	}
 	keys := &memKeys{}
-	keys.add(e.keyA, "a", false)
-	keys.add(e.keyB, "b", false)
-	keys.add(e.admin, api.AdminTenant, true)
+	keys.add(e.keyA, Key{Tenant: "a"})
+	keys.add(e.keyB, Key{Tenant: "b"})
+	keys.add(e.admin, Key{Tenant: api.AdminTenant, Admin: true})
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.srv = New(e.fake, e.fake, keys, log, opts)
 	// Served as the daemon serves it: its http.Server and its limits.
@@ -548,15 +548,16 @@ type memKeys struct {
 
 var _ Keys = (*memKeys)(nil)
 
-// add records key as one of tenant's.
-func (k *memKeys) add(key, tenant string, admin bool) {
+// add records key as rec (its ID and time are made here).
+func (k *memKeys) add(key string, rec Key) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.recs == nil {
 		k.recs = map[string]Key{}
 	}
 	k.n++
-	k.recs[key] = Key{ID: fmt.Sprintf("key-%d", k.n), Tenant: tenant, Admin: admin, CreatedAt: time.Unix(int64(k.n), 0)}
+	rec.ID, rec.CreatedAt = fmt.Sprintf("key-%d", k.n), time.Unix(int64(k.n), 0)
+	k.recs[key] = rec
 }
 
 func (k *memKeys) LookupKey(ctx context.Context, key string) (Key, error) {
@@ -568,11 +569,11 @@ func (k *memKeys) LookupKey(ctx context.Context, key string) (Key, error) {
 	return Key{}, ErrUnknownKey
 }
 
-func (k *memKeys) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
+func (k *memKeys) CreateKey(ctx context.Context, tenant, scope string) (string, error) {
 	k.mu.Lock()
 	key := fmt.Sprintf("wk_new_%d", k.n)
 	k.mu.Unlock()
-	k.add(key, tenant, admin)
+	k.add(key, Key{Tenant: tenant, Scope: scope})
 	return key, nil
 }
 

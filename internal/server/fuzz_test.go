@@ -379,9 +379,9 @@ func (s *fuzzSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (a
 // hung) fails.
 func FuzzHandler(f *testing.F) {
 	keys := &memKeys{}
-	keys.add(fuzzKeyA, "a", false)
-	keys.add(fuzzKeyB, "b", false)
-	keys.add(fuzzKeyAdmin, api.AdminTenant, true)
+	keys.add(fuzzKeyA, Key{Tenant: "a"})
+	keys.add(fuzzKeyB, Key{Tenant: "b"})
+	keys.add(fuzzKeyAdmin, Key{Tenant: api.AdminTenant, Admin: true})
 	dir := f.TempDir()
 	conn := agentconn.DialUnix(filepath.Join(dir, "no-agent.sock"))
 	sb := &fuzzSandboxes{}

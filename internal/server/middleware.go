@@ -32,7 +32,7 @@ type requestMeta struct {
 	previewTenant string
 	// route is the route table's "METHOD PATH" that served the request, ""
 	// for none (a 404, a 405, a preview host, a request a fleet's front
-	// sent to another process).
+	// sent to another process: pattern names its route).
 	route string
 }
 
@@ -90,6 +90,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 		took := time.Since(start)
 		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
 			"status", rw.status, "bytes", rw.bytes, "duration", took, "tenant", cmp.Or(m.key.Tenant, m.previewTenant))
+		if m.route == "" && s.opts.Metrics != nil {
+			m.route = s.pattern(r)
+		}
 		s.opts.Metrics.Request(m.route, rw.status, took)
 		if v != nil {
 			panic(http.ErrAbortHandler)

@@ -32,3 +32,16 @@ func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, n)
 }
+
+// nodeMetrics answers GET /v1/nodes/{id}/metrics on node id itself, to
+// which the fleet's front sends it: the node's own /metrics. A control
+// replica answers its own /metrics.
+func (s *Server) nodeMetrics(w http.ResponseWriter, r *http.Request) error {
+	switch id := r.PathValue("id"); {
+	case s.opts.Fleet == nil:
+		return api.Errorf(api.CodeNotFound, "node %s not found: this warren is a single machine, whose metrics are at /metrics", id)
+	case id != s.opts.NodeID:
+		return api.Errorf(api.CodeNotFound, "node %s not found: this is node %s", id, s.opts.NodeID)
+	}
+	return s.metrics(w, r)
+}

@@ -220,7 +220,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if req.Tenant == api.AdminTenant {
 		return api.Errorf(api.CodeBadRequest, "tenant %q is the admin key's own", req.Tenant)
 	}
-	key, err := s.keys.CreateKey(r.Context(), req.Tenant, false)
+	if req.Scope != "" && req.Scope != api.KeyScopeMetrics {
+		return api.Errorf(api.CodeBadRequest, "scope must be empty (the tenant's whole API) or %q, got %q", api.KeyScopeMetrics, req.Scope)
+	}
+	key, err := s.keys.CreateKey(r.Context(), req.Tenant, req.Scope)
 	if err != nil {
 		return err
 	}
@@ -228,7 +231,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, api.Key{ID: k.ID, Key: key, Tenant: req.Tenant})
+	return writeJSON(w, http.StatusCreated, api.Key{ID: k.ID, Key: key, Tenant: req.Tenant, Scope: req.Scope})
 }
 
 // listKeys answers GET /v1/keys: every key's ID, tenant and age, never the
@@ -244,7 +247,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	}
 	infos := make([]api.KeyInfo, 0, len(keys))
 	for _, k := range keys {
-		infos = append(infos, api.KeyInfo{ID: k.ID, Tenant: k.Tenant, Admin: k.Admin, CreatedAt: k.CreatedAt})
+		infos = append(infos, api.KeyInfo{ID: k.ID, Tenant: k.Tenant, Admin: k.Admin, Scope: k.Scope, CreatedAt: k.CreatedAt})
 	}
 	var out api.KeyList
 	out.Keys, out.NextPageToken = page(lr, infos, func(k api.KeyInfo) pageToken { return byCreation(k.CreatedAt, k.ID) })

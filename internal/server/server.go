@@ -168,9 +168,9 @@ type Keys interface {
 	// LookupKey returns the record of key; ErrUnknownKey for a key it does
 	// not know.
 	LookupKey(ctx context.Context, key string) (Key, error)
-	// CreateKey makes a new key of tenant and returns it; the tenant's name
-	// is already valid.
-	CreateKey(ctx context.Context, tenant string, admin bool) (string, error)
+	// CreateKey makes a new key of tenant, limited to scope ("" for none;
+	// api.KeyScopeMetrics), and returns it; both are already valid.
+	CreateKey(ctx context.Context, tenant, scope string) (string, error)
 	// ListKeys returns a page of the keys' records (never a key), oldest
 	// first.
 	ListKeys(ctx context.Context, page listing.Page) ([]Key, error)
@@ -184,7 +184,10 @@ type Key struct {
 	ID     string
 	Tenant string
 	// Admin keys may also call the admin routes.
-	Admin     bool
+	Admin bool
+	// Scope is "" for the tenant's whole API, or what alone the key may do
+	// (api.KeyScopeMetrics).
+	Scope     string
 	CreatedAt time.Time
 }
 
@@ -210,9 +213,11 @@ type Options struct {
 	// Pools keeps the warm pools (GET /v1/pools, PUT and DELETE
 	// /v1/pools/{template}); nil: those routes answer 404.
 	Pools Pools
-	// Metrics counts the API's requests and serves GET /metrics (admin);
-	// nil: the route answers 404.
+	// Metrics counts the API's requests and serves GET /metrics (and, on a
+	// fleet's node, GET /v1/nodes/{NodeID}/metrics); nil: they answer 404.
 	Metrics *metrics.Registry
+	// NodeID names the node this server runs on in a fleet.
+	NodeID string
 	// Limits bound concurrent execs and streams (limits.go).
 	Limits Limits
 	// MaxBodyBytes bounds a JSON request body (default 1 MiB); a larger one
@@ -260,8 +265,9 @@ type access int
 
 const (
 	public access = iota // anyone, no key
-	tenant               // any valid key
+	tenant               // any valid key of the tenant's whole API
 	admin                // an admin key only
+	scrape               // an admin key or a key of scope metrics
 )
 
 // anyMethod is the method of a route that serves every method (the
@@ -353,7 +359,8 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/nodes/{id}/drain", admin, s.nodeAction},
 		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},
 		{"GET", "/v1/debug/vars", admin, s.debugVars},
-		{"GET", "/metrics", admin, s.metrics},
+		{"GET", "/metrics", scrape, s.metrics},
+		{"GET", "/v1/nodes/{id}/metrics", scrape, s.nodeMetrics},
 	}
 	allowed := map[string][]string{}
 	var paths []string
@@ -397,6 +404,22 @@ func (s *Server) Routes() http.Handler {
 	})
 }
 
+// pattern is the route table's "METHOD PATH" of a request that no route
+// of this process served, because a fleet's front sent it to a node; ""
+// for a preview host name and for a path or method no route serves.
+func (s *Server) pattern(r *http.Request) string {
+	if _, preview := s.PreviewSandbox(r.Host); preview {
+		return ""
+	}
+	_, p := s.mux.Handler(r)
+	for _, rt := range s.routes {
+		if p == rt.method+" "+rt.path || rt.method == anyMethod && p == rt.path {
+			return rt.method + " " + rt.path
+		}
+	}
+	return ""
+}
+
 // PreviewSandbox returns the sandbox a request to host name host is for,
 // if host is one of the preview host names.
 func (s *Server) PreviewSandbox(host string) (id string, ok bool) {
@@ -423,8 +446,8 @@ func (s *Server) endpoint(rt route) http.Handler {
 		meta(r.Context()).route = rt.method + " " + rt.path
 		if rt.access != public {
 			key, err := s.Authenticate(r)
-			if err == nil && rt.access == admin && !key.Admin {
-				err = api.Errorf(api.CodeForbidden, "this route needs an admin key")
+			if err == nil {
+				err = allowed(rt.access, key)
 			}
 			if err != nil {
 				s.WriteError(w, r, err)
@@ -440,6 +463,21 @@ func (s *Server) endpoint(rt route) http.Handler {
 			s.WriteError(w, r, err)
 		}
 	})
+}
+
+// allowed says whether key may call a route of access a (not public).
+func allowed(a access, key Key) error {
+	switch {
+	case a == scrape && (key.Admin || key.Scope == api.KeyScopeMetrics):
+		return nil
+	case key.Scope != "":
+		return api.Errorf(api.CodeForbidden, "this key's scope is %s: it may only read /metrics", key.Scope)
+	case a == scrape:
+		return api.Errorf(api.CodeForbidden, "this route needs an admin key or a key of scope %s", api.KeyScopeMetrics)
+	case a == admin && !key.Admin:
+		return api.Errorf(api.CodeForbidden, "this route needs an admin key")
+	}
+	return nil
 }
 
 // metrics serves the process's metrics in Prometheus's format.

@@ -121,7 +121,7 @@ func TestAuth(t *testing.T) {
 func TestAdminOnlyRoutes(t *testing.T) {
 	e := newTestEnv(t, deadAgent(t), Options{})
 	for _, rt := range e.srv.routes {
-		if rt.access != admin {
+		if rt.access != admin && rt.access != scrape {
 			continue
 		}
 		path, body := concrete(rt, "sb-x")
@@ -144,8 +144,8 @@ func TestTenantIsolation(t *testing.T) {
 	e.call("POST", "/v1/sandboxes", e.keyA, `{"template":"default"}`, http.StatusCreated, &sb)
 	tested := 0
 	for _, rt := range e.srv.routes {
-		if !strings.Contains(rt.path, "{id}") || rt.access == admin {
-			continue // a sandbox's or a snapshot's ID, not a key's
+		if !strings.Contains(rt.path, "{id}") || rt.access == admin || rt.access == scrape {
+			continue // a sandbox's or a snapshot's ID, not a key's or a node's
 		}
 		tested++
 		path, body := concrete(rt, sb.ID)

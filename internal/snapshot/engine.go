@@ -81,6 +81,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/ident"
 	"warren/internal/layer"
+	"warren/internal/metrics"
 	"warren/internal/store"
 )
 
@@ -102,6 +103,8 @@ type Config struct {
 	GCGrace time.Duration
 	// GCEvery is how often the engine collects by itself.
 	GCEvery time.Duration
+	// Metrics, when set, times the uploads and reads their backlog.
+	Metrics *metrics.Registry
 }
 
 // DefaultConfig is what a node uses unless told otherwise.
@@ -143,11 +146,17 @@ type Engine struct {
 	wg     sync.WaitGroup // uploads in flight and the periodic collector
 
 	mu        sync.Mutex
-	uploading map[string]chan struct{}  // guarded by mu; closed when the upload ends
+	uploading map[string]*uploadRun     // guarded by mu; uploads in flight
 	fetching  map[string]*fetch         // guarded by mu; materializations in flight
 	manifests map[string]layer.Manifest // guarded by mu; parsed manifests (immutable)
 
 	gcMu sync.RWMutex // see the package comment
+}
+
+// uploadRun is one upload in flight.
+type uploadRun struct {
+	done  chan struct{} // closed when it ends
+	since time.Time     // the snapshot's acknowledgement
 }
 
 // fetch is one materialization in flight; waiters read err after done.
@@ -168,12 +177,16 @@ func Open(ctx context.Context, log *slog.Logger, st *store.Store, pool *disk.Poo
 	e := &Engine{
 		log: log.With("subsystem", "snapshot"), store: st, pool: pool, blobs: blobs, cfg: cfg.withDefaults(),
 		dir: dir, ctx: ectx, cancel: cancel,
-		uploading: map[string]chan struct{}{}, fetching: map[string]*fetch{}, manifests: map[string]layer.Manifest{},
+		uploading: map[string]*uploadRun{}, fetching: map[string]*fetch{}, manifests: map[string]layer.Manifest{},
 	}
 	if err := e.resume(ctx); err != nil {
 		cancel()
 		return nil, err
 	}
+	e.cfg.Metrics.Gauges([]metrics.Family{
+		{Name: "warren_snapshot_uploads", Help: "Snapshots this node is making durable: pending, their upload running or waiting to retry."},
+		{Name: "warren_snapshot_upload_oldest_seconds", Help: "How long ago the oldest of this node's pending snapshots was acknowledged (0: none pending)."},
+	}, e.backlog)
 	e.wg.Add(1)
 	go e.collect()
 	return e, nil
@@ -194,6 +207,17 @@ func (e *Engine) collect() {
 			e.log.Error("snapshot gc", "err", err)
 		}
 	}
+}
+
+// backlog answers the upload families of Open, in their order.
+func (e *Engine) backlog() [][]metrics.Sample {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var oldest time.Duration
+	for _, u := range e.uploading {
+		oldest = max(oldest, time.Since(u.since))
+	}
+	return [][]metrics.Sample{{{Value: float64(len(e.uploading))}}, {{Value: oldest.Seconds()}}}
 }
 
 // Close stops the uploads in flight and the collector and waits for them;
@@ -241,7 +265,7 @@ func (e *Engine) resume(ctx context.Context) error {
 			continue
 		}
 		e.log.Info("resuming snapshot upload", "snapshot", sn.ID)
-		e.startUpload(sn.ID)
+		e.startUpload(sn.ID, sn.CreatedAt)
 	}
 	return nil
 }

@@ -81,7 +81,7 @@ func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.S
 		return fail(fmt.Errorf("take snapshot: %w", err))
 	}
 	log.Info("snapshot taken", "parent", parent, "ack", sn.Ack, "took", time.Since(tStart), "record", t0.Sub(tStart))
-	e.startUpload(sn.ID)
+	e.startUpload(sn.ID, sn.CreatedAt)
 	return sn, nil
 }
 
@@ -181,6 +181,6 @@ func (e *Engine) EnsureBase(ctx context.Context, template, image string, built t
 	default:
 		return "", fmt.Errorf("template base: %w", err)
 	}
-	e.startUploadLocked(id)
+	e.startUploadLocked(id, time.Now())
 	return id, nil
 }

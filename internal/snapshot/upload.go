@@ -12,44 +12,45 @@ import (
 	"warren/internal/backoff"
 	"warren/internal/blob"
 	"warren/internal/layer"
+	"warren/internal/metrics"
 	"warren/internal/store"
 )
 
-// startUpload runs the snapshot's upload in the background unless it is
-// already running.
-func (e *Engine) startUpload(id string) {
+// startUpload runs the upload of the snapshot acknowledged at since in the
+// background unless it is already running.
+func (e *Engine) startUpload(id string, since time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.startUploadLocked(id)
+	e.startUploadLocked(id, since)
 }
 
-func (e *Engine) startUploadLocked(id string) {
+func (e *Engine) startUploadLocked(id string, since time.Time) {
 	if _, ok := e.uploading[id]; ok || e.ctx.Err() != nil {
 		return
 	}
-	done := make(chan struct{})
-	e.uploading[id] = done
+	u := &uploadRun{done: make(chan struct{}), since: since}
+	e.uploading[id] = u
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		e.upload(id)
+		e.upload(id, since)
 		e.mu.Lock()
 		delete(e.uploading, id)
 		e.mu.Unlock()
-		close(done)
+		close(u.done)
 	}()
 }
 
 // waitUpload returns once the snapshot's upload (if one runs) has ended.
 func (e *Engine) waitUpload(ctx context.Context, id string) error {
 	e.mu.Lock()
-	done := e.uploading[id]
+	u := e.uploading[id]
 	e.mu.Unlock()
-	if done == nil {
+	if u == nil {
 		return nil
 	}
 	select {
-	case <-done:
+	case <-u.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -64,17 +65,21 @@ func (e *Engine) Wait(ctx context.Context, id string) (store.Snapshot, error) {
 	return e.store.GetSnapshot(ctx, id)
 }
 
-// upload makes a pending snapshot durable, trying Config.Attempts times
-// before it records the snapshot failed. When the engine closes it leaves the
-// snapshot pending for the next daemon process.
-func (e *Engine) upload(id string) {
+// upload makes a pending snapshot (pending since since) durable, trying
+// Config.Attempts times before it records the snapshot failed. When the
+// engine closes it leaves the snapshot pending for the next daemon process.
+func (e *Engine) upload(id string, since time.Time) {
 	ctx := e.ctx
 	log := e.log.With("snapshot", id)
 	waits := backoff.Backoff{Base: e.cfg.RetryBase}
 	var err error
 	var stored int64 // by every attempt: a failed one may have stored chunks
 	for attempt := 1; attempt <= e.cfg.Attempts; attempt++ {
-		if err = e.uploadOnce(ctx, id, &stored); err == nil || ctx.Err() != nil {
+		if err = e.uploadOnce(ctx, id, &stored); err == nil {
+			e.cfg.Metrics.Observe(metrics.OpUpload, time.Since(since))
+			return
+		}
+		if ctx.Err() != nil {
 			break
 		}
 		log.Warn("snapshot upload failed", "attempt", attempt, "of", e.cfg.Attempts, "err", err)
@@ -86,7 +91,7 @@ func (e *Engine) upload(id string) {
 		case <-ctx.Done():
 		}
 	}
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil {
 		return
 	}
 	sn, gerr := e.store.GetSnapshot(ctx, id)
@@ -286,13 +291,13 @@ func (e *Engine) durableParent(ctx context.Context, id string) (string, error) {
 			if err := e.store.UpdateSnapshot(ctx, &p); err != nil {
 				return "", err
 			}
-			e.startUpload(id)
+			e.startUpload(id, time.Now())
 		case api.SnapshotFailed:
 			id = p.Parent
 		case api.SnapshotPending:
 			// Its upload is not running (ended by a failed attempt that
 			// has not been recorded yet): start it and wait again.
-			e.startUpload(id)
+			e.startUpload(id, p.CreatedAt)
 		}
 	}
 	return "", nil

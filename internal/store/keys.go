@@ -31,21 +31,25 @@ type Key struct {
 	ID     string
 	Tenant string
 	// Admin keys may also call the node's admin routes (template builds).
-	Admin     bool
+	Admin bool
+	// Scope is "" for a key of its tenant's whole API, or what alone the
+	// key may do (api.KeyScopeMetrics).
+	Scope     string
 	CreatedAt time.Time
 }
 
-// CreateKey makes a new API key for tenant and returns it. It is shown only
-// now: the store keeps only its hash.
-func (s *Store) CreateKey(ctx context.Context, tenant string, admin bool) (string, error) {
-	if tenant == "" {
+// CreateKey makes a new API key of k's tenant, admin flag and scope (its
+// ID and time are the store's) and returns it. It is shown only now: the
+// store keeps only its hash.
+func (s *Store) CreateKey(ctx context.Context, k Key) (string, error) {
+	if k.Tenant == "" {
 		return "", errors.New("create key: empty tenant")
 	}
 	key := keyPrefix + randomString(32)
 	hash := sha256.Sum256([]byte(key))
 	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO api_keys (id, hash, tenant, admin, created_at) VALUES (?, ?, ?, ?, ?)`,
-		"key-"+randomString(10), hash[:], tenant, admin, time.Now().UnixNano())
+		`INSERT INTO api_keys (id, hash, tenant, admin, scope, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		"key-"+randomString(10), hash[:], k.Tenant, k.Admin, k.Scope, time.Now().UnixNano())
 	if err != nil {
 		return "", fmt.Errorf("create key: %w", err)
 	}
@@ -60,8 +64,8 @@ func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 	var k Key
 	var created int64
 	err := s.db.QueryRowContext(ctx,
-		`SELECT id, tenant, admin, created_at FROM api_keys WHERE hash = ?`, hash[:]).
-		Scan(&k.ID, &k.Tenant, &k.Admin, &created)
+		`SELECT id, tenant, admin, scope, created_at FROM api_keys WHERE hash = ?`, hash[:]).
+		Scan(&k.ID, &k.Tenant, &k.Admin, &k.Scope, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Key{}, ErrNotFound
 	}
@@ -74,7 +78,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 
 // ListKeys returns a page of the keys' records, oldest first.
 func (s *Store) ListKeys(ctx context.Context, page listing.Page) ([]Key, error) {
-	q, args := filter{}.query(`SELECT id, tenant, admin, created_at FROM api_keys`, page)
+	q, args := filter{}.query(`SELECT id, tenant, admin, scope, created_at FROM api_keys`, page)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
@@ -84,7 +88,7 @@ func (s *Store) ListKeys(ctx context.Context, page listing.Page) ([]Key, error) 
 	for rows.Next() {
 		var k Key
 		var created int64
-		if err := rows.Scan(&k.ID, &k.Tenant, &k.Admin, &created); err != nil {
+		if err := rows.Scan(&k.ID, &k.Tenant, &k.Admin, &k.Scope, &created); err != nil {
 			return nil, fmt.Errorf("list keys: %w", err)
 		}
 		k.CreatedAt = fromNanos(created)
@@ -131,7 +135,7 @@ func (s *Store) EnsureAdminKey(ctx context.Context, path string) (key string, cr
 	case !errors.Is(err, os.ErrNotExist):
 		return "", false, fmt.Errorf("ensure admin key: %w", err)
 	}
-	key, err = s.CreateKey(ctx, api.AdminTenant, true)
+	key, err = s.CreateKey(ctx, Key{Tenant: api.AdminTenant, Admin: true})
 	if err != nil {
 		return "", false, fmt.Errorf("ensure admin key: %w", err)
 	}

@@ -304,6 +304,10 @@ var migrations = []migration{
 		PRIMARY KEY (template, runtime, node)
 	);`,
 	},
+	{
+		sqlite:   `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT ''`,
+		postgres: `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT ''`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

@@ -260,7 +260,7 @@ func TestListKeysPages(t *testing.T) {
 		s, _ := openTest(t, b)
 		ctx := context.Background()
 		for range 5 {
-			if _, err := s.CreateKey(ctx, "acme", false); err != nil {
+			if _, err := s.CreateKey(ctx, Key{Tenant: "acme"}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -83,7 +83,7 @@ func TestKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s, _ := openTest(t, b)
 		ctx := context.Background()
-		key, err := s.CreateKey(ctx, "acme", false)
+		key, err := s.CreateKey(ctx, Key{Tenant: "acme"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestKeys(t *testing.T) {
 		if k.Tenant != "acme" || k.Admin || k.ID == "" || time.Since(k.CreatedAt) > time.Minute {
 			t.Errorf("LookupKey = %+v", k)
 		}
-		admin, err := s.CreateKey(ctx, "ops", true)
+		admin, err := s.CreateKey(ctx, Key{Tenant: "ops", Admin: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestKeys(t *testing.T) {
 				t.Errorf("LookupKey(%q) err = %v, want ErrNotFound", bad, err)
 			}
 		}
-		if _, err := s.CreateKey(ctx, "", false); err == nil {
+		if _, err := s.CreateKey(ctx, Key{Tenant: ""}); err == nil {
 			t.Error("CreateKey with empty tenant succeeded")
 		}
 		// Only the hash is kept.
@@ -167,7 +167,7 @@ func TestEnsureAdminKey(t *testing.T) {
 		}
 
 		// A tenant key in the file is not promoted to admin.
-		user, _ := s.CreateKey(ctx, "acme", false)
+		user, _ := s.CreateKey(ctx, Key{Tenant: "acme"})
 		if err := os.WriteFile(path, []byte(user), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +337,7 @@ func TestReopenKeepsData(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s, path := openTest(t, b)
 		ctx := context.Background()
-		key, err := s.CreateKey(ctx, "acme", false)
+		key, err := s.CreateKey(ctx, Key{Tenant: "acme"})
 		if err != nil {
 			t.Fatal(err)
 		}
