@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,25 +41,33 @@ type guestIdentity struct {
 }
 
 // identityOf reads sandbox id's identity, and how far its clock is from
-// the host's.
+// the host's: how far outside the host's times before and after the exec
+// that read it (an exec of its own, to keep that window short) the guest's
+// time was.
 func identityOf(t *testing.T, id string) guestIdentity {
 	t.Helper()
-	before := time.Now()
 	out := shared.sh(t, id, `hostname; cat /etc/hostname; grep -c "$(hostname)" /etc/hosts; cat /etc/machine-id;
-		cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo; date +%s.%N`)
-	after := time.Now()
+		cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'`)
 	f := strings.Split(strings.TrimSpace(out), "\n")
-	if len(f) != 7 {
+	if len(f) != 6 {
 		t.Fatalf("identity of %s: %q", id, out)
 	}
-	secs, err := strconv.ParseFloat(f[6], 64)
+	before := time.Now()
+	date := shared.sh(t, id, "date +%s.%N")
+	after := time.Now()
+	secs, err := strconv.ParseFloat(strings.TrimSpace(date), 64)
 	if err != nil {
-		t.Fatalf("date in %s: %q", id, f[6])
+		t.Fatalf("date in %s: %q", id, date)
 	}
 	guest := time.Unix(0, int64(secs*1e9))
-	mid := before.Add(after.Sub(before) / 2)
-	return guestIdentity{hostname: f[0], etcHostname: f[1], hosts: f[2], machineID: f[3], bootID: f[4], random: f[5],
-		clockSkew: time.Duration(math.Abs(float64(guest.Sub(mid))))}
+	var skew time.Duration
+	switch {
+	case guest.Before(before):
+		skew = before.Sub(guest)
+	case guest.After(after):
+		skew = guest.Sub(after)
+	}
+	return guestIdentity{hostname: f[0], etcHostname: f[1], hosts: f[2], machineID: f[3], bootID: f[4], random: f[5], clockSkew: skew}
 }
 
 // TestVMMemoryStart: once two vm sandboxes of a shape have booted, the

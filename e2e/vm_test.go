@@ -317,8 +317,8 @@ func counter(t *testing.T, id string) (pid string, count int, alive bool) {
 }
 
 // TestVMPauseResume: a process started before a memory pause runs on, same
-// pid and same in-memory state, after resume; while paused no QEMU runs and
-// exec is refused. It also logs save and restore times for two memory
+// pid and same in-memory state, after resume, and the clock is the host's
+// again; while paused no QEMU runs and exec is refused. It also logs save and restore times for two memory
 // sizes (docs/BENCHMARKS.md).
 func TestVMPauseResume(t *testing.T) {
 	needVM(t)
@@ -356,7 +356,7 @@ func TestVMPauseResume(t *testing.T) {
 	if _, err := c.PauseSandbox(ctx, id); !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("pause of a paused sandbox: %v, want a conflict", err)
 	}
-	time.Sleep(time.Second) // the counter must not count while paused
+	time.Sleep(2 * time.Second) // the counter must not count, nor the clock run, while paused
 
 	t0 = time.Now()
 	out, errOut, code = shared.cli(t, nil, "resume", id)
@@ -387,6 +387,9 @@ func TestVMPauseResume(t *testing.T) {
 		t.Errorf("counter restarted from 0 after resume: count %d", n1)
 	}
 	t.Logf("counter pid %s: %d right after resume, %d two seconds later", pid1, n1, n2)
+	if g := identityOf(t, id); g.clockSkew > time.Second {
+		t.Errorf("clock %v from the host's after a pause of 2 s, want within 1 s", g.clockSkew)
+	}
 	if _, err := c.ResumeSandbox(ctx, id); !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("resume of a running sandbox: %v, want a conflict", err)
 	}

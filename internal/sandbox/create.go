@@ -370,10 +370,9 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	// is already listening: Init is also the readiness check.
 	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env, MachineId: newMachineID()}
 	if img != nil {
-		init.ClockUnixNano, init.RandomSeed = time.Now().UnixNano(), newSeed()
+		init.RandomSeed = newSeed()
 	}
-	_, err = b.conn.Control.Init(ctx, connect.NewRequest(init))
-	if err != nil {
+	if err := initAgent(ctx, b.inst, b.conn, init); err != nil {
 		return nil, failed("its agent did not answer", fmt.Errorf("init agent: %w", err))
 	}
 	if b.slot, err = att.slot(); err != nil {
@@ -382,6 +381,17 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	m.log.Debug("sandbox boot timings", "sandbox", rec.ID, "from_memory", img != nil, "clone", tClone.Sub(t0), "network", att.took(),
 		"runtime", tStart.Sub(tClone), "agent_init", time.Since(tStart))
 	return b, nil
+}
+
+// initAgent sends init to the agent of inst over conn. A machine with a
+// clock of its own (a runtime.Pauser) is sent the host's time as well,
+// which it sets when the request reaches it.
+func initAgent(ctx context.Context, inst runtime.Instance, conn *agentconn.Conn, init *controlpb.InitRequest) error {
+	if _, clocked := inst.(runtime.Pauser); clocked {
+		init.ClockUnixNano = time.Now().UnixNano()
+	}
+	_, err := conn.Control.Init(ctx, connect.NewRequest(init))
+	return err
 }
 
 // goLive makes booted sandbox rec live: in the live map first, so that a

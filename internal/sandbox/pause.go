@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"warren/api"
+	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/runtime"
 	"warren/internal/store"
 )
@@ -96,8 +97,22 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if err := m.wake(rctx, l, rec); err != nil {
+		return api.Sandbox{}, err
+	}
 	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
 	return m.view(rec), nil
+}
+
+// wake steps the clock of sandbox l (rec), which stood still while its
+// machine was paused or held, to the host's. Its identity is sent as it
+// was, and its agent keeps it.
+func (m *Manager) wake(ctx context.Context, l *live, rec store.Sandbox) error {
+	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env}
+	if err := initAgent(ctx, l.inst, l.conn, init); err != nil {
+		return fmt.Errorf("set the clock of sandbox %s: %w", rec.ID, err)
+	}
+	return nil
 }
 
 // failedOp is the answer to a pause or resume (op) whose runtime call

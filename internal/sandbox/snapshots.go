@@ -313,6 +313,9 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 		}
 	}
 	sn, err := m.snapshot(ctx, tenant, id, api.CreateSnapshotRequest{}, quiesce)
+	if live {
+		err = errors.Join(err, m.wake(ctx, l, rec))
+	}
 	if err != nil {
 		return api.ForkResult{}, err
 	}
