@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -338,13 +337,7 @@ func TestEscapeFilesAsUser(t *testing.T) {
 		q := url.Values{"path": {path}, "user": {user}}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, shared.url+"/v1/sandboxes/"+id+"/files?"+q.Encode(), nil)
 		req.Header.Set("Authorization", "Bearer "+shared.key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return do(t, req)
 	}
 	if code, body := read("/etc/shadow", "user"); code != http.StatusForbidden {
 		t.Errorf("read /etc/shadow as user: %d %q, want 403", code, body)

@@ -399,6 +399,12 @@ func get(t *testing.T, host, path string, header map[string]string) (int, string
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
+	return do(t, req)
+}
+
+// do sends req and returns the status and body of its answer.
+func do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
