@@ -152,13 +152,18 @@ type Instance interface {
 // running one are no-ops. If Pause fails the sandbox still runs. If Resume
 // fails before the guest ran again it stays paused and may be resumed
 // again; if the guest ran but then failed, the instance ends (Done fires).
-// Only the vm runtime implements it. A Pauser is a machine with a kernel,
-// and so a clock, of its own, which stands still while the machine is
-// paused or held: the manager steps it to the host's when it boots and
-// whenever it runs again.
+// Only the vm runtime implements it.
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+}
+
+// Clocked is an Instance with a kernel, and so a clock, of its own (a
+// VM's), which stands still while its machine is paused or held: the
+// manager steps it to the host's (the agent's Init) when it boots and
+// whenever it runs again. OwnClock says whether it is one.
+type Clocked interface {
+	OwnClock() bool
 }
 
 // Imager is a Runtime whose sandboxes start from memory images

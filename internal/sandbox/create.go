@@ -384,10 +384,10 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 }
 
 // initAgent sends init to the agent of inst over conn. A machine with a
-// clock of its own (a runtime.Pauser) is sent the host's time as well,
+// clock of its own (runtime.Clocked) is sent the host's time as well,
 // which it sets when the request reaches it.
 func initAgent(ctx context.Context, inst runtime.Instance, conn *agentconn.Conn, init *controlpb.InitRequest) error {
-	if _, clocked := inst.(runtime.Pauser); clocked {
+	if c, ok := inst.(runtime.Clocked); ok && c.OwnClock() {
 		init.ClockUnixNano = time.Now().UnixNano()
 	}
 	_, err := conn.Control.Init(ctx, connect.NewRequest(init))

@@ -98,16 +98,19 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 		return api.Sandbox{}, err
 	}
 	if err := m.wake(rctx, l, rec); err != nil {
-		return api.Sandbox{}, err
+		return api.Sandbox{}, m.failedOp(l, id, "resume", err)
 	}
 	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
 	return m.view(rec), nil
 }
 
 // wake steps the clock of sandbox l (rec), which stood still while its
-// machine was paused or held, to the host's. Its identity is sent as it
-// was, and its agent keeps it.
+// machine was paused or held, to the host's, when it keeps a clock of its
+// own. Its identity is sent as it was, and its agent keeps it.
 func (m *Manager) wake(ctx context.Context, l *live, rec store.Sandbox) error {
+	if c, ok := l.inst.(runtime.Clocked); !ok || !c.OwnClock() {
+		return nil
+	}
 	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env}
 	if err := initAgent(ctx, l.inst, l.conn, init); err != nil {
 		return fmt.Errorf("set the clock of sandbox %s: %w", rec.ID, err)

@@ -339,6 +339,9 @@ func (in *instance) Freeze(ctx context.Context, path string) (func() error, erro
 	}, nil
 }
 
+// OwnClock implements runtime.Clocked: a guest keeps its own clock.
+func (in *instance) OwnClock() bool { return true }
+
 // Pause implements runtime.Pauser: the machine's memory is saved (QEMU
 // migration to a file, which leaves the vCPUs stopped) to memory.snap in
 // the sandbox's directory, then the QEMU process is ended. If the save
