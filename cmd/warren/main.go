@@ -57,6 +57,7 @@ var commands = []command{
 	{"snapshot", "snapshot a sandbox's disk; list, show and delete snapshots", runSnapshot},
 	{"restore", "start sandboxes from a snapshot", runRestore},
 	{"fork", "start children of a running sandbox from a snapshot of its disk", runFork},
+	{"events", "follow what happens to your sandboxes and snapshots", runEvents},
 	{"gc", "collect snapshot data nothing needs (admin)", runGC},
 	{"template", "list and build templates", runTemplate},
 	{"pool", "keep sandboxes of a template booted ahead of demand (admin)", runPool},

@@ -25,6 +25,7 @@ type warren struct {
 	*sandboxtest.Harness
 	t   *testing.T
 	srv *server.Server
+	hs  *httptest.Server
 	url string
 	// key is tenant's key; admin is an admin key.
 	key, admin string
@@ -54,10 +55,11 @@ func newWarrenWith(t *testing.T, h *sandboxtest.Harness, opts server.Options) *w
 	nd := node.New(node.Deps{Log: log, Version: "test", Runtimes: h.Deps.Runtimes, CloneMode: h.Deps.Pool.Mode().String(),
 		Templates: h.Deps.Templates, Bases: h.Deps.Snapshots, Sandboxes: h.Manager})
 	opts.Requests, opts.Quotas, opts.Pools = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store), h.Manager
+	opts.Events = daemon.Events(h.Deps.Store)
 	w.srv = server.New(h.Manager, nd, daemon.Keys(h.Deps.Store), log, opts)
-	hs := httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes))
-	t.Cleanup(hs.Close)
-	w.url = hs.URL
+	w.hs = httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes))
+	t.Cleanup(w.hs.Close)
+	w.url = w.hs.URL
 	t.Setenv(client.EnvURL, w.url)
 	t.Setenv(client.EnvAPIKey, w.key)
 	return w

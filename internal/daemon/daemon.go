@@ -282,7 +282,7 @@ func Run(ctx context.Context, o Options) error {
 		Sandboxes:     mgr,
 		Images:        mgr,
 	})
-	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
+	o.Server.Requests, o.Server.Quotas, o.Server.Events = Requests(st), Quotas(st), Events(st)
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}

@@ -47,3 +47,19 @@ func (q storeQuotas) SetQuota(ctx context.Context, tenant string, a api.Quota) e
 	return q.st.SetQuota(ctx, store.Quota{Tenant: tenant, Sandboxes: a.Sandboxes, CPUs: a.CPUs, MemoryMB: a.MemoryMB,
 		DiskMB: a.DiskMB, Snapshots: a.Snapshots, SnapshotBytes: a.SnapshotBytes, CreatesPerMinute: a.CreatesPerMinute})
 }
+
+// Events reads the events st records, for the API.
+func Events(st *store.Store) server.Events { return storeEvents{st} }
+
+// storeEvents is server.Events over the store.
+type storeEvents struct{ st *store.Store }
+
+func (e storeEvents) Events(ctx context.Context, f server.EventFilter) ([]api.Event, error) {
+	return e.st.Events(ctx, store.EventQuery{After: f.After, Tenant: f.Tenant, Sandbox: f.Sandbox, Snapshot: f.Snapshot, Kinds: f.Kinds, Limit: f.Limit})
+}
+
+func (e storeEvents) Bounds(ctx context.Context) (oldest, newest int64, err error) {
+	return e.st.EventBounds(ctx)
+}
+
+func (e storeEvents) Changed() <-chan struct{} { return e.st.EventsChanged() }

@@ -241,7 +241,8 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout tim
 	return m.view(rec), nil
 }
 
-// reap deletes expired sandboxes and forgets old ended ones until ctx ends.
+// reap deletes expired sandboxes and forgets old ended ones, old
+// idempotency keys and events past their window, until ctx ends.
 func (m *Manager) reap(ctx context.Context) {
 	defer m.loops.Done()
 	tick(ctx, m.cfg.ReapEvery, func() {
@@ -270,6 +271,9 @@ func (m *Manager) reap(ctx context.Context) {
 		}
 		if _, err := m.deps.Store.PurgeRequests(ctx, now.Add(-store.RequestsKept)); err != nil && ctx.Err() == nil {
 			m.log.Error("purge idempotency keys", "err", err)
+		}
+		if _, err := m.deps.Store.TrimEvents(ctx, now.Add(-m.cfg.EventsWindow), m.cfg.EventsKept); err != nil && ctx.Err() == nil {
+			m.log.Error("trim events", "err", err)
 		}
 	})
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// KeepFinal is how long records of stopped and failed sandboxes stay
 	// visible before they are forgotten.
 	KeepFinal time.Duration
+	// EventsWindow is how long events stay for a stream to replay, and
+	// EventsKept how many at most (docs/API.md, "Events").
+	EventsWindow time.Duration
+	EventsKept   int64
 	// ReapEvery is how often expired sandboxes are looked for.
 	ReapEvery time.Duration
 	// StartTimeout bounds a sandbox's start, agent readiness included.
@@ -71,6 +75,8 @@ func DefaultConfig() Config {
 		MaxPids:         65536,
 		MaxDiskMB:       256 << 10,
 		KeepFinal:       time.Hour,
+		EventsWindow:    time.Hour,
+		EventsKept:      100000,
 		ReapEvery:       time.Second,
 		StartTimeout:    30 * time.Second,
 	}
@@ -88,7 +94,7 @@ func (c Config) withDefaults() Config {
 	}
 	for _, p := range []struct{ v, def *time.Duration }{
 		{&c.DefaultTTL, &d.DefaultTTL}, {&c.MaxTTL, &d.MaxTTL}, {&c.KeepFinal, &d.KeepFinal},
-		{&c.ReapEvery, &d.ReapEvery}, {&c.StartTimeout, &d.StartTimeout},
+		{&c.EventsWindow, &d.EventsWindow}, {&c.ReapEvery, &d.ReapEvery}, {&c.StartTimeout, &d.StartTimeout},
 	} {
 		if *p.v == 0 {
 			*p.v = *p.def
@@ -98,6 +104,7 @@ func (c Config) withDefaults() Config {
 		c.DefaultCPUs = d.DefaultCPUs
 	}
 	set(&c.DefaultMemoryMB, d.DefaultMemoryMB)
+	set(&c.EventsKept, d.EventsKept)
 	set(&c.DefaultPids, d.DefaultPids)
 	set(&c.MaxMemoryMB, d.MaxMemoryMB)
 	set(&c.MaxPids, d.MaxPids)

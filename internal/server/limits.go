@@ -14,11 +14,12 @@ import (
 // output run at once. Execs and process streams hold an agent stream each,
 // and are bounded per sandbox.
 const (
-	DefaultMaxOutputBytes       = 4 << 20
-	DefaultMaxStreamsPerSandbox = 256
-	DefaultOutputPerTenant      = 256 << 20
-	DefaultOutputOnNode         = 1 << 30
-	DefaultListingsOnNode       = 4
+	DefaultMaxOutputBytes        = 4 << 20
+	DefaultMaxStreamsPerSandbox  = 256
+	DefaultOutputPerTenant       = 256 << 20
+	DefaultOutputOnNode          = 1 << 30
+	DefaultListingsOnNode        = 4
+	DefaultEventStreamsPerTenant = 16
 )
 
 // Limits bound concurrent calls; zero fields take the defaults above.
@@ -33,6 +34,9 @@ type Limits struct {
 	// wait their turn. Each holds a page of at most api.MaxFileListLimit
 	// entries.
 	ListingsOnNode int
+	// EventStreamsPerTenant bounds the events streams a tenant holds open
+	// on the node.
+	EventStreamsPerTenant int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -47,6 +51,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.ListingsOnNode <= 0 {
 		l.ListingsOnNode = DefaultListingsOnNode
+	}
+	if l.EventStreamsPerTenant <= 0 {
+		l.EventStreamsPerTenant = DefaultEventStreamsPerTenant
 	}
 	return l
 }

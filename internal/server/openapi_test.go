@@ -159,6 +159,7 @@ func resolves(doc map[string]any, ref string) bool {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	types := map[string]reflect.Type{
+		"Event":                 reflect.TypeFor[api.Event](),
 		"Snapshot":              reflect.TypeFor[api.Snapshot](),
 		"CreateSnapshotRequest": reflect.TypeFor[api.CreateSnapshotRequest](),
 		"RestoreRequest":        reflect.TypeFor[api.RestoreRequest](),

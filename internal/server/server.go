@@ -142,6 +142,28 @@ type Fleet interface {
 	NodeAction(ctx context.Context, id, action string) (api.FleetNode, error)
 }
 
+// Events reads the recorded events (docs/API.md, "Events").
+type Events interface {
+	// Events returns up to limit events after after, in order: tenant's
+	// (listing.AnyTenant: every one, and the nodes'), about sandbox and
+	// snapshot when set, of kinds when given.
+	Events(ctx context.Context, f EventFilter) ([]api.Event, error)
+	// Bounds returns the IDs of the oldest and the newest event kept.
+	Bounds(ctx context.Context) (oldest, newest int64, err error)
+	// Changed is closed when this process records events after the call;
+	// events other processes record are seen by reading again.
+	Changed() <-chan struct{}
+}
+
+// EventFilter selects events for Events.Events.
+type EventFilter struct {
+	After             int64
+	Tenant            string
+	Sandbox, Snapshot string
+	Kinds             []string
+	Limit             int
+}
+
 // Quotas keeps each tenant's quota in the fleet.
 type Quotas interface {
 	Quota(ctx context.Context, tenant string) (api.Quota, error)
@@ -213,6 +235,8 @@ type Options struct {
 	// Pools keeps the warm pools (GET /v1/pools, PUT and DELETE
 	// /v1/pools/{template}); nil: those routes answer 404.
 	Pools Pools
+	// Events serves GET /v1/events; nil: it answers 404.
+	Events Events
 	// Metrics counts the API's requests and serves GET /metrics (and, on a
 	// fleet's node, GET /v1/nodes/{NodeID}/metrics); nil: they answer 404.
 	Metrics *metrics.Registry
@@ -252,8 +276,9 @@ type Server struct {
 	mux    *http.ServeMux
 	// preview is the parsed Options.PreviewDomain; zero: no previews.
 	preview previewSite
-	// streams counts each sandbox's open execs and process streams.
-	streams counter
+	// streams counts each sandbox's open execs and process streams;
+	// eventStreams each tenant's open events streams.
+	streams, eventStreams counter
 	// output is what non-streaming execs may hold of output.
 	output *budget
 	// listings holds a token for each directory listing being served.
@@ -344,6 +369,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"DELETE", "/v1/snapshots/{id}", tenant, s.deleteSnapshot},
 		{"POST", "/v1/snapshots/{id}/restore", tenant, s.restoreSnapshot},
 		{"POST", "/v1/sandboxes/{id}/fork", tenant, s.forkSandbox},
+		{"GET", "/v1/events", tenant, s.events},
 		{"GET", "/v1/templates", tenant, s.listTemplates},
 		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},

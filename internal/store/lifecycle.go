@@ -195,13 +195,42 @@ func (s *Store) AssignMove(ctx context.Context, id string, version int64, from, 
 }
 
 // change updates the columns set of sandbox id where the condition holds,
-// counting up its version, and returns the record as it wrote it.
+// counting up its version, and returns the record as it wrote it. A move
+// to state to (not "") records its event (events.go) with it.
 func (s *Store) change(ctx context.Context, id, op, to string, want, set []string, args []any, where string, wargs []any) (Sandbox, error) {
+	now := time.Now()
 	set = append(set, "version = version + 1", "updated_at = ?")
-	args = append(args, time.Now().UnixNano(), id)
+	args = append(args, now.UnixNano(), id)
 	args = append(args, wargs...)
-	sb, err := scanSandbox(s.db.QueryRowContext(ctx,
-		`UPDATE sandboxes SET `+strings.Join(set, ", ")+` WHERE id = ? AND `+where+` RETURNING `+sandboxColumns, args...))
+	update := `UPDATE sandboxes SET ` + strings.Join(set, ", ") + ` WHERE id = ? AND ` + where + ` RETURNING ` + sandboxColumns
+	var sb Sandbox
+	var err error
+	if to == "" {
+		sb, err = scanSandbox(s.db.QueryRowContext(ctx, update, args...))
+	} else {
+		err = s.write(ctx, func(r runner) ([]api.Event, error) {
+			lock := ""
+			if s.db.postgres {
+				lock = " FOR UPDATE"
+			}
+			var from string
+			var expires sql.NullInt64
+			if err := r.QueryRowContext(ctx, `SELECT state, expires_at FROM sandboxes WHERE id = ?`+lock, id).Scan(&from, &expires); err != nil {
+				return nil, err
+			}
+			if sb, err = scanSandbox(r.QueryRowContext(ctx, update, args...)); err != nil {
+				return nil, err
+			}
+			var at time.Time
+			if expires.Valid {
+				at = fromNanos(expires.Int64)
+			}
+			if e, ok := sandboxEvent(from, at, sb, now); ok {
+				return []api.Event{e}, nil
+			}
+			return nil, nil
+		})
+	}
 	if err == nil {
 		return sb, nil
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"warren/api"
 )
 
 // Node states. A node takes new sandboxes only when active; a cordoned
@@ -61,7 +63,9 @@ func (s *Store) RegisterNode(ctx context.Context, n Node, now time.Time) (Node, 
 	if err != nil {
 		return Node{}, fmt.Errorf("register node %s: %w", n.ID, err)
 	}
-	rec, err := scanNode(s.db.QueryRowContext(ctx, `INSERT INTO nodes (`+nodeColumns+`)
+	var rec Node
+	err = s.write(ctx, func(r runner) (_ []api.Event, err error) {
+		rec, err = scanNode(r.QueryRowContext(ctx, `INSERT INTO nodes (`+nodeColumns+`)
 		VALUES (?, ?, ?, ?, ?, '`+NodeActive+`', 1, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, region = excluded.region,
 			cluster = excluded.cluster, labels = excluded.labels, report = excluded.report,
@@ -69,7 +73,9 @@ func (s *Store) RegisterNode(ctx context.Context, n Node, now time.Time) (Node, 
 			state = CASE WHEN nodes.state IN ('`+NodeCordoned+`', '`+NodeDraining+`') THEN nodes.state
 				ELSE '`+NodeActive+`' END
 		RETURNING `+nodeColumns,
-		n.ID, n.Addr, n.Region, n.Cluster, string(labels), n.Report, now.UnixNano(), now.UnixNano()))
+			n.ID, n.Addr, n.Region, n.Cluster, string(labels), n.Report, now.UnixNano(), now.UnixNano()))
+		return []api.Event{{At: now, Kind: api.EventNodeJoined, Node: rec.ID, State: rec.State}}, err
+	})
 	if err != nil {
 		return Node{}, fmt.Errorf("register node %s: %w", n.ID, err)
 	}
@@ -97,8 +103,16 @@ func (s *Store) Heartbeat(ctx context.Context, id string, epoch int64, report []
 // heartbeat is before cutoff, and returns their records as fenced. Each
 // node is fenced by one caller only, however many call at once.
 func (s *Store) FenceStale(ctx context.Context, cutoff time.Time) ([]Node, error) {
-	return s.queryNodes(ctx, "fence stale nodes", `UPDATE nodes SET state = '`+NodeFenced+`', epoch = epoch + 1
-		WHERE state != '`+NodeFenced+`' AND heartbeat_at < ? RETURNING `+nodeColumns, cutoff.UnixNano())
+	var fenced []Node
+	err := s.write(ctx, func(r runner) (evs []api.Event, err error) {
+		fenced, err = queryNodes(ctx, r, "fence stale nodes", `UPDATE nodes SET state = '`+NodeFenced+`', epoch = epoch + 1
+			WHERE state != '`+NodeFenced+`' AND heartbeat_at < ? RETURNING `+nodeColumns, cutoff.UnixNano())
+		for _, n := range fenced {
+			evs = append(evs, api.Event{Kind: api.EventNodeFenced, Node: n.ID, State: n.State, Reason: "its lease lapsed"})
+		}
+		return evs, err
+	})
+	return fenced, err
 }
 
 // ErrNodeState is SetNodeState's answer for a node in none of the states
@@ -114,7 +128,11 @@ func (s *Store) SetNodeState(ctx context.Context, id string, from []string, to s
 	f.add("id = ?", id)
 	f.in("state", from)
 	q := `UPDATE nodes SET state = ? WHERE ` + strings.Join(f.conds, " AND ") + ` RETURNING ` + nodeColumns
-	rec, err := scanNode(s.db.QueryRowContext(ctx, q, append([]any{to}, f.args...)...))
+	var rec Node
+	err := s.write(ctx, func(r runner) (_ []api.Event, err error) {
+		rec, err = scanNode(r.QueryRowContext(ctx, q, append([]any{to}, f.args...)...))
+		return []api.Event{{Kind: api.EventNodeState, Node: rec.ID, State: rec.State}}, err
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		cur, gerr := s.GetNode(ctx, id)
 		if gerr != nil {
@@ -142,11 +160,11 @@ func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
 
 // ListNodes returns every node's record, by ID.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
-	return s.queryNodes(ctx, "list nodes", `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
+	return queryNodes(ctx, s.db, "list nodes", `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
 }
 
-func (s *Store) queryNodes(ctx context.Context, op, query string, args ...any) ([]Node, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+func queryNodes(ctx context.Context, r runner, op, query string, args ...any) ([]Node, error) {
+	rows, err := r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}

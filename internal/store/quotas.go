@@ -61,13 +61,13 @@ func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 
 // GetQuota returns tenant's quota: zero (no bound) when none was set.
 func (s *Store) GetQuota(ctx context.Context, tenant string) (Quota, error) {
-	return getQuota(ctx, s.db.sql, s.db.rebind, tenant)
+	return getQuota(ctx, s.db, tenant)
 }
 
-func getQuota(ctx context.Context, q querier, rebind func(string) string, tenant string) (Quota, error) {
+func getQuota(ctx context.Context, q querier, tenant string) (Quota, error) {
 	quota := Quota{Tenant: tenant}
-	err := q.QueryRowContext(ctx, rebind(`SELECT sandboxes, cpus, memory_mb, disk_mb, snapshots, snapshot_bytes, creates_per_minute
-		FROM quotas WHERE tenant = ?`), tenant).Scan(&quota.Sandboxes, &quota.CPUs, &quota.MemoryMB, &quota.DiskMB,
+	err := q.QueryRowContext(ctx, `SELECT sandboxes, cpus, memory_mb, disk_mb, snapshots, snapshot_bytes, creates_per_minute
+		FROM quotas WHERE tenant = ?`, tenant).Scan(&quota.Sandboxes, &quota.CPUs, &quota.MemoryMB, &quota.DiskMB,
 		&quota.Snapshots, &quota.SnapshotBytes, &quota.CreatesPerMinute)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Quota{Tenant: tenant}, nil
@@ -79,54 +79,48 @@ func getQuota(ctx context.Context, q querier, rebind func(string) string, tenant
 }
 
 // withinQuota runs insert, the insert of one new record of tenant's, in a
-// transaction that holds the tenant's quota lock (PostgreSQL: an advisory
-// lock on the tenant; SQLite: its one writer), once check has found the
-// tenant within its quota: however many servers insert for one tenant at
-// once, none goes past it.
-func (s *Store) withinQuota(ctx context.Context, tenant string, check func(tx *sql.Tx, q Quota) error, insert func(tx *sql.Tx) error) error {
-	quota, err := s.GetQuota(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	if quota == (Quota{Tenant: tenant}) {
-		return insert(nil) // no quota: nothing to hold a lock for
-	}
-	tx, err := s.db.sql.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if s.db.postgres {
-		h := fnv.New64a()
-		h.Write([]byte("quota\x00" + tenant))
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
-			return fmt.Errorf("quota lock of %s: %w", tenant, err)
+// transaction with its events (write) that holds the tenant's quota lock
+// (PostgreSQL: an advisory lock on the tenant; SQLite: its one writer),
+// once check has found the tenant within its quota: however many servers
+// insert for one tenant at once, none goes past it.
+func (s *Store) withinQuota(ctx context.Context, tenant string, check func(r runner, q Quota) error, insert func(r runner) ([]api.Event, error)) error {
+	return s.write(ctx, func(r runner) ([]api.Event, error) {
+		quota, err := getQuota(ctx, r, tenant)
+		if err != nil {
+			return nil, err
 		}
-	}
-	// Read again under the lock: it may have changed meanwhile.
-	if quota, err = getQuota(ctx, tx, s.db.rebind, tenant); err != nil {
-		return err
-	}
-	if err := check(tx, quota); err != nil {
-		return err
-	}
-	if err := insert(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+		if quota == (Quota{Tenant: tenant}) {
+			return insert(r) // no quota: nothing to hold a lock for
+		}
+		if s.db.postgres {
+			h := fnv.New64a()
+			h.Write([]byte("quota\x00" + tenant))
+			if _, err := r.ExecContext(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(h.Sum64())); err != nil {
+				return nil, fmt.Errorf("quota lock of %s: %w", tenant, err)
+			}
+			// Read again under the lock: it may have changed meanwhile.
+			if quota, err = getQuota(ctx, r, tenant); err != nil {
+				return nil, err
+			}
+		}
+		if err := check(r, quota); err != nil {
+			return nil, err
+		}
+		return insert(r)
+	})
 }
 
 // sandboxQuota checks that one more sandbox like sb keeps its tenant
 // within q.
-func (s *Store) sandboxQuota(ctx context.Context, tx *sql.Tx, q Quota, sb *Sandbox, now time.Time) error {
+func sandboxQuota(ctx context.Context, r runner, q Quota, sb *Sandbox, now time.Time) error {
 	var n, recent int
 	var cpus float64
 	var mem, disk int64
-	err := tx.QueryRowContext(ctx, s.db.rebind(`SELECT COUNT(*), COALESCE(SUM(cpus), 0), COALESCE(SUM(memory_mb), 0),
-		COALESCE(SUM(disk_mb + workspace_mb), 0) FROM sandboxes WHERE tenant = ? AND state NOT IN `+finalStates),
+	err := r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpus), 0), COALESCE(SUM(memory_mb), 0),
+		COALESCE(SUM(disk_mb + workspace_mb), 0) FROM sandboxes WHERE tenant = ? AND state NOT IN `+finalStates,
 		sb.Tenant).Scan(&n, &cpus, &mem, &disk)
 	if err == nil {
-		err = tx.QueryRowContext(ctx, s.db.rebind(`SELECT COUNT(*) FROM sandboxes WHERE tenant = ? AND created_at > ?`),
+		err = r.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE tenant = ? AND created_at > ?`,
 			sb.Tenant, now.Add(-time.Minute).UnixNano()).Scan(&recent)
 	}
 	if err != nil {
@@ -148,11 +142,11 @@ func (s *Store) sandboxQuota(ctx context.Context, tx *sql.Tx, q Quota, sb *Sandb
 }
 
 // snapshotQuota checks that one more snapshot keeps its tenant within q.
-func (s *Store) snapshotQuota(ctx context.Context, tx *sql.Tx, q Quota, tenant string) error {
+func snapshotQuota(ctx context.Context, r runner, q Quota, tenant string) error {
 	var n int
 	var stored int64
-	err := tx.QueryRowContext(ctx, s.db.rebind(`SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0) FROM snapshots
-		WHERE tenant = ? AND state != ?`), tenant, api.SnapshotFailed).Scan(&n, &stored)
+	err := r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0) FROM snapshots
+		WHERE tenant = ? AND state != ?`, tenant, api.SnapshotFailed).Scan(&n, &stored)
 	if err != nil {
 		return fmt.Errorf("quota of %s: %w", tenant, err)
 	}
@@ -163,12 +157,4 @@ func (s *Store) snapshotQuota(ctx context.Context, tx *sql.Tx, q Quota, tenant s
 		return &QuotaError{Tenant: tenant, Quota: "bytes of snapshots", Limit: float64(q.SnapshotBytes), Held: float64(stored)}
 	}
 	return nil
-}
-
-// execIn runs q in tx, or outside any transaction when tx is nil.
-func (s *Store) execIn(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
-	if tx == nil {
-		return s.db.ExecContext(ctx, q, args...)
-	}
-	return tx.ExecContext(ctx, s.db.rebind(q), args...)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -128,10 +129,17 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node,
 		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored}
 	err = s.withinQuota(ctx, sb.Tenant,
-		func(tx *sql.Tx, quota Quota) error { return s.sandboxQuota(ctx, tx, quota, sb, now) },
-		func(tx *sql.Tx) error {
-			_, err := s.execIn(ctx, tx, q, args...)
-			return err
+		func(r runner, quota Quota) error { return sandboxQuota(ctx, r, quota, sb, now) },
+		func(r runner) ([]api.Event, error) {
+			if _, err := r.ExecContext(ctx, q, args...); err != nil {
+				return nil, err
+			}
+			evs := []api.Event{{At: now, Kind: api.EventSandboxCreated, Tenant: sb.Tenant, Sandbox: sb.ID, Node: sb.Node,
+				State: sb.State, Snapshot: cmp.Or(sb.Origin, sb.WorkspaceOrigin)}}
+			if e, ok := sandboxEvent("", sb.ExpiresAt, *sb, now); ok {
+				evs = append(evs, e)
+			}
+			return evs, nil
 		})
 	var qe *QuotaError
 	if errors.As(err, &qe) {

@@ -76,24 +76,29 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	args := []any{sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
 		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
 		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt), sn.Node}
-	insert := func(tx *sql.Tx) error {
-		res, err := s.execIn(ctx, tx, q, args...)
+	insert := func(r runner) ([]api.Event, error) {
+		res, err := r.ExecContext(ctx, q, args...)
 		if err != nil {
-			return fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
+			return nil, fmt.Errorf("insert snapshot %s: %w", sn.ID, err)
 		}
 		if err := affectedOne(res, "insert snapshot "+sn.ID); errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("insert snapshot %s: %w", sn.ID, ErrExists)
+			return nil, fmt.Errorf("insert snapshot %s: %w", sn.ID, ErrExists)
 		} else if err != nil {
-			return err
+			return nil, err
 		}
-		return nil
+		if e, ok := snapshotEvent(*sn); ok && sn.State == api.SnapshotPending {
+			return []api.Event{e}, nil
+		}
+		return nil, nil
 	}
 	if sn.Tenant == "" || sn.State != api.SnapshotPending {
 		// A template's base layer is no tenant's; a durable record is
-		// one of a snapshot taken before, found again in the blob store.
-		return insert(nil)
+		// one of a snapshot taken before, found again in the blob store:
+		// neither is an event.
+		_, err := insert(s.db)
+		return err
 	}
-	return s.withinQuota(ctx, sn.Tenant, func(tx *sql.Tx, quota Quota) error { return s.snapshotQuota(ctx, tx, quota, sn.Tenant) }, insert)
+	return s.withinQuota(ctx, sn.Tenant, func(r runner, quota Quota) error { return snapshotQuota(ctx, r, quota, sn.Tenant) }, insert)
 }
 
 // UpdateSnapshot writes every field but ID, Tenant, SandboxID, Template and
@@ -102,15 +107,40 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn *Snapshot) error {
 	if !validSnapshotState(sn.State) {
 		return fmt.Errorf("update snapshot %s: invalid state %q", sn.ID, sn.State)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET parent = ?, state = ?, error = ?,
-		disk_bytes = ?, changed_bytes = ?, stored_bytes = ?, ack_ns = ?, upload_ns = ?, durable_at = ?
-		WHERE id = ?`,
-		sn.Parent, sn.State, sn.Error, sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes,
-		int64(sn.Ack), int64(sn.Upload), nullNanos(sn.DurableAt), sn.ID)
-	if err != nil {
+	err := s.write(ctx, func(r runner) ([]api.Event, error) {
+		lock := ""
+		if s.db.postgres {
+			lock = " FOR UPDATE"
+		}
+		var was Snapshot
+		err := r.QueryRowContext(ctx, `SELECT tenant, sandbox_id, node, state FROM snapshots WHERE id = ?`+lock, sn.ID).
+			Scan(&was.Tenant, &was.SandboxID, &was.Node, &was.State)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, err := r.ExecContext(ctx, `UPDATE snapshots SET parent = ?, state = ?, error = ?,
+			disk_bytes = ?, changed_bytes = ?, stored_bytes = ?, ack_ns = ?, upload_ns = ?, durable_at = ?
+			WHERE id = ?`,
+			sn.Parent, sn.State, sn.Error, sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes,
+			int64(sn.Ack), int64(sn.Upload), nullNanos(sn.DurableAt), sn.ID); err != nil {
+			return nil, err
+		}
+		if was.State == sn.State {
+			return nil, nil
+		}
+		was.ID, was.State, was.Error = sn.ID, sn.State, sn.Error
+		if e, ok := snapshotEvent(was); ok {
+			return []api.Event{e}, nil
+		}
+		return nil, nil
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("update snapshot %s: %w", sn.ID, err)
 	}
-	return affectedOne(res, "update snapshot "+sn.ID)
+	return err
 }
 
 // GetSnapshot returns the snapshot with id, or ErrNotFound.
@@ -172,11 +202,22 @@ func (s *Store) SnapshotChildren(ctx context.Context, id string) ([]Snapshot, er
 // DeleteSnapshot forgets the snapshot with id; ErrNotFound when there is
 // none.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
-	if err != nil {
+	err := s.write(ctx, func(r runner) ([]api.Event, error) {
+		e := api.Event{Kind: api.EventSnapshotDeleted, Snapshot: id}
+		err := r.QueryRowContext(ctx, `DELETE FROM snapshots WHERE id = ? RETURNING tenant, sandbox_id, node`, id).
+			Scan(&e.Tenant, &e.Sandbox, &e.Node)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		if err != nil || e.Tenant == "" {
+			return nil, err
+		}
+		return []api.Event{e}, nil
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
-	return affectedOne(res, "delete snapshot "+id)
+	return err
 }
 
 func affectedOne(res sql.Result, op string) error {

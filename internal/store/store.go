@@ -44,7 +44,8 @@ var ErrExists = errors.New("already exists")
 
 // Store is the metadata store, on SQLite or PostgreSQL.
 type Store struct {
-	db *db
+	db   *db
+	bell bell // rung when events are recorded (events.go)
 }
 
 // busyTimeoutMs is how long a SQLite statement waits for another writer's
