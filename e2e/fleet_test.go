@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -423,6 +424,34 @@ func TestFleet(t *testing.T) {
 		t.Errorf("an unknown node's metrics: %d, want 404", code)
 	}
 	f.logPhase("metrics")
+
+	// Events: one stream, through c2, carries every node's: the nodes
+	// joining and the restores on r1 and r2, each naming its node.
+	restored := map[string]string{first.ID: f.node(first.ID), inR2.ID: f.node(inR2.ID)}
+	joined := map[string]bool{}
+	seen := errors.New("seen")
+	ectx, ecancel := context.WithTimeout(ctx, 30*time.Second)
+	zero := int64(0)
+	err = admin2.Events(ectx, api.EventsRequest{AllTenants: true, After: &zero}, func(e api.Event) error {
+		switch {
+		case e.Kind == api.EventNodeJoined:
+			joined[e.Node] = true
+		case e.Kind == api.EventSandboxRestored && restored[e.Sandbox] != "":
+			if e.Node != restored[e.Sandbox] || e.Snapshot != snap {
+				t.Errorf("event %+v, want %s restored from %s on %s", e, e.Sandbox, snap, restored[e.Sandbox])
+			}
+			delete(restored, e.Sandbox)
+		}
+		if len(joined) == len(nodes) && len(restored) == 0 {
+			return seen
+		}
+		return nil
+	})
+	ecancel()
+	if !errors.Is(err, seen) {
+		t.Errorf("events through c2: %v; nodes joined %v, restores not seen %v", err, joined, restored)
+	}
+	f.logPhase("events")
 
 	// Spread by load. Every node holds the snapshot now: with nothing
 	// running, restores one after another find no node nearer than another

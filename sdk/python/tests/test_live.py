@@ -155,6 +155,30 @@ class LifecycleTest(unittest.TestCase):
         sb.delete()
 
 
+class EventsTest(unittest.TestCase):
+    def test_follow_a_sandbox_and_resume(self) -> None:
+        c = client()
+        sb = Sandbox.create(client=c, timeout=600)
+        sn = sb.snapshot(wait=True)
+        sb.kill()
+        it = c.events(sandbox=sb.id, after=0)
+        got = [next(it) for _ in range(5)]
+        it.close()
+        self.assertEqual([e.kind for e in got], ["sandbox.created", "sandbox.running", "snapshot.pending",
+                                                 "snapshot.durable", "sandbox.deleted"])
+        self.assertEqual({e.sandbox for e in got}, {sb.id})
+        self.assertEqual(got[2].snapshot, sn.id)
+        self.assertEqual(got[4].state, "stopped")
+        self.assertTrue(all(a.id < b.id for a, b in zip(got, got[1:])))
+        # From a position: only what came after it.
+        it = c.events(sandbox=sb.id, after=got[2].id, kinds="snapshot")
+        self.assertEqual(next(it).kind, "snapshot.durable")
+        it.close()
+        with self.assertRaises(warren.BadRequestError):
+            next(c.events(kinds="sandbox.exploded"))
+        sb.delete()
+
+
 class PreviewTest(unittest.TestCase):
     def test_access_token_public_and_rotation(self) -> None:
         sb = new_sandbox(self)

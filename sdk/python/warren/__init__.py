@@ -49,6 +49,7 @@ from .errors import (
     UnavailableError,
     WarrenError,
 )
+from .events import EVENTS_LOST, Event
 from .files import Files
 from .models import (
     Checkpoint,
@@ -87,6 +88,8 @@ __all__ = [
     "ExecStream",
     "Files",
     "Snapshot",
+    "Event",
+    "EVENTS_LOST",
     "get_snapshot",
     "list_snapshots",
     "iter_snapshots",

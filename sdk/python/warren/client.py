@@ -9,11 +9,12 @@ import ssl
 import threading
 import urllib.parse
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Union
 
 from ._pages import MAX_LIST_LIMIT, fetch_page, iterate
 from ._transport import IDEMPOTENT, NEVER, Transport, path_of
 from .errors import ConfigurationError, StreamBrokenError, WarrenError
+from .events import Event, follow_events
 from .models import GCResult, NodeInfo, Pool, Template
 
 if TYPE_CHECKING:
@@ -318,6 +319,39 @@ class Client:
         """
         query = {"runtime": runtime} if runtime else None
         self._transport.request("DELETE", path_of("v1", "pools", template), query=query, retry=IDEMPOTENT)
+
+    def events(
+        self,
+        *,
+        sandbox: Optional[str] = None,
+        snapshot: Optional[str] = None,
+        kinds: Union[str, List[str], None] = None,
+        after: Optional[int] = None,
+        all_tenants: bool = False,
+    ) -> Iterator[Event]:
+        """Follow what happens to the caller's sandboxes and snapshots
+        (docs/API.md, "Events"): yield each :class:`~warren.Event` as it
+        happens, in order, for as long as the caller iterates. A cut
+        connection is opened again, with backoff, after the last event
+        yielded, so none is lost or repeated; when the server no longer holds
+        the events after it (older than its replay window), an event of kind
+        ``events.lost`` comes first.
+
+        Args:
+            sandbox, snapshot: only the events about this one.
+            kinds: only these kinds (a list, or comma-separated), or families
+                (``sandbox``, ``snapshot``, ``node``).
+            after: start after this event ID (0: every event the server still
+                holds) instead of with the next event.
+            all_tenants: every tenant's events and the fleet's nodes' (admin
+                key only).
+
+        Raises:
+            BadRequestError: an unknown kind or a bad ID.
+            ForbiddenError: ``all_tenants`` without an admin key.
+        """
+        return follow_events(self._transport, sandbox=sandbox, snapshot=snapshot, kinds=kinds, after=after,
+                             all_tenants=all_tenants)
 
     def _get(self, path: str, query: Optional[Dict[str, Any]] = None) -> Any:
         """GET a JSON document, retried as reads are."""

@@ -1,0 +1,56 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"warren/api"
+)
+
+// TestEvents: the real daemon records a sandbox's life as events, the
+// reaper's end of it as an expiry; another tenant's stream does not carry
+// them.
+func TestEvents(t *testing.T) {
+	need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := shared.client()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{TimeoutSeconds: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
+	var kinds []string
+	end := errors.New("ended")
+	zero := int64(0)
+	err = c.Events(ctx, api.EventsRequest{Sandbox: sb.ID, After: &zero}, func(e api.Event) error {
+		kinds = append(kinds, e.Kind)
+		if e.Kind == api.EventSandboxExpired {
+			if e.State != api.StateStopped || e.Reason == "" {
+				t.Errorf("expiry %+v: want stopped, with its reason", e)
+			}
+			return end
+		}
+		return nil
+	})
+	if !errors.Is(err, end) {
+		t.Fatalf("events of %s: %v (got %q)", sb.ID, err, kinds)
+	}
+	if want := []string{api.EventSandboxCreated, api.EventSandboxRunning, api.EventSandboxExpired}; !slices.Equal(kinds, want) {
+		t.Errorf("events of %s: %q, want %q", sb.ID, kinds, want)
+	}
+
+	other := tenantClient(t, "events-other")
+	octx, ocancel := context.WithTimeout(ctx, 2*time.Second)
+	defer ocancel()
+	err = other.Events(octx, api.EventsRequest{Sandbox: sb.ID, After: &zero}, func(e api.Event) error {
+		t.Errorf("another tenant sees %+v", e)
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("another tenant's stream: %v, want it to run on, empty, until its deadline", err)
+	}
+}
