@@ -4,15 +4,21 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"warren/api"
+	"warren/client"
+	"warren/internal/sandbox/sandboxtest"
 	"warren/internal/server"
+	"warren/internal/store"
 )
 
 // follow runs warren events with args until the test ends or stop is
@@ -229,5 +235,56 @@ func TestEventsStream(t *testing.T) {
 	}
 	if last := held[len(held)-1]; last.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("stream %d of the tenant: %d, want 429", len(held), last.StatusCode)
+	}
+}
+
+// BenchmarkEventsFanout: how many events a second the server delivers to
+// subscribers that follow all of one tenant's, over HTTP, from a real
+// store: b.N sandboxes are recorded and moved to running in the store (two
+// events each) while they follow, and the time runs until every
+// subscriber has read every event. One subscriber is the baseline of 100
+// (docs/BENCHMARKS.md).
+func BenchmarkEventsFanout(b *testing.B) {
+	for _, subs := range []int{1, 100} {
+		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
+			w := newWarrenWith(b, sandboxtest.New(b), server.Options{Limits: server.Limits{EventStreamsPerTenant: subs}})
+			cl := client.New(w.url, w.key)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, newest, err := w.Deps.Store.EventBounds(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			want := 2 * b.N
+			all := errors.New("all read")
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range subs {
+				wg.Go(func() {
+					n := 0
+					err := cl.Events(ctx, api.EventsRequest{After: &newest}, func(api.Event) error {
+						if n++; n == want {
+							return all
+						}
+						return nil
+					})
+					if !errors.Is(err, all) {
+						b.Error(err)
+					}
+				})
+			}
+			for i := range b.N {
+				id := fmt.Sprintf("sb-bench%d", i)
+				if err := w.Deps.Store.InsertSandbox(ctx, &store.Sandbox{ID: id, Tenant: tenant, Template: "default",
+					Runtime: "container", State: api.StateStarting, CPUs: 1, MemoryMB: 64, Pids: 64, DiskMB: 64}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := w.Deps.Store.Transition(ctx, id, store.Transition{From: []string{api.StateStarting}, To: api.StateRunning}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wg.Wait()
+			b.ReportMetric(float64(want*subs)/b.Elapsed().Seconds(), "events/s")
+		})
 	}
 }

@@ -23,7 +23,7 @@ const tenant = "acme"
 // processes run as the test's user), on an httptest server.
 type warren struct {
 	*sandboxtest.Harness
-	t   *testing.T
+	t   testing.TB
 	srv *server.Server
 	hs  *httptest.Server
 	url string
@@ -40,7 +40,7 @@ func newWarren(t *testing.T) *warren {
 
 // newWarrenWith starts another API server, with opts, over h's manager
 // and store.
-func newWarrenWith(t *testing.T, h *sandboxtest.Harness, opts server.Options) *warren {
+func newWarrenWith(t testing.TB, h *sandboxtest.Harness, opts server.Options) *warren {
 	t.Helper()
 	ctx := context.Background()
 	w := &warren{Harness: h, t: t}
