@@ -384,14 +384,20 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 }
 
 // initAgent sends init to the agent of inst over conn. A machine with a
-// clock of its own (runtime.Clocked) is sent the host's time as well,
-// which it sets when the request reaches it.
+// clock of its own is sent the host's time as well, which it sets when the
+// request reaches it.
 func initAgent(ctx context.Context, inst runtime.Instance, conn *agentconn.Conn, init *controlpb.InitRequest) error {
-	if c, ok := inst.(runtime.Clocked); ok && c.OwnClock() {
+	if ownsClock(inst) {
 		init.ClockUnixNano = time.Now().UnixNano()
 	}
 	_, err := conn.Control.Init(ctx, connect.NewRequest(init))
 	return err
+}
+
+// ownsClock says whether inst keeps a clock of its own (runtime.Clocked).
+func ownsClock(inst runtime.Instance) bool {
+	c, ok := inst.(runtime.Clocked)
+	return ok && c.OwnClock()
 }
 
 // goLive makes booted sandbox rec live: in the live map first, so that a

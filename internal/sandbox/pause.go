@@ -108,7 +108,7 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, e
 // machine was paused or held, to the host's, when it keeps a clock of its
 // own. Its identity is sent as it was, and its agent keeps it.
 func (m *Manager) wake(ctx context.Context, l *live, rec store.Sandbox) error {
-	if c, ok := l.inst.(runtime.Clocked); !ok || !c.OwnClock() {
+	if !ownsClock(l.inst) {
 		return nil
 	}
 	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env}

@@ -182,11 +182,7 @@ func (s *Store) EventBounds(ctx context.Context) (oldest, newest int64, err erro
 // TrimEvents forgets the events older than before, and all but the newest
 // keep, and returns how many it forgot.
 func (s *Store) TrimEvents(ctx context.Context, before time.Time, keep int64) (int64, error) {
-	_, newest, err := s.EventBounds(ctx)
-	if err != nil {
-		return 0, err
-	}
-	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE at < ? OR id <= ?`, before.UnixNano(), newest-keep)
+	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE at < ? OR id <= (SELECT MAX(id) FROM events) - ?`, before.UnixNano(), keep)
 	if err != nil {
 		return 0, fmt.Errorf("trim events: %w", err)
 	}
