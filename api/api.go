@@ -79,6 +79,12 @@ type Sandbox struct {
 	// large, and hold secrets). A sandbox that ends forgets it.
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// AgentToken opens the sandbox's agent routes
+	// (/v1/sandboxes/ID/agent/...) without an API key, in the
+	// X-Access-Token header: what E2B's SDKs call the envd access token.
+	// Shown like Env: by a create, a restore and GET of the sandbox, never
+	// in a list.
+	AgentToken string `json:"agent_token,omitempty"`
 	// WorkspaceMB is the size of the sandbox's workspace disk, mounted at
 	// /workspace; 0 when it has none.
 	WorkspaceMB int64 `json:"workspace_mb,omitempty"`

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -56,8 +57,10 @@ type Conn struct {
 	// Control is the agent's control service.
 	Control controlpbconnect.ControlClient
 
-	files     *http.Client
-	closeIdle func()
+	// files carries file transfers and forwarded calls; streaming carries
+	// forwarded client streams.
+	files, streaming *http.Client
+	closeIdle        func()
 }
 
 // New makes a Conn whose connections come from dial, which may be called
@@ -103,6 +106,7 @@ func newConn(c, streaming *http.Client, closeIdle func()) *Conn {
 		Filesystem: filesystempbconnect.NewFilesystemClient(c, baseURL, opts...),
 		Control:    controlpbconnect.NewControlClient(c, baseURL, opts...),
 		files:      c,
+		streaming:  streaming,
 		closeIdle:  closeIdle,
 	}
 }
@@ -130,6 +134,29 @@ func (p processClient) StreamInput(ctx context.Context) *connect.ClientStreamFor
 }
 
 func filesURL(q url.Values) string { return baseURL + "/files?" + q.Encode() }
+
+// Forward sends the agent a call that a client of the agent's protocol
+// made: method and path ("/process.Process/Start") as the client sent
+// them, with header and body, and returns the agent's answer, streaming;
+// the caller closes its body. It goes over the transport the typed
+// clients use for that kind of call. The caller decides which paths may
+// be forwarded and which headers: the agent trusts every call it gets.
+func (c *Conn) Forward(ctx context.Context, method, path string, header http.Header, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("forward %s: %w", path, err)
+	}
+	req.Header = header
+	client := c.files
+	if strings.HasSuffix(path, "/StreamInput") {
+		client = c.streaming
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("forward %s: %w", path, err))
+	}
+	return resp, nil
+}
 
 // ReadFile streams the file at path (absolute, or relative to user's home;
 // empty user means root) and its size. The caller closes the reader. Errors

@@ -33,6 +33,7 @@ import (
 	"warren/internal/cgroup"
 	"warren/internal/control"
 	"warren/internal/disk"
+	"warren/internal/e2b"
 	"warren/internal/metrics"
 	"warren/internal/network"
 	"warren/internal/node"
@@ -466,10 +467,10 @@ func FleetOfOne(srv *server.Server, maxBody int64) http.Handler {
 	return front(srv, control.One(srv.Routes()), maxBody)
 }
 
-// front is the API served through the front of f, srv's middleware around
-// it.
+// front is the API served through the front of f, with E2B's APIs in
+// front of it (package e2b), srv's middleware around both.
 func front(srv *server.Server, f control.Fleet, maxBody int64) http.Handler {
-	return srv.Wrap(control.NewFront(f, control.Options{
+	return srv.Wrap(e2b.New(control.NewFront(f, control.Options{
 		Preview: srv.PreviewSandbox,
 		Authenticate: func(r *http.Request) error {
 			_, err := srv.Authenticate(r)
@@ -478,5 +479,5 @@ func front(srv *server.Server, f control.Fleet, maxBody int64) http.Handler {
 		WriteError: srv.WriteError,
 		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),
 		Local:      srv.Routes(),
-	}))
+	}), e2b.Options{Domain: srv.PreviewHost()}))
 }

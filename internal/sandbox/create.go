@@ -152,7 +152,8 @@ func (m *Manager) launch(ctx context.Context, rt runtime.Runtime, rec store.Sand
 		}
 	}()
 	rec.Runtime, rec.Node = rt.Name(), m.deps.NodeID
-	rec.PreviewToken = newPreviewToken() // per launch: a fork never shares its origin's
+	// Per launch: a fork never shares its origin's tokens.
+	rec.PreviewToken, rec.AgentToken = newToken(), newToken()
 	rec.Origin, rec.WorkspaceOrigin = src.origin, src.workspaceOrigin
 	if err := m.deps.Store.InsertSandbox(ctx, &rec); err != nil {
 		if qe := quotaRefusal(err); qe != nil {

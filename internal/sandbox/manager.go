@@ -334,7 +334,7 @@ func (m *Manager) List(ctx context.Context, tenant string, states []string, page
 	}
 	out := make([]api.Sandbox, 0, len(recs))
 	for _, r := range recs {
-		r.Env = nil
+		r.Env, r.AgentToken = nil, ""
 		out = append(out, m.view(r))
 	}
 	return out, nil
@@ -394,7 +394,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		ID: r.ID, Tenant: r.Tenant, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
 		State: r.State, Error: r.Error, DiskKept: keepsDisks(r),
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
-		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin,
+		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin, AgentToken: r.AgentToken,
 		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin, Network: r.Network,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
 		CheckpointEverySeconds: int64(r.CheckpointEvery / time.Second),

@@ -169,7 +169,7 @@ func (m *Manager) claim(ctx context.Context, rt runtime.Runtime, rec store.Sandb
 	}
 	tInit := time.Now()
 	rec.ID, rec.State, rec.Runtime, rec.Node = id, api.StateRunning, rt.Name(), m.deps.NodeID
-	rec.PreviewToken = newPreviewToken()
+	rec.PreviewToken, rec.AgentToken = newToken(), newToken()
 	rec.RuntimeState, rec.NetSlot = mb.b.inst.State(), mb.b.slot
 	now := time.Now()
 	rec.ExpiresAt = now.Add(rec.ExpiresAt.Sub(rec.CreatedAt))

@@ -17,12 +17,13 @@ import (
 // names unless its previews are public. The server checks it; the manager
 // only keeps it.
 
-// previewTokenBytes is the size of an access token before hex encoding.
-const previewTokenBytes = 32
+// tokenBytes is the size of an access token (a preview token, an agent
+// token) before hex encoding.
+const tokenBytes = 32
 
-// newPreviewToken returns a fresh access token: 32 random bytes in hex.
-func newPreviewToken() string {
-	b := make([]byte, previewTokenBytes)
+// newToken returns a fresh access token: 32 random bytes in hex.
+func newToken() string {
+	b := make([]byte, tokenBytes)
 	rand.Read(b) // never fails (crypto/rand panics rather than return short)
 	return hex.EncodeToString(b)
 }
@@ -54,7 +55,7 @@ func (m *Manager) SetPreview(ctx context.Context, tenant, id string, req api.Set
 	}
 	token := ""
 	if req.RotateToken || rec.PreviewToken == "" {
-		token = newPreviewToken()
+		token = newToken()
 	}
 	rec, err = m.deps.Store.SetSandboxPreview(ctx, id, req.Public, token)
 	if errors.Is(err, store.ErrNotFound) {
@@ -80,4 +81,19 @@ func (m *Manager) PreviewAccess(ctx context.Context, id string) (tenant, token s
 		return "", "", false, fmt.Errorf("get sandbox: %w", err)
 	}
 	return rec.Tenant, rec.PreviewToken, rec.PreviewPublic, nil
+}
+
+// AgentAccess returns the tenant of sandbox id and its agent token, for a
+// call of its agent routes that carries the token instead of an API key.
+// CodeNotFound for an unknown sandbox. What it returns is for the server's
+// access check only.
+func (m *Manager) AgentAccess(ctx context.Context, id string) (tenant, token string, err error) {
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", "", api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("get sandbox: %w", err)
+	}
+	return rec.Tenant, rec.AgentToken, nil
 }

@@ -15,10 +15,10 @@ import (
 func TestNewPreviewToken(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		tok := newPreviewToken()
+		tok := newToken()
 		raw, err := hex.DecodeString(tok)
-		if err != nil || len(raw) != previewTokenBytes || seen[tok] {
-			t.Fatalf("token %q: want %d random bytes in hex, each new", tok, previewTokenBytes)
+		if err != nil || len(raw) != tokenBytes || seen[tok] {
+			t.Fatalf("token %q: want %d random bytes in hex, each new", tok, tokenBytes)
 		}
 		seen[tok] = true
 	}
@@ -33,7 +33,7 @@ func TestPreview(t *testing.T) {
 	defer st.Close()
 	m := &Manager{log: slog.New(slog.NewTextHandler(io.Discard, nil)), deps: Deps{Store: st}}
 	rec := store.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", Tenant: "acme", Template: "default", Runtime: "container",
-		State: api.StateRunning, PreviewToken: newPreviewToken()}
+		State: api.StateRunning, PreviewToken: newToken()}
 	if err := st.InsertSandbox(ctx, &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestPreview(t *testing.T) {
 		t.Errorf("make public: %+v, %v; want public with the same token", p, err)
 	}
 	p, err = m.SetPreview(ctx, "acme", rec.ID, api.SetPreviewRequest{RotateToken: true})
-	if err != nil || !p.Public || p.Token == rec.PreviewToken || len(p.Token) != 2*previewTokenBytes {
+	if err != nil || !p.Public || p.Token == rec.PreviewToken || len(p.Token) != 2*tokenBytes {
 		t.Errorf("rotate: %+v, %v; want still public with a new token", p, err)
 	}
 	rotated := p.Token

@@ -116,6 +116,20 @@ func (f *fakeSandboxes) PreviewAccess(ctx context.Context, id string) (tenant, t
 	return b.tenant, p.Token, p.Public, nil
 }
 
+func (f *fakeSandboxes) AgentAccess(ctx context.Context, id string) (tenant, token string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.boxes[id]
+	if !ok {
+		return "", "", api.Errorf(api.CodeNotFound, "sandbox %s not found", id)
+	}
+	return b.tenant, b.sb.AgentToken, nil
+}
+
+func (s *fuzzSandboxes) AgentAccess(ctx context.Context, id string) (string, string, error) {
+	return s.current().AgentAccess(ctx, id)
+}
+
 func (s *fuzzSandboxes) Preview(ctx context.Context, tenant, id string) (api.Preview, error) {
 	return s.calledFor(tenant).Preview(ctx, tenant, id)
 }

@@ -82,6 +82,7 @@ func (f *fakeSandboxes) Create(ctx context.Context, tenant string, req api.Creat
 		Isolation: "container (shared host kernel)", State: api.StateRunning,
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Env: req.Env, Metadata: req.Metadata,
 		CreatedAt: now.Add(time.Duration(f.next) * time.Millisecond), ExpiresAt: now.Add(time.Hour),
+		AgentToken: fakeToken(),
 	}
 	if f.boxes == nil {
 		f.boxes = map[string]fakeBox{}

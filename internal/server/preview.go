@@ -44,6 +44,16 @@ type previewSite struct {
 	port   string // of preview URLs; "" for the scheme's default
 }
 
+// PreviewHost is the preview domain as a host name and its port when not
+// the scheme's default ("preview.example.com", "localhost:7777"); "" when
+// the server has none.
+func (s *Server) PreviewHost() string {
+	if s.preview.domain == "" || s.preview.port == "" {
+		return s.preview.domain
+	}
+	return s.preview.domain + ":" + s.preview.port
+}
+
 // CheckPreviewDomain reports whether v is a valid Options.PreviewDomain
 // (`warren server --preview-domain`), and why not.
 func CheckPreviewDomain(v string) error {

@@ -86,6 +86,11 @@ type Sandboxes interface {
 	// sandbox. The server uses them for its access check and never shows
 	// them to the caller.
 	PreviewAccess(ctx context.Context, id string) (tenant, token string, public bool, err error)
+	// AgentAccess returns, for a call of a sandbox's agent routes that
+	// carries its agent token instead of an API key, the tenant of sandbox
+	// id and its agent token; CodeNotFound for an unknown sandbox. As
+	// PreviewAccess's, they are for the server's access check only.
+	AgentAccess(ctx context.Context, id string) (tenant, token string, err error)
 	// Snapshot saves a running sandbox's disk and returns the snapshot,
 	// pending unless req.Wait; CodeConflict for a sandbox not running,
 	// CodeTimeout when a wait ran out.
@@ -289,10 +294,11 @@ type Server struct {
 type access int
 
 const (
-	public access = iota // anyone, no key
-	tenant               // any valid key of the tenant's whole API
-	admin                // an admin key only
-	scrape               // an admin key or a key of scope metrics
+	public      access = iota // anyone, no key
+	tenant                    // any valid key of the tenant's whole API
+	admin                     // an admin key only
+	scrape                    // an admin key or a key of scope metrics
+	agentAccess               // a key of the tenant's whole API, or the sandbox's agent token (the handler checks)
 )
 
 // anyMethod is the method of a route that serves every method (the
@@ -353,6 +359,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait", tenant, s.waitProcess},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", tenant, s.processStdin},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", tenant, s.signalProcess},
+		{anyMethod, "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
 		{"GET", "/v1/sandboxes/{id}/files", tenant, s.readFile},
 		{"PUT", "/v1/sandboxes/{id}/files", tenant, s.writeFile},
 		{"DELETE", "/v1/sandboxes/{id}/files", tenant, s.removeFile},
@@ -470,7 +477,7 @@ func methodNotAllowed(methods []string) http.Handler {
 func (s *Server) endpoint(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		meta(r.Context()).route = rt.method + " " + rt.path
-		if rt.access != public {
+		if rt.access != public && rt.access != agentAccess {
 			key, err := s.Authenticate(r)
 			if err == nil {
 				err = allowed(rt.access, key)

@@ -338,6 +338,15 @@ var migrations = []migration{
 	CREATE INDEX events_tenant ON events (tenant, id);
 	CREATE INDEX events_at ON events (at);`,
 	},
+	// The agent token (E2B's envd access token): the secret that opens a
+	// sandbox's agent routes without an API key. Sandboxes recorded before
+	// get one as preview tokens were given theirs.
+	{
+		sqlite: `ALTER TABLE sandboxes ADD COLUMN agent_token TEXT NOT NULL DEFAULT '';
+	UPDATE sandboxes SET agent_token = lower(hex(randomblob(32)));`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN agent_token TEXT NOT NULL DEFAULT '';
+	UPDATE sandboxes SET agent_token = encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')), 'hex');`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

@@ -18,13 +18,13 @@ func TestSandboxPreview(t *testing.T) {
 		s, _ := openTest(t, b)
 		ctx := context.Background()
 		sb := newSandbox("sb-1", "acme")
-		sb.PreviewToken = "tok1"
+		sb.PreviewToken, sb.AgentToken = "tok1", "agent1"
 		if err := s.InsertSandbox(ctx, sb); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.GetSandbox(ctx, "sb-1")
-		if err != nil || got.PreviewToken != "tok1" || got.PreviewPublic {
-			t.Fatalf("GetSandbox = %+v, %v; want token tok1, private", got, err)
+		if err != nil || got.PreviewToken != "tok1" || got.PreviewPublic || got.AgentToken != "agent1" {
+			t.Fatalf("GetSandbox = %+v, %v; want token tok1, private, agent token agent1", got, err)
 		}
 		updated := got.UpdatedAt
 
@@ -67,9 +67,9 @@ func TestSandboxPreview(t *testing.T) {
 	})
 }
 
-// The migration that adds the preview columns gives every sandbox recorded
-// before it a token of its own: 32 random bytes in hex, as the manager
-// makes them.
+// The migrations that add the preview columns and the agent token give
+// every sandbox recorded before them tokens of its own: 32 random bytes in
+// hex, as the manager makes them.
 func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -115,6 +115,11 @@ func TestMigrationGivesOldSandboxesPreviewTokens(t *testing.T) {
 				t.Errorf("%s: token %q (public %v), want 64 hex digits of its own, private", sb.ID, sb.PreviewToken, sb.PreviewPublic)
 			}
 			seen[sb.PreviewToken] = true
+			raw, err = hex.DecodeString(sb.AgentToken)
+			if err != nil || len(raw) != 32 || seen[sb.AgentToken] {
+				t.Errorf("%s: agent token %q, want 64 hex digits of its own", sb.ID, sb.AgentToken)
+			}
+			seen[sb.AgentToken] = true
 		}
 	})
 }

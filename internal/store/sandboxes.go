@@ -50,6 +50,10 @@ type Sandbox struct {
 	// SetSandboxPreview.
 	PreviewToken  string
 	PreviewPublic bool
+	// AgentToken is the secret that opens the sandbox's agent routes
+	// (/v1/sandboxes/ID/agent/...) without an API key: what E2B's SDKs
+	// call the envd access token. Kept in the clear, as PreviewToken.
+	AgentToken string
 	// RuntimeState is opaque JSON owned by the runtime (pid, paths…).
 	RuntimeState []byte
 	CreatedAt    time.Time
@@ -72,7 +76,7 @@ type Sandbox struct {
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
 	runtime_state, created_at, expires_at, updated_at, version, node,
-	checkpoint_every, checkpoint, checkpoint_at, restored`
+	checkpoint_every, checkpoint, checkpoint_at, restored, agent_token`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -122,12 +126,12 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	q := `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`
 	args := []any{sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node,
-		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored}
+		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored, sb.AgentToken}
 	err = s.withinQuota(ctx, sb.Tenant,
 		func(r runner, quota Quota) error { return sandboxQuota(ctx, r, quota, sb, now) },
 		func(r runner) ([]api.Event, error) {
@@ -326,7 +330,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
 		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node,
-		&every, &sb.Checkpoint, &checkpointAt, &restored)
+		&every, &sb.Checkpoint, &checkpointAt, &restored, &sb.AgentToken)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -1,0 +1,176 @@
+// The real, unmodified e2b SDK from npm against a real warren server
+// (e2e/e2b_test.go starts it and sets E2B_API_KEY, E2B_API_URL and either
+// E2B_SANDBOX_URL or E2B_DOMAIN). Run with `node --test`.
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomBytes, createHash } from 'node:crypto'
+import {
+  Sandbox,
+  CommandExitError,
+  NotFoundError,
+  FileType,
+  FilesystemEventType,
+} from 'e2b'
+
+const created = []
+async function newSandbox(opts = {}) {
+  const sbx = await Sandbox.create('base', { timeoutMs: 300_000, ...opts })
+  created.push(sbx)
+  return sbx
+}
+
+after(async () => {
+  for (const s of created) await s.kill().catch(() => {})
+})
+
+// waitFor polls cond until it holds or 10 s pass.
+async function waitFor(what, cond) {
+  const end = Date.now() + 10_000
+  for (;;) {
+    if (await cond()) return
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+test('create with envs and metadata; info, list by metadata, timeout', async () => {
+  const tag = randomBytes(6).toString('hex')
+  const sbx = await newSandbox({ envs: { GREETING: 'hello' }, metadata: { suite: 'e2b', tag } })
+  assert.match(sbx.sandboxId, /^sb-/)
+  const r = await sbx.commands.run('echo $GREETING')
+  assert.equal(r.stdout, 'hello\n')
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.metadata.tag, tag)
+  assert.equal(info.state, 'running')
+
+  await newSandbox({ metadata: { suite: 'e2b', tag: 'other' } })
+  const found = await Sandbox.list({ query: { metadata: { tag } } }).nextItems()
+  assert.deepEqual(found.map((s) => s.sandboxId), [sbx.sandboxId])
+
+  const before = (await sbx.getInfo()).endAt.getTime()
+  await sbx.setTimeout(900_000)
+  const later = (await sbx.getInfo()).endAt.getTime()
+  assert.ok(later > before + 300_000, `endAt moved from ${before} to ${later}`)
+  assert.equal(await sbx.isRunning(), true)
+})
+
+test('commands', async () => {
+  const sbx = await newSandbox()
+  const r = await sbx.commands.run('echo out; echo err >&2')
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'out\n')
+  assert.equal(r.stderr, 'err\n')
+
+  await assert.rejects(sbx.commands.run('exit 3'), (err) => {
+    assert.ok(err instanceof CommandExitError, `got ${err}`)
+    assert.equal(err.exitCode, 3)
+    return true
+  })
+
+  const chunks = []
+  await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 0.1; done', {
+    onStdout: (d) => chunks.push(d),
+  })
+  assert.equal(chunks.join(''), '1\n2\n3\n')
+
+  assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+  await sbx.commands.run('id nobody')
+  assert.equal((await sbx.commands.run('id -un', { user: 'nobody' })).stdout, 'nobody\n')
+
+  await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1000 }))
+
+  // Background, then connect, stdin and kill.
+  const bg = await sbx.commands.run('cat', { background: true, stdin: true })
+  const again = await sbx.commands.connect(bg.pid)
+  await sbx.commands.sendStdin(bg.pid, 'typed\n')
+  await waitFor('the echo of stdin', () => again.stdout.includes('typed\n'))
+  const procs = await sbx.commands.list()
+  assert.ok(procs.some((p) => p.pid === bg.pid), `pid ${bg.pid} not in ${JSON.stringify(procs)}`)
+  assert.equal(await sbx.commands.kill(bg.pid), true)
+  await assert.rejects(again.wait())
+})
+
+test('files', async () => {
+  const sbx = await newSandbox()
+  const info = await sbx.files.write('/tmp/hello.txt', 'hello file')
+  assert.equal(info.path, '/tmp/hello.txt')
+  assert.equal(await sbx.files.read('/tmp/hello.txt'), 'hello file')
+
+  // 100 MiB of binary both ways.
+  const big = randomBytes(100 << 20)
+  await sbx.files.write('/tmp/big.bin', new Blob([big]))
+  const sum = (await sbx.commands.run('sha256sum /tmp/big.bin')).stdout.split(' ')[0]
+  assert.equal(sum, createHash('sha256').update(big).digest('hex'))
+  const back = await sbx.files.read('/tmp/big.bin', { format: 'bytes' })
+  assert.equal(back.length, big.length)
+  assert.ok(Buffer.from(back).equals(big))
+
+  assert.equal(await sbx.files.makeDir('/tmp/d/e'), true)
+  assert.equal(await sbx.files.exists('/tmp/d/e'), true)
+  assert.equal(await sbx.files.exists('/tmp/nope'), false)
+  await sbx.files.write([
+    { path: '/tmp/d/a.txt', data: 'a' },
+    { path: '/tmp/d/b.txt', data: 'b' },
+  ])
+  const names = (await sbx.files.list('/tmp/d')).map((e) => `${e.name}:${e.type}`).sort()
+  assert.deepEqual(names, ['a.txt:file', 'b.txt:file', `e:${FileType.DIR}`])
+  await sbx.files.rename('/tmp/d/a.txt', '/tmp/d/c.txt')
+  assert.equal(await sbx.files.read('/tmp/d/c.txt'), 'a')
+  await sbx.files.remove('/tmp/d/c.txt')
+  assert.equal(await sbx.files.exists('/tmp/d/c.txt'), false)
+  await assert.rejects(sbx.files.read('/tmp/missing.txt'), (err) => {
+    assert.ok(err instanceof NotFoundError, `got ${err}`)
+    return true
+  })
+})
+
+test('watch a directory', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.makeDir('/tmp/w')
+  const events = []
+  const handle = await sbx.files.watchDir('/tmp/w', (e) => events.push(e))
+  await sbx.files.write('/tmp/w/new.txt', 'x')
+  await waitFor('a create event', () => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE))
+  await handle.stop()
+})
+
+test('pty', async () => {
+  const sbx = await newSandbox()
+  let out = ''
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += new TextDecoder().decode(d) } })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('tty; stty size\n'))
+  await waitFor('the tty and its size', () => /\/dev\/pts\/\d+/.test(out) && out.includes('24 80'))
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit\n'))
+  await waitFor('the new size', () => out.includes('30 100'))
+  await term.wait()
+})
+
+test('snapshot, create from it, fork, kill twice', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.write('/root/state.txt', 'saved')
+  const snap = await sbx.createSnapshot()
+  assert.match(snap.snapshotId, /^sn-/)
+  const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+  assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId))
+
+  const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000 })
+  created.push(fromSnap)
+  assert.equal(await fromSnap.files.read('/root/state.txt'), 'saved')
+
+  const children = await sbx.fork({ count: 2 })
+  assert.equal(children.length, 2)
+  for (const c of children) {
+    assert.ok(!(c instanceof Error), `fork child failed: ${c}`)
+    created.push(c)
+  }
+  await children[0].files.write('/root/state.txt', 'first')
+  await children[1].files.write('/root/state.txt', 'second')
+  assert.equal(await children[0].files.read('/root/state.txt'), 'first')
+  assert.equal(await children[1].files.read('/root/state.txt'), 'second')
+  assert.equal(await sbx.files.read('/root/state.txt'), 'saved')
+
+  assert.equal(await sbx.kill(), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+})
