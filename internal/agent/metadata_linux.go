@@ -23,14 +23,15 @@ const maxEntryMetadata = 16 << 10
 // symlink), or nil when it has none or the filesystem keeps no extended
 // attributes.
 func readMetadata(p string) map[string]string {
-	buf := make([]byte, 4<<10)
-	n, err := unix.Llistxattr(p, buf)
-	if err == unix.ERANGE {
-		buf = make([]byte, 64<<10) // XATTR_LIST_MAX
-		n, err = unix.Llistxattr(p, buf)
-	}
-	if err != nil || n <= 0 {
+	// Most files have no attributes: one syscall, no allocation.
+	size, err := unix.Llistxattr(p, nil)
+	if err != nil || size <= 0 {
 		return nil
+	}
+	buf := make([]byte, min(size, 64<<10)) // XATTR_LIST_MAX
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		return nil // changed meanwhile (ERANGE), or gone
 	}
 	var names []string
 	for name := range bytes.SplitSeq(buf[:n], []byte{0}) {
@@ -41,28 +42,25 @@ func readMetadata(p string) map[string]string {
 	slices.Sort(names)
 	var md map[string]string
 	budget := maxEntryMetadata
-	value := make([]byte, 4<<10)
 	for _, name := range names {
 		key := name[len(metadataPrefix):]
-		if len(key) >= budget {
-			break
-		}
-		sz, err := unix.Lgetxattr(p, name, value)
-		if err == unix.ERANGE {
-			value = make([]byte, 64<<10) // XATTR_SIZE_MAX
-			sz, err = unix.Lgetxattr(p, name, value)
-		}
+		size, err := unix.Lgetxattr(p, name, nil)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		if len(key)+sz > budget {
+		if len(key)+size > budget {
 			break
 		}
-		budget -= len(key) + sz
+		value := make([]byte, size)
+		n, err := unix.Lgetxattr(p, name, value)
+		if err != nil {
+			continue // removed or grown meanwhile
+		}
+		budget -= len(key) + n
 		if md == nil {
 			md = make(map[string]string)
 		}
-		md[key] = string(value[:sz])
+		md[key] = string(value[:n])
 	}
 	return md
 }

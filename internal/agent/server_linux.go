@@ -192,9 +192,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// Close stops serving, ends the polling directory watchers, kills the processes the server started that still
-// run (waiting a bounded time for them to be reaped), thaws what it froze
-// and stops reaping. It does not call Options.OnShutdown. It is idempotent.
+// Close stops serving, ends the polling directory watchers, kills the
+// processes the server started that still run (waiting a bounded time for
+// them to be reaped), thaws what it froze and stops reaping. It does not call Options.OnShutdown. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

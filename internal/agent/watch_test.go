@@ -139,7 +139,7 @@ func TestWatchDir(t *testing.T) {
 }
 
 func TestWatchDirEndsWithDirectory(t *testing.T) {
-	conn, _ := startAgent(t, agent.Options{})
+	conn, _ := startAgent(t, agent.Options{KeepAlive: 20 * time.Millisecond})
 	dir := filepath.Join(t.TempDir(), "gone")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -152,6 +152,9 @@ func TestWatchDirEndsWithDirectory(t *testing.T) {
 	}
 	if !stream.Receive() || stream.Msg().GetStart() == nil {
 		t.Fatalf("first message %v, err %v: want start", stream.Msg(), stream.Err())
+	}
+	if !stream.Receive() || stream.Msg().GetKeepalive() == nil {
+		t.Fatalf("quiet stream's message %v, err %v: want a keep-alive", stream.Msg(), stream.Err())
 	}
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)

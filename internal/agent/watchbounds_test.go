@@ -69,8 +69,11 @@ func TestWatchBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.RemoveWatcher(ctx, connect.NewRequest(&filesystempb.RemoveWatcherRequest{WatcherId: cw.Msg.GetWatcherId()}))
-		if s.watches.open != 0 {
-			t.Errorf("%d watcher slots held after the refusals, want 0", s.watches.open)
+		s.watches.mu.Lock()
+		open := s.watches.open
+		s.watches.mu.Unlock()
+		if open != 0 {
+			t.Errorf("%d watcher slots held after the refusals, want 0", open)
 		}
 	})
 
