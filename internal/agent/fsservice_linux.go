@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"slices"
@@ -32,18 +33,35 @@ type fsService struct{ s *Server }
 
 var _ filesystempbconnect.FilesystemHandler = fsService{}
 
-// rootHome is where relative paths start for calls that name no user.
-func (s *Server) rootHome() string {
-	acc, err := s.users.lookup("")
+// caller is the user a call names in its Authorization header, as envd
+// takes it (userFromHeader), or the agent's own user when it names none.
+// Relative paths of the call start at the user's home; MakeDir makes
+// directories as the user. A malformed header, or a user the sandbox does
+// not have, is Unauthenticated, as envd answers it.
+func (s *Server) caller(h http.Header) (*account, error) {
+	name, err := userFromHeader(h)
 	if err != nil {
-		return "/"
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
-	return acc.home
+	acc, err := s.users.lookup(name)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("invalid username: %q", name))
+	}
+	return acc, nil
+}
+
+// callerPath resolves p for the caller (see caller).
+func (s *Server) callerPath(h http.Header, p string) (string, error) {
+	acc, err := s.caller(h)
+	if err != nil {
+		return "", err
+	}
+	return resolvePath(p, acc.home)
 }
 
 // Stat describes a path without following a final symlink.
 func (h fsService) Stat(ctx context.Context, req *connect.Request[filesystempb.StatRequest]) (*connect.Response[filesystempb.StatResponse], error) {
-	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
+	p, err := h.s.callerPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -55,12 +73,17 @@ func (h fsService) Stat(ctx context.Context, req *connect.Request[filesystempb.S
 }
 
 // MakeDir creates a directory and its missing parents, each with the mode,
-// as the user (asUser): owned by them, where they may; AlreadyExists when
+// as the user (the request's user field, else the caller: asUser): owned by them, where they may; AlreadyExists when
 // the path exists.
 func (h fsService) MakeDir(ctx context.Context, req *connect.Request[filesystempb.MakeDirRequest]) (*connect.Response[filesystempb.MakeDirResponse], error) {
-	acc, err := h.s.users.lookup(req.Msg.GetUser())
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	var acc *account
+	var err error
+	if u := req.Msg.GetUser(); u != "" {
+		if acc, err = h.s.users.lookup(u); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		}
+	} else if acc, err = h.s.caller(req.Header()); err != nil {
+		return nil, err
 	}
 	p, err := resolvePath(req.Msg.GetPath(), acc.home)
 	if err != nil {
@@ -119,12 +142,15 @@ func mkdirAll(p string, mode fs.FileMode, acc *account) error {
 
 // Move renames source to destination, replacing a file there.
 func (h fsService) Move(ctx context.Context, req *connect.Request[filesystempb.MoveRequest]) (*connect.Response[filesystempb.MoveResponse], error) {
-	home := h.s.rootHome()
-	src, err := resolvePath(req.Msg.GetSource(), home)
+	acc, err := h.s.caller(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	dst, err := resolvePath(req.Msg.GetDestination(), home)
+	src, err := resolvePath(req.Msg.GetSource(), acc.home)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := resolvePath(req.Msg.GetDestination(), acc.home)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +178,7 @@ func (h fsService) Move(ctx context.Context, req *connect.Request[filesystempb.M
 // holding only its own entries, and a page is right however the tree
 // changed since the one before.
 func (h fsService) ListDir(ctx context.Context, req *connect.Request[filesystempb.ListDirRequest]) (*connect.Response[filesystempb.ListDirResponse], error) {
-	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
+	p, err := h.s.callerPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +292,7 @@ func readDirNames(dir string, limit int) ([]string, error) {
 // Remove removes a path: recursively unless recursive is false, when a
 // non-empty directory is FailedPrecondition. "/" is never removed.
 func (h fsService) Remove(ctx context.Context, req *connect.Request[filesystempb.RemoveRequest]) (*connect.Response[filesystempb.RemoveResponse], error) {
-	p, err := resolvePath(req.Msg.GetPath(), h.s.rootHome())
+	p, err := h.s.callerPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +339,7 @@ func (s *Server) entryInfo(p string, fi fs.FileInfo) *filesystempb.EntryInfo {
 	default:
 		e.Type = filesystempb.FileType_FILE_TYPE_OTHER
 	}
+	e.Metadata = readMetadata(p)
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		e.Owner = s.users.userName(st.Uid)
 		e.Group = s.users.groupName(st.Gid)

@@ -81,6 +81,7 @@ type Server struct {
 	output  outputMemory // every process's output, together
 	spawn   chan func()  // runs forks on the thread in the work cgroup (JoinWork); nil without one
 	reaper  *reaper
+	watches *watchTable
 	handler http.Handler
 
 	mu           sync.Mutex // guards the fields below
@@ -120,6 +121,7 @@ func New(opts Options, log *slog.Logger) *Server {
 		sandboxID:    opts.SandboxID,
 		servers:      make(map[*http.Server]struct{}),
 		frozen:       make(map[uint64]*frozenFS),
+		watches:      newWatchTable(),
 		shutdownDone: make(chan struct{}),
 	}
 	s.reaper = acquireReaper(log)
@@ -190,9 +192,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// Close stops serving, kills the processes the server started that still
-// run (waiting a bounded time for them to be reaped), thaws what it froze
-// and stops reaping. It does not call Options.OnShutdown. It is idempotent.
+// Close stops serving, ends the polling directory watchers, kills the
+// processes the server started that still run (waiting a bounded time for
+// them to be reaped), thaws what it froze and stops reaping. It does not call Options.OnShutdown. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -205,6 +207,7 @@ func (s *Server) Close() error {
 		for _, srv := range servers {
 			srv.Close()
 		}
+		s.watches.closeAll()
 		running := s.procs.running()
 		for _, p := range running {
 			_ = p.signal(unix.SIGKILL)
