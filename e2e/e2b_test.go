@@ -4,6 +4,19 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,12 +70,13 @@ func nodeAtLeast(v string, major, minor, patch int) bool {
 }
 
 // runE2B runs the e2b SDK's test file of the suite under node's test
-// runner with env, and fails t with its output when a test fails.
-func runE2B(t *testing.T, node, dir string, env ...string) {
+// runner (node's flags first) with env, and fails t with its output when a
+// test fails.
+func runE2B(t *testing.T, node, dir string, flags, env []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
+	cmd := exec.CommandContext(ctx, node, append(flags, "--test", "--test-reporter=spec", "sdk.test.mjs")...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	start := time.Now()
@@ -83,9 +97,111 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runE2B(t, node, dir,
-		"E2B_API_KEY="+k.Key,
-		"E2B_API_URL="+shared.url+"/e2b",
-		"E2B_SANDBOX_URL="+shared.url+"/e2b",
-	)
+	runE2B(t, node, dir, nil, []string{
+		"E2B_API_KEY=" + k.Key,
+		"E2B_API_URL=" + shared.url + "/e2b",
+		"E2B_SANDBOX_URL=" + shared.url + "/e2b",
+	})
+}
+
+// TestE2BSDKHostNames drives the shared daemon with the real e2b SDK as it
+// runs against E2B's cloud: the control API on https://api.<domain>, each
+// sandbox's API on https://49983-ID.<domain> and its ports on
+// https://PORT-ID.<domain>, through a TLS front of the test's own (as a
+// deployment puts one before warren) on port 443 of a loopback address
+// nothing else uses, the names resolved there by a preload of node's.
+func TestE2BSDKHostNames(t *testing.T) {
+	need(t)
+	node, dir := e2bNode(t)
+	k, err := shared.client().CreateKey(context.Background(), api.CreateKeyRequest{Tenant: "e2b-hosts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, caFile := tlsFront(t, previewDomain, shared.url)
+	// The other tests ran in single-URL mode already: here what the names
+	// change.
+	runE2B(t, node, dir, []string{"--import", "./loopback-dns.mjs", "--test-name-pattern", "^(create|commands|pty|a port)"}, []string{
+		"E2B_API_KEY=" + k.Key,
+		"E2B_DOMAIN=" + previewDomain,
+		"NODE_EXTRA_CA_CERTS=" + caFile,
+		"WARREN_E2B_DOMAIN=" + previewDomain,
+		"WARREN_E2B_ADDRESS=" + addr,
+	})
+}
+
+// tlsFront serves https on port 443 of a loopback address of its own, for
+// domain and every name under it, passing each request (its Host kept) on
+// to backend, streaming. It returns the address and the file of the CA
+// that signed its certificate.
+func tlsFront(t *testing.T, domain, backend string) (addr, caFile string) {
+	t.Helper()
+	ca, cert := testCertificates(t, domain)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	for range 20 {
+		b := make([]byte, 3)
+		rand.Read(b)
+		addr = fmt.Sprintf("127.%d.%d.%d", 1+b[0]%250, b[1], 1+b[2]%250)
+		var err error
+		if ln, err = net.Listen("tcp", addr+":443"); err == nil {
+			break
+		}
+	}
+	if ln == nil {
+		t.Fatal("no free loopback address for port 443")
+	}
+	target, err := url.Parse(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+		},
+		FlushInterval: -1,
+	}
+	srv := &http.Server{Handler: proxy, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return addr, caFile
+}
+
+// testCertificates makes a CA (returned as PEM) and a certificate it
+// signed for domain and *.domain.
+func testCertificates(t *testing.T, domain string) ([]byte, tls.Certificate) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "warren e2e CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: domain},
+		DNSNames:  []string{domain, "*." + domain},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caTmpl, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

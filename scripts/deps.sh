@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(debootstrap e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 postgresql)
+packages=(debootstrap e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 postgresql nodejs)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,6 +13,12 @@ if ((${#missing[@]})); then
 	echo "warren: installing Debian packages: ${missing[*]}" >&2
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# npm, for the e2b SDK the E2B compatibility tests install: some nodejs
+# builds ship it, Debian's comes apart.
+if ! command -v npm >/dev/null; then
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 
 # The microVM runtime's guest kernel: Debian's cloud kernel, extracted (never

@@ -11,6 +11,9 @@ source scripts/deps.sh
 export WARREN_TEST_TEMPLATE_CACHE="${WARREN_TEST_TEMPLATE_CACHE:-/var/cache/warren-test}"
 mkdir -p "$WARREN_TEST_TEMPLATE_CACHE"
 export WARREN_BIN="$PWD/bin"
+# The real e2b SDK, pinned by e2e/e2b/package-lock.json, for the E2B
+# compatibility tests (e2e/e2b_test.go).
+npm ci --prefix e2e/e2b --no-audit --no-fund --loglevel=error
 
 unformatted=$(gofmt -l . | grep -v '^internal/agent/pb/' || true)
 if [[ -n "$unformatted" ]]; then
@@ -35,7 +38,7 @@ GOOS=darwin go vet ./cmd/warren ./client ./api
 race=(
 	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
 	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog
-	./internal/control ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
+	./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
 	./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm
 	./internal/vmm/accel ./internal/vmport ./internal/wait ./internal/warmpool

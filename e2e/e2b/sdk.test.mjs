@@ -174,3 +174,13 @@ test('snapshot, create from it, fork, kill twice', async () => {
   assert.equal(await sbx.kill(), true)
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)
 })
+
+test('a port on its host name', { skip: process.env.E2B_SANDBOX_URL ? 'single-URL mode has no host names' : false }, async () => {
+  const sbx = await newSandbox()
+  await sbx.commands.run('echo served > /tmp/index.html; cd /tmp && python3 -m http.server 8000 >/dev/null 2>&1', { background: true })
+  const url = `https://${sbx.getHost(8000)}/index.html`
+  await waitFor(`${url} to answer`, async () => {
+    const res = await fetch(url).catch(() => null)
+    return res !== null && res.status === 200 && (await res.text()) === 'served\n'
+  })
+})

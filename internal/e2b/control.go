@@ -82,7 +82,9 @@ const clientID = "warren"
 // control serves E2B's control API at path p.
 func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 	parts := strings.Split(strings.Trim(p, "/"), "/")
-	if len(parts) > 0 && parts[0] == "v2" || len(parts) > 0 && parts[0] == "v1" {
+	// E2B versions some routes (/v2/sandboxes, /v3/templates): the
+	// version changes nothing that warren answers.
+	if len(parts) > 1 && len(parts[0]) > 1 && parts[0][0] == 'v' && strings.Trim(parts[0][1:], "0123456789") == "" {
 		parts = parts[1:]
 	}
 	var err error

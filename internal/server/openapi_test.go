@@ -56,7 +56,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 			continue
 		}
-		routes = append(routes, rt.method+" "+rt.path)
+		routes = append(routes, rt.method+" "+strings.ReplaceAll(rt.path, "...}", "}"))
 	}
 	for path, item := range doc.Paths {
 		for method := range item {

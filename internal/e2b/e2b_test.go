@@ -1,0 +1,205 @@
+package e2b
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"warren/api"
+)
+
+// fakeAPI records the warren calls the translation makes and answers them
+// from a table: "METHOD PATH" → status and body.
+type fakeAPI struct {
+	calls   []string
+	headers []http.Header
+	bodies  []string
+	answers map[string]struct {
+		status int
+		body   any
+	}
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	f.calls = append(f.calls, r.Method+" "+r.URL.RequestURI()+" @"+r.Host)
+	f.headers = append(f.headers, r.Header.Clone())
+	f.bodies = append(f.bodies, string(b))
+	a, ok := f.answers[r.Method+" "+r.URL.Path]
+	if !ok {
+		a.status, a.body = http.StatusTeapot, api.ErrorBody{Error: *api.Errorf(api.CodeNotFound, "no answer for %s %s", r.Method, r.URL.Path)}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.status)
+	json.NewEncoder(w).Encode(a.body)
+}
+
+func (f *fakeAPI) answer(route string, status int, body any) {
+	if f.answers == nil {
+		f.answers = map[string]struct {
+			status int
+			body   any
+		}{}
+	}
+	f.answers[route] = struct {
+		status int
+		body   any
+	}{status, body}
+}
+
+const sbID = "sb-abcdefghijklmnopqrst"
+
+func TestAddressing(t *testing.T) {
+	for _, tc := range []struct {
+		name, host, path string
+		header           map[string]string
+		want             string // the call next gets, "" for none
+		status           int    // when want is ""
+	}{
+		{"envd host", "49983-" + sbID + ".e2b.test:8443", "/process.Process/Start", nil,
+			"POST /v1/sandboxes/" + sbID + "/agent/process.Process/Start @e2b.test", 0},
+		{"envd single URL", "warren:7777", "/e2b/files?path=%2Fx", map[string]string{"E2b-Sandbox-Id": sbID},
+			"POST /v1/sandboxes/" + sbID + "/agent/files?path=%2Fx @warren:7777", 0},
+		{"other port single URL", "warren:7777", "/e2b/health", map[string]string{"E2b-Sandbox-Id": sbID, "E2b-Sandbox-Port": "8080"},
+			"", http.StatusBadRequest},
+		{"bad sandbox ID", "49983-nope.e2b.test", "/health", nil, "", http.StatusNotFound},
+		{"preview host", "8080-" + sbID + ".e2b.test", "/x", nil, "POST /x @8080-" + sbID + ".e2b.test", 0},
+		{"warren API", "warren:7777", "/v1/sandboxes", nil, "POST /v1/sandboxes @warren:7777", 0},
+		{"prefix needs a slash", "warren:7777", "/e2bx", nil, "POST /e2bx @warren:7777", 0},
+		{"control API by prefix", "warren:7777", "/e2b/nothing", nil, "", http.StatusNotFound},
+		{"control API by host", "api.e2b.test:8443", "/nothing", nil, "", http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeAPI{}
+			h := New(f, Options{Domain: "e2b.test:8443"})
+			r := httptest.NewRequest("POST", tc.path, strings.NewReader(""))
+			r.Host = tc.host
+			for k, v := range tc.header {
+				r.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			switch {
+			case tc.want != "" && (len(f.calls) != 1 || f.calls[0] != tc.want):
+				t.Errorf("calls %q, want %q", f.calls, tc.want)
+			case tc.want == "" && (len(f.calls) != 0 || w.Code != tc.status):
+				t.Errorf("calls %q and status %d, want none and %d (body %s)", f.calls, w.Code, tc.status, w.Body)
+			}
+		})
+	}
+}
+
+func TestTrafficToken(t *testing.T) {
+	f := &fakeAPI{}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Host = "8080-" + sbID + ".e2b.test"
+	r.Header.Set("E2b-Traffic-Access-Token", "tok")
+	New(f, Options{Domain: "e2b.test"}).ServeHTTP(httptest.NewRecorder(), r)
+	if got := f.headers[0].Get("X-Warren-Access-Token"); got != "tok" {
+		t.Errorf("X-Warren-Access-Token %q, want the traffic token", got)
+	}
+}
+
+func TestCreate(t *testing.T) {
+	f := &fakeAPI{}
+	f.answer("POST /v1/sandboxes", http.StatusCreated, api.Sandbox{ID: sbID, Template: "default", AgentToken: "agent-tok"})
+	f.answer("PUT /v1/sandboxes/"+sbID+"/preview", http.StatusOK, api.Preview{Token: "preview-tok"})
+	h := New(f, Options{Domain: "e2b.test"})
+	r := httptest.NewRequest("POST", "/e2b/v2/sandboxes", strings.NewReader(
+		`{"templateID":"base","timeout":60,"envVars":{"A":"1"},"metadata":{"k":"v"},"network":{"allowPublicTraffic":false,"denyOut":["0.0.0.0/0"],"allowOut":["pypi.org"]},"someFutureField":1}`))
+	r.Header.Set("X-API-KEY", "key1")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	var got sandbox
+	json.Unmarshal(w.Body.Bytes(), &got)
+	want := sandbox{TemplateID: "base", SandboxID: sbID, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: "agent-tok", TrafficAccessToken: "preview-tok", Domain: "e2b.test"}
+	if got != want {
+		t.Errorf("answer %+v, want %+v", got, want)
+	}
+	var req api.CreateSandboxRequest
+	json.Unmarshal([]byte(f.bodies[0]), &req)
+	wantReq := api.CreateSandboxRequest{Template: "default", SandboxSpec: api.SandboxSpec{
+		TimeoutSeconds: 60, Env: map[string]string{"A": "1"}, Metadata: map[string]string{"k": "v"},
+		Network: &api.NetworkPolicy{Allow: []string{"pypi.org"}}}}
+	if !reflect.DeepEqual(req, wantReq) {
+		t.Errorf("warren create %+v, want %+v", req, wantReq)
+	}
+	if k := f.headers[0].Get("X-API-Key"); k != "key1" {
+		t.Errorf("the create's key %q, want the caller's", k)
+	}
+	if f.bodies[1] != `{"public":false}` {
+		t.Errorf("preview %s, want private", f.bodies[1])
+	}
+}
+
+func TestErrors(t *testing.T) {
+	f := &fakeAPI{}
+	f.answer("GET /v1/sandboxes/"+sbID, http.StatusOK, api.Sandbox{ID: sbID, State: api.StateStopped})
+	f.answer("POST /v1/sandboxes", http.StatusTooManyRequests, api.ErrorBody{Error: *api.Errorf(api.CodeTooMany, "quota")})
+	h := New(f, Options{})
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		message            string
+	}{
+		{"POST", "/e2b/sandboxes", `{"autoPause":true}`, 400, "autoPause"},
+		{"POST", "/e2b/sandboxes", `{"templateID":`, 400, "malformed JSON"},
+		{"POST", "/e2b/sandboxes", `{}`, 429, "quota"},
+		{"GET", "/e2b/sandboxes/" + sbID, ``, 404, "stopped"},
+		{"DELETE", "/e2b/sandboxes/nope", ``, 404, "not found"},
+		{"POST", "/e2b/v3/templates", `{}`, 501, "templates"},
+		{"GET", "/e2b/v2/sandboxes?state=dead", ``, 400, "bad state"},
+	} {
+		r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var b body
+		json.Unmarshal(w.Body.Bytes(), &b)
+		if w.Code != tc.status || b.Code != tc.status || !strings.Contains(b.Message, tc.message) {
+			t.Errorf("%s %s %s: %d %+v, want %d and a message with %q", tc.method, tc.path, tc.body, w.Code, b, tc.status, tc.message)
+		}
+	}
+}
+
+func TestPolicyOf(t *testing.T) {
+	no, yes := false, true
+	for _, tc := range []struct {
+		internet *bool
+		n        *network
+		want     *api.NetworkPolicy
+		public   bool
+	}{
+		{nil, nil, nil, true},
+		{&no, nil, &api.NetworkPolicy{None: true}, true},
+		{&yes, &network{AllowPublicTraffic: &no}, nil, false},
+		{nil, &network{DenyOut: []string{"1.2.3.4"}}, &api.NetworkPolicy{Deny: []string{"1.2.3.4"}}, true},
+		{nil, &network{DenyOut: []string{"0.0.0.0/0"}}, &api.NetworkPolicy{None: true}, true},
+		{nil, &network{DenyOut: []string{"0.0.0.0/0", "10.0.0.1"}, AllowOut: []string{"a.com"}},
+			&api.NetworkPolicy{Allow: []string{"a.com"}, Deny: []string{"10.0.0.1"}}, true},
+	} {
+		got, public, err := policyOf(tc.internet, tc.n)
+		if err != nil || !reflect.DeepEqual(got, tc.want) || public != tc.public {
+			t.Errorf("policyOf(%v, %+v) = %+v, %v, %v; want %+v, %v", tc.internet, tc.n, got, public, err, tc.want, tc.public)
+		}
+	}
+}
+
+func TestMetadataFilter(t *testing.T) {
+	// As the JS SDK sends it: each key and value URL-encoded, then the
+	// pairs in query form.
+	got, err := metadataFilter("tag%3D1=a%2520b&x=y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"tag=1": "a b", "x": "y"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
