@@ -205,3 +205,22 @@ func testCertificates(t *testing.T, domain string) ([]byte, tls.Certificate) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
+
+// TestE2BSDKVM pauses and resumes a vm sandbox through the e2b SDK (its
+// headers option asks for the vm runtime, which warren's default picks by
+// itself only where hardware virtualization works).
+func TestE2BSDKVM(t *testing.T) {
+	need(t)
+	needVM(t)
+	node, dir := e2bNode(t)
+	k, err := shared.client().CreateKey(context.Background(), api.CreateKeyRequest{Tenant: "e2b-vm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runE2B(t, node, dir, []string{"--test-name-pattern", "^vm"}, []string{
+		"E2B_API_KEY=" + k.Key,
+		"E2B_API_URL=" + shared.url + "/e2b",
+		"E2B_SANDBOX_URL=" + shared.url + "/e2b",
+		"WARREN_E2B_VM=1",
+	})
+}

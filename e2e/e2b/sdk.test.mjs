@@ -184,3 +184,18 @@ test('a port on its host name', { skip: process.env.E2B_SANDBOX_URL ? 'single-UR
     return res !== null && res.status === 200 && (await res.text()) === 'served\n'
   })
 })
+
+test('vm: pause and resume keep a process running', { skip: process.env.WARREN_E2B_VM !== '1' && 'WARREN_E2B_VM is not 1' }, async () => {
+  const sbx = await newSandbox({ headers: { 'X-Warren-Runtime': 'vm' } })
+  const bg = await sbx.commands.run('i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true })
+  await waitFor('the counter', async () => Number(await sbx.files.read('/tmp/count').catch(() => '0')) > 1)
+  assert.equal(await sbx.pause(), true)
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  assert.equal(await sbx.pause(), false)
+  await sbx.connect()
+  assert.equal((await sbx.getInfo()).state, 'running')
+  const before = Number(await sbx.files.read('/tmp/count'))
+  await waitFor('the counter to go on', async () => Number(await sbx.files.read('/tmp/count')) > before)
+  const procs = await sbx.commands.list()
+  assert.ok(procs.some((p) => p.pid === bg.pid), `pid ${bg.pid} gone after the resume`)
+})

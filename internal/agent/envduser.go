@@ -5,6 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"connectrpc.com/connect"
+
+	processpb "warren/internal/agent/pb/process"
 )
 
 // errBadBasicAuth answers an Authorization header that says Basic but does
@@ -32,4 +36,17 @@ func userFromHeader(h http.Header) (string, error) {
 		return "", errBadBasicAuth
 	}
 	return name, nil
+}
+
+// setProcessUser gives cfg the user h names (userFromHeader) when cfg
+// names none itself: warren's own field wins.
+func setProcessUser(h http.Header, cfg *processpb.ProcessConfig) error {
+	user, err := userFromHeader(h)
+	if err != nil {
+		return connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	if cfg != nil && cfg.GetUser() == "" {
+		cfg.User = user
+	}
+	return nil
 }

@@ -47,6 +47,9 @@ func (h processService) Start(ctx context.Context, req *connect.Request[processp
 	send := func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	}
+	if err := setProcessUser(req.Header(), req.Msg.GetProcess()); err != nil {
+		return err
+	}
 	p, sub, ns, err := h.s.startProcess(req.Msg, true)
 	if err != nil {
 		return err

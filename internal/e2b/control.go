@@ -76,6 +76,11 @@ type detail struct {
 	Network         *network          `json:"network,omitempty"`
 }
 
+// RuntimeHeader on an E2B create chooses the sandbox's runtime (vm,
+// container, auto), as warren's runtime field does; E2B's SDKs send it
+// from their headers option.
+const RuntimeHeader = "X-Warren-Runtime"
+
 // clientID is what warren answers for E2B's (deprecated) client ID.
 const clientID = "warren"
 
@@ -207,7 +212,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 	case req.IAM != nil:
 		return errorf(http.StatusBadRequest, "iam is not supported by warren")
 	}
-	spec := api.SandboxSpec{Env: req.EnvVars, Metadata: req.Metadata}
+	// E2B has no runtimes: warren's default picks the strongest (a vm
+	// where hardware virtualization works); RuntimeHeader asks for one.
+	spec := api.SandboxSpec{Env: req.EnvVars, Metadata: req.Metadata, Runtime: r.Header.Get(RuntimeHeader)}
 	if req.Timeout != nil {
 		spec.TimeoutSeconds = *req.Timeout
 	}
