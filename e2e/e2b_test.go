@@ -31,7 +31,7 @@ import (
 // e2bNode is the node.js the e2b SDK runs on, and the folder its pinned
 // packages are installed in (scripts/test.sh runs npm ci there). The SDK
 // needs node 20.18.1 or later: an older one skips, saying so.
-func e2bNode(t *testing.T) (node, dir string) {
+func e2bNode(t testing.TB) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
