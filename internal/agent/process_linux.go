@@ -457,7 +457,12 @@ func (p *proc) read(f *os.File, stream streamID) {
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			p.readers.Done()
-			f.Close()
+			// A pty's master (EIO: no slave left) is closed with stdin once
+			// the process is reaped: closed before, it would hang up the
+			// terminal of a session leader still on its way out (SIGHUP).
+			if stream != streamPTY {
+				f.Close()
+			}
 			return
 		}
 		if err != nil || afterExit > drainLimit {

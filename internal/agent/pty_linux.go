@@ -3,10 +3,8 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -76,25 +74,22 @@ func (s *Server) openPTY(req *processpb.PTY, uid uint32) (*procIO, error) {
 	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
 		return fail("unlock pty", err)
 	}
-	n, err := unix.IoctlGetUint32(mfd, unix.TIOCGPTN)
-	if err != nil {
-		return fail("pty number", err)
-	}
 	if err := unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)}); err != nil {
 		return fail("set pty size", err)
 	}
-	name := "/dev/pts/" + strconv.FormatUint(uint64(n), 10)
-	sfd, err := unix.Open(name, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fail("open "+name, err)
+	// The slave is opened through the master (Linux 4.13), not by its
+	// name under /dev/pts, which another pty could have taken meanwhile.
+	sfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		return fail("open the pty's slave", errno)
 	}
-	slave := os.NewFile(uintptr(sfd), name)
+	slave := os.NewFile(sfd, "pty slave")
 	io.child = [3]*os.File{slave, slave, slave}
 	// The terminal belongs to its user, as login makes it, so that tools
 	// that open it by name (tty's answer) may.
 	if os.Geteuid() == 0 {
-		if err := unix.Fchown(sfd, int(uid), -1); err != nil {
-			return fail("chown "+name, err)
+		if err := unix.Fchown(int(sfd), int(uid), -1); err != nil {
+			return fail("chown the pty's slave", err)
 		}
 	}
 	return io, nil
@@ -126,24 +121,27 @@ func (p *proc) resize(size *processpb.PTY_Size) error {
 	}
 	ws := &unix.Winsize{Col: uint16(size.GetCols()), Row: uint16(size.GetRows())}
 	var ioctlErr error
-	err := p.masterControl(func(fd int) { ioctlErr = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, ws) })
-	if err = errors.Join(err, ioctlErr); err != nil {
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("resize pty of process %d: %w", p.pid, err))
+	if err := p.masterControl(func(fd int) { ioctlErr = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, ws) }); err != nil {
+		return err
+	}
+	if ioctlErr != nil {
+		return connect.NewError(errnoCode(ioctlErr), fmt.Errorf("resize pty of process %d: %w", p.pid, ioctlErr))
 	}
 	return nil
 }
 
 // masterControl runs f on the master's fd, without making it blocking as
-// Fd would. A closed master (the process ended) is FailedPrecondition.
+// Fd would. It fails only when the master is closed: the process ended
+// (FailedPrecondition).
 func (p *proc) masterControl(f func(fd int)) error {
 	rc, err := p.pty.master.SyscallConn()
 	if err == nil {
 		err = rc.Control(func(fd uintptr) { f(int(fd)) })
 	}
-	if errors.Is(err, os.ErrClosed) {
+	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has ended", p.pid))
 	}
-	return err
+	return nil
 }
 
 // signalForeground sends sig to the pty's foreground process group too,

@@ -143,10 +143,10 @@ func TestPTYShell(t *testing.T) {
 	p := startPTY(t, conn, ptyReq(80, 24, "/bin/sh"))
 	p.input("tty; [ -t 0 ] && [ -t 1 ] && echo IS-A-TTY; echo TERM=$TERM\n")
 	p.waitOutput(`/dev/pts/\d+`)
-	p.waitOutput(`(?m)^IS-A-TTY\r?$`)
+	p.waitOutput(`IS-A-TTY\r\n`)
 	p.waitOutput(`TERM=xterm-256color`)
 	p.input("stty size\n")
-	p.waitOutput(`(?m)^24 80\r?$`)
+	p.waitOutput(`24 80\r\n`)
 	p.input("echo typed-in\n")
 	// The terminal echoes input as typed, before the shell runs it.
 	p.waitOutput(`echo typed-in\r\n`)
@@ -158,7 +158,7 @@ func TestPTYShell(t *testing.T) {
 		t.Fatalf("resize: %v", err)
 	}
 	p.input("stty size\n")
-	p.waitOutput(`(?m)^43 132\r?$`)
+	p.waitOutput(`43 132\r\n`)
 	if masters := openMasters(t); masters != before+1 {
 		t.Errorf("open masters while running = %d, want %d", masters, before+1)
 	}
