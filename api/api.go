@@ -237,7 +237,24 @@ type ExecRequest struct {
 	// "base64" (exact bytes, a third larger; JSON would write a control
 	// byte such as NUL as six).
 	OutputEncoding string `json:"output_encoding,omitempty"`
+	// PTY runs the command on a pseudo-terminal of this size: its stdin,
+	// stdout and stderr are the terminal, TERM is xterm-256color unless Env
+	// sets it, and its output comes as events of type "pty" (what a
+	// terminal shows: both streams, with the terminal's echo and line
+	// endings). Such an exec must stream or run in the background; stdin
+	// routes type into the terminal, and resize changes its size.
+	PTY *PTYSize `json:"pty,omitempty"`
 }
+
+// PTYSize is a pseudo-terminal's size, each 1 to MaxPTYSize; it is also the
+// body of POST /v1/sandboxes/{id}/processes/{pid}/resize.
+type PTYSize struct {
+	Cols uint32 `json:"cols"`
+	Rows uint32 `json:"rows"`
+}
+
+// MaxPTYSize bounds PTYSize's columns and rows.
+const MaxPTYSize = 1000
 
 // Output encodings of ExecRequest.OutputEncoding.
 const (
@@ -269,6 +286,7 @@ const (
 	EventStart  = "start"
 	EventStdout = "stdout"
 	EventStderr = "stderr"
+	EventPTY    = "pty" // the output of a process on a pseudo-terminal
 	EventEnd    = "end"
 	EventError  = "error"
 )

@@ -110,6 +110,14 @@ func (c *Client) SignalProcess(ctx context.Context, id string, pid uint32, signa
 	return c.do(ctx, cl, nil)
 }
 
+// ResizeProcess sets the terminal size of process pid, started with
+// ExecRequest.PTY (the process gets SIGWINCH). A process without a pty is
+// a CodeConflict error.
+func (c *Client) ResizeProcess(ctx context.Context, id string, pid uint32, cols, rows uint32) error {
+	cl := &call{op: "resize process", method: http.MethodPost, path: sandboxPath(id, "processes", pidString(pid), "resize"), in: api.PTYSize{Cols: cols, Rows: rows}, retry: retryRefused}
+	return c.do(ctx, cl, nil)
+}
+
 func pidString(pid uint32) string { return strconv.FormatUint(uint64(pid), 10) }
 
 // EventStream reads the events of a streamed exec or of an attach, one JSON
@@ -165,7 +173,8 @@ func (s *EventStream) Next() (*api.ExecEvent, error) {
 }
 
 // Copy writes the data of the stdout and stderr events to stdout and stderr
-// (nil discards it), byte for byte as they come, until the end event. It
+// (nil discards it), byte for byte as they come, until the end event; the
+// output of a process on a pty (pty events) goes to stdout. It
 // returns the outcome the end event reports: PID, ExitCode (-1 if it has
 // none), Status, TimedOut and DurationMs; Stdout and Stderr are empty. An
 // error event is returned as an error. Copy does not close the stream.
@@ -183,7 +192,7 @@ func (s *EventStream) Copy(stdout, stderr io.Writer) (*api.ExecResult, error) {
 			res.PID = ev.PID
 		}
 		switch ev.Type {
-		case api.EventStdout:
+		case api.EventStdout, api.EventPTY:
 			err = write(stdout, ev.Data, "stdout")
 		case api.EventStderr:
 			err = write(stderr, ev.Data, "stderr")

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -163,5 +164,42 @@ func TestCopyWriteError(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Copy(failWriter{}, nil); err == nil || err.Error() != "write stdout: broken pipe" {
 		t.Errorf("Copy error %v, want the write error", err)
+	}
+}
+
+// A pty process's output (pty events) goes to Copy's stdout, and
+// ResizeProcess posts the size to the resize route.
+func TestPTYCopyAndResize(t *testing.T) {
+	var got api.PTYSize
+	var path string
+	c := newTestClient(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			path = r.URL.Path
+			if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+				t.Errorf("decode resize: %v", err)
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		ev := eventWriter{w}
+		ev.send(api.ExecEvent{Type: api.EventStart, PID: 42})
+		ev.send(api.ExecEvent{Type: api.EventPTY, Data: []byte("$ ls\r\n")})
+		ev.send(api.ExecEvent{Type: api.EventEnd, ExitCode: ptr(0)})
+	}))
+	s, err := c.AttachProcess(t.Context(), "sb-1", 42, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var stdout bytes.Buffer
+	if _, err := s.Copy(&stdout, nil); err != nil || stdout.String() != "$ ls\r\n" {
+		t.Errorf("Copy: stdout %q, err %v", stdout.String(), err)
+	}
+	if err := c.ResizeProcess(t.Context(), "sb-1", 42, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if want := (api.PTYSize{Cols: 120, Rows: 40}); got != want || path != "/v1/sandboxes/sb-1/processes/42/resize" {
+		t.Errorf("resize posted %+v to %s, want %+v to the resize route", got, path, want)
 	}
 }

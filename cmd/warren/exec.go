@@ -15,6 +15,10 @@ func runExec(ctx context.Context, c *cli, args []string) error {
 as they come, and exit with its exit status (124 when -timeout kills it, as
 timeout(1) does). The command reads no stdin unless -i is given.
 
+With -t the command runs on a terminal (a pty) the size of the local one,
+its stdin forwarded, the local terminal in raw mode while it runs when stdin
+is a terminal, and its resizes followed: warren exec -t ID -- bash.
+
 Flags may come anywhere before the "--"; everything after it is CMD's command
 line, its flags included.`)
 	env := kvFlag{}
@@ -23,6 +27,7 @@ line, its flags included.`)
 	user := fs.String("user", "", "run as `USER` (default root)")
 	timeout := fs.Duration("timeout", 0, "kill the command after this long and exit 124 (default: no limit)")
 	interactive := fs.Bool("i", false, "forward stdin to the command")
+	tty := fs.Bool("t", false, "run the command on a terminal (implies -i)")
 	rest, err := parse(fs, args, 1, -1)
 	if err != nil {
 		return err
@@ -42,8 +47,19 @@ line, its flags included.`)
 	if err != nil {
 		return err
 	}
+	if *tty {
+		size := c.ptySize()
+		req.PTY = &size
+		if f := c.localTerminal(); f != nil {
+			restore, err := makeRaw(f)
+			if err != nil {
+				return fmt.Errorf("raw mode for the local terminal: %w", err)
+			}
+			defer restore()
+		}
+	}
 	var res *api.ExecResult
-	if *interactive {
+	if *interactive || *tty {
 		res, err = execInteractive(ctx, c, cl, id, req)
 	} else {
 		res, err = execStream(ctx, c, cl, id, req)
@@ -79,7 +95,8 @@ func execStream(ctx context.Context, c *cli, cl *client.Client, id string, req a
 }
 
 // execInteractive runs the command in the background, attached with replay
-// so that no early output is lost, while c.stdin streams to its stdin.
+// so that no early output is lost, while c.stdin streams to its stdin (on a
+// pty: to its terminal, whose resizes it follows).
 //
 // The goroutine writing stdin is stopped by cancelling its context once the
 // process has ended; it may stay blocked reading c.stdin (a terminal) until
@@ -106,8 +123,13 @@ func execInteractive(ctx context.Context, c *cli, cl *client.Client, id string, 
 	defer s.Close()
 	stdinCtx, stopStdin := context.WithCancel(ctx)
 	defer stopStdin()
+	stdin, closeStdin := c.stdin, true
+	if req.PTY != nil {
+		stdin, closeStdin = c.ptyInput(), false
+		defer c.followResize(ctx, cl, id, p.PID)()
+	}
 	stdinErr := make(chan error, 1)
-	go func() { stdinErr <- cl.WriteStdin(stdinCtx, id, p.PID, c.stdin, true) }()
+	go func() { stdinErr <- cl.WriteStdin(stdinCtx, id, p.PID, stdin, closeStdin) }()
 
 	res, err := s.Copy(c.stdout, c.stderr)
 	if err != nil {

@@ -202,7 +202,7 @@ func TestStartErrors(t *testing.T) {
 	badUser.Process.User = "no-such-user"
 	nul := cmd("echo", "a\x00b")
 	pty := cmd("true")
-	pty.Pty = &processpb.PTY{}
+	pty.Pty = &processpb.PTY{Size: &processpb.PTY_Size{Cols: 0, Rows: 24}}
 	for _, tt := range []struct {
 		name string
 		req  *processpb.StartRequest
@@ -213,7 +213,7 @@ func TestStartErrors(t *testing.T) {
 		{"escaping cwd", escCwd, connect.CodeInvalidArgument},
 		{"bad user", badUser, connect.CodeInvalidArgument},
 		{"nul", nul, connect.CodeInvalidArgument},
-		{"pty", pty, connect.CodeUnimplemented},
+		{"pty size", pty, connect.CodeInvalidArgument},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := conn.Run(ctx, tt.req, nil, nil)
@@ -473,7 +473,7 @@ func TestSendSignalAndList(t *testing.T) {
 		t.Errorf("b after KILL: %v", r.end)
 	}
 	_, err = conn.Process.Update(ctx, connect.NewRequest(&processpb.UpdateRequest{Process: byTag("b"), Pty: &processpb.PTY{}}))
-	wantCode(t, err, connect.CodeUnimplemented)
+	wantCode(t, err, connect.CodeFailedPrecondition)
 }
 
 // patternWriter checks that what it is given is the repetition of pattern.

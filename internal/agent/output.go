@@ -80,6 +80,8 @@ type streamID int8
 const (
 	streamStdout streamID = iota
 	streamStderr
+	streamPTY // a pty's master: the process's terminal output (pty_linux.go)
+	numStreams
 )
 
 // outEvent is one queued event of a stream: data of a stream, or the end.
@@ -150,7 +152,7 @@ type output struct {
 	mu      sync.Mutex // guards the fields below
 	drained *sync.Cond // on mu: a queue shrank, a stream left, or a stall timed out
 	seq     uint64
-	replay  [2]ring
+	replay  [numStreams]ring
 	subs    map[*subscriber]struct{}
 	end     *processpb.ProcessEvent_EndEvent
 	dropped bool // replay was dropped (forget)
@@ -259,15 +261,22 @@ func (o *output) subscribe(replay bool) *subscriber {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if replay {
-		out, errs := o.replay[streamStdout].live(), o.replay[streamStderr].live()
-		for len(out) > 0 || len(errs) > 0 {
-			if len(errs) == 0 || (len(out) > 0 && out[0].seq < errs[0].seq) {
-				s.queue = append(s.queue, outEvent{stream: streamStdout, data: out[0].data})
-				out = out[1:]
-			} else {
-				s.queue = append(s.queue, outEvent{stream: streamStderr, data: errs[0].data})
-				errs = errs[1:]
+		var live [numStreams][]chunk
+		for i := range live {
+			live[i] = o.replay[i].live()
+		}
+		for {
+			next := -1
+			for i, l := range live {
+				if len(l) > 0 && (next < 0 || l[0].seq < live[next][0].seq) {
+					next = i
+				}
 			}
+			if next < 0 {
+				break
+			}
+			s.queue = append(s.queue, outEvent{stream: streamID(next), data: live[next][0].data})
+			live[next] = live[next][1:]
 		}
 	}
 	if o.end != nil {
@@ -302,7 +311,7 @@ func (o *output) finish(end *processpb.ProcessEvent_EndEvent) {
 	}
 	o.mem.streams.Add(-int64(len(o.subs)))
 	clear(o.subs)
-	o.mem.replay.Add(-int64(o.replay[0].bytes + o.replay[1].bytes))
+	o.mem.replay.Add(-int64(o.replayBytesLocked()))
 	o.drained.Broadcast()
 }
 
@@ -311,11 +320,11 @@ func (o *output) finish(end *processpb.ProcessEvent_EndEvent) {
 func (o *output) forget() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.replay[0].bytes + o.replay[1].bytes
+	n := o.replayBytesLocked()
 	if o.end == nil {
 		o.mem.replay.Add(-int64(n))
 	}
-	o.replay = [2]ring{}
+	o.replay = [numStreams]ring{}
 	o.dropped = true
 	return n
 }
@@ -324,7 +333,16 @@ func (o *output) forget() int {
 func (o *output) replayBytes() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.replay[0].bytes + o.replay[1].bytes
+	return o.replayBytesLocked()
+}
+
+// replayBytesLocked is the size of the replay log. o.mu must be held.
+func (o *output) replayBytesLocked() int {
+	n := 0
+	for _, r := range o.replay {
+		n += r.bytes
+	}
+	return n
 }
 
 // next waits for queued events. It returns them (the last may be the end),

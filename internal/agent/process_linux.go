@@ -47,7 +47,11 @@ type proc struct {
 	started time.Time
 	out     *output
 
-	stdout, stderr *os.File // read ends, owned by the readers
+	// stdout and stderr are the read ends, owned by the readers. A process
+	// on a pty has one output, its master, which is both stdout and stdin
+	// here (stderr is nil); the master is closed where stdin is.
+	stdout, stderr *os.File
+	pty            *ptyState // nil without a pty
 
 	exited  chan struct{} // closed by the reaper's callback
 	done    chan struct{} // closed once the end was published
@@ -84,9 +88,6 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 	if cfg == nil || cfg.GetCmd() == "" {
 		return nil, nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	if req.Pty != nil {
-		return nil, nil, nil, connect.NewError(connect.CodeUnimplemented, errors.New("pty is not supported yet"))
-	}
 	if err := checkStrings(cfg); err != nil {
 		return nil, nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -111,25 +112,15 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		return nil, nil, nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a running process has tag %q", req.GetTag()))
 	}
 
-	var files []*os.File // every pipe end, until handed over
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
+	var stdio *procIO
+	if req.Pty != nil {
+		env = withTERM(env)
+		stdio, err = s.openPTY(req.GetPty(), acc.uid)
+	} else {
+		stdio, err = pipes()
 	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	stdinR, stdinW, err1 := pipe()
-	stdoutR, stdoutW, err2 := pipe()
-	stderrR, stderrW, err3 := pipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
-		closeAll()
-		return nil, nil, nil, connect.NewError(errnoCode(err), fmt.Errorf("make pipes: %w", err))
+	if err != nil {
+		return nil, nil, nil, err
 	}
 
 	var cred *syscall.Credential
@@ -139,16 +130,17 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 	attr := &syscall.ProcAttr{
 		Dir:   cwd,
 		Env:   env,
-		Files: []uintptr{stdinR.Fd(), stdoutW.Fd(), stderrW.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
+		Files: stdio.childFDs(),
+		Sys:   stdio.sysProcAttr(cred),
 	}
 	p := &proc{
 		tag:      req.Tag,
 		config:   proto.CloneOf(cfg),
 		out:      newOutput(&s.output),
-		stdout:   stdoutR,
-		stderr:   stderrR,
-		stdin:    stdinW,
+		stdout:   stdio.stdout,
+		stderr:   stdio.stderr,
+		stdin:    stdio.stdin,
+		pty:      stdio.pty,
 		exited:   make(chan struct{}),
 		done:     make(chan struct{}),
 		stdinSem: make(chan struct{}, 1),
@@ -169,11 +161,9 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		s.procs.add(p)
 	}
 	s.reaper.forkMu.RUnlock()
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
+	stdio.closeChild()
 	if err != nil {
-		closeAll()
+		stdio.closeAll()
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			switch errno {
@@ -193,12 +183,18 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		}
 		p.mu.Unlock()
 	}
-	if data, keep := req.GetStdinData(), req.GetStdin(); len(data) > 0 || !keep {
+	// A pty's master, its stdin, stays open until the process ends.
+	if data, keep := req.GetStdinData(), req.GetStdin() || p.pty != nil; len(data) > 0 || !keep {
 		s.goFeedStdin(p, data, keep)
 	}
-	p.readers.Add(2)
-	go p.read(p.stdout, streamStdout)
-	go p.read(p.stderr, streamStderr)
+	if p.pty != nil {
+		p.readers.Add(1)
+		go p.read(p.stdout, streamPTY)
+	} else {
+		p.readers.Add(2)
+		go p.read(p.stdout, streamStdout)
+		go p.read(p.stderr, streamStderr)
+	}
 	go s.wait(p)
 	return p, sub, nil, nil
 }
@@ -357,11 +353,12 @@ func (p *proc) onTimeout() {
 		return
 	}
 	p.timedOut = true
+	p.signalForeground(unix.SIGKILL)
 	_ = unix.Kill(-int(p.pid), unix.SIGKILL)
 }
 
 // signal sends sig to the process group (to the process alone when it left
-// its group). The group is only signalled before the process is reaped, so a
+// its group), and on a pty to the terminal's foreground group. The group is only signalled before the process is reaped, so a
 // pid reused after that cannot be hit.
 func (p *proc) signal(sig unix.Signal) error {
 	p.mu.Lock()
@@ -369,6 +366,7 @@ func (p *proc) signal(sig unix.Signal) error {
 	if !p.exitedAt.IsZero() {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has ended", p.pid))
 	}
+	p.signalForeground(sig)
 	err := unix.Kill(-int(p.pid), sig)
 	if err == unix.ESRCH {
 		err = unix.Kill(int(p.pid), sig)
@@ -395,6 +393,9 @@ func (p *proc) closeStdin() bool {
 		return false
 	}
 	f.Close()
+	if p.pty != nil {
+		p.pty.closed()
+	}
 	return true
 }
 
@@ -456,7 +457,12 @@ func (p *proc) read(f *os.File, stream streamID) {
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			p.readers.Done()
-			f.Close()
+			// A pty's master (EIO: no slave left) is closed with stdin once
+			// the process is reaped: closed before, it would hang up the
+			// terminal of a session leader still on its way out (SIGHUP).
+			if stream != streamPTY {
+				f.Close()
+			}
 			return
 		}
 		if err != nil || afterExit > drainLimit {
@@ -464,6 +470,11 @@ func (p *proc) read(f *os.File, stream streamID) {
 		}
 	}
 	p.readers.Done()
+	if stream == streamPTY {
+		// The master is closed with stdin: a background child that still
+		// holds the slave gets EIO from then on, not a signal.
+		return
+	}
 	for {
 		_ = f.SetReadDeadline(time.Time{})
 		if _, err := f.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -488,7 +499,9 @@ func (s *Server) wait(p *proc) {
 	<-p.exited
 	wake := time.Now().Add(drainGrace)
 	_ = p.stdout.SetReadDeadline(wake)
-	_ = p.stderr.SetReadDeadline(wake)
+	if p.stderr != nil {
+		_ = p.stderr.SetReadDeadline(wake)
+	}
 	p.readers.Wait()
 	p.closeStdin()
 
@@ -530,7 +543,9 @@ func endEvent(ws unix.WaitStatus, d time.Duration, timedOut bool) *processpb.Pro
 func (p *proc) release() {
 	p.closeStdin()
 	p.stdout.Close()
-	p.stderr.Close()
+	if p.stderr != nil {
+		p.stderr.Close()
+	}
 }
 
 // info describes the process for List.

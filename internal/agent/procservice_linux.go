@@ -97,13 +97,18 @@ func (h processService) Connect(ctx context.Context, req *connect.Request[proces
 	return h.s.pump(ctx, sub, send, nil)
 }
 
-// Update would resize a PTY; PTYs are not supported yet.
+// Update resizes a process's pty (the kernel sends it SIGWINCH). A process
+// without a pty answers FailedPrecondition; an update without pty changes
+// nothing.
 func (h processService) Update(ctx context.Context, req *connect.Request[processpb.UpdateRequest]) (*connect.Response[processpb.UpdateResponse], error) {
-	if _, err := h.s.procs.get(req.Msg.GetProcess()); err != nil {
+	p, err := h.s.procs.get(req.Msg.GetProcess())
+	if err != nil {
 		return nil, err
 	}
 	if req.Msg.Pty != nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pty is not supported yet"))
+		if err := p.resize(req.Msg.GetPty().GetSize()); err != nil {
+			return nil, err
+		}
 	}
 	return connect.NewResponse(&processpb.UpdateResponse{}), nil
 }
@@ -150,12 +155,19 @@ func (h processService) SendInput(ctx context.Context, req *connect.Request[proc
 	return connect.NewResponse(&processpb.SendInputResponse{}), nil
 }
 
+// writeInput writes input to a process. Input to a pty goes to its master,
+// as typed on the terminal. Unlike envd, which refuses stdin input to a pty
+// process, stdin input to one goes to the master too: the process has no
+// other stdin, and warren's stdin route then serves terminals unchanged.
 func writeInput(ctx context.Context, p *proc, in *processpb.ProcessInput) error {
 	switch in := in.GetInput().(type) {
 	case *processpb.ProcessInput_Stdin:
 		return p.writeStdin(ctx, in.Stdin)
 	case *processpb.ProcessInput_Pty:
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pty is not supported yet"))
+		if p.pty == nil {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process %d has no pty: send stdin input", p.pid))
+		}
+		return p.writeStdin(ctx, in.Pty)
 	}
 	return connect.NewError(connect.CodeInvalidArgument, errors.New("input is required"))
 }
@@ -177,11 +189,15 @@ func (h processService) SendSignal(ctx context.Context, req *connect.Request[pro
 }
 
 // CloseStdin closes a process's stdin once earlier input is written. It is
-// idempotent.
+// idempotent. A pty process has no stdin to close: as envd does, it is
+// refused (FailedPrecondition); input ^D (0x04) is the terminal's EOF.
 func (h processService) CloseStdin(ctx context.Context, req *connect.Request[processpb.CloseStdinRequest]) (*connect.Response[processpb.CloseStdinResponse], error) {
 	p, err := h.s.procs.get(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
+	}
+	if p.pty != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d runs on a pty: its stdin cannot be closed; send ^D (0x04) as input instead", p.pid))
 	}
 	if err := p.lockStdin(ctx); err != nil {
 		return nil, err
@@ -250,9 +266,12 @@ func startEvent(pid uint32) *processpb.ProcessEvent {
 
 func dataEvent(stream streamID, data []byte) *processpb.ProcessEvent {
 	d := &processpb.ProcessEvent_DataEvent{}
-	if stream == streamStderr {
+	switch stream {
+	case streamStderr:
 		d.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: data}
-	} else {
+	case streamPTY:
+		d.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: data}
+	default:
 		d.Output = &processpb.ProcessEvent_DataEvent_Stdout{Stdout: data}
 	}
 	return &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: d}}

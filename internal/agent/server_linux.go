@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -79,6 +80,7 @@ type Server struct {
 	users   *userDB
 	procs   *procTable
 	output  outputMemory // every process's output, together
+	ptys    atomic.Int32 // open pty masters, at most maxPTYs (pty_linux.go)
 	spawn   chan func()  // runs forks on the thread in the work cgroup (JoinWork); nil without one
 	reaper  *reaper
 	watches *watchTable

@@ -314,3 +314,32 @@ func TestDeleteOnTheWrongNode(t *testing.T) {
 		t.Errorf("the record is %s after the refused delete; want it running", got.State)
 	}
 }
+
+// Every sandbox gets an agent token of its own, shown by its create and
+// Get, found by AgentAccess, and never in a list.
+func TestAgentToken(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a, b := h.create(), h.create()
+	if len(a.AgentToken) != 64 || a.AgentToken == b.AgentToken {
+		t.Fatalf("agent tokens %q and %q, want two of their own", a.AgentToken, b.AgentToken)
+	}
+	if got, err := h.Manager.Get(ctx, tenant, a.ID); err != nil || got.AgentToken != a.AgentToken {
+		t.Errorf("Get shows agent token %q (%v), want the create's", got.AgentToken, err)
+	}
+	list, err := h.Manager.List(ctx, tenant, nil, listing.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list {
+		if sb.AgentToken != "" {
+			t.Errorf("the list shows %s's agent token", sb.ID)
+		}
+	}
+	if tn, tok, err := h.Manager.AgentAccess(ctx, a.ID); err != nil || tn != tenant || tok != a.AgentToken {
+		t.Errorf("AgentAccess = %q %q %v", tn, tok, err)
+	}
+	if _, _, err := h.Manager.AgentAccess(ctx, "sb-bbbbbbbbbbbbbbbbbbbb"); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("AgentAccess of an unknown sandbox: %v, want not_found", err)
+	}
+}

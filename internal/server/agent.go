@@ -25,9 +25,9 @@ import (
 //
 // A caller has either an API key of the sandbox's tenant or the sandbox's
 // agent token in X-Access-Token (api.Sandbox.AgentToken): E2B's SDKs send
-// the token and never the key. An Authorization: Basic header names the
-// sandbox user a call acts as (envd's convention) and goes on to the
-// agent; a bearer key never does. Only the two services are forwarded:
+// the token and never the key. Beside the token, an Authorization: Basic
+// header names the sandbox user a call acts as (envd's convention) and
+// goes on to the agent; a bearer key never does. Only the two services are forwarded:
 // the agent's control service (identity, freeze, shutdown) is the node's
 // alone.
 
@@ -54,26 +54,34 @@ func (s *Server) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The sandbox first: another tenant's is not found, whatever the path.
+	conn, err := s.sb.Agent(r.Context(), tenant, id)
+	if err != nil {
+		return err
+	}
 	p := "/" + r.PathValue("path")
 	switch {
 	case p == "/health":
-		return s.agentHealth(w, r, tenant, id)
+		// The agent answers: the manager hands out only a running
+		// sandbox's connection.
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	case p == "/files":
-		return s.envdFiles(w, r, tenant, id)
+		return s.envdFiles(w, r, conn, id)
 	}
 	for _, prefix := range agentServices {
 		if strings.HasPrefix(p, prefix) {
-			return s.forwardAgent(w, r, tenant, id, p)
+			return s.forwardAgent(w, r, conn, id, p)
 		}
 	}
-	return api.Errorf(api.CodeNotFound, "the agent serves no %s", p)
+	return api.Errorf(api.CodeNotFound, "the agent of sandbox %s serves no %s", id, p)
 }
 
 // authenticateAgent returns the tenant a call of sandbox id's agent routes
 // acts for: the sandbox's own, when it carries the agent token; else that
-// of its API key, in X-API-Key or as a bearer (a Basic Authorization is
-// the sandbox user, not a key). An unknown sandbox and a wrong token are
-// the same 401.
+// of its API key. With the token, a Basic Authorization names the sandbox
+// user; with a key, Authorization is the key's as on every route. An
+// unknown sandbox and a wrong token are the same 401.
 func (s *Server) authenticateAgent(r *http.Request, id string) (string, error) {
 	if token := r.Header.Get("X-Access-Token"); token != "" {
 		tenant, want, err := s.sb.AgentAccess(r.Context(), id)
@@ -85,13 +93,6 @@ func (s *Server) authenticateAgent(r *http.Request, id string) (string, error) {
 		}
 		meta(r.Context()).key = Key{ID: "agent-token", Tenant: tenant}
 		return tenant, nil
-	}
-	if basicUser(r.Header) {
-		if r.Header.Get("X-API-Key") == "" {
-			return "", api.Errorf(api.CodeUnauthorized, "missing access token (X-Access-Token) or API key (X-API-Key)")
-		}
-		r = r.Clone(r.Context())
-		r.Header.Del("Authorization")
 	}
 	key, err := s.Authenticate(r)
 	if err == nil {
@@ -113,16 +114,12 @@ func basicUser(h http.Header) bool {
 
 // forwardAgent passes a call of one of the agent's services through, both
 // ways streaming.
-func (s *Server) forwardAgent(w http.ResponseWriter, r *http.Request, tenant, id, p string) error {
+func (s *Server) forwardAgent(w http.ResponseWriter, r *http.Request, conn *agentconn.Conn, id, p string) error {
 	release, err := s.holdStream(id)
 	if err != nil {
 		return err
 	}
 	defer release()
-	conn, err := s.sb.Agent(r.Context(), tenant, id)
-	if err != nil {
-		return err
-	}
 	h := http.Header{}
 	for _, name := range agentRequestHeaders {
 		if v, ok := r.Header[name]; ok {
@@ -188,18 +185,6 @@ func agentHeader(name string) bool {
 	return false
 }
 
-// agentHealth answers envd's GET /health: 204 once the agent answers.
-func (s *Server) agentHealth(w http.ResponseWriter, r *http.Request, tenant, id string) error {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		return api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on /health", r.Method)
-	}
-	if _, err := s.sb.Agent(r.Context(), tenant, id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
 // envdFileEntry is one written file in envd's answer to an upload.
 type envdFileEntry struct {
 	Name string `json:"name"`
@@ -218,8 +203,8 @@ type envdError struct {
 // ?path=) or several (multipart/form-data, each part named "file" going
 // to ?path= when given, else to its file name). Paths are absolute or
 // relative to the user's home. Errors are envd's body, {"code","message"}.
-func (s *Server) envdFiles(w http.ResponseWriter, r *http.Request, tenant, id string) error {
-	err := s.envdFilesCall(w, r, tenant, id)
+func (s *Server) envdFiles(w http.ResponseWriter, r *http.Request, conn *agentconn.Conn, id string) error {
+	err := s.envdFilesCall(w, r, conn, id)
 	var ae *api.Error
 	if err == nil || began(w) || !errors.As(err, &ae) || ae.Status() == http.StatusInternalServerError {
 		return err
@@ -227,14 +212,10 @@ func (s *Server) envdFiles(w http.ResponseWriter, r *http.Request, tenant, id st
 	return writeJSON(w, ae.Status(), envdError{Code: ae.Status(), Message: ae.Message})
 }
 
-func (s *Server) envdFilesCall(w http.ResponseWriter, r *http.Request, tenant, id string) error {
+func (s *Server) envdFilesCall(w http.ResponseWriter, r *http.Request, conn *agentconn.Conn, id string) error {
 	q := r.URL.Query()
 	user := q.Get("username")
 	if err := checkUser(user); err != nil {
-		return err
-	}
-	conn, err := s.sb.Agent(r.Context(), tenant, id)
-	if err != nil {
 		return err
 	}
 	switch r.Method {

@@ -134,6 +134,19 @@ func startRequest(req api.ExecRequest) (*processpb.StartRequest, error) {
 		// A background process's stdin stays open for the stdin route.
 		start.Stdin = proto.Bool(true)
 	}
+	if req.PTY != nil {
+		// A collected answer has nothing to type into the terminal with:
+		// such a process could only end by its timeout.
+		if !req.Background && !req.Stream {
+			return bad("a pty exec must stream or run in the background")
+		}
+		if err := checkPTYSize(*req.PTY); err != nil {
+			return nil, err
+		}
+		start.Pty = &processpb.PTY{Size: &processpb.PTY_Size{Cols: req.PTY.Cols, Rows: req.PTY.Rows}}
+		// A terminal's input stays open: the stdin route types into it.
+		start.Stdin = proto.Bool(true)
+	}
 	return start, nil
 }
 
@@ -375,6 +388,8 @@ func execEvent(ev *processpb.ProcessEvent) (api.ExecEvent, bool) {
 			return api.ExecEvent{Type: api.EventStdout, Data: o.Stdout}, true
 		case *processpb.ProcessEvent_DataEvent_Stderr:
 			return api.ExecEvent{Type: api.EventStderr, Data: o.Stderr}, true
+		case *processpb.ProcessEvent_DataEvent_Pty:
+			return api.ExecEvent{Type: api.EventPTY, Data: o.Pty}, true
 		}
 	case *processpb.ProcessEvent_End:
 		code := int(e.End.GetExitCode())

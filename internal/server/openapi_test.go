@@ -188,6 +188,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"StartedProcess":        reflect.TypeFor[api.StartedProcess](),
 		"Process":               reflect.TypeFor[api.Process](),
 		"SignalRequest":         reflect.TypeFor[api.SignalRequest](),
+		"PTYSize":               reflect.TypeFor[api.PTYSize](),
 		"FileInfo":              reflect.TypeFor[api.FileInfo](),
 		"MkdirRequest":          reflect.TypeFor[api.MkdirRequest](),
 		"MoveRequest":           reflect.TypeFor[api.MoveRequest](),

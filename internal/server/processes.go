@@ -248,6 +248,38 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// resizeProcess answers POST /v1/sandboxes/{id}/processes/{pid}/resize:
+// the new size of a pty process's terminal (409 for a process without one).
+func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) error {
+	var req api.PTYSize
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := checkPTYSize(req); err != nil {
+		return err
+	}
+	id, pid, conn, err := s.processTarget(r)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Process.Update(r.Context(), connect.NewRequest(&processpb.UpdateRequest{
+		Process: pidSelector(pid), Pty: &processpb.PTY{Size: &processpb.PTY_Size{Cols: req.Cols, Rows: req.Rows}},
+	}))
+	if err != nil {
+		return agentError(r.Context(), id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkPTYSize checks a terminal's size.
+func checkPTYSize(size api.PTYSize) error {
+	if size.Cols < 1 || size.Cols > api.MaxPTYSize || size.Rows < 1 || size.Rows > api.MaxPTYSize {
+		return api.Errorf(api.CodeBadRequest, "pty size %dx%d: cols and rows must be 1 to %d", size.Cols, size.Rows, api.MaxPTYSize)
+	}
+	return nil
+}
+
 // signals are the signals SignalRequest accepts, by name.
 var signals = map[string]processpb.Signal{
 	"HUP":  processpb.Signal_SIGNAL_SIGHUP,

@@ -359,6 +359,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait", tenant, s.waitProcess},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", tenant, s.processStdin},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", tenant, s.signalProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", tenant, s.resizeProcess},
 		{"GET", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
 		{"POST", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
 		{"GET", "/v1/sandboxes/{id}/files", tenant, s.readFile},

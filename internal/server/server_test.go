@@ -49,6 +49,8 @@ func concrete(rt route, id string) (path string, body any) {
 		body = `{"public":true}`
 	case strings.HasSuffix(rt.path, "/signal"):
 		body = `{"signal":"TERM"}`
+	case strings.HasSuffix(rt.path, "/resize"):
+		body = `{"cols":80,"rows":24}`
 	case strings.HasSuffix(rt.path, "/mkdir"):
 		body = `{"path":"/tmp/x"}`
 	case strings.HasSuffix(rt.path, "/move"):

@@ -444,6 +444,35 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(b"".join(e.data for e in evs if e.type == "stdout"), b"ready\ngot:abc\n")
         self.assertEqual(evs[-1].exit_code, 143)
 
+    def test_pty_input_resize_and_stream(self) -> None:
+        sb = new_sandbox(self)
+        p = sb.start(["sh"], pty=(80, 24))
+        p.send_stdin(b"stty size; [ -t 0 ] && echo TTY\n")
+        out = b""
+        with p.stream(replay=True) as events:
+            for ev in events:
+                self.assertNotIn(ev.type, ("stdout", "stderr"))
+                out += ev.data if ev.type == "pty" else b""
+                if b"TTY\r\n" in out:
+                    break
+        self.assertIn(b"24 80\r\n", out)
+        p.resize(100, 30)
+        with self.assertRaises(warren.ConflictError):
+            p.close_stdin()  # a terminal has no stdin to close: ^D instead
+        p.send_stdin(b"stty size; exit 4\n")
+        self.assertEqual(p.wait(timeout=30).exit_code, 4)
+        with p.stream(replay=True) as events:
+            out = b"".join(e.data for e in events if e.type == "pty")
+        self.assertIn(b"30 100\r\n", out)
+        with self.assertRaises(warren.ConflictError):
+            sb.start(["sleep", "60"]).resize(80, 24)  # no terminal
+        with self.assertRaises(ValueError):
+            sb.start(["sh"], pty=(0, 24))
+        with sb.exec_stream(["tty"], pty=(80, 24)) as events:
+            evs = list(events)
+        self.assertTrue(b"".join(e.data for e in evs if e.type == "pty").startswith(b"/dev/pts/"))
+        self.assertEqual(events.result.exit_code, 0)
+
     def test_stdin_streamed_from_a_file_object_then_closed(self) -> None:
         sb = new_sandbox(self)
         p = sb.start(["sha256sum"])

@@ -179,6 +179,10 @@ class AsyncProcess:
         """See :meth:`warren.Process.close_stdin`."""
         await _run(self.sync.close_stdin)
 
+    async def resize(self, cols: int, rows: int) -> None:
+        """See :meth:`warren.Process.resize`."""
+        await _run(self.sync.resize, cols, rows)
+
     async def signal(self, sig: Any) -> None:
         """See :meth:`warren.Process.signal`."""
         await _run(self.sync.signal, sig)

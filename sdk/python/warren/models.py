@@ -371,8 +371,8 @@ class ExecResult:
 class ExecEvent:
     """One event of a streamed command, in the order it happened.
 
-    ``type`` is ``"start"`` (``pid`` set), ``"stdout"`` or ``"stderr"``
-    (``data`` holds the exact bytes), or ``"end"`` (``exit_code``,
+    ``type`` is ``"start"`` (``pid`` set), ``"stdout"``, ``"stderr"`` or
+    ``"pty"`` (a terminal's output; ``data`` holds the exact bytes), or ``"end"`` (``exit_code``,
     ``status``, ``timed_out`` and ``duration`` set). A stream that breaks
     raises instead of yielding an event.
     """

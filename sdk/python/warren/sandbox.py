@@ -8,7 +8,7 @@ import json
 import math
 import secrets
 import signal as _signal
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._body import Data, request_body
 from ._pages import MAX_LIST_LIMIT, Page, States, fetch_page, iterate
@@ -86,8 +86,9 @@ def _exec_body(
     user: Optional[str],
     timeout: Optional[float],
     tag: Optional[str],
+    pty: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, Any]:
-    """The ExecRequest of a command."""
+    """The ExecRequest of a command; pty is a terminal's (cols, rows)."""
     body: Dict[str, Any] = {}
     if isinstance(cmd, str):
         if not cmd:
@@ -112,7 +113,17 @@ def _exec_body(
         body["timeout_ms"] = ms
     if tag:
         body["tag"] = tag
+    if pty is not None:
+        body["pty"] = _pty_size(pty)
     return body
+
+
+def _pty_size(size: Tuple[int, int]) -> Dict[str, int]:
+    """A terminal's (cols, rows) as PTYSize, each 1 to 1000."""
+    cols, rows = (int(v) for v in size)
+    if not (1 <= cols <= 1000 and 1 <= rows <= 1000):
+        raise ValueError(f"pty size {cols}x{rows}: cols and rows must be 1 to 1000")
+    return {"cols": cols, "rows": rows}
 
 
 def _sandbox_body(
@@ -331,6 +342,13 @@ class Process:
     def close_stdin(self) -> None:
         """Close the process's stdin (it reads EOF)."""
         self.send_stdin(b"", close=True)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the size of the terminal of a process started with ``pty``
+        (it gets SIGWINCH). A process without one raises ConflictError."""
+        self.sandbox._transport.request(
+            "POST", self._path("resize"), json_body=_pty_size((cols, rows)), retry=REFUSED
+        )
 
     def signal(self, sig: Union[str, int, _signal.Signals]) -> None:
         """Send a signal: a name (``"TERM"``, ``"SIGINT"``, any case) or a
@@ -993,10 +1011,13 @@ class Sandbox:
         user: Optional[str] = None,
         timeout: Optional[float] = None,
         tag: Optional[str] = None,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> ExecStream:
         """Run a command and return its events as they happen (see
         :class:`ExecStream`); arguments as for :meth:`exec`. After the end
-        event, the stream's ``result`` holds the outcome.
+        event, the stream's ``result`` holds the outcome. With ``pty=(cols,
+        rows)`` the command runs on a terminal of that size: its output
+        comes as ``"pty"`` events.
 
         Example::
 
@@ -1008,7 +1029,7 @@ class Sandbox:
 
         Closing the stream before the end kills the command. Never retried.
         """
-        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag)
+        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag, pty=pty)
         return self._exec_stream(body, timeout)
 
     def _exec_stream(self, body: Dict[str, Any], timeout: Optional[float]) -> ExecStream:
@@ -1034,11 +1055,15 @@ class Sandbox:
         user: Optional[str] = None,
         timeout: Optional[float] = None,
         tag: Optional[str] = None,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> Process:
         """Start a command in the background and return at once with its
         :class:`Process`; arguments as for :meth:`exec`. Its stdin stays
         open (after the optional initial ``stdin``) until
-        :meth:`Process.send_stdin` closes it.
+        :meth:`Process.send_stdin` closes it. With ``pty=(cols, rows)`` it
+        runs on a terminal of that size: ``send_stdin`` types into it
+        (closing is refused: send ``b"\\x04"``), :meth:`Process.resize`
+        resizes it, and its output comes as ``"pty"`` events.
 
         Raises:
             BadRequestError: the command cannot be started (e.g. it does
@@ -1046,7 +1071,7 @@ class Sandbox:
 
         Never retried.
         """
-        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag)
+        body = _exec_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout, tag=tag, pty=pty)
         body["background"] = True
         doc = self._transport.request("POST", self._path("exec"), json_body=body, retry=NEVER).json()
         return Process(self, int(doc.get("pid") or 0), str(doc.get("tag") or ""))
