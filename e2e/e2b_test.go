@@ -10,8 +10,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -223,4 +225,45 @@ func TestE2BSDKVM(t *testing.T) {
 		"E2B_SANDBOX_URL=" + shared.url + "/e2b",
 		"WARREN_E2B_VM=1",
 	})
+}
+
+// e2bFleet creates a sandbox from snapshot through E2B's API on the
+// replica at create, calls its envd through the replica at call (a Stat of
+// /root, which the node that runs it answers) and kills it there.
+func e2bFleet(t *testing.T, create, call, key, snapshot string) {
+	t.Helper()
+	send := func(method, url string, header map[string]string, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-API-Key", key)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, b := send("POST", create+"/e2b/sandboxes", nil, `{"templateID":"`+snapshot+`"}`)
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	if code != http.StatusCreated || json.Unmarshal(b, &sb) != nil || sb.EnvdAccessToken == "" {
+		t.Fatalf("E2B create through %s: %d %s", create, code, b)
+	}
+	code, b = send("POST", call+"/e2b/filesystem.Filesystem/Stat", map[string]string{
+		"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/json",
+	}, `{"path":"/root"}`)
+	if code != http.StatusOK || !strings.Contains(string(b), `"FILE_TYPE_DIRECTORY"`) {
+		t.Errorf("envd Stat through %s: %d %s", call, code, b)
+	}
+	for _, want := range []int{http.StatusNoContent, http.StatusNotFound} {
+		if code, b = send("DELETE", call+"/e2b/sandboxes/"+sb.SandboxID, nil, ""); code != want {
+			t.Errorf("E2B kill of %s through %s: %d %s, want %d", sb.SandboxID, call, code, b, want)
+		}
+	}
 }

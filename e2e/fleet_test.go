@@ -511,6 +511,10 @@ func TestFleet(t *testing.T) {
 	}
 	other := restore(client.New(c2.url, keys[otherTenant]), snaps[otherTenant], api.SandboxSpec{})
 	remove(held.ID, other.ID)
+	// E2B's API through the fleet: a create through one replica (a
+	// snapshot is a template to E2B), the sandbox's envd through the
+	// other, which sends it to the sandbox's node, and a kill.
+	e2bFleet(t, c1.url, c2.url, keys[otherTenant], snaps[otherTenant])
 	for id, nd := range f.nodes {
 		cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 10 * time.Second}
 		req, _ := http.NewRequest("GET", nd.url+"/v1/sandboxes", nil)

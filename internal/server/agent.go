@@ -9,7 +9,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 
 	"warren/api"
@@ -224,25 +223,9 @@ func (s *Server) envdFilesCall(w http.ResponseWriter, r *http.Request, conn *age
 		if err := checkPath("path", p); err != nil {
 			return err
 		}
-		body, size, err := conn.ReadFile(r.Context(), p, user)
-		if err != nil {
-			return agentError(r.Context(), id, err)
-		}
-		defer body.Close()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
-		if size >= 0 {
-			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		}
-		w.WriteHeader(http.StatusOK)
-		if r.Method == http.MethodHead {
-			return nil
-		}
-		if _, err := io.Copy(w, body); err != nil {
-			return agentError(r.Context(), id, err)
-		}
-		return nil
+		return sendFile(w, r, conn, id, p, user, func(h http.Header) {
+			h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+		})
 	case http.MethodPost:
 		for name := range r.Header {
 			if strings.HasPrefix(name, "X-Metadata-") {

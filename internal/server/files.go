@@ -76,6 +76,12 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	return sendFile(w, r, conn, id, path, user, nil)
+}
+
+// sendFile answers the file at path of sandbox id, read as user, streamed
+// with its Content-Length and the headers set adds (set may be nil).
+func sendFile(w http.ResponseWriter, r *http.Request, conn *agentconn.Conn, id, path, user string, set func(http.Header)) error {
 	body, size, err := conn.ReadFile(r.Context(), path, user)
 	if err != nil {
 		return agentError(r.Context(), id, err)
@@ -85,6 +91,9 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	if set != nil {
+		set(w.Header())
 	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
