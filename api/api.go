@@ -204,6 +204,35 @@ type NetworkStatus struct {
 	RateLimited uint64 `json:"rate_limited"`
 }
 
+// SandboxMetrics is the body of GET /v1/sandboxes/{id}/metrics: a running
+// sandbox's resource use, measured by its agent from inside (a container's
+// cgroup, a vm's own kernel).
+type SandboxMetrics struct {
+	// At is when the figures were read.
+	At time.Time `json:"at"`
+	// CPUUsedPct is the CPU time the sandbox used since the previous
+	// metrics call (or over 100 ms when there was none in the last minute),
+	// as a percentage of its CPUCount CPUs: 0 to 100.
+	CPUUsedPct float64 `json:"cpu_used_pct"`
+	// CPUCount is how many CPUs the sandbox may use.
+	CPUCount uint32 `json:"cpu_count"`
+	// MemoryUsedBytes is memory in use and not readily reclaimable (a vm's
+	// MemTotal - MemAvailable, a container's working set: its cgroup's
+	// usage less inactive file pages).
+	MemoryUsedBytes uint64 `json:"memory_used_bytes"`
+	// MemoryTotalBytes is the memory the sandbox may use (on cgroup v1 a
+	// container's includes the agent's reserve).
+	MemoryTotalBytes uint64 `json:"memory_total_bytes"`
+	// MemoryCacheBytes is the page cache.
+	MemoryCacheBytes uint64 `json:"memory_cache_bytes"`
+	// DiskUsedBytes and DiskTotalBytes are the root filesystem's.
+	DiskUsedBytes  uint64 `json:"disk_used_bytes"`
+	DiskTotalBytes uint64 `json:"disk_total_bytes"`
+	// Pids counts the sandbox's tasks, threads included (in a vm, every
+	// task of its kernel, the kernel's own threads too).
+	Pids uint64 `json:"pids"`
+}
+
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the
 // sandbox now expires this many seconds from now.
 type SetTimeoutRequest struct {

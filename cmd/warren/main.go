@@ -48,6 +48,7 @@ var commands = []command{
 	{"exec", "run a command in a sandbox", runExec},
 	{"files", "read, write and manage files in a sandbox", runFiles},
 	{"timeout", "set a sandbox's time to live", runTimeout},
+	{"metrics", "print a running sandbox's CPU, memory, disk and tasks", runMetrics},
 	{"network", "show or change a sandbox's egress policy", runNetwork},
 	{"pause", "pause a vm sandbox with its memory", runPause},
 	{"resume", "resume a paused sandbox", runResume},

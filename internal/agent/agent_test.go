@@ -713,3 +713,41 @@ func TestWarmLeavesNoListener(t *testing.T) {
 		t.Fatalf("Info after Warm: %v", err)
 	}
 }
+
+// TestMetrics: Metrics answers sane figures, and its CPU share rises while
+// busy loops the agent started run on every CPU.
+func TestMetrics(t *testing.T) {
+	conn, _ := startAgent(t, agent.Options{})
+	ctx := context.Background()
+	metrics := func() *controlpb.MetricsResponse {
+		t.Helper()
+		resp, err := conn.Control.Metrics(ctx, connect.NewRequest(&controlpb.MetricsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	m := metrics()
+	if m.GetMemTotalBytes() == 0 || m.GetMemUsedBytes() > m.GetMemTotalBytes() || m.GetDiskTotalBytes() == 0 ||
+		m.GetDiskUsedBytes() > m.GetDiskTotalBytes() || m.GetCpuCount() == 0 || m.GetPids() == 0 ||
+		m.GetCpuUsedPct() < 0 || m.GetCpuUsedPct() > 100 {
+		t.Fatalf("metrics %v", m)
+	}
+	loops := int(m.GetCpuCount())
+	for range loops {
+		stream, err := conn.Process.Start(ctx, connect.NewRequest(sh("while :; do :; done")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stream.Close()
+		if !stream.Receive() {
+			t.Fatal(stream.Err())
+		}
+		defer syscall.Kill(int(stream.Msg().GetEvent().GetStart().GetPid()), syscall.SIGKILL)
+	}
+	metrics()
+	time.Sleep(300 * time.Millisecond)
+	if m := metrics(); m.GetCpuUsedPct() < 50 || m.GetCpuUsedPct() > 100 {
+		t.Errorf("cpu_used_pct %v with %d busy loops on %d CPUs, want 50..100", m.GetCpuUsedPct(), loops, m.GetCpuCount())
+	}
+}

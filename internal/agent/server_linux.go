@@ -84,6 +84,7 @@ type Server struct {
 	spawn   chan func()  // runs forks on the thread in the work cgroup (JoinWork); nil without one
 	reaper  *reaper
 	watches *watchTable
+	cpu     cpuMeter // the previous CPU sample of Metrics (metrics_linux.go)
 	handler http.Handler
 
 	mu           sync.Mutex // guards the fields below

@@ -38,7 +38,9 @@
 //     pidfds confirmed to belong to group members (see signalAll). It freezes
 //     the group first, so that a fork bomb cannot outrun it.
 //   - The sandbox must never see a writable cgroupfs: its own group's files
-//     would let it raise its limits. The container runtime must not mount one.
+//     would let it raise its limits. The container runtime must not mount one
+//     (its init mounts the sandbox's group read-only, in the sandbox's cgroup
+//     namespace, for the agent's metrics).
 //
 // A Hierarchy does not change after Detect and is safe for concurrent use; so are
 // Groups. Creating the same name concurrently makes exactly one Create succeed.

@@ -201,6 +201,19 @@ func (f *fakeSandboxes) Agent(ctx context.Context, tenant, id string) (*agentcon
 	return f.conn, nil
 }
 
+// Metrics answers fixed figures for a running sandbox.
+func (f *fakeSandboxes) Metrics(ctx context.Context, tenant, id string) (api.SandboxMetrics, error) {
+	sb, err := f.lookup(tenant, id)
+	if err != nil {
+		return api.SandboxMetrics{}, err
+	}
+	if sb.State != api.StateRunning {
+		return api.SandboxMetrics{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, sb.State)
+	}
+	return api.SandboxMetrics{At: time.Now().UTC(), CPUUsedPct: 12.5, CPUCount: 2, MemoryUsedBytes: 100 << 20, MemoryTotalBytes: 512 << 20,
+		MemoryCacheBytes: 10 << 20, DiskUsedBytes: 1 << 30, DiskTotalBytes: 4 << 30, Pids: 3}, nil
+}
+
 func (f *fakeSandboxes) Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error) {
 	b, err := f.lookup(tenant, id)
 	if err != nil {

@@ -308,6 +308,10 @@ func (s *fuzzSandboxes) Agent(ctx context.Context, tenant, id string) (*agentcon
 	return s.calledFor(tenant).Agent(ctx, tenant, id)
 }
 
+func (s *fuzzSandboxes) Metrics(ctx context.Context, tenant, id string) (api.SandboxMetrics, error) {
+	return s.calledFor(tenant).Metrics(ctx, tenant, id)
+}
+
 func (s *fuzzSandboxes) Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error) {
 	return s.calledFor(tenant).Network(ctx, tenant, id)
 }

@@ -171,6 +171,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"DebugVars":             reflect.TypeFor[api.DebugVars](),
 		"NetworkPolicy":         reflect.TypeFor[api.NetworkPolicy](),
 		"NetworkStatus":         reflect.TypeFor[api.NetworkStatus](),
+		"SandboxMetrics":        reflect.TypeFor[api.SandboxMetrics](),
 		"Preview":               reflect.TypeFor[api.Preview](),
 		"SetPreviewRequest":     reflect.TypeFor[api.SetPreviewRequest](),
 		"SnapshotList":          reflect.TypeFor[api.SnapshotList](),

@@ -66,6 +66,19 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, sb)
 }
 
+// getMetrics answers GET /v1/sandboxes/{id}/metrics.
+func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	m, err := s.sb.Metrics(r.Context(), caller(r).Tenant, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, m)
+}
+
 // deleteSandbox answers DELETE /v1/sandboxes/{id}.
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)

@@ -60,6 +60,10 @@ type Sandboxes interface {
 	// by the manager, never closed by the caller. CodeNotFound for an unknown
 	// sandbox, CodeConflict for one that is not running.
 	Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error)
+	// Metrics returns a running sandbox's resource use, as its agent
+	// measures it; CodeNotFound for an unknown sandbox, CodeConflict for
+	// one not running (paused included).
+	Metrics(ctx context.Context, tenant, id string) (api.SandboxMetrics, error)
 	// Network returns a sandbox's egress policy and counters.
 	Network(ctx context.Context, tenant, id string) (api.NetworkStatus, error)
 	// SetNetwork replaces a running sandbox's egress policy;
@@ -346,6 +350,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"GET", "/v1/sandboxes/{id}", tenant, s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", tenant, s.deleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/timeout", tenant, s.setTimeout},
+		{"GET", "/v1/sandboxes/{id}/metrics", tenant, s.getMetrics},
 		{"GET", "/v1/sandboxes/{id}/network", tenant, s.getNetwork},
 		{"PUT", "/v1/sandboxes/{id}/network", tenant, s.setNetwork},
 		{"POST", "/v1/sandboxes/{id}/pause", tenant, s.pauseSandbox},

@@ -206,10 +206,18 @@ func TestSandboxLifecycle(t *testing.T) {
 		apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/timeout", e.keyA, `{"timeout_seconds":`+secs+`}`), http.StatusBadRequest, api.CodeBadRequest)
 	}
 
+	var m api.SandboxMetrics
+	e.call("GET", "/v1/sandboxes/"+b.ID+"/metrics", e.keyA, nil, http.StatusOK, &m)
+	if m.CPUCount != 2 || m.MemoryTotalBytes != 512<<20 || m.At.IsZero() {
+		t.Errorf("metrics = %+v", m)
+	}
+	apiError(t, e.do("GET", "/v1/sandboxes/"+b.ID+"/metrics", e.keyB, nil), http.StatusNotFound, api.CodeNotFound)
+
 	e.call("POST", "/v1/sandboxes/"+b.ID+"/pause", e.keyA, nil, http.StatusOK, &got)
 	if got.State != api.StatePaused {
 		t.Errorf("pause: state %q", got.State)
 	}
+	apiError(t, e.do("GET", "/v1/sandboxes/"+b.ID+"/metrics", e.keyA, nil), http.StatusConflict, api.CodeConflict)
 	apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/pause", e.keyA, nil), http.StatusConflict, api.CodeConflict)
 	apiError(t, e.do("POST", "/v1/sandboxes/"+b.ID+"/resume", e.keyB, nil), http.StatusNotFound, api.CodeNotFound)
 	e.call("POST", "/v1/sandboxes/"+b.ID+"/resume", e.keyA, nil, http.StatusOK, &got)

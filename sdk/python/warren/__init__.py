@@ -67,6 +67,7 @@ from .models import (
     Restored,
     RuntimeInfo,
     SandboxInfo,
+    SandboxMetrics,
     Template,
 )
 from .sandbox import Command, ExecStream, NetworkArg, OutputCallback, Process, Sandbox
@@ -101,6 +102,7 @@ __all__ = [
     "OutputCallback",
     "NetworkArg",
     "SandboxInfo",
+    "SandboxMetrics",
     "Checkpoint",
     "Restored",
     "ExecResult",

@@ -35,7 +35,7 @@ from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 from . import snapshots as _snapshots
 from .client import Client
 from .files import Files
-from .models import ExecEvent, ExecResult, FileInfo, GCResult, NetworkStatus, Preview, ProcessInfo, SandboxInfo
+from .models import ExecEvent, ExecResult, FileInfo, GCResult, NetworkStatus, Preview, ProcessInfo, SandboxInfo, SandboxMetrics
 from .sandbox import ExecStream, NetworkArg, Process, Sandbox
 from .snapshots import Snapshot
 
@@ -330,6 +330,10 @@ class AsyncSandbox:
     async def resume(self) -> SandboxInfo:
         """See :meth:`warren.Sandbox.resume`."""
         return await _run(self.sync.resume)
+
+    async def metrics(self) -> SandboxMetrics:
+        """See :meth:`warren.Sandbox.metrics`."""
+        return await _run(self.sync.metrics)
 
     async def network(self) -> NetworkStatus:
         """See :meth:`warren.Sandbox.network`."""

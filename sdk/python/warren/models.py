@@ -195,6 +195,51 @@ class NetworkStatus:
 
 
 @dataclass(frozen=True)
+class SandboxMetrics:
+    """A running sandbox's resource use as :meth:`Sandbox.metrics` reports
+    it, measured by its agent from inside.
+
+    Attributes:
+        at: when the figures were read.
+        cpu_used_pct: CPU time used since the previous metrics call (or
+            over 100 ms when there was none in the last minute), as a
+            percentage of ``cpu_count`` CPUs: 0 to 100.
+        cpu_count: how many CPUs the sandbox may use.
+        memory_used_bytes: memory in use, reclaimable page cache left out.
+        memory_total_bytes: the memory the sandbox may use.
+        memory_cache_bytes: the page cache.
+        disk_used_bytes: bytes in use on the root filesystem.
+        disk_total_bytes: the root filesystem's size.
+        pids: the sandbox's tasks, threads included.
+    """
+
+    at: Optional[datetime]
+    cpu_used_pct: float = 0.0
+    cpu_count: int = 0
+    memory_used_bytes: int = 0
+    memory_total_bytes: int = 0
+    memory_cache_bytes: int = 0
+    disk_used_bytes: int = 0
+    disk_total_bytes: int = 0
+    pids: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxMetrics":
+        """Build from the API's SandboxMetrics object."""
+        return cls(
+            at=parse_time(d.get("at")),
+            cpu_used_pct=float(d.get("cpu_used_pct") or 0.0),
+            cpu_count=int(d.get("cpu_count") or 0),
+            memory_used_bytes=int(d.get("memory_used_bytes") or 0),
+            memory_total_bytes=int(d.get("memory_total_bytes") or 0),
+            memory_cache_bytes=int(d.get("memory_cache_bytes") or 0),
+            disk_used_bytes=int(d.get("disk_used_bytes") or 0),
+            disk_total_bytes=int(d.get("disk_total_bytes") or 0),
+            pids=int(d.get("pids") or 0),
+        )
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """A sandbox as the API shows it at one moment.
 

@@ -33,6 +33,7 @@ from .models import (
     Preview,
     ProcessInfo,
     SandboxInfo,
+    SandboxMetrics,
     _policy_of,
 )
 from .snapshots import Snapshot, _client_of, _snapshot_id
@@ -711,6 +712,13 @@ class Sandbox:
         return self._info
 
     # -- network -------------------------------------------------------------
+
+    def metrics(self) -> SandboxMetrics:
+        """The running sandbox's resource use, measured by its agent: the
+        CPU share since the previous call (of anyone), memory, disk and
+        tasks. :class:`~warren.errors.ConflictError` when it is not
+        running."""
+        return SandboxMetrics.from_json(self._get(self._path("metrics")))
 
     def network(self) -> NetworkStatus:
         """The sandbox's network: its egress ``policy``, its ``address``

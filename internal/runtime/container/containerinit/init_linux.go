@@ -172,6 +172,9 @@ func setup(joinWork func(tasks []int) error) error {
 	if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
 		return fmt.Errorf("cgroup namespace: %w", err)
 	}
+	if err := mountCgroups(); err != nil {
+		return err
+	}
 	if len(work) > 0 {
 		if err := joinWork(work); err != nil {
 			return err
