@@ -53,6 +53,13 @@ test('create with envs and metadata; info, list by metadata, timeout', async () 
   const later = (await sbx.getInfo()).endAt.getTime()
   assert.ok(later > before + 300_000, `endAt moved from ${before} to ${later}`)
   assert.equal(await sbx.isRunning(), true)
+
+  const metrics = await sbx.getMetrics()
+  assert.equal(metrics.length, 1)
+  const [m] = metrics
+  assert.ok(m.memTotal > 0 && m.memUsed > 0 && m.memUsed <= m.memTotal, JSON.stringify(m))
+  assert.ok(m.diskTotal > 0 && m.diskUsed > 0 && m.cpuCount >= 1, JSON.stringify(m))
+  assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, JSON.stringify(m))
 })
 
 test('commands', async () => {

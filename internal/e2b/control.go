@@ -108,7 +108,7 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 	case route == "PUT sandboxes" && len(parts) == 3 && parts[2] == "network":
 		err = h.setNetwork(w, r, parts[1])
 	case route == "GET sandboxes" && len(parts) == 3 && parts[2] == "metrics":
-		err = errorf(http.StatusNotImplemented, "sandbox metrics are not served by warren's E2B API yet; see warren's /metrics")
+		err = h.metrics(w, r, parts[1])
 	case route == "GET snapshots" && len(parts) == 1:
 		err = h.listSnapshots(w, r)
 	case route == "DELETE templates" && len(parts) == 2:
@@ -719,4 +719,37 @@ func matches(md, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// metric is one of E2B's samples of a sandbox's resource use.
+type metric struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	CPUCount      uint32    `json:"cpuCount"`
+	MemUsed       uint64    `json:"memUsed"`
+	MemTotal      uint64    `json:"memTotal"`
+	MemCache      uint64    `json:"memCache"`
+	DiskUsed      uint64    `json:"diskUsed"`
+	DiskTotal     uint64    `json:"diskTotal"`
+}
+
+// metrics serves GET /sandboxes/{id}/metrics: warren keeps no history of a
+// sandbox's use, so the answer is one sample, taken now (whatever start
+// and end ask for).
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, id string) error {
+	p, err := sandboxPath(id)
+	if err != nil {
+		return err
+	}
+	var m api.SandboxMetrics
+	if err := h.call(r, "GET", p+"/metrics", nil, &m); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, []metric{{
+		Timestamp: m.At, TimestampUnix: m.At.Unix(), CPUUsedPct: m.CPUUsedPct, CPUCount: m.CPUCount,
+		MemUsed: m.MemoryUsedBytes, MemTotal: m.MemoryTotalBytes, MemCache: m.MemoryCacheBytes,
+		DiskUsed: m.DiskUsedBytes, DiskTotal: m.DiskTotalBytes,
+	}})
+	return nil
 }

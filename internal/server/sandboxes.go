@@ -74,7 +74,7 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) error {
 	}
 	m, err := s.sb.Metrics(r.Context(), caller(r).Tenant, id)
 	if err != nil {
-		return err
+		return agentError(r.Context(), id, err)
 	}
 	return writeJSON(w, http.StatusOK, m)
 }
