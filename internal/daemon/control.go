@@ -88,7 +88,7 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	}
 	dir.RegisterMetrics(reg)
 	go dir.Run(ctx)
-	hs := srv.HTTPServer(front(srv, dir, o.Server.MaxBodyBytes), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	hs := srv.HTTPServer(front(srv, dir, o.Server.MaxBodyBytes, subsystem(log, "e2b")), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

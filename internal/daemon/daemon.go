@@ -289,7 +289,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	o.Server.Pools, o.Server.Metrics, o.Server.NodeID = mgr, reg, o.NodeID
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
-	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes), o.Listen, "http"
+	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes, subsystem(log, "e2b")), o.Listen, "http"
 	if o.Fleet != nil {
 		// A fleet's node: its API is for the fleet's control replicas
 		// only, which the TLS handshake checks; they authenticate tenants.
@@ -462,14 +462,14 @@ func subsystem(log *slog.Logger, name string) *slog.Logger {
 
 // FleetOfOne is the API of a single machine: the fleet's front over the
 // one node of srv, in this process; maxBody is srv's bound on a JSON body
-// (0: the default).
-func FleetOfOne(srv *server.Server, maxBody int64) http.Handler {
-	return front(srv, control.One(srv.Routes()), maxBody)
+// (0: the default); log takes E2B's API's internal errors.
+func FleetOfOne(srv *server.Server, maxBody int64, log *slog.Logger) http.Handler {
+	return front(srv, control.One(srv.Routes()), maxBody, log)
 }
 
 // front is the API served through the front of f, with E2B's APIs in
 // front of it (package e2b), srv's middleware around both.
-func front(srv *server.Server, f control.Fleet, maxBody int64) http.Handler {
+func front(srv *server.Server, f control.Fleet, maxBody int64, log *slog.Logger) http.Handler {
 	return srv.Wrap(e2b.New(control.NewFront(f, control.Options{
 		Preview: srv.PreviewSandbox,
 		Authenticate: func(r *http.Request) error {
@@ -479,5 +479,5 @@ func front(srv *server.Server, f control.Fleet, maxBody int64) http.Handler {
 		WriteError: srv.WriteError,
 		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),
 		Local:      srv.Routes(),
-	}), e2b.Options{Domain: srv.PreviewHost()}))
+	}), e2b.Options{Domain: srv.PreviewHost(), Log: log}))
 }

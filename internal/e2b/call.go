@@ -30,15 +30,6 @@ func errorf(status int, format string, args ...any) error {
 	return &apiError{status: status, message: fmt.Sprintf(format, args...)}
 }
 
-// statusOf is err's HTTP status (500 for an error that is no apiError).
-func statusOf(err error) int {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae.status
-	}
-	return http.StatusInternalServerError
-}
-
 // body is E2B's error body.
 type body struct {
 	Code    int    `json:"code"`

@@ -2,7 +2,9 @@ package e2b
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 
 	"warren/api"
 	"warren/internal/ident"
+	"warren/internal/reqid"
 )
 
 // E2B's control API, as its SDKs call it (docs/E2B.md has the table).
@@ -126,12 +129,15 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 // fail answers err in E2B's shape; an error that is no apiError is an
 // internal one, whose detail stays in the server.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := statusOf(err)
-	msg := "internal error"
-	if status != http.StatusInternalServerError {
-		msg = err.(*apiError).message
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.status == http.StatusInternalServerError {
+		if h.opts.Log != nil {
+			h.opts.Log.Error("internal error", "request_id", reqid.From(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
 	}
-	writeError(w, status, msg)
+	writeError(w, ae.status, ae.message)
 }
 
 // sandboxAction serves POST /sandboxes/{id}/{action}.
@@ -264,17 +270,9 @@ func (h *Handler) started(r *http.Request, sb api.Sandbox, templateID string, pu
 // view is E2B's picture of a started sandbox.
 func (h *Handler) view(sb api.Sandbox, templateID string) sandbox {
 	return sandbox{
-		TemplateID: cmp(templateID, sb.Template), SandboxID: sb.ID, ClientID: clientID,
+		TemplateID: cmp.Or(templateID, sb.Template), SandboxID: sb.ID, ClientID: clientID,
 		EnvdVersion: EnvdVersion, EnvdAccessToken: sb.AgentToken, Domain: h.opts.Domain,
 	}
-}
-
-// cmp is the first of a and b that is not empty.
-func cmp(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // policyOf is warren's egress policy for E2B's network settings (nil: the
@@ -439,8 +437,8 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) error
 		return errorf(http.StatusConflict, "sandbox %s is already paused", id)
 	}
 	if err := h.call(r, "POST", "/v1/sandboxes/"+id+"/pause", nil, nil); err != nil {
-		if statusOf(err) == http.StatusConflict {
-			return errorf(http.StatusBadRequest, "%s", err.(*apiError).message)
+		if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusConflict {
+			return errorf(http.StatusBadRequest, "%s", ae.message)
 		}
 		return err
 	}
@@ -646,7 +644,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	template := q.Get("template")
+	tmpl := q.Get("template")
 	out := []detail{}
 	token := q.Get("nextToken")
 	for range listPages {
@@ -659,7 +657,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, sb := range page.Sandboxes {
-			if matches(sb.Metadata, want) && (template == "" || sb.Template == template) {
+			if matches(sb.Metadata, want) && (tmpl == "" || sb.Template == tmpl) {
 				out = append(out, h.detailOf(sb))
 			}
 		}

@@ -24,6 +24,7 @@
 package e2b
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -48,6 +49,9 @@ type Options struct {
 	// "e2b.test:8443"); "" when warren has none, and then only the path
 	// prefix serves.
 	Domain string
+	// Log takes the detail of internal errors, which callers see only as
+	// "internal error"; nil: none is kept.
+	Log *slog.Logger
 }
 
 // Handler serves E2B's APIs and hands every other request to next.
