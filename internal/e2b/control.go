@@ -87,6 +87,12 @@ const RuntimeHeader = "X-Warren-Runtime"
 // clientID is what warren answers for E2B's (deprecated) client ID.
 const clientID = "warren"
 
+// sandboxID is the sandbox ID in id, which older E2B SDKs write as
+// ID-CLIENTID.
+func sandboxID(id string) string {
+	return strings.TrimSuffix(id, "-"+clientID)
+}
+
 // control serves E2B's control API at path p.
 func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 	parts := strings.Split(strings.Trim(p, "/"), "/")
@@ -184,6 +190,7 @@ func decode(r *http.Request, v any) error {
 // sandboxPath is warren's path of sandbox id, or not found for what cannot
 // be a sandbox ID.
 func sandboxPath(id string) (string, error) {
+	id = sandboxID(id)
 	if !ident.Valid(id, "sb-") {
 		return "", errorf(http.StatusNotFound, "sandbox %s not found", id)
 	}
@@ -418,7 +425,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, id string) err
 		return err
 	}
 	if left := time.Until(sb.ExpiresAt); req.Duration > 0 && left < time.Duration(req.Duration)*time.Second {
-		if err := h.call(r, "POST", "/v1/sandboxes/"+id+"/timeout", map[string]int64{"timeout_seconds": req.Duration}, nil); err != nil {
+		if err := h.call(r, "POST", "/v1/sandboxes/"+sb.ID+"/timeout", map[string]int64{"timeout_seconds": req.Duration}, nil); err != nil {
 			return err
 		}
 	}
@@ -436,7 +443,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) error
 	if sb.State == api.StatePaused {
 		return errorf(http.StatusConflict, "sandbox %s is already paused", id)
 	}
-	if err := h.call(r, "POST", "/v1/sandboxes/"+id+"/pause", nil, nil); err != nil {
+	if err := h.call(r, "POST", "/v1/sandboxes/"+sb.ID+"/pause", nil, nil); err != nil {
 		if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusConflict {
 			return errorf(http.StatusBadRequest, "%s", ae.message)
 		}
@@ -466,13 +473,13 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, id string) err
 	}
 	status := http.StatusOK
 	if sb.State == api.StatePaused {
-		if err := h.call(r, "POST", "/v1/sandboxes/"+id+"/resume", nil, &sb); err != nil {
+		if err := h.call(r, "POST", "/v1/sandboxes/"+sb.ID+"/resume", nil, &sb); err != nil {
 			return err
 		}
 		status = http.StatusCreated
 	}
 	if req.Timeout != nil {
-		if err := h.call(r, "POST", "/v1/sandboxes/"+id+"/timeout", map[string]int64{"timeout_seconds": *req.Timeout}, &sb); err != nil {
+		if err := h.call(r, "POST", "/v1/sandboxes/"+sb.ID+"/timeout", map[string]int64{"timeout_seconds": *req.Timeout}, &sb); err != nil {
 			return err
 		}
 	}

@@ -121,6 +121,7 @@ func envdPath(p string) bool {
 // envd sends a call of E2B's in-sandbox API on to sandbox id's agent
 // routes, as it is: the route checks the access token.
 func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id, p string) {
+	id = sandboxID(id)
 	if !ident.Valid(id, "sb-") {
 		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
 		return

@@ -67,6 +67,8 @@ func TestAddressing(t *testing.T) {
 		{"other port single URL", "warren:7777", "/e2b/health", map[string]string{"E2b-Sandbox-Id": sbID, "E2b-Sandbox-Port": "8080"},
 			"", http.StatusBadRequest},
 		{"bad sandbox ID", "49983-nope.e2b.test", "/health", nil, "", http.StatusNotFound},
+		{"an older SDK's ID-CLIENTID", "49983-" + sbID + "-warren.e2b.test", "/health", nil,
+			"POST /v1/sandboxes/" + sbID + "/agent/health @e2b.test", 0},
 		{"preview host", "8080-" + sbID + ".e2b.test", "/x", nil, "POST /x @8080-" + sbID + ".e2b.test", 0},
 		{"warren API", "warren:7777", "/v1/sandboxes", nil, "POST /v1/sandboxes @warren:7777", 0},
 		{"prefix needs a slash", "warren:7777", "/e2bx", nil, "POST /e2bx @warren:7777", 0},
