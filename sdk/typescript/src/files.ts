@@ -50,8 +50,8 @@ export class Files {
   }
 
   /** A file's contents. */
-  async read(path: string, options: { signal?: AbortSignal } = {}): Promise<Uint8Array> {
-    const res = await this.t.send({
+  read(path: string, options: { signal?: AbortSignal } = {}): Promise<Uint8Array> {
+    return this.t.bytes({
       method: "GET",
       path: this.path(),
       query: { path },
@@ -59,7 +59,6 @@ export class Files {
       accept: "application/octet-stream",
       signal: options.signal,
     });
-    return new Uint8Array(await (res as Response).arrayBuffer());
   }
 
   /** A file's contents as text (UTF-8; invalid bytes as U+FFFD). */

@@ -128,6 +128,17 @@ export class Transport {
     return (text ? JSON.parse(text) : undefined) as T;
   }
 
+  /** Send a call; its answer's body as bytes. */
+  async bytes(c: Call): Promise<Uint8Array> {
+    const res = await this.send(c);
+    if (res === null) return new Uint8Array(0);
+    try {
+      return new Uint8Array(await res.arrayBuffer());
+    } catch (e) {
+      throw readError(e, c);
+    }
+  }
+
   /** Send a call and drop its answer's body. */
   async none(c: Call): Promise<void> {
     const res = await this.send(c);
@@ -206,9 +217,14 @@ async function readText(res: Response, c: Call): Promise<string> {
   try {
     return await res.text();
   } catch (e) {
-    if (c.signal?.aborted) throw c.signal.reason ?? e;
-    throw new WarrenError(`${c.method} ${c.path}: connection broke while reading the answer: ${describe(e)}`, "network", 0, "", { cause: e });
+    throw readError(e, c);
   }
+}
+
+/** The error of a failed read of call c's answer. */
+function readError(e: unknown, c: Call): unknown {
+  if (c.signal?.aborted) return c.signal.reason ?? e;
+  return new WarrenError(`${c.method} ${c.path}: connection broke while reading the answer: ${describe(e)}`, "network", 0, "", { cause: e });
 }
 
 /** At most limit bytes of an error answer's body, as text; "" when it

@@ -230,6 +230,31 @@ test("events throw a refusal that retrying cannot fix", async () => {
   await assert.rejects(collect(client().events({ kinds: "x" })), (e) => e.code === "bad_request");
 });
 
+test("files stream up from a ReadableStream and down as bytes", async () => {
+  let got;
+  handler = (req, res) => {
+    if (req.method === "PUT") {
+      const parts = [];
+      req.on("data", (d) => parts.push(d));
+      req.on("end", () => {
+        got = { url: req.url, type: req.headers["content-type"], body: Buffer.concat(parts) };
+        res.end(JSON.stringify({ name: "x.bin", path: "/root/x.bin", type: "file", size: got.body.length, mode: 0o600 }));
+      });
+      return;
+    }
+    res.end(Buffer.from([0, 1, 2, 255]));
+  };
+  const sb = await stubSandbox();
+  const chunks = [new Uint8Array([0, 1]), new Uint8Array([2, 255])];
+  const body = new ReadableStream({ pull: (c) => (chunks.length ? c.enqueue(chunks.shift()) : c.close()) });
+  const info = await sb.files.write("/root/x.bin", body, { mode: 0o600 });
+  assert.equal(info.size, 4);
+  assert.equal(got.url, "/v1/sandboxes/sb-1/files?path=%2Froot%2Fx.bin&mode=0600");
+  assert.equal(got.type, "application/octet-stream");
+  assert.deepEqual([...got.body], [0, 1, 2, 255]);
+  assert.deepEqual([...(await sb.files.read("/root/x.bin"))], [0, 1, 2, 255]);
+});
+
 // A Sandbox on the stub server.
 async function stubSandbox() {
   const h = handler;
