@@ -30,7 +30,7 @@
  * - `timeout`: no answer within the client's timeout, or `waitSnapshot`
  *   ran out of time.
  * - `stream_broken`: an exec, process or build stream ended before its end.
- * - `configuration`: a bad URL.
+ * - `configuration`: a bad URL, or no fetch.
  */
 export class WarrenError extends Error {
   /** The API's error code, or one of the SDK's (see above). */

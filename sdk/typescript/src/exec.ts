@@ -215,7 +215,7 @@ export class Process {
       method: "POST",
       path: this.path("stdin"),
       query: { close: options.close ? true : undefined },
-      body: typeof data === "string" ? data : (data as BodyInit),
+      body: data as BodyInit,
       timeoutMs: null,
     });
   }
