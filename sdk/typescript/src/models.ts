@@ -1,0 +1,420 @@
+/**
+ * The API's types, field for field as their JSON (package `api` of the
+ * server, and `/openapi.json`): snake_case names, times as RFC 3339 strings,
+ * byte counts as numbers. Fields the server leaves out when empty are
+ * optional. The only departures are where the SDK decodes base64 for you:
+ * `ExecEvent.data` is bytes, and `ExecOptions.stdin` takes bytes or text.
+ */
+
+/** An egress policy: entries are IPv4 CIDRs, addresses, or domain names
+ * (`example.com` only it, `*.example.com` any name below it). `none` denies
+ * all egress; a non-empty `allow` is the only egress allowed; `deny` wins. */
+export interface NetworkPolicy {
+  none?: boolean;
+  allow?: string[];
+  deny?: string[];
+}
+
+/** A sandbox's egress policy in force, its addresses, and what was refused. */
+export interface NetworkStatus {
+  policy: NetworkPolicy;
+  address: string;
+  gateway: string;
+  denied: number;
+  rate_limited: number;
+}
+
+/** The last checkpoint of a sandbox with a checkpoint policy. */
+export interface Checkpoint {
+  snapshot: string;
+  at: string;
+}
+
+/** How a sandbox started again from a checkpoint after its node was lost. */
+export interface Restored {
+  snapshot: string;
+  snapshot_at: string;
+  at: string;
+  lost_seconds: number;
+  reason: string;
+  from?: string;
+}
+
+/** Sandbox states: starting, running, paused, moving, stopped, failed. */
+export type SandboxState = "starting" | "running" | "paused" | "moving" | "stopped" | "failed";
+
+/** A sandbox as the API describes it (the API's Sandbox). */
+export interface SandboxInfo {
+  id: string;
+  tenant: string;
+  template: string;
+  runtime: string;
+  /** What separates it from the host, e.g. "container (shared host kernel)". */
+  isolation: string;
+  accel?: string;
+  state: SandboxState;
+  error?: string;
+  disk_kept?: boolean;
+  cpus: number;
+  memory_mb: number;
+  pids: number;
+  disk_mb: number;
+  /** Absent in a list's sandboxes: get the sandbox for it. */
+  env?: Record<string, string>;
+  metadata?: Record<string, string>;
+  agent_token?: string;
+  workspace_mb?: number;
+  origin?: string;
+  workspace_origin?: string;
+  network: NetworkPolicy;
+  created_at: string;
+  expires_at: string;
+  checkpoint_every_seconds?: number;
+  checkpoint?: Checkpoint;
+  restored?: Restored;
+}
+
+/** What a create, a restore and a fork say of the sandboxes they start;
+ * left out: the server's defaults (a fork's: the parent's values). */
+export interface SandboxSpec {
+  /** "vm", "container" or "auto" (the strongest available; never a vm under tcg). */
+  runtime?: string;
+  cpus?: number;
+  memory_mb?: number;
+  pids?: number;
+  workspace_mb?: number;
+  network?: NetworkPolicy;
+  timeout_seconds?: number;
+  checkpoint_every_seconds?: number;
+  env?: Record<string, string>;
+  metadata?: Record<string, string>;
+  region?: string;
+  node_labels?: Record<string, string>;
+}
+
+/** The body of POST /v1/sandboxes. */
+export interface CreateSandboxRequest extends SandboxSpec {
+  template?: string;
+  disk_mb?: number;
+}
+
+/** A running sandbox's figures, measured by its agent. */
+export interface SandboxMetrics {
+  at: string;
+  cpu_used_pct: number;
+  cpu_count: number;
+  memory_used_bytes: number;
+  memory_total_bytes: number;
+  memory_cache_bytes: number;
+  disk_used_bytes: number;
+  disk_total_bytes: number;
+  pids: number;
+}
+
+/** A pseudo-terminal's size, each 1 to 1000. */
+export interface PTYSize {
+  cols: number;
+  rows: number;
+}
+
+/** The answer of a collected exec and of a process's wait (whose stdout
+ * and stderr are empty). Output that is not UTF-8 shows U+FFFD. */
+export interface ExecResult {
+  pid: number;
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  timed_out?: boolean;
+  /** e.g. "exit status 1", "signal: killed". */
+  status?: string;
+  duration_ms: number;
+  /** Set when more output than the limit (16 MiB a stream) was dropped. */
+  truncated?: boolean;
+  encoding?: string;
+}
+
+/** ExecEvent types: start, stdout, stderr, pty (a terminal's output), end, error. */
+export type ExecEventType = "start" | "stdout" | "stderr" | "pty" | "end" | "error";
+
+/** One event of a streamed exec or of a process's stream; `data` holds the
+ * exact bytes of output (decoded from the API's base64). */
+export interface ExecEvent {
+  type: ExecEventType;
+  pid?: number;
+  data?: Uint8Array;
+  exit_code?: number;
+  status?: string;
+  timed_out?: boolean;
+  duration_ms?: number;
+  error?: string;
+}
+
+/** The answer of a background exec. */
+export interface StartedProcess {
+  pid: number;
+  tag?: string;
+}
+
+/** A process the sandbox's agent started (the API's Process). */
+export interface ProcessInfo {
+  pid: number;
+  tag?: string;
+  cmd: string;
+  args?: string[];
+  running: boolean;
+  exit_code?: number;
+}
+
+/** A file, directory, symlink or other in a sandbox. */
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  /** Permission bits, e.g. 420 (0o644). */
+  mode: number;
+  permissions: string;
+  owner: string;
+  group: string;
+  modified_at: string;
+  symlink_target?: string;
+}
+
+/** A template's disk image. */
+export interface Template {
+  name: string;
+  size_bytes: number;
+  used_bytes: number;
+  built_at: string;
+}
+
+/** One line of a template build: progress, then the template or an error. */
+export interface TemplateBuildEvent {
+  progress?: string;
+  template?: Template;
+  error?: string;
+}
+
+/** A runtime of the node and whether it can run sandboxes. */
+export interface RuntimeInfo {
+  name: string;
+  isolation: string;
+  available: boolean;
+  reason?: string;
+  accel?: string;
+}
+
+/** A memory image of a vm shape (admin key only, in NodeInfo). */
+export interface MemoryImage {
+  template: string;
+  template_built_at: string;
+  vcpus: number;
+  memory_mb: number;
+  network: boolean;
+  state: string;
+  bytes: number;
+  starts: number;
+}
+
+/** GET /v1/info. */
+export interface NodeInfo {
+  version: string;
+  kernel: string;
+  runtimes: RuntimeInfo[];
+  clone_mode: string;
+  cgroup_version: number;
+  blob_store?: string;
+  sandboxes: number;
+  memory_images?: MemoryImage[];
+}
+
+/** CPUs, memory and disk. */
+export interface Amounts {
+  cpus: number;
+  memory_mb: number;
+  disk_mb: number;
+}
+
+/** A node of a fleet (admin key only). */
+export interface FleetNode {
+  id: string;
+  addr: string;
+  region: string;
+  cluster: string;
+  labels?: Record<string, string>;
+  /** active, cordoned, draining or fenced. */
+  state: string;
+  epoch: number;
+  heartbeat_at: string;
+  sandboxes: number;
+  capacity: Amounts;
+  allocated: Amounts;
+  runtimes: string[];
+}
+
+/** A sandbox's previews: public or not, its access token, and its preview
+ * URL with `{port}` (null on a server without a preview domain). */
+export interface Preview {
+  public: boolean;
+  token: string;
+  url: string | null;
+}
+
+/** The body of PUT …/preview. */
+export interface SetPreviewRequest {
+  public?: boolean;
+  rotate_token?: boolean;
+}
+
+/** The body of POST /v1/keys. */
+export interface CreateKeyRequest {
+  tenant: string;
+  /** "metrics": a key that may only read /metrics. */
+  scope?: string;
+}
+
+/** A new key, shown once. */
+export interface Key {
+  id: string;
+  key: string;
+  tenant: string;
+  scope?: string;
+}
+
+/** A key as listed: never the key itself. */
+export interface KeyInfo {
+  id: string;
+  tenant: string;
+  admin: boolean;
+  scope?: string;
+  created_at: string;
+}
+
+/** What a tenant may hold in the whole fleet; 0 bounds nothing. */
+export interface Quota {
+  sandboxes: number;
+  cpus: number;
+  memory_mb: number;
+  disk_mb: number;
+  snapshots: number;
+  snapshot_bytes: number;
+  creates_per_minute: number;
+}
+
+/** Snapshot states: pending (uploading), then durable or failed (final). */
+export type SnapshotState = "pending" | "durable" | "failed";
+
+/** A snapshot of a sandbox's root or workspace disk. */
+export interface Snapshot {
+  id: string;
+  sandbox_id: string;
+  /** root or workspace. */
+  scope: string;
+  parent?: string;
+  template: string;
+  state: SnapshotState;
+  error?: string;
+  disk_bytes: number;
+  changed_bytes: number;
+  stored_bytes: number;
+  created_at: string;
+  durable_at?: string;
+  ack_ms: number;
+  upload_ms?: number;
+}
+
+/** The body of POST …/snapshots. */
+export interface CreateSnapshotRequest {
+  scope?: string;
+  /** Answer once durable or failed (504 `timeout` past wait_timeout_seconds). */
+  wait?: boolean;
+  wait_timeout_seconds?: number;
+}
+
+/** The body of POST /v1/snapshots/{id}/restore. */
+export interface RestoreRequest extends SandboxSpec {
+  /** 1 to 256, default 1. */
+  count?: number;
+}
+
+/** The body of POST /v1/sandboxes/{id}/fork. */
+export interface ForkRequest extends SandboxSpec {
+  count?: number;
+}
+
+/** A fork's snapshot, how long the parent waited, and the children. */
+export interface ForkResult {
+  snapshot: Snapshot;
+  paused_ms: number;
+  sandboxes: SandboxInfo[];
+}
+
+/** What a collection of unreferenced layers and chunks freed. */
+export interface GCResult {
+  manifests_deleted: number;
+  chunks_deleted: number;
+  bytes_freed: number;
+  chunks_kept: number;
+}
+
+/** The daemon's goroutines, descriptors and heap (admin key only). */
+export interface DebugVars {
+  goroutines: number;
+  open_fds: number;
+  heap_alloc_bytes: number;
+  heap_objects: number;
+  sys_bytes: number;
+  num_gc: number;
+}
+
+/** The setting of a warm pool. */
+export interface PoolSpec {
+  runtime?: string;
+  min: number;
+  max?: number;
+  cpus?: number;
+  memory_mb?: number;
+  pids?: number;
+  disk_mb?: number;
+}
+
+/** A warm pool on one node. */
+export interface PoolNode {
+  node: string;
+  target: number;
+  ready: number;
+  hits: number;
+  misses: number;
+  reported_at: string;
+  error?: string;
+}
+
+/** A warm pool and its state, summed over its nodes. */
+export interface Pool extends PoolSpec {
+  template: string;
+  target: number;
+  ready: number;
+  hits: number;
+  misses: number;
+  nodes?: PoolNode[];
+  updated_at: string;
+}
+
+/** One page of a list; pass `next_page_token` as `page_token` for the
+ * next (absent on the last page). */
+export interface Page<T> {
+  items: T[];
+  next_page_token?: string;
+}
+
+/** Paging of a list call. */
+export interface PageOptions {
+  /** At most this many items (1-1000; a directory 1-10000). */
+  limit?: number;
+  page_token?: string;
+}
+
+/** Paging of a list call whose items have states. */
+export interface StatePageOptions<S extends string> extends PageOptions {
+  state?: S | S[];
+}
