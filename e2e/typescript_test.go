@@ -5,11 +5,8 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"warren/api"
 )
@@ -20,17 +17,7 @@ import (
 // first (scripts/test.sh runs npm ci and npm run build in sdk/typescript).
 func TestTypeScriptSDK(t *testing.T) {
 	need(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("no node.js on PATH: the TypeScript SDK's tests need node 18 or later (scripts/deps.sh installs it)")
-	}
-	out, err := exec.Command(node, "--version").Output()
-	if err != nil {
-		t.Fatalf("node --version: %v", err)
-	}
-	if v := strings.TrimSpace(string(out)); !nodeAtLeast(v, 18, 0, 0) {
-		t.Skipf("node %s is older than the TypeScript SDK's 18", v)
-	}
+	node := nodeJS(t, "the TypeScript SDK", 18, 0, 0)
 	dir, err := filepath.Abs(filepath.Join("..", "sdk", "typescript"))
 	if err != nil {
 		t.Fatal(err)
@@ -42,15 +29,5 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "test/live.test.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "WARREN_URL="+shared.url, "WARREN_API_KEY="+k.Key)
-	start := time.Now()
-	out, err = cmd.CombinedOutput()
-	t.Logf("node --test test/live.test.mjs (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
-	if err != nil {
-		t.Fatalf("the TypeScript SDK's live tests failed: %v\ndaemon log:\n%s", err, shared.log.tail(40))
-	}
+	nodeTests(t, node, dir, "test/live.test.mjs", nil, []string{"WARREN_URL=" + shared.url, "WARREN_API_KEY=" + k.Key})
 }
