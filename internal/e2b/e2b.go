@@ -26,6 +26,7 @@ package e2b
 import (
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 
 	"warren/internal/ident"
@@ -124,6 +125,10 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id, p string) {
 	id = sandboxID(id)
 	if !ident.Valid(id, "sb-") {
 		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
+		return
+	}
+	if path.Clean(p) != p {
+		writeError(w, http.StatusNotFound, "no envd route "+p)
 		return
 	}
 	r = r.Clone(r.Context())

@@ -67,6 +67,7 @@ func TestAddressing(t *testing.T) {
 		{"other port single URL", "warren:7777", "/e2b/health", map[string]string{"E2b-Sandbox-Id": sbID, "E2b-Sandbox-Port": "8080"},
 			"", http.StatusBadRequest},
 		{"bad sandbox ID", "49983-nope.e2b.test", "/health", nil, "", http.StatusNotFound},
+		{"a path that climbs", "49983-" + sbID + ".e2b.test", "/process.Process%2F..%2F..%2Fkeys", nil, "", http.StatusNotFound},
 		{"an older SDK's ID-CLIENTID", "49983-" + sbID + "-warren.e2b.test", "/health", nil,
 			"POST /v1/sandboxes/" + sbID + "/agent/health @e2b.test", 0},
 		{"preview host", "8080-" + sbID + ".e2b.test", "/x", nil, "POST /x @8080-" + sbID + ".e2b.test", 0},

@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 
 	"warren/api"
@@ -26,13 +27,13 @@ import (
 // agent token in X-Access-Token (api.Sandbox.AgentToken): E2B's SDKs send
 // the token and never the key. Beside the token, an Authorization: Basic
 // header names the sandbox user a call acts as (envd's convention) and
-// goes on to the agent; a bearer key never does. Only the two services are forwarded:
-// the agent's control service (identity, freeze, shutdown) is the node's
-// alone.
+// goes on to the agent; a bearer key never does. Only the methods of the
+// two services are forwarded: the agent's control service (identity,
+// freeze, shutdown) is the node's alone.
 
-// agentServices are the path prefixes of the agent's services a caller
-// may reach.
-var agentServices = []string{"/process.Process/", "/filesystem.Filesystem/"}
+// agentMethod matches the path of a method of the agent's services a
+// caller may reach, and nothing else (no dot-dot, no escapes).
+var agentMethod = regexp.MustCompile(`^/(process\.Process|filesystem\.Filesystem)/[A-Za-z]+$`)
 
 // agentRequestHeaders are the request headers passed on to the agent: what
 // the Connect and gRPC protocols and envd's conventions use.
@@ -68,10 +69,8 @@ func (s *Server) agentCall(w http.ResponseWriter, r *http.Request) error {
 	case p == "/files":
 		return s.envdFiles(w, r, conn, id)
 	}
-	for _, prefix := range agentServices {
-		if strings.HasPrefix(p, prefix) {
-			return s.forwardAgent(w, r, conn, id, p)
-		}
+	if agentMethod.MatchString(p) {
+		return s.forwardAgent(w, r, conn, id, p)
 	}
 	return api.Errorf(api.CodeNotFound, "the agent of sandbox %s serves no %s", id, p)
 }
@@ -83,15 +82,15 @@ func (s *Server) agentCall(w http.ResponseWriter, r *http.Request) error {
 // unknown sandbox and a wrong token are the same 401.
 func (s *Server) authenticateAgent(r *http.Request, id string) (string, error) {
 	if token := r.Header.Get("X-Access-Token"); token != "" {
-		tenant, want, err := s.sb.AgentAccess(r.Context(), id)
+		owner, want, err := s.sb.AgentAccess(r.Context(), id)
 		if err != nil && !api.IsCode(err, api.CodeNotFound) {
 			return "", err
 		}
 		if err != nil || want == "" || subtle.ConstantTimeCompare([]byte(token), []byte(want)) != 1 {
 			return "", api.Errorf(api.CodeUnauthorized, "invalid access token for sandbox %s", id)
 		}
-		meta(r.Context()).key = Key{ID: "agent-token", Tenant: tenant}
-		return tenant, nil
+		meta(r.Context()).key = Key{ID: "agent-token", Tenant: owner}
+		return owner, nil
 	}
 	key, err := s.Authenticate(r)
 	if err == nil {

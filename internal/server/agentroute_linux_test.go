@@ -65,6 +65,7 @@ func TestAgentRouteAccess(t *testing.T) {
 		{"another tenant's key", "/health", map[string]string{"X-API-Key": e.keyB}, http.StatusNotFound},
 		{"a key with a Basic user", "/health", map[string]string{"X-API-Key": e.keyA, "Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("root:"))}, http.StatusUnauthorized},
 		{"the control service", "/control.Control/Shutdown", map[string]string{"X-Access-Token": sb.AgentToken, "Content-Type": "application/json"}, http.StatusNotFound},
+		{"the control service past a service", "/process.Process%2F..%2Fcontrol.Control%2FShutdown", map[string]string{"X-Access-Token": sb.AgentToken, "Content-Type": "application/json"}, http.StatusNotFound},
 		{"a process call", "/process.Process/List", map[string]string{"X-Access-Token": sb.AgentToken, "Content-Type": "application/json"}, http.StatusOK},
 	} {
 		status, body, _ := e.agentRequest("POST", path+"/agent"+tc.path, tc.header, strings.NewReader(list1))
