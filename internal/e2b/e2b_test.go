@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	pathpkg "path"
 	"reflect"
 	"strings"
 	"testing"
@@ -205,4 +207,55 @@ func TestMetadataFilter(t *testing.T) {
 	if want := map[string]string{"tag=1": "a b", "x": "y"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
+}
+
+// FuzzHandler sends the translation arbitrary requests. It never panics,
+// every answer of its own is E2B's JSON error body with the status it
+// carries, and what it hands on to warren's API is a clean path.
+func FuzzHandler(f *testing.F) {
+	for _, seed := range []struct{ method, host, path, body string }{
+		{"POST", "warren", "/e2b/v2/sandboxes", `{"templateID":"base","timeout":30}`},
+		{"GET", "warren", "/e2b/v2/sandboxes?metadata=a%3Db&state=running,paused&limit=5", ``},
+		{"POST", "warren", "/e2b/sandboxes/" + sbID + "/fork", `{"count":3}`},
+		{"PUT", "api.e2b.test", "/sandboxes/" + sbID + "/network", `{"denyOut":["0.0.0.0/0"]}`},
+		{"POST", "49983-" + sbID + ".e2b.test", "/process.Process/Start", `{}`},
+		{"GET", "warren", "/e2b/v9/templates/x/y/z", ``},
+		{"DELETE", "warren", "/e2b/templates/sn-abcdefghijklmnopqrst", ``},
+	} {
+		f.Add(seed.method, seed.host, seed.path, seed.body)
+	}
+	f.Fuzz(func(t *testing.T, method, host, path, in string) {
+		if !strings.HasPrefix(path, "/") {
+			return
+		}
+		r, err := http.NewRequest(method, "http://x"+path, strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		r.Host = host
+		f := &fakeAPI{}
+		f.answer("POST /v1/sandboxes", http.StatusCreated, api.Sandbox{ID: sbID, State: api.StateRunning})
+		f.answer("GET /v1/sandboxes", http.StatusOK, api.SandboxList{Sandboxes: []api.Sandbox{{ID: sbID, State: api.StateRunning}}, NextPageToken: "next"})
+		f.answer("GET /v1/sandboxes/"+sbID, http.StatusOK, api.Sandbox{ID: sbID, State: api.StateRunning})
+		w := httptest.NewRecorder()
+		New(f, Options{Domain: "e2b.test"}).ServeHTTP(w, r)
+		for _, c := range f.calls {
+			p := strings.Fields(c)[1]
+			if p == r.URL.RequestURI() {
+				continue // handed on as it came: warren's API's to judge
+			}
+			if u, err := url.Parse(p); err != nil || pathpkg.Clean(u.Path) != u.Path && u.Path != "/" {
+				t.Errorf("handed on %q, whose path is not clean", c)
+			}
+		}
+		if len(f.calls) > 0 && w.Code < 300 {
+			return
+		}
+		if w.Code >= 300 && w.Code != http.StatusTeapot {
+			var b body
+			if json.Unmarshal(w.Body.Bytes(), &b) != nil || b.Code != w.Code || b.Message == "" {
+				t.Errorf("%s %s on %s: %d %q, want E2B's error body", method, path, host, w.Code, w.Body)
+			}
+		}
+	})
 }
