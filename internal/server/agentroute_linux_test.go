@@ -4,6 +4,7 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -143,6 +144,17 @@ func TestAgentRouteFiles(t *testing.T) {
 	status, body, _ = e.agentRequest("GET", path+"/agent/files?path="+one, tok, nil)
 	if status != http.StatusOK || body != "first" {
 		t.Errorf("download: %d %q", status, body)
+	}
+
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	io.WriteString(zw, "unzipped")
+	zw.Close()
+	gz := filepath.Join(dir, "gz.txt")
+	status, body, _ = e.agentRequest("POST", path+"/agent/files?path="+gz, map[string]string{
+		"X-Access-Token": sb.AgentToken, "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}, &zipped)
+	if b, err := os.ReadFile(gz); status != http.StatusOK || err != nil || string(b) != "unzipped" {
+		t.Errorf("gzip upload: %d %s; the file holds %q (%v)", status, body, b, err)
 	}
 	status, body, _ = e.agentRequest("GET", path+"/agent/files?path="+filepath.Join(dir, "missing"), tok, nil)
 	var eb envdError
