@@ -29,6 +29,14 @@ const maxEventLine = 1 << 20
 // which. An answer that is an API error (a bad filter, a key that may not)
 // ends it at once.
 func (c *Client) Events(ctx context.Context, req api.EventsRequest, fn func(api.Event) error) error {
+	return c.EventsOpened(ctx, req, nil, fn)
+}
+
+// EventsOpened is Events that also calls opened, when it is not nil, each
+// time a stream opens, with the position the stream starts after: fn gets
+// every event of a change recorded after opened is called. A caller that
+// waits for opened before it acts sees the events of its act.
+func (c *Client) EventsOpened(ctx context.Context, req api.EventsRequest, opened func(after int64), fn func(api.Event) error) error {
 	q := url.Values{}
 	for k, v := range map[string]string{"sandbox": req.Sandbox, "snapshot": req.Snapshot, "kind": strings.Join(req.Kinds, ",")} {
 		if v != "" {
@@ -45,7 +53,7 @@ func (c *Client) Events(ctx context.Context, req api.EventsRequest, fn func(api.
 	}
 	waits := c.waits()
 	for {
-		got, err := c.followEvents(ctx, q, &last, fn)
+		got, err := c.followEvents(ctx, q, &last, opened, fn)
 		var ae *api.Error
 		var fe fnError
 		switch {
@@ -72,7 +80,8 @@ func (e fnError) Error() string { return e.err.Error() }
 
 // followEvents reads one events stream after *last (nil: from now),
 // moving *last along, until it breaks; got says whether it read anything.
-func (c *Client) followEvents(ctx context.Context, q url.Values, last **int64, fn func(api.Event) error) (got bool, err error) {
+// The stream's first message, an id alone, goes to opened (when not nil).
+func (c *Client) followEvents(ctx context.Context, q url.Values, last **int64, opened func(int64), fn func(api.Event) error) (got bool, err error) {
 	cl := &call{op: "events", method: http.MethodGet, path: "/v1/events", query: q, retry: retryNever}
 	if *last != nil {
 		q = maps.Clone(q)
@@ -101,6 +110,10 @@ func (c *Client) followEvents(ctx context.Context, q url.Values, last **int64, f
 					return got, fmt.Errorf("events: bad event ID %q", id)
 				}
 				*last = &n
+				if opened != nil && data.Len() == 0 && kind == "" {
+					opened(n)
+					opened = nil
+				}
 			}
 			if data.Len() > 0 {
 				if err := dispatch(kind, data.Bytes(), fn); err != nil {

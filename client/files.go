@@ -10,16 +10,25 @@ import (
 	"warren/api"
 )
 
+// FileReader is the content of a file as ReadFile streams it.
+type FileReader struct {
+	io.ReadCloser
+	// Size is the file's size in bytes as the server announced it (its
+	// Content-Length), -1 when it did not.
+	Size int64
+}
+
 // ReadFile returns the contents of the file at path in the sandbox id as a
-// stream, which the caller must close. A stream cut short returns an error
-// wrapping io.ErrUnexpectedEOF rather than a silent early EOF.
-func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
+// stream, which the caller must close, with its size. A stream cut short
+// returns an error wrapping io.ErrUnexpectedEOF rather than a silent early
+// EOF.
+func (c *Client) ReadFile(ctx context.Context, id, path string) (*FileReader, error) {
 	cl := &call{op: "read file", method: http.MethodGet, path: sandboxPath(id, "files"), query: url.Values{"path": {path}}, retry: retryIdempotent}
 	resp, err := c.send(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	return &FileReader{ReadCloser: resp.Body, Size: resp.ContentLength}, nil
 }
 
 // WriteFile streams r, until it ends, to the file at path in the sandbox id,

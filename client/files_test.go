@@ -132,6 +132,9 @@ func TestReadFileStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if rc.Size != size {
+		t.Errorf("size %d, want the Content-Length %d", rc.Size, size)
+	}
 	var produced atomic.Int64
 	want := sha256.New()
 	io.Copy(io.Discard, &pattern{n: size, produced: &produced, sum: want})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"warren/client"
 )
@@ -29,16 +30,41 @@ func runFilesWrite(ctx context.Context, c *cli, args []string) error {
 	var mode modeFlag
 	fs.Var(&mode, "mode", "the file's permission bits in octal, e.g. 0600 (default 0644)")
 	user := fs.String("user", "", "the file's owner (default root)")
+	noProgress := fs.Bool("no-progress", false, noProgressUsage)
 	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	_, err = cl.WriteFile(ctx, rest[0], rest[1], c.stdin, uint32(mode), *user)
+	in := c.stdin
+	p := c.progress(*noProgress, "files write", inputSize(in), true)
+	if p != nil {
+		in = progressReader{in, p}
+	}
+	_, err = cl.WriteFile(ctx, rest[0], rest[1], in, uint32(mode), *user)
+	p.end(err == nil, "")
 	return err
 }
 
+// inputSize is the size of r when it is a regular file (stdin redirected
+// from one), else -1: unknown.
+func inputSize(r io.Reader) int64 {
+	f, ok := r.(*os.File)
+	if !ok {
+		return -1
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return -1
+	}
+	if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= fi.Size() {
+		return fi.Size() - off
+	}
+	return fi.Size()
+}
+
 func runFilesRead(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("files read", "ID PATH", "Write the file PATH of the sandbox ID to stdout, streamed byte for byte.")
+	fs := c.newFlags("files read", "[flags] ID PATH", "Write the file PATH of the sandbox ID to stdout, streamed byte for byte.")
+	noProgress := fs.Bool("no-progress", false, noProgressUsage)
 	cl, rest, err := connect(fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -48,7 +74,14 @@ func runFilesRead(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	defer rc.Close()
-	if _, err := io.Copy(c.stdout, rc); err != nil {
+	// A file shown on the terminal would be mixed with the progress line.
+	if f, ok := c.stdout.(*os.File); ok && isTerminal(f) {
+		*noProgress = true
+	}
+	p := c.progress(*noProgress, "files read", rc.Size, true)
+	_, err = io.Copy(c.stdout, progressReader{rc, p})
+	p.end(err == nil, "")
+	if err != nil {
 		return fmt.Errorf("read file: %w", err)
 	}
 	return nil

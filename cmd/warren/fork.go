@@ -19,6 +19,7 @@ func runFork(ctx context.Context, c *cli, args []string) error {
 			"All or nothing.")
 	var req api.ForkRequest
 	fs.IntVar(&req.Count, "count", 1, "how many children to start")
+	noProgress := fs.Bool("no-progress", false, noProgressUsage)
 	sf := addSandboxFlags(fs, &req.SandboxSpec)
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
@@ -30,7 +31,14 @@ func runFork(ctx context.Context, c *cli, args []string) error {
 	if err := sf.fill(fs, &req.SandboxSpec); err != nil {
 		return err
 	}
+	p := c.progress(*noProgress, "fork: children running", int64(req.Count), false)
+	stop := countForked(ctx, cl, p, rest[0])
 	res, err := cl.Fork(ctx, rest[0], req)
+	stop()
+	if err == nil {
+		p.setDone(int64(len(res.Sandboxes)))
+	}
+	p.end(err == nil, "")
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,9 @@ func main() {
 type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// forceProgress shows progress lines on stderr as if it were a
+	// terminal (tests).
+	forceProgress bool
 }
 
 // command is one subcommand.
@@ -75,7 +78,12 @@ var commands = []command{
 // run runs the command line args (without the program's name) and returns
 // the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	return (&cli{stdin: stdin, stdout: stdout, stderr: stderr}).run(ctx, args)
+}
+
+// run runs the command line args with c's streams.
+func (c *cli) run(ctx context.Context, args []string) int {
+	stderr := c.stderr
 	if len(args) == 0 {
 		usage(stderr)
 		return 2

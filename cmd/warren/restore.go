@@ -17,6 +17,7 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 			"sandboxes its /workspace on a fresh root disk from its template.")
 	var req api.RestoreRequest
 	fs.IntVar(&req.Count, "count", 1, "how many sandboxes to start")
+	noProgress := fs.Bool("no-progress", false, noProgressUsage)
 	sf := addSandboxFlags(fs, &req.SandboxSpec)
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
@@ -28,7 +29,14 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 	if err := sf.fill(fs, &req.SandboxSpec); err != nil {
 		return err
 	}
+	p := c.progress(*noProgress, "restore: sandboxes running", int64(req.Count), false)
+	stop := countStarted(ctx, cl, p, rest[0])
 	sbs, err := cl.Restore(ctx, rest[0], req)
+	stop()
+	if err == nil {
+		p.setDone(int64(len(sbs)))
+	}
+	p.end(err == nil, "")
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ func runSnapshot(ctx context.Context, c *cli, args []string) error {
 	fs.BoolVar(&req.Wait, "wait", false, "return once the snapshot is durable (or failed)")
 	wait := fs.Duration("wait-timeout", 0, "give up waiting after this long (default: the server's, 10m)")
 	asJSON := fs.Bool("json", false, "print the snapshot as JSON instead of its ID")
+	noProgress := fs.Bool("no-progress", false, noProgressUsage+" while --wait waits")
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -44,10 +45,16 @@ func runSnapshot(ctx context.Context, c *cli, args []string) error {
 		return badUsage(fs, "negative -wait-timeout")
 	}
 	req.WaitTimeoutSeconds = int64((*wait + time.Second - 1) / time.Second)
+	p := c.progress(*noProgress || !req.Wait, "snapshot "+rest[0], -1, false)
+	stop := watchSnapshot(ctx, cl, p, rest[0])
 	sn, err := cl.Snapshot(ctx, rest[0], req)
+	stop()
 	if err != nil {
+		p.end(false, "")
 		return err
 	}
+	p.end(sn.State == api.SnapshotDurable, fmt.Sprintf("%s durable: %s changed, %s stored", sn.ID,
+		humanBytes(sn.ChangedBytes), humanBytes(sn.StoredBytes)))
 	if *asJSON {
 		return printJSON(c.stdout, sn)
 	}

@@ -42,12 +42,21 @@ func mib(n int64) string {
 
 func runTemplateBuild(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("template build", "NAME",
-		"Build the template NAME (admin key only). Progress goes to stderr as it\ncomes; the template's name is printed on stdout when it is built.")
+		"Build the template NAME (admin key only). Progress goes to stderr as it\n"+
+			"comes: on a terminal, the current step on one line; else every line of\n"+
+			"the build's log. The template's name is printed on stdout when it is built.")
+	noProgress := fs.Bool("no-progress", false, "print every line of the build's log on stderr, even on a terminal")
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	t, err := cl.BuildTemplate(ctx, rest[0], c.stderr)
+	var log io.Writer = c.stderr
+	p := c.progress(*noProgress, "template build "+rest[0], -1, false)
+	if p != nil {
+		log = statusWriter{p}
+	}
+	t, err := cl.BuildTemplate(ctx, rest[0], log)
+	p.end(true, "") // the last step stays on the screen, above an error too
 	if err != nil {
 		return err
 	}
