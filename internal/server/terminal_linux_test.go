@@ -94,12 +94,22 @@ func TestTerminal(t *testing.T) {
 	}
 }
 
-// A text message that is no resize closes the terminal with 1003.
+// A text message that is no resize closes the terminal with 1003, one
+// beyond the read limit with 1009.
 func TestTerminalUnsupportedMessage(t *testing.T) {
 	e, box := newAgentEnv(t, Options{})
-	for _, msg := range []string{`{"resize":{"cols":0,"rows":24}}`, `{"paste":"x"}`, `hello`} {
+	for _, tc := range []struct {
+		typ  websocket.MessageType
+		msg  string
+		want websocket.StatusCode
+	}{
+		{websocket.MessageText, `{"resize":{"cols":0,"rows":24}}`, websocket.StatusUnsupportedData},
+		{websocket.MessageText, `{"paste":"x"}`, websocket.StatusUnsupportedData},
+		{websocket.MessageText, `hello`, websocket.StatusUnsupportedData},
+		{websocket.MessageBinary, strings.Repeat("x", terminalReadLimit+1), websocket.StatusMessageTooBig},
+	} {
 		ws := dialTerminal(t, e, box, e.keyA, "cols=80&rows=24&cmd=cat")
-		send(t, ws, websocket.MessageText, msg)
+		send(t, ws, tc.typ, tc.msg)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var err error
 		for err == nil {
@@ -107,10 +117,25 @@ func TestTerminalUnsupportedMessage(t *testing.T) {
 		}
 		cancel()
 		var ce websocket.CloseError
-		if !errors.As(err, &ce) || ce.Code != websocket.StatusUnsupportedData || ce.Reason == "" {
-			t.Errorf("after %q: %v, want a close with status 1003 and a reason", msg, err)
+		if !errors.As(err, &ce) || ce.Code != tc.want || ce.Reason == "" {
+			t.Errorf("after %.40q: %v, want a close with status %d and a reason", tc.msg, err, tc.want)
 		}
 	}
+}
+
+// The connection timeouts do not cut a quiet terminal: the hijacked
+// connection has no deadline.
+func TestTerminalQuiet(t *testing.T) {
+	const short = 200 * time.Millisecond
+	e, box := newAgentEnv(t, Options{Timeouts: Timeouts{Idle: short, BodyIdle: short, JSONBody: short, WriteIdle: short}})
+	ws := dialTerminal(t, e, box, e.keyA, "cols=80&rows=24&cmd=cat")
+	r := &termReader{t: t, ws: ws}
+	send(t, ws, websocket.MessageBinary, "one\n")
+	r.until("one\r\n")
+	// The quiet itself is what is tested: several times every timeout.
+	time.Sleep(5 * short)
+	send(t, ws, websocket.MessageBinary, "two\n")
+	r.until("two\r\n")
 }
 
 // Closing the socket hangs up the terminal's process, and the job it runs.
