@@ -217,15 +217,21 @@ func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id strin
 	}
 	defer release()
 	if pid == 0 {
-		res, stdout, stderr, err := s.collect(ctx, id, caller(r).Tenant, stream, 0)
-		s.output.give(caller(r).Tenant, int64(len(stdout)+len(stderr)))
-		if err != nil {
-			return err
-		}
-		return api.Errorf(api.CodeBadRequest, "cannot start %s: %s (exit code %d)",
-			start.GetProcess().GetCmd(), strings.TrimSpace(strings.ToValidUTF8(string(stderr), "\uFFFD")), res.ExitCode)
+		return s.notStarted(ctx, id, caller(r).Tenant, stream, start)
 	}
 	return writeJSON(w, http.StatusAccepted, api.StartedProcess{PID: pid, Tag: start.GetTag()})
+}
+
+// notStarted reads the events of a process the agent could not execute
+// (pid 0) and answers why, as a 400.
+func (s *Server) notStarted(ctx context.Context, id, tenant string, stream *startStream, start *processpb.StartRequest) error {
+	res, stdout, stderr, err := s.collect(ctx, id, tenant, stream, 0)
+	s.output.give(tenant, int64(len(stdout)+len(stderr)))
+	if err != nil {
+		return err
+	}
+	return api.Errorf(api.CodeBadRequest, "cannot start %s: %s (exit code %d)",
+		start.GetProcess().GetCmd(), strings.TrimSpace(strings.ToValidUTF8(string(stderr), "\uFFFD")), res.ExitCode)
 }
 
 // execCollect runs a foreground process and answers its ExecResult. A caller

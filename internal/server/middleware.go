@@ -209,7 +209,13 @@ func (s *Server) Authenticate(r *http.Request) (Key, error) {
 	if key == "" {
 		return Key{}, api.Errorf(api.CodeUnauthorized, "missing API key (Authorization: Bearer <key>)")
 	}
-	k, err := s.keys.LookupKey(r.Context(), key)
+	return s.lookupKey(r.Context(), key)
+}
+
+// lookupKey resolves an API key a request carries; an unknown one is
+// CodeUnauthorized.
+func (s *Server) lookupKey(ctx context.Context, key string) (Key, error) {
+	k, err := s.keys.LookupKey(ctx, key)
 	if errors.Is(err, ErrUnknownKey) {
 		return Key{}, api.Errorf(api.CodeUnauthorized, "invalid API key")
 	}

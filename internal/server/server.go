@@ -303,6 +303,7 @@ const (
 	admin                     // an admin key only
 	scrape                    // an admin key or a key of scope metrics
 	agentAccess               // a key of the tenant's whole API, or the sandbox's agent token (the handler checks)
+	socket                    // as tenant, the key also as a WebSocket subprotocol (terminal.go)
 )
 
 // anyMethod is the method of a route that serves every method (the
@@ -365,6 +366,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", tenant, s.processStdin},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", tenant, s.signalProcess},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", tenant, s.resizeProcess},
+		{"GET", "/v1/sandboxes/{id}/terminal", socket, s.terminal},
 		{"GET", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
 		{"POST", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
 		{"GET", "/v1/sandboxes/{id}/files", tenant, s.readFile},
@@ -485,7 +487,11 @@ func (s *Server) endpoint(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		meta(r.Context()).route = rt.method + " " + rt.path
 		if rt.access != public && rt.access != agentAccess {
-			key, err := s.Authenticate(r)
+			authenticate := s.Authenticate
+			if rt.access == socket {
+				authenticate = s.authenticateSocket
+			}
+			key, err := authenticate(r)
 			if err == nil {
 				err = allowed(rt.access, key)
 			}
