@@ -22,7 +22,7 @@ export async function sandboxPage(ctx: PageContext, id: string): Promise<void> {
     details.replaceChildren(facts([
       ["State", s.state + (s.error ? `: ${s.error}` : "")],
       ["Template", s.template],
-      ["Runtime", `${s.runtime} (${s.isolation})`],
+      ["Runtime", s.isolation || s.runtime],
       ["CPUs", s.cpus],
       ["Memory", `${s.memory_mb} MiB`],
       ["Disk", `${s.disk_mb} MiB`],
