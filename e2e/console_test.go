@@ -30,7 +30,7 @@ import (
 // command in its terminal (when the daemon has the terminal route),
 // upload a file and see it listed, take two snapshots, fork the first
 // from the lineage tree and check the tree's nodes and edges, delete the
-// sandbox. Each step's screenshot goes to $WARREN_TEST_ARTIFACTS (or a
+// sandbox; then the fleet page and a 400 px window. Each step's screenshot goes to $WARREN_TEST_ARTIFACTS (or a
 // temporary directory).
 func TestConsole(t *testing.T) {
 	need(t)
@@ -213,6 +213,20 @@ func TestConsole(t *testing.T) {
 		t.Errorf("delete: %s %q, want Deleted %s", kind, text, id)
 	}
 	b.shot("09-deleted")
+
+	// The fleet page tells a tenant's key it is not an admin's.
+	b.do(chromedp.Navigate(shared.url+"/console/#/fleet"), chromedp.WaitVisible("#fleet-message"))
+	if text := b.eval(`document.querySelector("#fleet-message").textContent`); !strings.Contains(text, "not an admin's") {
+		t.Errorf("fleet page for a tenant's key: %q, want it said the key is not an admin's", text)
+	}
+	b.shot("10-fleet")
+
+	// A 400 px window: the page reflows, nothing wider than the window.
+	b.do(chromedp.EmulateViewport(400, 800), chromedp.Navigate(shared.url+"/console/#/sandboxes"), chromedp.WaitVisible("#create-form"))
+	if w := b.eval(`document.documentElement.scrollWidth + " " + document.documentElement.clientWidth`); w != "385 385" && w != "400 400" {
+		t.Errorf("at 400 px the page's width and the window's are %s", w)
+	}
+	b.shot("11-narrow")
 }
 
 // browser runs steps in one Chromium tab, failing t on an error.

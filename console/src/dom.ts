@@ -126,5 +126,5 @@ export function facts(rows: [string, Child][]): HTMLDListElement {
 
 /** A table cell with its column's name, which a narrow window shows. */
 export function cell(label: string, ...children: Child[]): HTMLTableCellElement {
-  return h("td", { "data-label": label }, ...children);
+  return h("td", { "data-label": label || undefined }, ...children);
 }
