@@ -139,11 +139,11 @@ func TestConsole(t *testing.T) {
 			t.Skipf("the daemon has no GET /v1/sandboxes/{id}/terminal route (it answered %d %s)", res.StatusCode, strings.TrimSpace(string(body)))
 		}
 		// The first action starts the browser, for as long as ctx lasts; each
-	// step after it has a timeout of its own.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", chromium, err)
-	}
-	b := &browser{t: t, ctx: ctx, dir: artifacts}
+		// step after it has a timeout of its own.
+		if err := chromedp.Do(ctx); err != nil {
+			t.Fatalf("start %s: %v", chromium, err)
+		}
+		b := &browser{t: t, ctx: ctx, dir: artifacts}
 		b.do(chromedp.WaitVisible(`#terminal[data-connected="true"]`))
 		b.do(chromedp.SendKeys("#terminal", "echo hello-console\r"))
 		b.poll(`/^hello-console\s*$/m.test(document.querySelector("#terminal").textContent)`)
