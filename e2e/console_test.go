@@ -138,11 +138,6 @@ func TestConsole(t *testing.T) {
 		if noRoute {
 			t.Skipf("the daemon has no GET /v1/sandboxes/{id}/terminal route (it answered %d %s)", res.StatusCode, strings.TrimSpace(string(body)))
 		}
-		// The first action starts the browser, for as long as ctx lasts; each
-		// step after it has a timeout of its own.
-		if err := chromedp.Do(ctx); err != nil {
-			t.Fatalf("start %s: %v", chromium, err)
-		}
 		b := &browser{t: t, ctx: ctx, dir: artifacts}
 		b.do(chromedp.WaitVisible(`#terminal[data-connected="true"]`))
 		b.do(chromedp.SendKeys("#terminal", "echo hello-console\r"))
