@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(debootstrap e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 postgresql nodejs)
+packages=(debootstrap e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 postgresql nodejs chromium)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,7 +15,8 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # npm, for the e2b SDK the E2B compatibility tests install: some nodejs
-# builds ship it, Debian's comes apart.
+# builds ship it, Debian's comes apart. chromium runs the web console's
+# end-to-end test (e2e/console_test.go), headless.
 if ! command -v npm >/dev/null; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
@@ -70,6 +71,13 @@ command -v go >/dev/null || { echo "warren: Go 1.21 or later is needed on PATH" 
 
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/warren-agent ./cmd/warren-agent
+# The TypeScript SDK (sdk/typescript), with its pinned compiler, and the web
+# console (console/), compiled with the SDK's sources into
+# internal/console/dist, which bin/warren embeds and serves at /console.
+npm ci --prefix sdk/typescript --no-audit --no-fund --loglevel=error
+npm run build --prefix sdk/typescript --silent
+npm ci --prefix console --no-audit --no-fund --loglevel=error
+npm run build --prefix console --silent
 go build -trimpath -o bin/warren ./cmd/warren
 # cached_tool DIR PKG@VERSION builds the command PKG from the Go module proxy
 # into DIR, once per machine: a cache outside the clone, as Go caches its

@@ -14,10 +14,8 @@ export WARREN_BIN="$PWD/bin"
 # The real e2b SDK, pinned by e2e/e2b/package-lock.json, for the E2B
 # compatibility tests (e2e/e2b_test.go).
 npm ci --prefix e2e/e2b --no-audit --no-fund --loglevel=error
-# The TypeScript SDK (sdk/typescript): its pinned compiler, its build (which
-# e2e/typescript_test.go runs the live tests of) and its unit tests.
-npm ci --prefix sdk/typescript --no-audit --no-fund --loglevel=error
-npm run build --prefix sdk/typescript --silent
+# The TypeScript SDK's unit tests (deps.sh built it: e2e/typescript_test.go
+# runs its live tests).
 npm test --prefix sdk/typescript --silent
 
 unformatted=$(gofmt -l . | grep -v '^internal/agent/pb/' || true)

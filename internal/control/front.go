@@ -8,7 +8,8 @@
 //   - a create, and a restore of a snapshot, go to the node the fleet
 //     places them on, chosen from what the request asks for;
 //   - /v1/nodes/ID/metrics goes to node ID, whose metrics they are, and
-//     /metrics is the front's own process's (Options.Local);
+//     /metrics is the front's own process's (Options.Local), as are the
+//     web console's static files (/console and below);
 //   - anything else (lists, snapshots, keys, templates) goes to any node:
 //     nodes share the metadata store, so any of them answers for all.
 //
@@ -77,8 +78,9 @@ type Options struct {
 	// MaxBody bounds the body of a create or restore read for placement:
 	// the API's bound on a JSON body.
 	MaxBody int64
-	// Local answers GET /metrics: the metrics of the front's own process
-	// (a control replica's, or a single machine's).
+	// Local answers GET /metrics, the metrics of the front's own process
+	// (a control replica's, or a single machine's), and the web console's
+	// files, which every process serves from its own binary.
 	Local http.Handler
 }
 
@@ -93,7 +95,7 @@ func NewFront(fleet Fleet, opts Options) *Front { return &Front{fleet: fleet, op
 
 // ServeHTTP implements http.Handler.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/metrics" {
+	if p := r.URL.Path; p == "/metrics" || p == "/console" || strings.HasPrefix(p, "/console/") {
 		if _, preview := f.opts.Preview(r.Host); !preview {
 			f.opts.Local.ServeHTTP(w, r)
 			return

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"warren/internal/console"
 	"warren/internal/control"
 	"warren/internal/fleet"
 	"warren/internal/metrics"
@@ -72,6 +73,7 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	o.Server.PreviewDomain = o.PreviewDomain
 	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
 	o.Server.Fleet = Fleet(st)
+	o.Server.Console = console.New()
 	reg := metrics.New()
 	o.Server.Metrics = reg
 	// The replica's server is its middleware, its key check and its error

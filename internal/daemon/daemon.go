@@ -31,6 +31,7 @@ import (
 	fileblob "warren/internal/blob/file"
 	s3blob "warren/internal/blob/s3"
 	"warren/internal/cgroup"
+	"warren/internal/console"
 	"warren/internal/control"
 	"warren/internal/disk"
 	"warren/internal/e2b"
@@ -288,6 +289,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Server.Fleet = Fleet(st)
 	}
 	o.Server.Pools, o.Server.Metrics, o.Server.NodeID = mgr, reg, o.NodeID
+	o.Server.Console = console.New()
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes, subsystem(log, "e2b")), o.Listen, "http"
 	if o.Fleet != nil {

@@ -267,6 +267,10 @@ type Options struct {
 	// progress, and Conns how many it may hold (conns.go).
 	Timeouts Timeouts
 	Conns    ListenerLimits
+	// Console serves the web console's static files, GET /console and
+	// the paths below it, without a key (the page asks for one); nil:
+	// they answer 404.
+	Console http.Handler
 }
 
 // Defaults of Options.
@@ -403,6 +407,8 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"GET", "/v1/debug/vars", admin, s.debugVars},
 		{"GET", "/metrics", scrape, s.metrics},
 		{"GET", "/v1/nodes/{id}/metrics", scrape, s.nodeMetrics},
+		{"GET", "/console", public, s.console},
+		{"GET", "/console/{path...}", public, s.console},
 	}
 	allowed := map[string][]string{}
 	var paths []string
@@ -532,6 +538,15 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeNotFound, "this server keeps no metrics")
 	}
 	s.opts.Metrics.Handler().ServeHTTP(w, r)
+	return nil
+}
+
+// console serves the web console's files (package console).
+func (s *Server) console(w http.ResponseWriter, r *http.Request) error {
+	if s.opts.Console == nil {
+		return api.Errorf(api.CodeNotFound, "this server serves no console")
+	}
+	s.opts.Console.ServeHTTP(w, r)
 	return nil
 }
 
