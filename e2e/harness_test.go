@@ -59,8 +59,13 @@ func runMain(m *testing.M) int {
 	if skipReason != "" {
 		return m.Run()
 	}
+	unlock, err := lockHost()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer unlock()
 	noteForeign()
-	var err error
 	if strayFile, strayInode, err = strayPipe(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -104,6 +109,29 @@ func runMain(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// hostLock is the lock one run of the suite holds on the host: what a run
+// makes there (its test internet, its routing table and rules) is swept
+// by the next run as stale, which is right only when no other run is
+// still using it. A second run waits for the first.
+const hostLock = "/run/warren-e2e.lock"
+
+// lockHost takes hostLock, waiting for a run that holds it, and returns
+// its release. The descriptor is close-on-exec: no daemon inherits it.
+func lockHost() (func(), error) {
+	f, err := os.OpenFile(hostLock, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("the suite's host lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: another run of the suite holds %s: waiting for it\n", hostLock)
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("the suite's host lock: %w", err)
+		}
+	}
+	return func() { f.Close() }, nil
 }
 
 // strayFile is handed to every daemon (fd 3) without close-on-exec, and

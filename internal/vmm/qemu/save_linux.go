@@ -91,8 +91,11 @@ func (m *Machine) SaveMemory(ctx context.Context, path string, durable bool) (er
 }
 
 // waitMigration waits for an outgoing migration to complete, waking on
-// MIGRATION events and polling query-migrate. If ctx ends first it cancels
-// the migration.
+// MIGRATION events and polling query-migrate, and then for the machine to
+// leave the finish-migrate run state: QEMU reports the migration completed
+// a moment before its cleanup moves the machine on to postmigrate, and a
+// cont in between fails ("Migration is not finalized yet"). If ctx ends
+// first it cancels the migration.
 func (m *Machine) waitMigration(ctx context.Context, events <-chan Event) error {
 	waits := backoff.Backoff{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond}
 	for {
@@ -104,7 +107,7 @@ func (m *Machine) waitMigration(ctx context.Context, events <-chan Event) error 
 		} else {
 			switch mig.Status {
 			case "completed":
-				return nil
+				return m.waitFinished(ctx)
 			case "failed", "cancelled":
 				return fmt.Errorf("migration %s: %s", mig.Status, mig.ErrorDesc)
 			}
@@ -123,6 +126,20 @@ func (m *Machine) waitMigration(ctx context.Context, events <-chan Event) error 
 			return ctx.Err()
 		}
 	}
+}
+
+// waitFinished waits until the machine's run state is no longer
+// finish-migrate.
+func (m *Machine) waitFinished(ctx context.Context) error {
+	return backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond}, func() (bool, error) {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := m.call(ctx, "query-status", nil, &st); err != nil {
+			return false, err
+		}
+		return st.Status != "finish-migrate", nil
+	})
 }
 
 func syncDir(dir string) error {
