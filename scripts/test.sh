@@ -11,6 +11,8 @@ source scripts/deps.sh
 export WARREN_TEST_TEMPLATE_CACHE="${WARREN_TEST_TEMPLATE_CACHE:-/var/cache/warren-test}"
 mkdir -p "$WARREN_TEST_TEMPLATE_CACHE"
 export WARREN_BIN="$PWD/bin"
+# What tests leave to look at afterwards (the web console's screenshots).
+export WARREN_TEST_ARTIFACTS="${WARREN_TEST_ARTIFACTS:-$PWD/test-artifacts}"
 # The real e2b SDK, pinned by e2e/e2b/package-lock.json, for the E2B
 # compatibility tests (e2e/e2b_test.go).
 npm ci --prefix e2e/e2b --no-audit --no-fund --loglevel=error
