@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/client"
 )
 
 // TestEvents: the real daemon records a sandbox's life as events, the
@@ -18,6 +19,10 @@ func TestEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := shared.client()
+	// The position to follow from is taken before the create: the store of
+	// the suite's data directory holds earlier runs' events, and may have
+	// trimmed them.
+	from := eventsNow(ctx, t, c)
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{TimeoutSeconds: 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -25,8 +30,7 @@ func TestEvents(t *testing.T) {
 	t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
 	var kinds []string
 	end := errors.New("ended")
-	zero := int64(0)
-	err = c.Events(ctx, api.EventsRequest{Sandbox: sb.ID, After: &zero}, func(e api.Event) error {
+	err = c.Events(ctx, api.EventsRequest{Sandbox: sb.ID, After: &from}, func(e api.Event) error {
 		kinds = append(kinds, e.Kind)
 		if e.Kind == api.EventSandboxExpired {
 			if e.State != api.StateStopped || e.Reason == "" {
@@ -46,11 +50,28 @@ func TestEvents(t *testing.T) {
 	other := tenantClient(t, "events-other")
 	octx, ocancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ocancel()
-	err = other.Events(octx, api.EventsRequest{Sandbox: sb.ID, After: &zero}, func(e api.Event) error {
+	err = other.Events(octx, api.EventsRequest{Sandbox: sb.ID, After: &from}, func(e api.Event) error {
 		t.Errorf("another tenant sees %+v", e)
 		return nil
 	})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("another tenant's stream: %v, want it to run on, empty, until its deadline", err)
 	}
+}
+
+// eventsNow returns the position of c's events stream now: the events of
+// what happens next come after it.
+func eventsNow(ctx context.Context, t *testing.T, c *client.Client) int64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var at int64
+	err := c.EventsOpened(ctx, api.EventsRequest{}, func(after int64) {
+		at = after
+		cancel()
+	}, func(api.Event) error { return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("events position: %v", err)
+	}
+	return at
 }

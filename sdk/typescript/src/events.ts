@@ -47,6 +47,10 @@ export interface EventsOptions {
   after?: number;
   /** Every tenant's events and the nodes' (admin key only). */
   allTenants?: boolean;
+  /** Called each time a stream opens, with the position it starts after:
+   * the iteration yields every event of a change recorded after the call,
+   * so a caller that waits for it before it acts sees its act's events. */
+  opened?: (after: number) => void;
   /** Stops the iteration (it then throws the signal's reason). */
   signal?: AbortSignal;
 }
@@ -125,9 +129,12 @@ export async function* followEvents(t: Transport, o: EventsOptions = {}): AsyncG
         signal: o.signal,
       });
       if (!res?.body) throw new WarrenError("events: the answer has no body", "stream_broken");
+      let first = true;
       for await (const m of sseMessages(lines(res.body, "events", IDLE_MS, o.signal))) {
         attempt = 0;
         if (m.id) last = m.id;
+        if (first && m.id && !m.data) o.opened?.(Number(m.id));
+        first = false;
         if (!m.data) continue;
         const d = JSON.parse(m.data) as Record<string, unknown>;
         if (m.event === "events.lost") {

@@ -212,11 +212,13 @@ test("events resume from the last event ID after a cut", async () => {
     }
   };
   const got = [];
-  for await (const e of client().events({ sandbox: "sb-1", kinds: ["sandbox", "snapshot"] })) {
+  const opened = [];
+  for await (const e of client().events({ sandbox: "sb-1", kinds: ["sandbox", "snapshot"], opened: (after) => opened.push(after) })) {
     got.push(e);
     if (got.length === 4) break;
   }
   assert.deepEqual(got.map((e) => [e.id, e.kind]), [[11, "sandbox.created"], [12, "sandbox.running"], [undefined, "events.lost"], [40, "sandbox.deleted"]]);
+  assert.deepEqual(opened, [10], "the position message opens only the first stream");
   assert.equal(got[2].oldest, 40);
   assert.deepEqual(seen.map((s) => s.last), [undefined, "11", "12"]);
   assert.equal(seen[0].url, "/v1/events?sandbox=sb-1&kind=sandbox%2Csnapshot");
