@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -83,11 +82,11 @@ func (h controlService) Init(ctx context.Context, req *connect.Request[controlpb
 		h.s.identityFile("/etc/hostname", hostnameFile(hn))
 	}
 	h.s.mu.Lock()
-	h.s.env = maps.Clone(m.GetEnvs())
 	if m.GetSandboxId() != "" {
 		h.s.sandboxID = m.GetSandboxId()
 	}
 	h.s.mu.Unlock()
+	h.s.applyTemplate(h.s.loadTemplate(), m.GetEnvs())
 	h.s.log.Info("initialized", "sandbox", m.GetSandboxId(), "hostname", m.GetHostname())
 	return connect.NewResponse(&controlpb.InitResponse{}), nil
 }

@@ -91,6 +91,7 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 	if err := checkStrings(cfg); err != nil {
 		return nil, nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	s.processDefaults(cfg)
 	acc, err := s.users.lookup(cfg.GetUser())
 	if err != nil {
 		return nil, nil, nil, connect.NewError(connect.CodeInvalidArgument, err)

@@ -89,6 +89,11 @@ type Server struct {
 
 	mu           sync.Mutex // guards the fields below
 	env          map[string]string
+	// defaultCwd and defaultUser are a process's when it names none, and
+	// templateStarted is set once the template's start command ran
+	// (template_linux.go).
+	defaultCwd, defaultUser string
+	templateStarted         bool
 	sandboxID    string
 	servers      map[*http.Server]struct{}
 	closed       bool

@@ -347,6 +347,63 @@ var migrations = []migration{
 		postgres: `ALTER TABLE sandboxes ADD COLUMN agent_token TEXT NOT NULL DEFAULT '';
 	UPDATE sandboxes SET agent_token = encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')), 'hex');`,
 	},
+	// Tenants' templates (templates.go): each build a version, its disk a
+	// snapshot; the build steps cached by their key; the version a
+	// sandbox started from.
+	{
+		sqlite: `CREATE TABLE templates (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		version    INTEGER NOT NULL,
+		state      TEXT NOT NULL,
+		error      TEXT NOT NULL,
+		source     TEXT NOT NULL,
+		digest     TEXT NOT NULL,
+		snapshot   TEXT NOT NULL,
+		config     TEXT NOT NULL,
+		node       TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		built_at   INTEGER,
+		UNIQUE (tenant, name, version)
+	);
+	CREATE INDEX templates_snapshot ON templates (snapshot);
+	CREATE TABLE template_steps (
+		tenant     TEXT NOT NULL,
+		key        TEXT NOT NULL,
+		snapshot   TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, key)
+	);
+	CREATE INDEX template_steps_snapshot ON template_steps (snapshot);
+	ALTER TABLE sandboxes ADD COLUMN template_version TEXT NOT NULL DEFAULT '';`,
+		postgres: `CREATE TABLE templates (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		version    BIGINT NOT NULL,
+		state      TEXT NOT NULL,
+		error      TEXT NOT NULL,
+		source     TEXT NOT NULL,
+		digest     TEXT NOT NULL,
+		snapshot   TEXT NOT NULL,
+		config     TEXT NOT NULL,
+		node       TEXT NOT NULL,
+		created_at BIGINT NOT NULL,
+		built_at   BIGINT,
+		UNIQUE (tenant, name, version)
+	);
+	CREATE INDEX templates_snapshot ON templates (snapshot);
+	CREATE TABLE template_steps (
+		tenant     TEXT NOT NULL,
+		key        TEXT NOT NULL,
+		snapshot   TEXT NOT NULL,
+		created_at BIGINT NOT NULL,
+		PRIMARY KEY (tenant, key)
+	);
+	CREATE INDEX template_steps_snapshot ON template_steps (snapshot);
+	ALTER TABLE sandboxes ADD COLUMN template_version TEXT NOT NULL DEFAULT '';`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold
