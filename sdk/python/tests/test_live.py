@@ -450,7 +450,9 @@ class ProcessTest(unittest.TestCase):
     def test_pty_input_resize_and_stream(self) -> None:
         sb = new_sandbox(self)
         p = sb.start(["sh"], pty=(80, 24))
-        p.send_stdin(b"stty size; [ -t 0 ] && echo TTY\n")
+        # The terminal echoes the line typed: the marker the loop waits for
+        # is only in the output ("T"TY echoes as typed, prints TTY).
+        p.send_stdin(b'stty size; [ -t 0 ] && echo "T"TY\n')
         out = b""
         with p.stream(replay=True) as events:
             for ev in events:
