@@ -23,6 +23,9 @@ const (
 	// CodeInsufficientStorage (507): the node cannot promise the disk asked
 	// for, or its free disk is below its reserve.
 	CodeInsufficientStorage = "insufficient_storage"
+	// CodeBuildFailed (422): a template build's step failed; the message
+	// names the step and has its output.
+	CodeBuildFailed = "build_failed"
 )
 
 var codeStatus = map[string]int{
@@ -39,6 +42,7 @@ var codeStatus = map[string]int{
 	CodeBadGateway:          http.StatusBadGateway,
 	CodeTooMany:             http.StatusTooManyRequests,
 	CodeInsufficientStorage: http.StatusInsufficientStorage,
+	CodeBuildFailed:         http.StatusUnprocessableEntity,
 }
 
 // Error is an error whose message is safe to show to an API caller. Any

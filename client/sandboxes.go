@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"warren/api"
@@ -122,43 +120,6 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (*api.Sandbox, er
 		return nil, err
 	}
 	return &sb, nil
-}
-
-// BuildTemplate builds the template name (admin key only), writing each
-// progress line of the build to progress (nil discards them) as it comes,
-// and returns the template built. A build that fails is an error with the
-// build's message.
-func (c *Client) BuildTemplate(ctx context.Context, name string, progress io.Writer) (*api.Template, error) {
-	const op = "build template"
-	if name == "" {
-		return nil, fmt.Errorf("%s: empty template name", op)
-	}
-	cl := &call{op: op, method: http.MethodPost, path: "/v1/templates/" + url.PathEscape(name) + "/build", retry: retryRefused}
-	resp, err := c.send(ctx, cl)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev api.TemplateBuildEvent
-		if err := dec.Decode(&ev); err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, fmt.Errorf("%s: read progress: %w", op, err)
-		}
-		switch {
-		case ev.Error != "":
-			return nil, fmt.Errorf("%s: %s", op, ev.Error)
-		case ev.Template != nil:
-			return ev.Template, nil
-		case ev.Progress != "" && progress != nil:
-			if _, err := io.WriteString(progress, strings.TrimRight(ev.Progress, "\n")+"\n"); err != nil {
-				return nil, fmt.Errorf("%s: write progress: %w", op, err)
-			}
-		}
-	}
 }
 
 // CreateKey makes a new API key for tenant (needs an admin key). The key is

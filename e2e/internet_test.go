@@ -57,8 +57,20 @@ type internet struct {
 	servers  []interface{ Close() error }
 
 	mu       sync.Mutex
-	accepted map[string]int // connections each HTTP address accepted
-	pools    []netip.Prefix // the suite's daemons' pools, routed here
+	accepted map[string]int    // connections each HTTP address accepted
+	pools    []netip.Prefix    // the suite's daemons' pools, routed here
+	files    map[string][]byte // what its HTTP servers serve under /files/ (serve)
+}
+
+// serve makes every HTTP server of the test internet answer GET path
+// (under /files/) with body.
+func (in *internet) serve(path string, body []byte) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.files == nil {
+		in.files = map[string][]byte{}
+	}
+	in.files[path] = body
 }
 
 // inet is the suite's test internet, set up by runMain.
@@ -162,6 +174,15 @@ func startInternet() (_ *internet, err error) {
 				case "/sink": // reads the body, answers its size
 					n, _ := io.Copy(io.Discard, r.Body)
 					fmt.Fprintf(w, "%d\n", n)
+				case "/files/" + strings.TrimPrefix(r.URL.Path, "/files/"):
+					in.mu.Lock()
+					body, ok := in.files[r.URL.Path]
+					in.mu.Unlock()
+					if !ok {
+						http.NotFound(w, r)
+						return
+					}
+					w.Write(body)
 				default:
 					fmt.Fprintf(w, "hello from %s\n", addr)
 				}

@@ -112,7 +112,7 @@ func runGroup(ctx context.Context, c *cli, group string, subs []command, args []
 	groupUsage := func() {
 		fmt.Fprintf(c.stderr, "usage: warren %s <command> [arguments]\n\ncommands:\n", group)
 		for _, s := range subs {
-			fmt.Fprintf(c.stderr, "  %-6s %s\n", s.name, s.summary)
+			fmt.Fprintf(c.stderr, "  %-8s %s\n", s.name, s.summary)
 		}
 		fmt.Fprintf(c.stderr, "\nRun \"warren help %s <command>\" for a command's usage.\n", group)
 	}

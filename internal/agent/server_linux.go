@@ -87,17 +87,17 @@ type Server struct {
 	cpu     cpuMeter // the previous CPU sample of Metrics (metrics_linux.go)
 	handler http.Handler
 
-	mu           sync.Mutex // guards the fields below
-	env          map[string]string
+	mu  sync.Mutex // guards the fields below
+	env map[string]string
 	// defaultCwd and defaultUser are a process's when it names none, and
 	// templateStarted is set once the template's start command ran
 	// (template_linux.go).
 	defaultCwd, defaultUser string
 	templateStarted         bool
-	sandboxID    string
-	servers      map[*http.Server]struct{}
-	closed       bool
-	shuttingDown bool
+	sandboxID               string
+	servers                 map[*http.Server]struct{}
+	closed                  bool
+	shuttingDown            bool
 
 	freezeMu sync.Mutex           // serializes freeze and thaw; guards frozen
 	frozen   map[uint64]*frozenFS // by device

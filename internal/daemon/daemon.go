@@ -288,7 +288,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}
-	o.Server.Pools, o.Server.Metrics, o.Server.NodeID = mgr, reg, o.NodeID
+	o.Server.Pools, o.Server.Templates, o.Server.Metrics, o.Server.NodeID = mgr, mgr, reg, o.NodeID
 	o.Server.Console = console.New()
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes, subsystem(log, "e2b")), o.Listen, "http"

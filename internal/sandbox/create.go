@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -36,7 +37,15 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		return api.Sandbox{}, err
 	}
 	tpl, err := m.template(req.Template)
-	if err != nil {
+	if pinned := strings.Contains(req.Template, "@"); err != nil || pinned {
+		// Not built in: one of the tenant's own, if it has it.
+		tv, terr := m.tenantTemplate(ctx, tenant, req.Template)
+		switch {
+		case terr == nil:
+			return m.createFromTemplate(ctx, tenant, req, tv)
+		case pinned || !isNotFound(terr):
+			return api.Sandbox{}, terr
+		}
 		return api.Sandbox{}, err
 	}
 	src := templateSource(tpl)

@@ -175,6 +175,11 @@ type Manager struct {
 
 	stop  context.CancelFunc // stops the loops: the reaper, checkpoints and moves
 	loops sync.WaitGroup
+	// base is the context of work the manager owns past a request (the
+	// loops', background template builds'), ended by stop; builds are the
+	// background builds running.
+	base   context.Context
+	builds sync.WaitGroup
 }
 
 // live is a running sandbox.
@@ -234,7 +239,11 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 		m.registerMetrics(deps.Metrics)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	m.stop = cancel
+	m.stop, m.base = cancel, rctx
+	if err := m.deps.Store.FailTemplateBuilds(ctx, m.deps.NodeID); err != nil {
+		cancel()
+		return nil, err
+	}
 	m.loops.Add(4)
 	go m.reap(rctx)
 	go m.checkpoints(rctx)
@@ -264,6 +273,7 @@ func (m *Manager) prepareBases(ctx context.Context) error {
 func (m *Manager) Close() {
 	m.stop()
 	m.loops.Wait()
+	m.builds.Wait()
 	m.closePools()
 	m.images.close()
 	m.mu.Lock()
@@ -391,7 +401,8 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		}
 	}
 	v := api.Sandbox{
-		ID: r.ID, Tenant: r.Tenant, Template: r.Template, Runtime: r.Runtime, Isolation: iso, Accel: acc,
+		ID: r.ID, Tenant: r.Tenant, Template: r.Template, TemplateVersion: r.TemplateVersion,
+		Runtime: r.Runtime, Isolation: iso, Accel: acc,
 		State: r.State, Error: r.Error, DiskKept: keepsDisks(r),
 		CPUs: r.CPUs, MemoryMB: r.MemoryMB, Pids: r.Pids, DiskMB: r.DiskMB,
 		Env: r.Env, Metadata: r.Metadata, Origin: r.Origin, AgentToken: r.AgentToken,

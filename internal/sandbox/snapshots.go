@@ -10,6 +10,7 @@ import (
 	"reflect"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +149,23 @@ func (m *Manager) SnapshotLineage(ctx context.Context, tenant, id, after string,
 
 // DeleteSnapshot deletes one of the tenant's snapshots.
 func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
-	return m.deps.Snapshots.Delete(ctx, tenant, id)
+	if _, err := m.deps.Snapshots.Lookup(ctx, tenant, id); err != nil {
+		return err // another tenant's is not found, whatever uses it
+	}
+	use, err := m.deps.Store.TemplateSnapshotUse(ctx, id)
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(use, "template ") {
+		return api.Errorf(api.CodeConflict, "snapshot %s is the disk of %s: delete the template version first", id, use)
+	}
+	if err := m.deps.Snapshots.Delete(ctx, tenant, id); err != nil {
+		return err
+	}
+	if use != "" {
+		return m.deps.Store.DropTemplateStep(ctx, id)
+	}
+	return nil
 }
 
 // Restore starts req.Count sandboxes from a snapshot, each with a fresh
@@ -156,7 +173,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 // the ones that did start are deleted again.
 func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
 	t0 := time.Now()
-	out, err := m.restore(ctx, tenant, id, req, heldMachine{})
+	out, err := m.restore(ctx, tenant, id, req, heldMachine{}, "")
 	if err == nil {
 		m.observe(metrics.OpRestore, t0)
 	}
@@ -169,8 +186,10 @@ func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.Restor
 type heldMachine struct{ memory, workspace string }
 
 // restore is Restore; held, when its memory is not "", is what the
-// sandboxes start from besides the snapshot (a live fork's children).
-func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, held heldMachine) ([]api.Sandbox, error) {
+// sandboxes start from besides the snapshot (a live fork's children);
+// tplVersion, when not "", the tenant's template version (NAME@VERSION)
+// whose disk the snapshot is.
+func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, held heldMachine, tplVersion string) ([]api.Sandbox, error) {
 	count := req.Count
 	if count == 0 {
 		count = 1
@@ -211,6 +230,7 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 	if err != nil {
 		return nil, err
 	}
+	rec.TemplateVersion = tplVersion
 	ids, err := m.admit(rec, rt, count)
 	if err != nil {
 		return nil, err
@@ -319,7 +339,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, held)
+	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, held, "")
 	if err != nil {
 		return api.ForkResult{}, err
 	}

@@ -69,8 +69,13 @@ func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 // one JSON object into v, refusing unknown fields. An empty body leaves v as
 // it is when emptyOK, and is refused otherwise.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	return s.decodeJSONUpTo(w, r, v, emptyOK, s.opts.MaxBodyBytes)
+}
+
+// decodeJSONUpTo is decodeJSON for a body of at most limit bytes.
+func (s *Server) decodeJSONUpTo(w http.ResponseWriter, r *http.Request, v any, emptyOK bool, limit int64) error {
 	bodyDeadline(r, time.Now().Add(s.opts.Timeouts.JSONBody))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if errors.Is(err, errBodyTimeout) {
 		w.Header().Set("Connection", "close")
 		return api.Errorf(api.CodeBadRequest, "the request body did not arrive within %v", s.opts.Timeouts.JSONBody)

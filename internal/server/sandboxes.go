@@ -2,12 +2,9 @@ package server
 
 import (
 	"errors"
-	"log/slog"
 	"math"
 	"net/http"
 	"regexp"
-	"slices"
-	"strings"
 	"time"
 
 	"warren/api"
@@ -163,59 +160,6 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, sb)
-}
-
-// listTemplates answers GET /v1/templates, by name. A node has few
-// templates: they are paged from the manager's whole list.
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
-	lr, err := parseList(r, "templates", "", api.DefaultListLimit, api.MaxListLimit, nil)
-	if err != nil {
-		return err
-	}
-	list, err := s.node.Templates(r.Context())
-	if err != nil {
-		return err
-	}
-	slices.SortFunc(list, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
-	if lr.after != nil {
-		list = slices.DeleteFunc(list, func(t api.Template) bool { return t.Name <= lr.after.Key })
-	}
-	var out api.TemplateList
-	out.Templates, out.NextPageToken = page(lr, list[:min(len(list), lr.limit+1)], func(t api.Template) pageToken { return pageToken{Key: t.Name} })
-	return writeJSON(w, http.StatusOK, out)
-}
-
-// buildTemplate answers POST /v1/templates/{name}/build with a stream of
-// TemplateBuildEvent: one per line of progress, then the template or the
-// error. The build runs on the request's context: a caller that leaves
-// cancels it.
-func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
-	name := r.PathValue("name")
-	nd := newNDJSON(w)
-	progress := &lineWriter{emit: func(line string) {
-		nd.send(api.TemplateBuildEvent{Progress: line})
-	}}
-	t, err := s.node.BuildTemplate(r.Context(), name, progress)
-	progress.close()
-	if err != nil {
-		var ae *api.Error
-		if !nd.began() && errors.As(err, &ae) && ae.Status() != http.StatusInternalServerError {
-			// Refused before anything was built: a plain error answer.
-			return err
-		}
-		msg := "internal error"
-		if errors.As(err, &ae) && ae.Status() != http.StatusInternalServerError {
-			msg = ae.Message
-		} else {
-			level := slog.LevelError
-			if r.Context().Err() != nil {
-				level = slog.LevelDebug
-			}
-			s.log.Log(r.Context(), level, "build template", "request_id", requestID(r.Context()), "template", name, "err", err)
-		}
-		return nd.send(api.TemplateBuildEvent{Error: msg})
-	}
-	return nd.send(api.TemplateBuildEvent{Template: &t})
 }
 
 // tenantName is what a tenant may be called.

@@ -246,6 +246,9 @@ type Options struct {
 	Pools Pools
 	// Events serves GET /v1/events; nil: it answers 404.
 	Events Events
+	// Templates keeps tenants' own templates (POST /v1/templates and the
+	// routes of one); nil: only the built-in ones are listed.
+	Templates Templates
 	// Metrics counts the API's requests and serves GET /metrics (and, on a
 	// fleet's node, GET /v1/nodes/{NodeID}/metrics); nil: they answer 404.
 	Metrics *metrics.Registry
@@ -391,7 +394,11 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/sandboxes/{id}/fork", tenant, s.forkSandbox},
 		{"GET", "/v1/events", tenant, s.events},
 		{"GET", "/v1/templates", tenant, s.listTemplates},
-		{"POST", "/v1/templates/{name}/build", admin, s.buildTemplate},
+		{"POST", "/v1/templates", tenant, s.createTemplate},
+		{"GET", "/v1/templates/{ref}", tenant, s.getTemplate},
+		{"DELETE", "/v1/templates/{ref}", tenant, s.deleteTemplate},
+		{"GET", "/v1/templates/{ref}/versions", tenant, s.templateVersions},
+		{"POST", "/v1/templates/{ref}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},
 		{"GET", "/v1/keys", admin, s.listKeys},
 		{"GET", "/v1/pools", admin, s.listPools},

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"warren/api"
@@ -231,6 +232,35 @@ func (s *Store) PutTemplateStep(ctx context.Context, tenant, key, snapshot strin
 func (s *Store) DropTemplateStep(ctx context.Context, snapshot string) error {
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM template_steps WHERE snapshot = ?`, snapshot); err != nil {
 		return fmt.Errorf("forget template step: %w", err)
+	}
+	return nil
+}
+
+// TemplateInUse returns a live sandbox of tenant's that started from
+// version ref (NAME@VERSION), "" when none did.
+func (s *Store) TemplateInUse(ctx context.Context, tenant, ref string) (string, error) {
+	var f filter
+	f.add("tenant = ?", tenant)
+	f.add("template_version = ?", ref)
+	f.in("state", Live)
+	var id string
+	err := s.db.QueryRowContext(ctx, `SELECT id FROM sandboxes WHERE `+strings.Join(f.conds, " AND ")+` LIMIT 1`, f.args...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("template %s in use: %w", ref, err)
+	}
+	return id, nil
+}
+
+// FailTemplateBuilds fails the versions node was building: a daemon that
+// starts has none under way.
+func (s *Store) FailTemplateBuilds(ctx context.Context, node string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE templates SET state = ?, error = ? WHERE node = ? AND state = ?`,
+		TemplateFailed, "the node restarted during the build", node, TemplateBuilding)
+	if err != nil {
+		return fmt.Errorf("fail interrupted template builds: %w", err)
 	}
 	return nil
 }

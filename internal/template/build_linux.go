@@ -63,7 +63,7 @@ func (c *Catalog) buildLocked(ctx context.Context, name string, r recipe, progre
 		return Info{}, err
 	}
 	newLineWriter(progress, "customize").Printf("installing the agent, user %q and sandbox config", sandboxUser)
-	if err := customize(rootfs, c.opts.AgentBinary, time.Now()); err != nil {
+	if err := customize(rootfs, c.opts.AgentBinary, time.Now(), false); err != nil {
 		return Info{}, fmt.Errorf("customize: %w", err)
 	}
 	img := filepath.Join(work, name+".img")
@@ -294,4 +294,22 @@ func run(ctx context.Context, out *lineWriter, env []string, name string, args .
 		return fmt.Errorf("%s: %w (last output: %s)", name, err, out.last)
 	}
 	return fmt.Errorf("%s: %w", name, err)
+}
+
+// ImageFromTree makes a sandbox root disk image at img from the root
+// filesystem in rootfs, an imported tree (an OCI image's, unpacked): it
+// installs what every sandbox needs, as a build does, then makes the
+// ext4 image of the catalog's image size. rootfs is changed.
+func (c *Catalog) ImageFromTree(ctx context.Context, rootfs, img string, progress io.Writer) error {
+	if progress == nil {
+		progress = io.Discard
+	}
+	if c.opts.AgentBinary == "" {
+		return errors.New("no agent binary configured")
+	}
+	newLineWriter(progress, "customize").Printf("installing the agent, user %q and sandbox config", sandboxUser)
+	if err := customize(rootfs, c.opts.AgentBinary, time.Now(), true); err != nil {
+		return fmt.Errorf("customize: %w", err)
+	}
+	return makeImage(ctx, rootfs, img, c.opts.ImageSize, progress)
 }

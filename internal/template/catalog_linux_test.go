@@ -233,7 +233,7 @@ func TestCustomize(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := customize(rootfs, agent, time.Unix(86400*20000, 0)); err != nil {
+	if err := customize(rootfs, agent, time.Unix(86400*20000, 0), false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -284,5 +284,48 @@ func TestCustomize(t *testing.T) {
 		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
 			t.Errorf("%s owned by %d:%d, want 1000:1000", name, st.Uid, st.Gid)
 		}
+	}
+}
+
+// TestCustomizeImported: an imported tree without account files gets
+// them, with root's entry and the sandbox user; one whose account holds
+// the sandbox user's ID keeps it, and has no sandbox user.
+func TestCustomizeImported(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: chowns the home directory to uid 1000")
+	}
+	agent := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(agent, []byte("#!/bin/true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bare := t.TempDir()
+	if err := customize(bare, agent, time.Unix(86400*20000, 0), true); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(bare, "etc/passwd")); string(b) != "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/bash\n" {
+		t.Errorf("a bare tree's passwd: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(bare, "usr/local/sbin/warren-agent")); err != nil {
+		t.Errorf("the agent: %v", err)
+	}
+	node := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(node, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passwd := "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n"
+	if err := os.WriteFile(filepath.Join(node, "etc/passwd"), []byte(passwd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := customize(node, agent, time.Unix(86400*20000, 0), true); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(node, "etc/passwd")); string(b) != passwd {
+		t.Errorf("the image's account lost its ID: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(node, "home/user")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("home/user made for a user that is not there (%v)", err)
+	}
+	if err := customize(node, agent, time.Unix(86400*20000, 0), false); err == nil {
+		t.Error("a built tree whose ID is taken: no error")
 	}
 }

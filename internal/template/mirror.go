@@ -133,3 +133,7 @@ func usableURI(uri string) bool {
 	}
 	return false
 }
+
+// AptMirror returns the mirror the host's apt configuration uses for
+// suite (sources under /etc/apt), or the default one.
+func AptMirror(suite string) string { return aptMirror("/etc/apt", suite) }

@@ -27,12 +27,19 @@ const agentPath = "usr/local/sbin/warren-agent"
 // customize turns a debootstrapped tree into a sandbox root filesystem. All
 // access goes through an os.Root: a symlink in the tree (an absolute one
 // such as /etc/resolv.conf can be) must never lead a write to the host.
-func customize(rootfs, agent string, now time.Time) error {
+//
+// An imported tree (an OCI image's) may lack account files, or give the
+// sandbox user's ID to an account of its own: the files are made, and the
+// image's account keeps the ID (its sandboxes have no "user").
+func customize(rootfs, agent string, now time.Time, imported bool) error {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	if err := root.MkdirAll("etc", 0o755); err != nil {
+		return err
+	}
 	if err := installAgent(root, agent); err != nil {
 		return fmt.Errorf("install agent: %w", err)
 	}
@@ -42,11 +49,14 @@ func customize(rootfs, agent string, now time.Time) error {
 	if err := makeDirs(root); err != nil {
 		return fmt.Errorf("make directories: %w", err)
 	}
-	if err := addUser(root, now); err != nil {
+	added, err := addUser(root, now, imported)
+	if err != nil {
 		return fmt.Errorf("add user: %w", err)
 	}
-	if err := makeHome(root); err != nil {
-		return fmt.Errorf("make home: %w", err)
+	if added {
+		if err := makeHome(root); err != nil {
+			return fmt.Errorf("make home: %w", err)
+		}
 	}
 	if err := removeAptCaches(root); err != nil {
 		return fmt.Errorf("remove apt caches: %w", err)
@@ -146,40 +156,61 @@ func makeDirs(root *os.Root) error {
 
 // addUser adds the sandbox user and its group by editing the account files
 // directly (no useradd in the tree to depend on). An existing entry of the
-// same name is replaced; another account holding the ID is an error.
-func addUser(root *os.Root, now time.Time) error {
+// same name is replaced; another account holding the ID is an error, or,
+// in an imported tree, leaves the user out (added is false). An imported
+// tree's missing account files are made, with root's entry.
+func addUser(root *os.Root, now time.Time, imported bool) (added bool, err error) {
 	id := fmt.Sprint(sandboxUID)
 	entries := []struct {
 		file     string
 		line     string
 		idField  int // the field holding the numeric ID, -1 if none
 		optional bool
+		base     string // an imported tree's file when it has none
 	}{
-		{"etc/passwd", fmt.Sprintf("%s:x:%s:%s::/%s:/bin/bash", sandboxUser, id, id, sandboxHome), 2, false},
-		{"etc/group", fmt.Sprintf("%s:x:%s:", sandboxUser, id), 2, false},
+		{"etc/passwd", fmt.Sprintf("%s:x:%s:%s::/%s:/bin/bash", sandboxUser, id, id, sandboxHome), 2, false, "root:x:0:0:root:/root:/bin/sh\n"},
+		{"etc/group", fmt.Sprintf("%s:x:%s:", sandboxUser, id), 2, false, "root:x:0:\n"},
 		// "*": no password can log in; the agent starts the user's processes.
-		{"etc/shadow", fmt.Sprintf("%s:*:%d:0:99999:7:::", sandboxUser, now.Unix()/86400), -1, false},
-		{"etc/gshadow", sandboxUser + ":!::", -1, true},
+		{"etc/shadow", fmt.Sprintf("%s:*:%d:0:99999:7:::", sandboxUser, now.Unix()/86400), -1, imported, ""},
+		{"etc/gshadow", sandboxUser + ":!::", -1, true, ""},
 	}
-	for _, e := range entries {
+	edited := make([]string, len(entries))
+	for i, e := range entries {
 		data, err := root.ReadFile(e.file)
-		if errors.Is(err, fs.ErrNotExist) && e.optional {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && imported && e.base != "":
+			data = []byte(e.base)
+		case errors.Is(err, fs.ErrNotExist) && e.optional:
+			continue
+		case err != nil:
+			return false, err
+		}
+		out, err := withEntry(string(data), e.line, e.idField)
+		if errors.Is(err, errIDTaken) && imported {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", e.file, err)
+		}
+		edited[i] = out
+	}
+	for i, e := range entries {
+		if edited[i] == "" {
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		edited, err := withEntry(string(data), e.line, e.idField)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.file, err)
+		if err := root.MkdirAll(path.Dir(e.file), 0o755); err != nil {
+			return false, err
 		}
 		// An existing file keeps its mode and owner (shadow is 0640 root:shadow).
-		if err := root.WriteFile(e.file, []byte(edited), 0o600); err != nil {
-			return err
+		if err := root.WriteFile(e.file, []byte(edited[i]), 0o600); err != nil {
+			return false, err
 		}
 	}
-	return nil
+	return true, nil
 }
+
+// errIDTaken is withEntry's error for an ID another account holds.
+var errIDTaken = errors.New("id already taken")
 
 // withEntry returns the colon-separated account database db with entry in
 // place of any entry of the same name. If idField >= 0, another entry
@@ -193,7 +224,7 @@ func withEntry(db, entry string, idField int) (string, error) {
 			continue
 		}
 		if idField >= 0 && len(f) > idField && f[idField] == fields[idField] {
-			return "", fmt.Errorf("id %s already belongs to %q", fields[idField], f[0])
+			return "", fmt.Errorf("%w: %s belongs to %q", errIDTaken, fields[idField], f[0])
 		}
 		b.WriteString(line)
 		if !strings.HasSuffix(line, "\n") {

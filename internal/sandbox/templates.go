@@ -1,0 +1,331 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/internal/agent"
+	processpb "warren/internal/agent/pb/process"
+	"warren/internal/ident"
+	"warren/internal/store"
+	"warren/internal/template"
+)
+
+// Tenants' templates (docs/TEMPLATES.md). A version is a snapshot of the
+// tenant's, with its config written into the disk (agent.TemplateFile): a
+// create from it is a restore, so it starts the same on any node, and the
+// snapshots of its sandboxes are stored against it. A version never
+// changes; a rebuild is a new version, and a sandbox keeps the one it
+// started from.
+
+// maxReadyTimeout bounds how long a create waits for a template's start
+// command to be ready.
+const maxReadyTimeout = 10 * time.Minute
+
+// templateRef splits NAME[@VERSION]; version is 0 for the newest.
+func templateRef(ref string) (name string, version int64, err error) {
+	name, v, pinned := strings.Cut(ref, "@")
+	if err := template.ValidName(name); err != nil {
+		return "", 0, api.Errorf(api.CodeBadRequest, "template: %v", err)
+	}
+	if pinned {
+		version, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || version < 1 {
+			return "", 0, api.Errorf(api.CodeBadRequest, "template %q: the version after @ must be a positive integer", ref)
+		}
+	}
+	return name, version, nil
+}
+
+// tenantTemplate returns tenant's version that ref names: its newest
+// ready one, or the pinned one, which must be ready.
+func (m *Manager) tenantTemplate(ctx context.Context, tenant, ref string) (store.TemplateVersion, error) {
+	name, version, err := templateRef(ref)
+	if err != nil {
+		return store.TemplateVersion{}, err
+	}
+	tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.TemplateVersion{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
+	}
+	if err != nil {
+		return store.TemplateVersion{}, err
+	}
+	if tv.State != store.TemplateReady {
+		return store.TemplateVersion{}, api.Errorf(api.CodeConflict, "template %s@%d is %s%s", tv.Name, tv.Version, tv.State, suffix(": ", tv.Error))
+	}
+	return tv, nil
+}
+
+func suffix(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
+}
+
+// builtIn reports whether name is a template of the node's catalog (or a
+// recipe one), whose name no tenant may take.
+func (m *Manager) builtIn(name string) bool {
+	if _, err := m.deps.Templates.Get(name); err == nil {
+		return true
+	}
+	return name == m.cfg.DefaultTemplate || slices.Contains(template.Recipes(), name)
+}
+
+// createFromTemplate is Create for one of the tenant's templates: a
+// restore of its version's snapshot, then, when the template starts a
+// service, a wait until its readiness check succeeds.
+func (m *Manager) createFromTemplate(ctx context.Context, tenant string, req api.CreateSandboxRequest, tv store.TemplateVersion) (api.Sandbox, error) {
+	cfg, err := templateConfig(tv)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	ref := fmt.Sprintf("%s@%d", tv.Name, tv.Version)
+	out, err := m.restore(ctx, tenant, tv.Snapshot, api.RestoreRequest{Count: 1, SandboxSpec: req.SandboxSpec}, heldMachine{}, ref)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb := out[0]
+	if cfg.Ready == "" {
+		return sb, nil
+	}
+	if err := m.waitReady(ctx, tenant, sb.ID, cfg); err != nil {
+		m.Delete(context.WithoutCancel(ctx), tenant, sb.ID)
+		return api.Sandbox{}, api.Errorf(api.CodeUnavailable, "template %s: %v", ref, err)
+	}
+	return sb, nil
+}
+
+func templateConfig(tv store.TemplateVersion) (api.TemplateConfig, error) {
+	var cfg api.TemplateConfig
+	if tv.Config == "" {
+		return cfg, nil
+	}
+	if err := json.Unmarshal([]byte(tv.Config), &cfg); err != nil {
+		return cfg, fmt.Errorf("template %s@%d: config: %w", tv.Name, tv.Version, err)
+	}
+	return cfg, nil
+}
+
+// waitReady runs the template's readiness check in the sandbox until it
+// exits 0, or its timeout passes (then the error has its last output).
+func (m *Manager) waitReady(ctx context.Context, tenant, id string, cfg api.TemplateConfig) error {
+	timeout := time.Duration(cfg.ReadyTimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(timeout, maxReadyTimeout))
+	defer cancel()
+	conn, err := m.Agent(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	var last string
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		var out bytes.Buffer
+		w := &capped{buf: &out, max: 4 << 10}
+		end, _, err := conn.Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{
+			Cmd: "/bin/sh", Args: []string{"-c", cfg.Ready}}}, w, w)
+		switch {
+		case err == nil && end.GetExited() && end.GetExitCode() == 0:
+			return nil
+		case err == nil:
+			last = strings.TrimSpace(out.String())
+		case ctx.Err() == nil:
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("its readiness check %q did not succeed within %v%s", cfg.Ready, timeout, suffix("; last output: ", last))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// capped keeps the first max bytes written to it.
+type capped struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// TenantTemplates lists tenant's templates: the newest version of each
+// name, by name.
+func (m *Manager) TenantTemplates(ctx context.Context, tenant string) ([]api.Template, error) {
+	tvs, err := m.deps.Store.TemplateVersions(ctx, tenant, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Template, 0, len(tvs))
+	for _, tv := range tvs {
+		out = append(out, m.templateView(ctx, tv))
+	}
+	return out, nil
+}
+
+// TenantTemplate returns the version of tenant's template ref names: the
+// newest (whatever its state) or the pinned one.
+func (m *Manager) TenantTemplate(ctx context.Context, tenant, ref string) (api.Template, error) {
+	name, version, err := templateRef(ref)
+	if err != nil {
+		return api.Template{}, err
+	}
+	if version == 0 {
+		all, err := m.deps.Store.TemplateVersions(ctx, tenant, name)
+		if err != nil {
+			return api.Template{}, err
+		}
+		if len(all) == 0 {
+			return api.Template{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
+		}
+		return m.templateView(ctx, all[0]), nil
+	}
+	tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return api.Template{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
+	}
+	if err != nil {
+		return api.Template{}, err
+	}
+	return m.templateView(ctx, tv), nil
+}
+
+// TemplateVersions lists the versions of tenant's template name, newest
+// first.
+func (m *Manager) TemplateVersions(ctx context.Context, tenant, name string) ([]api.Template, error) {
+	if _, _, err := templateRef(name); err != nil || strings.Contains(name, "@") {
+		return nil, api.Errorf(api.CodeBadRequest, "template name %q: want NAME", name)
+	}
+	tvs, err := m.deps.Store.TemplateVersions(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(tvs) == 0 {
+		return nil, api.Errorf(api.CodeNotFound, "template %q not found", name)
+	}
+	out := make([]api.Template, 0, len(tvs))
+	for _, tv := range tvs {
+		out = append(out, m.templateView(ctx, tv))
+	}
+	return out, nil
+}
+
+func (m *Manager) templateView(ctx context.Context, tv store.TemplateVersion) api.Template {
+	t := api.Template{
+		Name: tv.Name, Version: tv.Version, Ref: fmt.Sprintf("%s@%d", tv.Name, tv.Version),
+		State: tv.State, Error: tv.Error, Source: tv.Source, Digest: tv.Digest, Snapshot: tv.Snapshot,
+		BuiltAt: tv.BuiltAt,
+	}
+	created := tv.CreatedAt
+	t.CreatedAt = &created
+	if cfg, err := templateConfig(tv); err == nil && !emptyConfig(cfg) {
+		t.Config = &cfg
+	}
+	if tv.Snapshot != "" {
+		if sn, err := m.deps.Store.GetSnapshot(ctx, tv.Snapshot); err == nil {
+			t.SizeBytes = sn.DiskBytes
+		}
+	}
+	return t
+}
+
+func emptyConfig(c api.TemplateConfig) bool {
+	return len(c.Env) == 0 && c.Workdir == "" && c.User == "" && c.Start == "" && c.Ready == ""
+}
+
+// DeleteTemplate deletes the version of tenant's template ref pins, or
+// every version of the name; a version a live sandbox started from stays
+// (409), as does one still building. Its snapshot goes with it: the
+// sandboxes and snapshots made from it keep the layers they need, and the
+// collector reclaims the rest.
+func (m *Manager) DeleteTemplate(ctx context.Context, tenant, ref string) error {
+	name, version, err := templateRef(ref)
+	if err != nil {
+		return err
+	}
+	var tvs []store.TemplateVersion
+	if version != 0 {
+		tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if err == nil {
+			tvs = append(tvs, tv)
+		}
+	} else if tvs, err = m.deps.Store.TemplateVersions(ctx, tenant, name); err != nil {
+		return err
+	}
+	if len(tvs) == 0 {
+		return api.Errorf(api.CodeNotFound, "template %q not found", ref)
+	}
+	for _, tv := range tvs {
+		r := fmt.Sprintf("%s@%d", tv.Name, tv.Version)
+		if tv.State == store.TemplateBuilding {
+			return api.Errorf(api.CodeConflict, "template %s is still building", r)
+		}
+		id, err := m.deps.Store.TemplateInUse(ctx, tenant, r)
+		if err != nil {
+			return err
+		}
+		if id != "" {
+			return api.Errorf(api.CodeConflict, "template %s is in use by sandbox %s", r, id)
+		}
+	}
+	for _, tv := range tvs {
+		if err := m.deps.Store.DeleteTemplateVersion(ctx, tenant, tv.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if tv.Snapshot == "" || tv.Source == "snapshot "+tv.Snapshot {
+			continue // none, or the tenant's own, promoted: it stays theirs
+		}
+		if use, err := m.deps.Store.TemplateSnapshotUse(ctx, tv.Snapshot); err != nil || use != "" {
+			continue // another version, or a cached step, keeps it
+		}
+		if err := m.deps.Snapshots.Delete(ctx, tenant, tv.Snapshot); err != nil && !isNotFound(err) {
+			m.log.Warn("delete template version's snapshot", "template", tv.Name, "version", tv.Version, "snapshot", tv.Snapshot, "err", err)
+		}
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == api.CodeNotFound
+}
+
+// newVersion records a building version of tenant's template name (a
+// valid name no built-in template has), made by this node from source.
+func (m *Manager) newVersion(ctx context.Context, tenant, name, source string) (store.TemplateVersion, error) {
+	tv := store.TemplateVersion{ID: ident.New("tv-"), Tenant: tenant, Name: name, Source: source, Node: m.deps.NodeID}
+	if err := m.deps.Store.InsertTemplateVersion(ctx, &tv); err != nil {
+		return store.TemplateVersion{}, err
+	}
+	return tv, nil
+}
+
+// agentConfig is the file a version's disk carries for the agent.
+func agentConfig(c api.TemplateConfig) ([]byte, error) {
+	b, err := json.Marshal(agent.TemplateConfig{Env: c.Env, Workdir: c.Workdir, User: c.User, Start: c.Start})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := agent.ParseTemplateConfig(b); err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "config: %v", err)
+	}
+	return b, nil
+}

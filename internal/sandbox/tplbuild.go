@@ -1,0 +1,298 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/internal/agent"
+	processpb "warren/internal/agent/pb/process"
+	"warren/internal/agentconn"
+	"warren/internal/store"
+	"warren/internal/template"
+)
+
+// Template builds (docs/TEMPLATES.md): each makes one version of a
+// tenant's template, from a snapshot, an OCI image or a build spec, and
+// ends it ready or failed. A build runs the steps that change the disk in
+// a sandbox of the tenant's, under the same isolation and bounds as any,
+// and keeps each step's result as a snapshot.
+
+// buildMetadata marks a build's sandboxes.
+const buildMetadata = "warren.template_build"
+
+// maxBuildTimeout bounds a whole build.
+const maxBuildTimeout = 2 * time.Hour
+
+// Progress gets a build's events as they happen.
+type Progress = func(api.TemplateBuildEvent)
+
+// CreateTemplate makes a new version of tenant's template req.Name from
+// the one source req names. It returns the version ready, or its failure;
+// with req.Background it returns the version building at once, and the
+// build goes on under the manager, reporting nothing.
+func (m *Manager) CreateTemplate(ctx context.Context, tenant string, req api.CreateTemplateRequest, progress Progress) (api.Template, error) {
+	if progress == nil || req.Background {
+		progress = func(api.TemplateBuildEvent) {}
+	}
+	if err := template.ValidName(req.Name); err != nil {
+		return api.Template{}, api.Errorf(api.CodeBadRequest, "name: %v", err)
+	}
+	if m.builtIn(req.Name) {
+		return api.Template{}, api.Errorf(api.CodeConflict, "template %q is built in: pick another name", req.Name)
+	}
+	build, source, err := m.planBuild(ctx, tenant, req)
+	if err != nil {
+		return api.Template{}, err
+	}
+	tv, err := m.newVersion(ctx, tenant, req.Name, source)
+	if err != nil {
+		return api.Template{}, err
+	}
+	run := func(ctx context.Context) (api.Template, error) {
+		err := build(ctx, &tv, progress)
+		if ferr := m.deps.Store.FinishTemplateVersion(context.WithoutCancel(ctx), &tv, err); ferr != nil {
+			return api.Template{}, errors.Join(err, ferr)
+		}
+		if err != nil {
+			m.log.Warn("template build failed", "template", tv.Name, "version", tv.Version, "tenant", tenant, "err", err)
+			return m.templateView(ctx, tv), api.Errorf(api.CodeBuildFailed, "template %s@%d: %v", tv.Name, tv.Version, err)
+		}
+		m.log.Info("template built", "template", tv.Name, "version", tv.Version, "tenant", tenant, "source", tv.Source,
+			"snapshot", tv.Snapshot, "took", time.Since(tv.CreatedAt).Round(time.Millisecond))
+		return m.templateView(ctx, tv), nil
+	}
+	if req.Background {
+		m.builds.Add(1)
+		go func() {
+			defer m.builds.Done()
+			run(m.base)
+		}()
+		return m.templateView(ctx, tv), nil
+	}
+	return run(ctx)
+}
+
+// buildFunc makes the version: it sets tv's Snapshot, Digest and Config.
+type buildFunc func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error
+
+// planBuild checks req and returns the build it asks for and its source.
+func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, error) {
+	n := 0
+	for _, set := range []bool{req.FromSnapshot != "", req.FromImage != nil, req.Spec != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, "", api.Errorf(api.CodeBadRequest, "a template is made from exactly one of from_snapshot, from_image and spec")
+	}
+	if len(req.Context) > api.MaxTemplateContext {
+		return nil, "", api.Errorf(api.CodeTooLarge, "the build context is %d bytes, more than %d", len(req.Context), api.MaxTemplateContext)
+	}
+	if req.Spec == "" && (len(req.Context) > 0 || req.SpecFormat != "") {
+		return nil, "", api.Errorf(api.CodeBadRequest, "context and spec_format are for a spec build")
+	}
+	if req.Spec != "" && req.Config != nil {
+		return nil, "", api.Errorf(api.CodeBadRequest, "a spec sets the template's config itself: config is for a snapshot or an image")
+	}
+	cfg := api.TemplateConfig{}
+	if req.Config != nil {
+		cfg = *req.Config
+		if _, err := agentConfig(cfg); err != nil {
+			return nil, "", err
+		}
+		if cfg.ReadyTimeoutSeconds < 0 || time.Duration(cfg.ReadyTimeoutSeconds)*time.Second > maxReadyTimeout {
+			return nil, "", api.Errorf(api.CodeBadRequest, "config.ready_timeout_seconds must be between 0 and %d", int64(maxReadyTimeout/time.Second))
+		}
+	}
+	switch {
+	case req.FromSnapshot != "":
+		sn, err := m.deps.Snapshots.Lookup(ctx, tenant, req.FromSnapshot)
+		if err != nil {
+			return nil, "", err
+		}
+		if sn.State == api.SnapshotFailed {
+			return nil, "", api.Errorf(api.CodeConflict, "snapshot %s failed: %s", sn.ID, sn.Error)
+		}
+		if sn.Scope != api.ScopeRoot {
+			return nil, "", api.Errorf(api.CodeBadRequest, "snapshot %s is of a workspace disk: a template is a root disk", sn.ID)
+		}
+		return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
+			return m.fromSnapshot(ctx, tv, sn.ID, cfg, progress)
+		}, "snapshot " + sn.ID, nil
+	case req.FromImage != nil:
+		return m.planImage(req.FromImage, cfg)
+	default:
+		return m.planSpec(ctx, tenant, req)
+	}
+}
+
+// fromSnapshot makes the version's disk the durable snapshot id, or, when
+// cfg is set, a snapshot of it with cfg written in.
+func (m *Manager) fromSnapshot(ctx context.Context, tv *store.TemplateVersion, id string, cfg api.TemplateConfig, progress Progress) error {
+	step := "snapshot"
+	progress(api.TemplateBuildEvent{Step: step, Progress: "waiting for snapshot " + id + " to be durable"})
+	sn, err := m.deps.Snapshots.Wait(ctx, id)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	if sn.State != api.SnapshotDurable {
+		return fmt.Errorf("snapshot %s is %s: %s", id, sn.State, sn.Error)
+	}
+	tv.Snapshot, tv.Digest = id, "snapshot:"+id
+	if emptyConfig(cfg) {
+		return setConfig(tv, cfg)
+	}
+	sb, err := m.buildSandbox(ctx, tv, buildFrom{snapshot: id}, api.SandboxSpec{Network: &api.NetworkPolicy{None: true}}, 0)
+	if err != nil {
+		return err
+	}
+	defer m.Delete(context.WithoutCancel(ctx), tv.Tenant, sb)
+	snap, err := m.finishDisk(ctx, tv, sb, cfg, progress)
+	if err != nil {
+		return err
+	}
+	tv.Snapshot = snap
+	return setConfig(tv, cfg)
+}
+
+func setConfig(tv *store.TemplateVersion, cfg api.TemplateConfig) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	tv.Config = string(b)
+	return nil
+}
+
+// buildSandbox starts a sandbox of the version's tenant for a build, from
+// a built-in template (with a disk of diskMB, 0 for the template's) or a
+// snapshot (whose disk keeps its size), and returns its ID.
+func (m *Manager) buildSandbox(ctx context.Context, tv *store.TemplateVersion, from buildFrom, spec api.SandboxSpec, diskMB int64) (string, error) {
+	spec.Metadata = map[string]string{buildMetadata: fmt.Sprintf("%s@%d", tv.Name, tv.Version)}
+	if spec.TimeoutSeconds == 0 {
+		spec.TimeoutSeconds = int64(maxBuildTimeout / time.Second)
+	}
+	if from.builtIn != "" {
+		sb, err := m.Create(ctx, tv.Tenant, api.CreateSandboxRequest{Template: from.builtIn, DiskMB: diskMB, SandboxSpec: spec})
+		if err != nil {
+			return "", fmt.Errorf("start the build's sandbox: %w", err)
+		}
+		return sb.ID, nil
+	}
+	out, err := m.restore(ctx, tv.Tenant, from.snapshot, api.RestoreRequest{Count: 1, SandboxSpec: spec}, heldMachine{}, "")
+	if err != nil {
+		return "", fmt.Errorf("start the build's sandbox: %w", err)
+	}
+	return out[0].ID, nil
+}
+
+// finishDisk writes cfg into sandbox id's disk for the agent, and returns
+// a durable snapshot of the disk.
+func (m *Manager) finishDisk(ctx context.Context, tv *store.TemplateVersion, id string, cfg api.TemplateConfig, progress Progress) (string, error) {
+	b, err := agentConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	progress(api.TemplateBuildEvent{Step: "config", Progress: "writing " + agent.TemplateFile})
+	conn, err := m.Agent(ctx, tv.Tenant, id)
+	if err != nil {
+		return "", err
+	}
+	if err := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", "/etc/warren"}}, nil); err != nil {
+		return "", fmt.Errorf("config: %w", err)
+	}
+	if _, err := conn.WriteFile(ctx, agent.TemplateFile, 0o644, "root", bytes.NewReader(b)); err != nil {
+		return "", fmt.Errorf("config: write %s: %w", agent.TemplateFile, err)
+	}
+	return m.durableSnapshot(ctx, tv.Tenant, id, "config", progress)
+}
+
+// durableSnapshot snapshots sandbox id and waits until the snapshot is
+// durable.
+func (m *Manager) durableSnapshot(ctx context.Context, tenant, id, step string, progress Progress) (string, error) {
+	sn, err := m.Snapshot(ctx, tenant, id, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		return "", fmt.Errorf("snapshot: %w", err)
+	}
+	if sn.State != api.SnapshotDurable {
+		return "", fmt.Errorf("snapshot %s is %s: %s", sn.ID, sn.State, sn.Error)
+	}
+	progress(api.TemplateBuildEvent{Step: step, Progress: fmt.Sprintf("snapshot %s: %d bytes changed, %d stored", sn.ID, sn.ChangedBytes, sn.StoredBytes)})
+	return sn.ID, nil
+}
+
+// runIn runs proc in a sandbox through its agent, giving out each line of
+// its output (nil: none). An exit other than 0 is an error ending with the
+// last lines it wrote.
+func runIn(ctx context.Context, conn *agentconn.Conn, proc *processpb.ProcessConfig, out func(line string)) error {
+	w := &lines{emit: out}
+	end, _, err := conn.Run(ctx, &processpb.StartRequest{Process: proc}, w, w)
+	w.flush()
+	if err != nil {
+		return err
+	}
+	if end.GetExited() && end.GetExitCode() == 0 {
+		return nil
+	}
+	status := end.GetStatus()
+	if end.GetExited() {
+		status = fmt.Sprintf("exit code %d", end.GetExitCode())
+	}
+	return fmt.Errorf("%s%s", status, suffix(", after:\n", w.tail()))
+}
+
+// lines splits output into lines for emit, and keeps the last tailLines
+// of them (each cut to maxLine bytes).
+type lines struct {
+	emit    func(string)
+	partial []byte
+	last    []string
+}
+
+const (
+	tailLines = 20
+	maxLine   = 512
+)
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.line(l.partial[:i])
+		l.partial = l.partial[i+1:]
+	}
+	if len(l.partial) > 64<<10 { // a line that never ends
+		l.line(l.partial)
+		l.partial = l.partial[:0]
+	}
+	return len(p), nil
+}
+
+func (l *lines) line(b []byte) {
+	s := string(bytes.ToValidUTF8(b[:min(len(b), maxLine)], []byte("?")))
+	if l.emit != nil {
+		l.emit(s)
+	}
+	if l.last = append(l.last, s); len(l.last) > tailLines {
+		l.last = l.last[1:]
+	}
+}
+
+func (l *lines) flush() {
+	if len(l.partial) > 0 {
+		l.line(l.partial)
+		l.partial = nil
+	}
+}
+
+func (l *lines) tail() string { return strings.Join(l.last, "\n") }

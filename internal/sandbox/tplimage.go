@@ -1,0 +1,159 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/internal/agent"
+	"warren/internal/oci"
+	"warren/internal/snapshot"
+	"warren/internal/store"
+)
+
+// An OCI image becomes a template version without a sandbox: its layers
+// are unpacked into a tree on the node, the tree gets what every sandbox
+// needs and the version's config, and its disk image is recorded as a
+// template base layer (plainly named chunks, shared by every tenant that
+// imports the same image) with an empty snapshot of the tenant's over it.
+
+// Bounds of an import: what the image may unpack to, and how long it may
+// take.
+const (
+	maxImageBytes  = 16 << 30
+	maxImageFiles  = 2_000_000
+	maxImageImport = 30 * time.Minute
+)
+
+// planImage checks src and returns the import it asks for.
+func (m *Manager) planImage(src *api.ImageSource, cfg api.TemplateConfig) (buildFunc, string, error) {
+	ref := strings.TrimSpace(src.Ref)
+	if ref == "" || len(ref) > 1024 || strings.ContainsAny(ref, "\x00\n ") {
+		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref: want an image reference such as registry.example/team/app:1.2")
+	}
+	if _, err := os.Stat(ref); err == nil || strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") {
+		// A path would read the node's files: only references are taken.
+		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref %q: want a registry reference, not a path", ref)
+	}
+	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password}
+	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
+		return m.importImage(ctx, tv, ref, opts, cfg, progress)
+	}, "image " + ref, nil
+}
+
+// importImage is the build of an image's version.
+func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, ref string, opts oci.Options, cfg api.TemplateConfig, progress Progress) error {
+	ctx, cancel := context.WithTimeout(ctx, maxImageImport)
+	defer cancel()
+	say := func(step, format string, args ...any) {
+		progress(api.TemplateBuildEvent{Step: step, Progress: fmt.Sprintf(format, args...)})
+	}
+	t0 := time.Now()
+	say("pull", "resolving %s", ref)
+	im, err := oci.Open(ctx, ref, opts)
+	if err != nil {
+		return fmt.Errorf("pull: %w", err)
+	}
+	size, err := im.Size()
+	if err != nil {
+		return fmt.Errorf("pull: %w", err)
+	}
+	imgCfg, err := im.Config()
+	if err != nil {
+		return fmt.Errorf("pull: %w", err)
+	}
+	say("pull", "%s: %s, %d MiB of layers", ref, im.Digest(), size>>20)
+	work, err := os.MkdirTemp(m.deps.Pool.Dir(), ".import-"+tv.ID+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	rootfs := filepath.Join(work, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return err
+	}
+	st, err := oci.Unpack(ctx, im, rootfs, oci.Limits{MaxBytes: maxImageBytes, MaxFiles: maxImageFiles})
+	if err != nil {
+		return fmt.Errorf("unpack: %w", err)
+	}
+	say("unpack", "%d files, %d MiB, %d whiteouts, %d skipped, in %v", st.Files, st.Bytes>>20, st.Whiteouts, st.Skipped, time.Since(t0).Round(time.Millisecond))
+	merged := imageConfig(imgCfg, cfg)
+	b, err := agentConfig(merged)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc/warren"), 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	err = root.WriteFile(strings.TrimPrefix(agent.TemplateFile, "/"), b, 0o644)
+	root.Close()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	img := filepath.Join(work, "disk.img")
+	if err := m.deps.Templates.ImageFromTree(ctx, rootfs, img, progressWriter("image", progress)); err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	digest := im.Digest()
+	base := "oci-" + strings.TrimPrefix(digest, "sha256:")[:16]
+	built := time.Now()
+	sn, err := m.deps.Snapshots.Take(ctx, snapshot.Source{
+		Tenant: tv.Tenant, SandboxID: tv.ID, Scope: api.ScopeRoot, Image: img,
+		Template: base, TemplateImage: img, TemplateBuilt: built,
+	}, func(context.Context) (func() error, error) { return func() error { return nil }, nil })
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	say("upload", "snapshot %s over base layer of %s", sn.ID, base)
+	done, err := m.deps.Snapshots.Wait(ctx, sn.ID)
+	if err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	if done.State != api.SnapshotDurable {
+		return fmt.Errorf("upload: snapshot %s is %s: %s", sn.ID, done.State, done.Error)
+	}
+	say("done", "%s imported in %v", ref, time.Since(t0).Round(time.Millisecond))
+	tv.Snapshot, tv.Digest = sn.ID, digest
+	return setConfig(tv, merged)
+}
+
+// imageConfig is an image's config as a template's, with over's fields
+// taking the place of the image's where set (its env on top).
+func imageConfig(c oci.Config, over api.TemplateConfig) api.TemplateConfig {
+	out := api.TemplateConfig{Workdir: c.WorkingDir, User: c.User, Start: c.Start,
+		Ready: over.Ready, ReadyTimeoutSeconds: over.ReadyTimeoutSeconds}
+	if len(c.Env) > 0 || len(over.Env) > 0 {
+		out.Env = map[string]string{}
+	}
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			out.Env[k] = v
+		}
+	}
+	maps.Copy(out.Env, over.Env)
+	if over.Workdir != "" {
+		out.Workdir = over.Workdir
+	}
+	if over.User != "" {
+		out.User = over.User
+	}
+	if over.Start != "" {
+		out.Start = over.Start
+	}
+	return out
+}
+
+// progressWriter turns lines written to it into step's progress events.
+func progressWriter(step string, progress Progress) io.Writer {
+	return &lines{emit: func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }}
+}

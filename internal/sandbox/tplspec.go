@@ -1,0 +1,448 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"warren/api"
+	processpb "warren/internal/agent/pb/process"
+	"warren/internal/agentconn"
+	"warren/internal/buildspec"
+	"warren/internal/store"
+)
+
+// A spec build runs the spec's steps in one sandbox of the tenant's, in
+// order, and snapshots after each step that changes the disk, keeping the
+// snapshot as the step's cache entry under its key (buildspec.Keys: the
+// step, what it runs with, what it copies, and every step before). A build
+// starts from the last step of the cached prefix: changing only the last
+// step runs only it.
+
+// defaultBuildTimeout bounds a spec build that sets no timeout.
+const defaultBuildTimeout = 30 * time.Minute
+
+// maxContextEntries bounds the files of a build context.
+const maxContextEntries = 100_000
+
+// planSpec parses req's spec and resolves what it builds from.
+func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, error) {
+	var spec *buildspec.Spec
+	var err error
+	switch req.SpecFormat {
+	case "", "yaml":
+		spec, err = buildspec.Parse([]byte(req.Spec))
+	case "dockerfile":
+		spec, err = buildspec.ParseDockerfile([]byte(req.Spec))
+	default:
+		return nil, "", api.Errorf(api.CodeBadRequest, "spec_format must be yaml or dockerfile, got %q", req.SpecFormat)
+	}
+	if err != nil {
+		return nil, "", api.Errorf(api.CodeBadRequest, "spec: %v", err)
+	}
+	from, err := m.buildBase(ctx, tenant, spec.From)
+	if err != nil {
+		return nil, "", err
+	}
+	timeout := defaultBuildTimeout
+	if spec.Limits.Timeout > 0 {
+		timeout = min(spec.Limits.Timeout, maxBuildTimeout)
+	}
+	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
+		ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the build took longer than its %v", timeout))
+		defer cancel()
+		err := m.buildSpec(ctx, tv, spec, from, req.Context, progress)
+		if cause := context.Cause(ctx); err != nil && ctx.Err() != nil && cause != nil {
+			err = fmt.Errorf("%w (%v)", err, cause)
+		}
+		return err
+	}, "spec", nil
+}
+
+// buildFrom is where a build starts: a built-in template, or a snapshot
+// (a tenant's version's), and the digest that names it.
+type buildFrom struct {
+	builtIn, snapshot, digest string
+}
+
+func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom, error) {
+	if !strings.Contains(ref, "@") {
+		if tpl, err := m.deps.Templates.Get(ref); err == nil {
+			return buildFrom{builtIn: ref, digest: fmt.Sprintf("template %s built %d", ref, tpl.BuiltAt.UnixNano())}, nil
+		}
+	}
+	tv, err := m.tenantTemplate(ctx, tenant, ref)
+	if err != nil {
+		return buildFrom{}, err
+	}
+	return buildFrom{snapshot: tv.Snapshot, digest: tv.Digest}, nil
+}
+
+func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec *buildspec.Spec, from buildFrom, tarball []byte, progress Progress) error {
+	var bctx buildspec.Context
+	if len(tarball) > 0 {
+		dir, err := os.MkdirTemp(m.deps.Pool.Dir(), ".context-"+tv.ID+"-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := extractContext(tarball, dir); err != nil {
+			return fmt.Errorf("context: %w", err)
+		}
+		bctx = buildspec.DirContext(dir)
+	}
+	keys, err := spec.Keys(from.digest, bctx)
+	if err != nil {
+		return err
+	}
+	each, final := spec.States()
+	n := len(spec.Steps)
+	name := func(i int) string { return fmt.Sprintf("%d/%d %s", i+1, n, spec.Steps[i].Kind) }
+	// The cached prefix.
+	start := 0
+	for i, st := range spec.Steps {
+		if !st.Layered() {
+			continue
+		}
+		id, err := m.deps.Store.TemplateStep(ctx, tv.Tenant, keys[i])
+		if err != nil {
+			break
+		}
+		if _, err := m.deps.Snapshots.Lookup(ctx, tv.Tenant, id); err != nil {
+			break // deleted since
+		}
+		from.snapshot, from.builtIn, start = id, "", i+1
+	}
+	for i := range start {
+		progress(api.TemplateBuildEvent{Step: name(i), Progress: "cached"})
+	}
+	var sb string
+	defer func() {
+		if sb != "" {
+			m.Delete(context.WithoutCancel(ctx), tv.Tenant, sb)
+		}
+	}()
+	var conn *agentconn.Conn
+	boot := func(network *api.NetworkPolicy) error {
+		if sb != "" {
+			return nil
+		}
+		id, err := m.buildSandbox(ctx, tv, from, api.SandboxSpec{Network: network}, spec.Limits.DiskMB)
+		if err != nil {
+			return err
+		}
+		sb = id
+		conn, err = m.Agent(ctx, tv.Tenant, sb)
+		return err
+	}
+	for i := start; i < n; i++ {
+		st := spec.Steps[i]
+		step := name(i)
+		if !st.Layered() {
+			progress(api.TemplateBuildEvent{Step: step, Progress: "set"})
+			continue
+		}
+		t0 := time.Now()
+		progress(api.TemplateBuildEvent{Step: step, Progress: fmt.Sprintf("line %d", st.Line)})
+		out := func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }
+		err := boot(spec.Network)
+		if err == nil {
+			err = m.runStep(ctx, conn, st, each[i], bctx, out)
+		}
+		if err != nil {
+			return fmt.Errorf("step %s (line %d) failed: %w", step, st.Line, err)
+		}
+		id, err := m.durableSnapshot(ctx, tv.Tenant, sb, step, progress)
+		if err != nil {
+			return fmt.Errorf("step %s: %w", step, err)
+		}
+		if err := m.deps.Store.PutTemplateStep(ctx, tv.Tenant, keys[i], id); err != nil {
+			return err
+		}
+		progress(api.TemplateBuildEvent{Step: step, Progress: fmt.Sprintf("done in %v", time.Since(t0).Round(time.Millisecond))})
+	}
+	cfg := api.TemplateConfig{Env: final.Env, Workdir: final.Workdir, User: final.User}
+	if spec.Start != nil {
+		cfg.Start, cfg.Ready = spec.Start.Command, spec.Start.Ready
+		cfg.ReadyTimeoutSeconds = int64(spec.Start.ReadyTimeout / time.Second)
+	}
+	if len(cfg.Env) == 0 {
+		cfg.Env = nil
+	}
+	if err := boot(&api.NetworkPolicy{None: true}); err != nil {
+		return err
+	}
+	id, err := m.finishDisk(ctx, tv, sb, cfg, progress)
+	if err != nil {
+		return err
+	}
+	last := from.digest
+	if n > 0 {
+		last = keys[n-1]
+	}
+	if err := setConfig(tv, cfg); err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(last + "\n" + tv.Config))
+	tv.Snapshot, tv.Digest = id, "sha256:"+hex.EncodeToString(sum[:])
+	return nil
+}
+
+// runStep runs one step that changes the disk, in the state st runs in.
+func (m *Manager) runStep(ctx context.Context, conn *agentconn.Conn, st buildspec.Step, state buildspec.State, bctx buildspec.Context, out func(string)) error {
+	switch st.Kind {
+	case buildspec.KindApt:
+		return m.aptInstall(ctx, conn, st.Packages, out)
+	case buildspec.KindCopy:
+		d, ok := bctx.(*buildspec.Dir)
+		if !ok {
+			return errors.New("no build context was sent")
+		}
+		return copyIn(ctx, conn, d, st)
+	}
+	argv := st.Command()
+	if st.Kind == buildspec.KindPip {
+		argv = trustPlainIndexes(argv, st.IndexURL, st.ExtraIndexURL)
+	}
+	return runIn(ctx, conn, &processpb.ProcessConfig{
+		Cmd: argv[0], Args: argv[1:], Envs: state.Env, Cwd: optional(state.Workdir), User: state.User,
+	}, out)
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// trustPlainIndexes lets pip use the plain-HTTP indexes a spec names (an
+// index inside the cluster): pip ignores them otherwise.
+func trustPlainIndexes(argv []string, urls ...string) []string {
+	var hosts []string
+	for _, u := range urls {
+		if rest, ok := strings.CutPrefix(u, "http://"); ok {
+			host, _, _ := strings.Cut(rest, "/")
+			hosts = append(hosts, "--trusted-host", host)
+		}
+	}
+	if len(hosts) == 0 {
+		return argv
+	}
+	i := len(argv)
+	for j, a := range argv {
+		if a == "--" {
+			i = j
+			break
+		}
+	}
+	return append(append(append([]string(nil), argv[:i]...), hosts...), argv[i:]...)
+}
+
+// copyIn copies a copy step's source from the context into the sandbox:
+// as a tar, unpacked there by the sandbox's own tar, so that the sandbox's
+// files are only ever written from inside it. A directory's content goes
+// into Dest; a file goes to Dest, or into it when Dest ends with "/".
+func copyIn(ctx context.Context, conn *agentconn.Conn, d *buildspec.Dir, st buildspec.Step) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	into, target := st.Dest, st.Dest
+	err := d.Walk(st.Src, func(e buildspec.Entry, r io.Reader) error {
+		name := e.Path
+		if name == "." {
+			if e.Mode.IsDir() {
+				return nil
+			}
+			// A file: named for where it goes.
+			name = path.Base(st.Src)
+			if !strings.HasSuffix(st.Dest, "/") {
+				into, name = path.Dir(st.Dest), path.Base(st.Dest)
+			}
+			target = path.Join(into, name)
+		}
+		h := &tar.Header{Name: name, Mode: int64(e.Mode.Perm() | e.Mode&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)), ModTime: time.Unix(0, 0)}
+		switch {
+		case e.Mode.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, name+"/"
+		case e.Mode&os.ModeSymlink != 0:
+			h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, e.Size
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if r != nil {
+			_, err := io.Copy(tw, r)
+			return err
+		}
+		return nil
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", st.Src, err)
+	}
+	tmp := fmt.Sprintf("/tmp/.warren-copy-%d.tar", time.Now().UnixNano())
+	if _, err := conn.WriteFile(ctx, tmp, 0o600, "root", &buf); err != nil {
+		return fmt.Errorf("copy %s: %w", st.Src, err)
+	}
+	env := map[string]string{"INTO": into, "TAR": tmp, "TARGET": target, "OWNER": st.Owner, "MODE": ""}
+	if st.Mode != nil {
+		env["MODE"] = fmt.Sprintf("%o", *st.Mode)
+	}
+	const script = `set -e
+mkdir -p "$INTO"
+tar -xf "$TAR" -C "$INTO" --no-same-owner
+rm -f "$TAR"
+if [ -n "$OWNER" ]; then chown -R "$OWNER" "$TARGET"; fi
+if [ -n "$MODE" ]; then chmod -R "$MODE" "$TARGET"; fi`
+	return runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env}, nil)
+}
+
+// extractContext unpacks a build context tar into dir: directories,
+// regular files and symlinks (kept as they are, never followed), nothing
+// outside dir.
+func extractContext(b []byte, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(bytes.NewReader(b))
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n >= maxContextEntries {
+			return fmt.Errorf("more than %d entries", maxContextEntries)
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if name == "." {
+			continue
+		}
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("%q is outside the context", h.Name)
+		}
+		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil && path.Dir(name) != "." {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		mode := os.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			err = root.Chmod(name, mode|0o700)
+		case tar.TypeReg:
+			var f *os.File
+			if f, err = root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode|0o600); err == nil {
+				_, err = io.Copy(f, tr)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+		case tar.TypeSymlink:
+			err = root.Symlink(h.Linkname, name)
+		default:
+			err = fmt.Errorf("a context holds only files, directories and symlinks")
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+}
+
+// aptInstall installs Debian packages in the sandbox from package files
+// the node fetched: the node resolves them against the sandbox's own
+// package database, with apt and the host's mirror and keys, and the
+// sandbox installs them with its own apt, with no network of its own.
+func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, pkgs []string, out func(string)) error {
+	suite, err := readSandboxFile(ctx, conn, "/etc/os-release", 64<<10)
+	if err != nil {
+		return err
+	}
+	codename := osReleaseField(suite, "VERSION_CODENAME")
+	if codename == "" {
+		return errors.New("apt: /etc/os-release names no VERSION_CODENAME: not a Debian release apt steps know")
+	}
+	status, err := readSandboxFile(ctx, conn, "/var/lib/dpkg/status", 64<<20)
+	if err != nil {
+		return fmt.Errorf("apt: %w", err)
+	}
+	work, err := os.MkdirTemp(m.deps.Pool.Dir(), ".apt-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	debs, err := fetchDebs(ctx, filepath.Join(m.deps.Pool.Dir(), "templates", ".apt"), work, codename, status, pkgs, out)
+	if err != nil {
+		return fmt.Errorf("apt: %w", err)
+	}
+	const into = "/var/cache/warren-apt"
+	if err := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", into}}, nil); err != nil {
+		return err
+	}
+	args := []string{"install", "-y", "--no-install-recommends"}
+	for _, p := range debs {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		_, err = conn.WriteFile(ctx, into+"/"+filepath.Base(p), 0o644, "root", f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("apt: upload %s: %w", filepath.Base(p), err)
+		}
+		args = append(args, into+"/"+filepath.Base(p))
+	}
+	out(fmt.Sprintf("installing %d package files", len(debs)))
+	if len(debs) > 0 {
+		err = runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "apt-get", Args: args,
+			Envs: map[string]string{"DEBIAN_FRONTEND": "noninteractive"}}, out)
+	}
+	rerr := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "rm", Args: []string{"-rf", into}}, nil)
+	return errors.Join(err, rerr)
+}
+
+// readSandboxFile reads a file of the sandbox, at most max bytes.
+func readSandboxFile(ctx context.Context, conn *agentconn.Conn, name string, max int64) ([]byte, error) {
+	rc, _, err := conn.ReadFile(ctx, name, "root")
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("larger than %d bytes", max)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// osReleaseField is a field of an os-release file, unquoted.
+func osReleaseField(b []byte, key string) string {
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
+			return strings.Trim(v, `"'`)
+		}
+	}
+	return ""
+}
