@@ -8,11 +8,14 @@
 // its directory whatever the layers hold (`..`, absolute paths, symlinks
 // and hardlinks pointing out, whiteouts of `..`): every path is resolved
 // with the directory as its root (openat2 RESOLVE_IN_ROOT), and the last
-// component of a path is never followed. Everything a tenant controls is
-// bounded: bytes and entries (Limits), the layers of an image (MaxLayers),
-// the size of manifests and configs, the entries of an archive. Errors are
-// safe to show the tenant: they name the image and the entry, never a path
-// of the host nor what the network looked like (see Error).
+// component of a path is never followed. What it writes there (setuid
+// files, device nodes) is the image's, so the directory must be closed to
+// the host's other users, which Unpack checks. Everything a tenant
+// controls is bounded: bytes and entries (Limits), the layers of an image
+// (MaxLayers), the size of manifests and configs, the entries of an
+// archive. Errors about the image are safe to show the tenant: they name
+// the image, the layer and the entry, not what the network looked like
+// (see Error); only errors about the caller's directory name a host path.
 //
 // It is not a container runtime nor an image store: it does not cache
 // blobs, run anything, build or push images, read ~/.docker or credential

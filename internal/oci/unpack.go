@@ -64,7 +64,10 @@ const (
 // `trusted.*` and `security.capability` xattrs.
 //
 // Nothing is ever written outside dir: see the package comment. Nobody
-// else may write in dir while Unpack runs. It stops between entries (and
+// else may write in dir while Unpack runs, nor enter it at all: dir or a
+// directory above it must be the caller's own, closed to group and others
+// (os.MkdirTemp makes such directories), or Unpack refuses it; the image's
+// setuid files and device nodes are made there. It stops between entries (and
 // within a file's content) once ctx is done, returning ctx's error; past a
 // limit it returns an error matching ErrLimit that names the limit. On an
 // error dir holds part of the image: the caller removes it.
@@ -188,7 +191,7 @@ func (u *unpacker) entry(hdr *tar.Header, content io.Reader) error {
 		default:
 			name := strings.TrimPrefix(base, whiteoutPrefix)
 			if name == "" || name == "." || name == ".." {
-				return u.fail(hdr.Name, errors.New("whiteout of no name, . or .."))
+				return u.fail(hdr.Name, errors.New(`whiteout of an empty name, "." or ".."`))
 			}
 			err = u.w.whiteout(path.Join(dir, name))
 		}

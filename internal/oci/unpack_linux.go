@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -54,6 +55,9 @@ type dirMeta struct {
 }
 
 func newWriter(dir string) (*writer, error) {
+	if err := private(dir); err != nil {
+		return nil, err
+	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("unpack: open %s: %w", dir, err)
@@ -72,6 +76,30 @@ func newWriter(dir string) (*writer, error) {
 }
 
 func (w *writer) close() { unix.Close(w.root) }
+
+// private checks that no other user can enter dir: it or a directory above
+// it is the writer's own and closed to group and others. An image's setuid
+// files, file capabilities and device nodes (/dev/sda, mode 0666) are
+// made there as the image has them, and must not serve anyone on the host.
+func private(dir string) error {
+	p, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("unpack: %w", err)
+	}
+	for {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return fmt.Errorf("unpack: %w", err)
+		}
+		if st.Uid == uint32(os.Geteuid()) && st.Mode&0o011 == 0 {
+			return nil
+		}
+		if p == "/" {
+			return fmt.Errorf("unpack: %s can be entered by other users: put it in a directory closed to them (0700)", dir)
+		}
+		p = filepath.Dir(p)
+	}
+}
 
 func (w *writer) startLayer() { w.layer = map[fileID]struct{}{} }
 
@@ -185,6 +213,9 @@ func (w *writer) create(e entry) (bool, error) {
 		if err := w.setMeta(fd, hdr, mode); err != nil {
 			return false, err
 		}
+		if err := f.Close(); err != nil {
+			return false, err
+		}
 
 	case tar.TypeSymlink:
 		if exists {
@@ -205,7 +236,7 @@ func (w *writer) create(e entry) (bool, error) {
 		return w.link(pfd, base, e, exists, st)
 
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		kind := map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeBlock: unix.S_IFBLK, tar.TypeFifo: unix.S_IFIFO}[hdr.Typeflag]
+		kind := nodeKinds[hdr.Typeflag]
 		if kind != unix.S_IFIFO && !w.asRoot {
 			w.skipped[e.rel] = struct{}{}
 			return false, nil
@@ -232,6 +263,8 @@ func (w *writer) create(e entry) (bool, error) {
 	w.mark(pfd, base)
 	return true, setTimes(pfd, base, hdr)
 }
+
+var nodeKinds = map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeBlock: unix.S_IFBLK, tar.TypeFifo: unix.S_IFIFO}
 
 // createDir makes a directory entry, or keeps the directory there: an
 // upper layer's entry changes its metadata, not its contents.
@@ -353,143 +386,6 @@ func setTimes(pfd int, name string, hdr *tar.Header) error {
 		return fmt.Errorf("set times: %w", err)
 	}
 	return nil
-}
-
-// forgetDirs drops the directory entries at and under rel, which is being
-// replaced or hidden: finish must not give their modes to what may later
-// lie at their paths.
-func (w *writer) forgetDirs(rel string) {
-	delete(w.dirs, rel)
-	for d := range w.dirs {
-		if strings.HasPrefix(d, rel+"/") {
-			delete(w.dirs, d)
-		}
-	}
-}
-
-// whiteout hides rel of the lower layers.
-func (w *writer) whiteout(rel string) error {
-	w.forgetDirs(rel)
-	dir, base := path.Split(rel)
-	pfd, err := w.resolve(path.Clean(dir))
-	if err == unix.ENOENT || err == unix.ENOTDIR {
-		return nil // nothing there to hide
-	}
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	return w.prune(pfd, base)
-}
-
-// opaque empties the directory rel of what lower layers put there.
-func (w *writer) opaque(rel string) error {
-	pfd, base := w.root, "."
-	if rel != "." {
-		dir, b := path.Split(rel)
-		fd, err := w.resolve(path.Clean(dir))
-		if err == unix.ENOENT || err == unix.ENOTDIR {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		pfd, base = fd, b
-	}
-	// Not followed: a symlink there is no directory of this layer's.
-	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	names, err := w.readDir(fd)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := w.prune(fd, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// prune removes name under pfd and what it holds, sparing what the current
-// layer made: a directory holding some of that stays, emptied of the rest.
-func (w *writer) prune(pfd int, name string) error {
-	var st unix.Stat_t
-	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	_, kept := w.layer[fileID{st.Dev, st.Ino}]
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		if kept {
-			return nil
-		}
-		return unix.Unlinkat(pfd, name, 0)
-	}
-	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	names, err := w.readDir(fd)
-	for _, n := range names {
-		if err == nil {
-			err = w.prune(fd, n)
-		}
-	}
-	unix.Close(fd)
-	if err != nil || kept {
-		return err
-	}
-	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
-		return err
-	}
-	return nil
-}
-
-// removeAll removes name under pfd, and all it holds, following no
-// symlink.
-func (w *writer) removeAll(pfd int, name string) error {
-	err := unix.Unlinkat(pfd, name, 0)
-	if err == nil || err == unix.ENOENT {
-		return nil
-	}
-	if err != unix.EISDIR {
-		return err
-	}
-	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	names, err := w.readDir(fd)
-	for _, n := range names {
-		if err == nil {
-			err = w.removeAll(fd, n)
-		}
-	}
-	unix.Close(fd)
-	if err != nil {
-		return err
-	}
-	return unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
-}
-
-// readDir lists a directory fd (O_PATH or not) without changing it.
-func (w *writer) readDir(fd int) ([]string, error) {
-	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dfd), ".")
-	defer f.Close()
-	return f.Readdirnames(-1)
 }
 
 // finish gives each directory entry its mode and times, deepest first: a

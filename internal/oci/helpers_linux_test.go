@@ -46,6 +46,14 @@ func hardlink(name, target string) ent {
 
 func tarBytes(t testing.TB, ents ...ent) []byte {
 	t.Helper()
+	b, err := tarOf(ents...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func tarOf(ents ...ent) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range ents {
@@ -70,16 +78,16 @@ func tarBytes(t testing.TB, ents ...ent) []byte {
 			h.ModTime = testTime
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %s: %v", e.name, err)
+			return nil, fmt.Errorf("tar header %s: %w", e.name, err)
 		}
 		if _, err := io.WriteString(tw, e.body); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return buf.Bytes()
+	return buf.Bytes(), nil
 }
 
 // layerOf makes a layer of raw tar bytes, compressed as comp says

@@ -316,3 +316,28 @@ func TestUnpackSkipsUnknownTypes(t *testing.T) {
 		t.Errorf("stats %+v, want one skipped, one file", st)
 	}
 }
+
+func TestUnpackRefusesSharedDir(t *testing.T) {
+	tmp := t.TempDir()
+	top := filepath.Dir(tmp) // made by the testing package, like tmp, closed to others
+	if private(filepath.Dir(top)) == nil {
+		t.Skip("TMPDIR is inside a private directory already")
+	}
+	dir := filepath.Join(tmp, "shared")
+	for _, p := range []string{top, tmp} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := localImage(imageOf(t, []ent{file("a", "a")}))
+	if _, err := Unpack(context.Background(), img, dir, Limits{}); err == nil || !strings.Contains(err.Error(), "other users") {
+		t.Errorf("dir others can enter: err = %v", err)
+	}
+	os.Chmod(tmp, 0o700)
+	if _, err := Unpack(context.Background(), img, dir, Limits{}); err != nil {
+		t.Errorf("dir under a private one: %v", err)
+	}
+}

@@ -1,0 +1,146 @@
+package oci
+
+import (
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// forgetDirs drops the directory entries at and under rel, which is being
+// replaced or hidden: finish must not give their modes to what may later
+// lie at their paths.
+func (w *writer) forgetDirs(rel string) {
+	delete(w.dirs, rel)
+	for d := range w.dirs {
+		if strings.HasPrefix(d, rel+"/") {
+			delete(w.dirs, d)
+		}
+	}
+}
+
+// whiteout hides rel of the lower layers.
+func (w *writer) whiteout(rel string) error {
+	w.forgetDirs(rel)
+	dir, base := path.Split(rel)
+	pfd, err := w.resolve(path.Clean(dir))
+	if err == unix.ENOENT || err == unix.ENOTDIR {
+		return nil // nothing there to hide
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return w.prune(pfd, base)
+}
+
+// opaque empties the directory rel of what lower layers put there.
+func (w *writer) opaque(rel string) error {
+	pfd, base := w.root, "."
+	if rel != "." {
+		dir, b := path.Split(rel)
+		fd, err := w.resolve(path.Clean(dir))
+		if err == unix.ENOENT || err == unix.ENOTDIR {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		pfd, base = fd, b
+	}
+	// Not followed: a symlink there is no directory of this layer's.
+	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	names, err := w.readDir(fd)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := w.prune(fd, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prune removes name under pfd and what it holds, sparing what the current
+// layer made: a directory holding some of that stays, emptied of the rest.
+func (w *writer) prune(pfd int, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	_, kept := w.layer[fileID{st.Dev, st.Ino}]
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if kept {
+			return nil
+		}
+		return unix.Unlinkat(pfd, name, 0)
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	names, err := w.readDir(fd)
+	for _, n := range names {
+		if err == nil {
+			err = w.prune(fd, n)
+		}
+	}
+	unix.Close(fd)
+	if err != nil || kept {
+		return err
+	}
+	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
+		return err
+	}
+	return nil
+}
+
+// removeAll removes name under pfd, and all it holds, following no
+// symlink.
+func (w *writer) removeAll(pfd int, name string) error {
+	err := unix.Unlinkat(pfd, name, 0)
+	if err == nil || err == unix.ENOENT {
+		return nil
+	}
+	if err != unix.EISDIR {
+		return err
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	names, err := w.readDir(fd)
+	for _, n := range names {
+		if err == nil {
+			err = w.removeAll(fd, n)
+		}
+	}
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	return unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
+}
+
+// readDir lists a directory fd (O_PATH or not) without changing it.
+func (w *writer) readDir(fd int) ([]string, error) {
+	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dfd), ".")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
