@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -38,10 +37,11 @@ type writer struct {
 	// layer is what the current layer made or kept (a directory entry over
 	// a directory): its own whiteouts and opaque markers spare these.
 	layer map[fileID]struct{}
-	// dirs is each directory entry's final mode and times, set by finish
+	// dirs is each directory entry's final mode and times, by inode, set
+	// by finish
 	// once nothing more is written in them: until then a directory is
 	// writable by its owner, so that a non-root writer can fill it.
-	dirs map[string]dirMeta
+	dirs map[fileID]dirMeta
 	// skipped is the device nodes not made, so that hardlinks to them are
 	// skipped too.
 	skipped map[string]struct{}
@@ -62,7 +62,7 @@ func newWriter(dir string) (*writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unpack: open %s: %w", dir, err)
 	}
-	w := &writer{root: fd, asRoot: os.Geteuid() == 0, dirs: map[string]dirMeta{}, skipped: map[string]struct{}{}}
+	w := &writer{root: fd, asRoot: os.Geteuid() == 0, dirs: map[fileID]dirMeta{}, skipped: map[string]struct{}{}}
 	names, err := w.readDir(fd)
 	if err != nil {
 		w.close()
@@ -168,11 +168,14 @@ func (w *writer) mkdir(pfd int, name string, mode uint32) (int, error) {
 }
 
 // mark records the file at fd (or at name under fd) as the layer's.
-func (w *writer) mark(fd int, name string) {
+func (w *writer) mark(fd int, name string) (fileID, error) {
 	var st unix.Stat_t
-	if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH) == nil {
-		w.layer[fileID{st.Dev, st.Ino}] = struct{}{}
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH); err != nil {
+		return fileID{}, err
 	}
+	id := fileID{st.Dev, st.Ino}
+	w.layer[id] = struct{}{}
+	return id, nil
 }
 
 // create makes e; false when it is a node it may not make.
@@ -187,10 +190,6 @@ func (w *writer) create(e entry) (bool, error) {
 	exists := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 	hdr := e.hdr
 	mode := uint32(hdr.Mode) & 0o7777
-	if hdr.Typeflag != tar.TypeDir {
-		w.forgetDirs(e.rel)
-	}
-
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return true, w.createDir(pfd, base, e, exists && st.Mode&unix.S_IFMT == unix.S_IFDIR)
@@ -273,9 +272,6 @@ func (w *writer) createDir(pfd int, base string, e entry, isDir bool) error {
 	var err error
 	if isDir {
 		fd, err = unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == nil {
-			w.mark(fd, "")
-		}
 	} else {
 		if err := w.removeAll(pfd, base); err != nil {
 			return err
@@ -286,11 +282,15 @@ func (w *writer) createDir(pfd int, base string, e entry, isDir bool) error {
 		return err
 	}
 	defer unix.Close(fd)
+	id, err := w.mark(fd, "")
+	if err != nil {
+		return err
+	}
 	mode := uint32(e.hdr.Mode) & 0o7777
 	if err := w.setMeta(fd, e.hdr, mode|0o700); err != nil {
 		return err
 	}
-	w.dirs[e.rel] = dirMeta{mode: mode, atime: atime(e.hdr), mtime: e.hdr.ModTime}
+	w.dirs[id] = dirMeta{mode: mode, atime: atime(e.hdr), mtime: e.hdr.ModTime}
 	return nil
 }
 
@@ -388,39 +388,43 @@ func setTimes(pfd int, name string, hdr *tar.Header) error {
 	return nil
 }
 
-// finish gives each directory entry its mode and times, deepest first: a
-// mode that forbids the owner to search must not stop the ones below.
+// finish gives each directory entry its mode and times, walking the tree
+// (symlinks not followed) children first: a mode that forbids the owner to
+// search must not stop the ones below, nor a child's change its parent's
+// mtime.
 func (w *writer) finish() error {
-	rels := make([]string, 0, len(w.dirs))
-	for rel := range w.dirs {
-		rels = append(rels, rel)
+	return w.finishDir(w.root)
+}
+
+func (w *writer) finishDir(fd int) error {
+	names, err := w.readDir(fd)
+	if err != nil {
+		return err
 	}
-	slices.SortFunc(rels, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	for _, rel := range rels {
-		m := w.dirs[rel]
-		dir, base := path.Split(rel)
-		err := w.finishDir(path.Clean(dir), base, m)
-		if err != nil && err != unix.ENOENT && err != unix.ENOTDIR && err != unix.ELOOP {
-			return fmt.Errorf("%q: %w", rel, err)
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		cfd, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		err = w.finishDir(cfd)
+		if m, ok := w.dirs[fileID{st.Dev, st.Ino}]; ok && err == nil {
+			err = unix.Fchmod(cfd, m.mode)
+			if err == nil {
+				ts := []unix.Timespec{timespec(m.atime), timespec(m.mtime)}
+				err = unix.UtimesNanoAt(fd, n, ts, unix.AT_SYMLINK_NOFOLLOW)
+			}
+		}
+		unix.Close(cfd)
+		if err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-func (w *writer) finishDir(dir, base string, m dirMeta) error {
-	pfd, err := w.resolve(dir)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.Fchmod(fd, m.mode); err != nil {
-		return err
-	}
-	ts := []unix.Timespec{timespec(m.atime), timespec(m.mtime)}
-	return unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
 }

@@ -72,11 +72,15 @@ func TestUnpackOpaqueRoot(t *testing.T) {
 
 func TestUnpackReplace(t *testing.T) {
 	img := imageOf(t,
-		[]ent{dir("d/"), file("d/x", "x"), dir("d/y/"), file("f", "file"), file("g", "g"), dir("h/"), file("h/z", "z")},
-		[]ent{file("d", "now a file"), dir("f/"), file("f/inner", "in"), symlink("g", "d"), dir("h/"), file("h/w", "w")},
+		[]ent{dir("d/"), file("d/x", "x"), dir("d/y/"), file("f", "file"), file("g", "g"), dir("h/"), file("h/z", "z"),
+			{name: "m/", typ: tar.TypeDir, mode: 0o500}},
+		// m's mode is not given to the directory made again for m/f.
+		[]ent{file("d", "now a file"), dir("f/"), file("f/inner", "in"), symlink("g", "d"), dir("h/"), file("h/w", "w"),
+			file(".wh.m", ""), file("m/f", "f")},
 	)
 	root, _ := unpack(t, img)
 	wantTree(t, root,
+		"m d 0755", "m/f f 0644 f",
 		"d f 0644 now a file",
 		"f d 0755", "f/inner f 0644 in",
 		"g l d",

@@ -3,26 +3,12 @@ package oci
 import (
 	"os"
 	"path"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// forgetDirs drops the directory entries at and under rel, which is being
-// replaced or hidden: finish must not give their modes to what may later
-// lie at their paths.
-func (w *writer) forgetDirs(rel string) {
-	delete(w.dirs, rel)
-	for d := range w.dirs {
-		if strings.HasPrefix(d, rel+"/") {
-			delete(w.dirs, d)
-		}
-	}
-}
-
 // whiteout hides rel of the lower layers.
 func (w *writer) whiteout(rel string) error {
-	w.forgetDirs(rel)
 	dir, base := path.Split(rel)
 	pfd, err := w.resolve(path.Clean(dir))
 	if err == unix.ENOENT || err == unix.ENOTDIR {
@@ -101,7 +87,11 @@ func (w *writer) prune(pfd int, name string) error {
 	if err != nil || kept {
 		return err
 	}
-	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
+	switch err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err {
+	case nil:
+		delete(w.dirs, fileID{st.Dev, st.Ino}) // the inode may be reused
+	case unix.ENOTEMPTY: // it holds the layer's own
+	default:
 		return err
 	}
 	return nil
@@ -121,7 +111,12 @@ func (w *writer) removeAll(pfd int, name string) error {
 	if err != nil {
 		return err
 	}
-	names, err := w.readDir(fd)
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	var names []string
+	if err == nil {
+		names, err = w.readDir(fd)
+	}
 	for _, n := range names {
 		if err == nil {
 			err = w.removeAll(fd, n)
@@ -131,7 +126,11 @@ func (w *writer) removeAll(pfd int, name string) error {
 	if err != nil {
 		return err
 	}
-	return unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
+	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil {
+		return err
+	}
+	delete(w.dirs, fileID{st.Dev, st.Ino}) // the inode may be reused
+	return nil
 }
 
 // readDir lists a directory fd (O_PATH or not) without changing it.
