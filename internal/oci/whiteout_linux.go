@@ -59,6 +59,8 @@ func (w *writer) opaque(rel string) error {
 
 // prune removes name under pfd and what it holds, sparing what the current
 // layer made: a directory holding some of that stays, emptied of the rest.
+// The layer's own are known by inode, so a hardlink the layer makes to a
+// lower file spares that file too.
 func (w *writer) prune(pfd int, name string) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
