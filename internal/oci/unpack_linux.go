@@ -38,9 +38,9 @@ type writer struct {
 	// a directory): its own whiteouts and opaque markers spare these.
 	layer map[fileID]struct{}
 	// dirs is each directory entry's final mode and times, by inode, set
-	// by finish
-	// once nothing more is written in them: until then a directory is
-	// writable by its owner, so that a non-root writer can fill it.
+	// by finish once nothing more is written in them: until then a
+	// directory is writable by its owner, so that a non-root writer can
+	// fill it. A directory removed leaves it, as its inode may be reused.
 	dirs map[fileID]dirMeta
 	// skipped is the device nodes not made, so that hardlinks to them are
 	// skipped too.
