@@ -207,7 +207,8 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl}
+	// Registries on loopback are the suite's own (template_test.go).
+	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl, "--registry-allow", "127.0.0.1"}
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}

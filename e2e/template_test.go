@@ -303,6 +303,12 @@ func TestTemplateFromImage(t *testing.T) {
 	if err != nil || res.Stdout != "hi\n/app\nfrom the image\nhello.txt\n" {
 		t.Errorf("a sandbox of the image: %+v, %v", res, err)
 	}
+	// The same registry by another name is not one the node was told it
+	// may reach at a loopback address.
+	byName := strings.Replace(ref, "127.0.0.1", "localhost", 1)
+	if _, err := c.CreateTemplate(ctx, api.CreateTemplateRequest{Name: "byname", FromImage: &api.ImageSource{Ref: byName, Insecure: true}}, nil); err == nil || !strings.Contains(err.Error(), "not a public address") {
+		t.Errorf("importing from %s: %v, want a refusal of the loopback address", byName, err)
+	}
 	if _, err := c.CreateTemplate(ctx, api.CreateTemplateRequest{Name: "missing",
 		FromImage: &api.ImageSource{Ref: strings.TrimPrefix(reg.URL, "http://") + "/e2e/nothing:1", Insecure: true}}, nil); err == nil {
 		t.Error("importing an image the registry lacks: no error")

@@ -53,6 +53,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
 	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm or container (default: none)")
+	registries := fs.String("registry-allow", "", "comma-separated registries (HOST or HOST:PORT) templates' images may be pulled from\nalthough they are at a loopback or private address (default: public addresses only)")
 	noNet := fs.Bool("no-network", false, "give sandboxes loopback only (no router, no egress, no exposed ports)")
 	pool := fs.String("net-pool", network.DefaultPool.String(), "IPv4 pool of the sandboxes' router links, a /30 each; two servers on one host\nneed two pools. \"auto\": a free /16 of 10.202.0.0-10.250.0.0, recorded in the data dir")
 	mbps := fs.Int("net-mbps", network.DefaultMbps, "bandwidth limit of each sandbox, each way, in megabits per second")
@@ -104,6 +105,9 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 		cfg := sandbox.DefaultConfig()
 		cfg.DefaultTTL = *ttl
 		cfg.RequireIsolation = *require
+		if *registries != "" {
+			cfg.RegistryAllow = strings.Split(*registries, ",")
+		}
 		cfg.Admission = adm
 		return daemon.Options{
 			DataDir:        *dataDir,

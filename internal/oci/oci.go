@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -59,6 +60,10 @@ type Options struct {
 	// Username and Password: optional basic auth for the registry.
 	// Anonymous otherwise; ~/.docker is never read.
 	Username, Password string
+	// Dial, when set, makes every connection to the registry (and to
+	// where it redirects blobs): the caller's guard on which addresses a
+	// tenant's reference may reach.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Sentinels that errors of this package match with errors.Is.

@@ -45,6 +45,11 @@ func openRemote(ctx context.Context, src string, want v1.Platform, opts Options)
 		return nil, userError(ErrImage, err, "image %q: not a path that exists nor an image reference", src)
 	}
 	var tr http.RoundTripper = remote.DefaultTransport
+	if opts.Dial != nil {
+		t := remote.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext, t.Proxy = opts.Dial, nil
+		tr = t
+	}
 	if !opts.Insecure {
 		tr = httpsOnly{base: tr}
 	}

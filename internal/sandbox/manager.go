@@ -56,6 +56,9 @@ type Config struct {
 	RequireIsolation string
 	// Admission bounds what the node promises (admit.go).
 	Admission Admission
+	// RegistryAllow are the registries (HOST or HOST:PORT) a template's
+	// image may come from although they are not at a public address.
+	RegistryAllow []string
 }
 
 // minWorkspaceMB is the smallest workspace disk: room for ext4's own

@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"warren/api"
 	"warren/internal/agent"
@@ -41,7 +46,14 @@ func (m *Manager) planImage(src *api.ImageSource, cfg api.TemplateConfig) (build
 		// A path would read the node's files: only references are taken.
 		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref %q: want a registry reference, not a path", ref)
 	}
-	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password}
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref %q: %v", ref, err)
+	}
+	if err := m.registryAllowed(context.Background(), parsed.Context().RegistryStr()); err != nil {
+		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref %q: %v", ref, err)
+	}
+	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password, Dial: m.registryDial}
 	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
 		return m.importImage(ctx, tv, ref, opts, cfg, progress)
 	}, "image " + ref, nil
@@ -157,3 +169,55 @@ func imageConfig(c oci.Config, over api.TemplateConfig) api.TemplateConfig {
 func progressWriter(step string, progress Progress) io.Writer {
 	return &lines{emit: func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }}
 }
+
+// registryDial connects to a registry a tenant's image reference names
+// (or one it redirects to), at an address registryAddr allows: the one it
+// checked, so that a name that resolves anew cannot slip past.
+func (m *Manager) registryDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	to, err := m.registryAddr(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, to)
+}
+
+// registryAllowed checks a registry's host[:port] as registryDial would.
+func (m *Manager) registryAllowed(ctx context.Context, registry string) error {
+	if _, _, err := net.SplitHostPort(registry); err != nil {
+		registry = net.JoinHostPort(registry, "443")
+	}
+	_, err := m.registryAddr(ctx, registry)
+	return err
+}
+
+// registryAddr resolves addr (host:port) and returns the address to dial,
+// refusing one that is not public (loopback, private, link-local, the
+// cloud's metadata address...) unless the operator allowed the host
+// (Config.RegistryAllow: HOST, or HOST:PORT).
+func (m *Manager) registryAddr(ctx context.Context, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if slices.Contains(m.cfg.RegistryAllow, host) || slices.Contains(m.cfg.RegistryAllow, addr) {
+		return addr, nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return "", err
+	}
+	if len(ips) == 0 {
+		return "", fmt.Errorf("registry %s has no address", host)
+	}
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if !ip.IsGlobalUnicast() || ip.IsPrivate() || sharedAddressSpace.Contains(ip) {
+			return "", fmt.Errorf("registry %s is at %s, not a public address: the node pulls only from public registries and those its operator allows (--registry-allow)", host, ip)
+		}
+	}
+	return net.JoinHostPort(ips[0].Unmap().String(), port), nil
+}
+
+// sharedAddressSpace is RFC 6598's, carriers' and clouds' private range.
+var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")
