@@ -60,7 +60,7 @@ func fetchDebs(ctx context.Context, shared, work, codename string, status []byte
 		return nil, err
 	}
 	args := append(append([]string(nil), opts...), "install", "--download-only", "-y", "-q")
-	if err := apt(ctx, append(args, pkgs...), out); err != nil {
+	if err := apt(ctx, "install", append(args, pkgs...), out); err != nil {
 		return nil, err
 	}
 	debs, err := filepath.Glob(filepath.Join(work, "archives", "*.deb"))
@@ -90,15 +90,15 @@ func updateLists(ctx context.Context, rel, sourceList, sources string, opts []st
 		return err
 	}
 	out("fetching the package lists")
-	if err := apt(ctx, append(append([]string(nil), opts...), "update", "-q"), out); err != nil {
+	if err := apt(ctx, "update", append(append([]string(nil), opts...), "update", "-q"), out); err != nil {
 		return err
 	}
 	return os.WriteFile(stamp, nil, 0o644)
 }
 
-// apt runs the host's apt-get, its output to out; an error carries its
-// last lines.
-func apt(ctx context.Context, args []string, out func(string)) error {
+// apt runs the host's apt-get for verb, its output to out; an error
+// carries its last lines.
+func apt(ctx context.Context, verb string, args []string, out func(string)) error {
 	cmd := exec.CommandContext(ctx, "apt-get", args...)
 	w := &lines{emit: out}
 	cmd.Stdout, cmd.Stderr = w, w
@@ -109,7 +109,7 @@ func apt(ctx context.Context, args []string, out func(string)) error {
 	err := cmd.Run()
 	w.flush()
 	if err != nil {
-		return fmt.Errorf("apt-get %s: %v%s", args[len(args)-1], err, suffix(", after:\n", strings.TrimSpace(w.tail())))
+		return fmt.Errorf("apt-get %s: %v%s", verb, err, suffix(", after:\n", strings.TrimSpace(w.tail())))
 	}
 	return nil
 }

@@ -182,6 +182,29 @@ class EventsTest(unittest.TestCase):
         sb.delete()
 
 
+class TemplateTest(unittest.TestCase):
+    def test_promote_a_snapshot_use_and_delete(self) -> None:
+        c = client()
+        sb = new_sandbox(self)
+        sb.exec(["sh", "-c", "echo by hand > /root/made.txt"]).check()
+        sn = sb.snapshot(wait=True)
+        name = f"py-{int(time.time() * 1000) % 10**9}"
+        lines: List[str] = []
+        t = c.create_template(name, from_snapshot=sn.id, config={"env": {"ROLE": "py"}}, on_progress=lines.append)
+        self.assertEqual((t.ref, t.state, t.config), (f"{name}@1", "ready", {"env": {"ROLE": "py"}}))
+        self.assertTrue(any(line.startswith("[") for line in lines), lines)
+        with Sandbox.create(client=c, template=name, timeout=600) as kid:
+            self.assertEqual(kid.exec(["sh", "-c", "cat /root/made.txt; echo $ROLE"]).stdout, "by hand\npy\n")
+            self.assertEqual(kid.info.template_version, f"{name}@1")
+        self.assertEqual([v.ref for v in c.template_versions(name)], [f"{name}@1"])
+        self.assertIn(name, [x.name for x in c.templates()])
+        with self.assertRaises(warren.BadRequestError):
+            c.create_template(name, spec="from: default\nsteps:\n  - nope: 1\n")
+        c.delete_template(name)
+        with self.assertRaises(warren.NotFoundError):
+            c.template(name)
+
+
 class PreviewTest(unittest.TestCase):
     def test_access_token_public_and_rotation(self) -> None:
         sb = new_sandbox(self)

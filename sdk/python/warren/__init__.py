@@ -45,6 +45,7 @@ from .errors import (
     RequestTimeout,
     SandboxGoneError,
     StreamBrokenError,
+    BuildFailedError,
     UnauthorizedError,
     UnavailableError,
     WarrenError,
@@ -135,4 +136,5 @@ __all__ = [
     "UnavailableError",
     "InternalError",
     "StreamBrokenError",
+    "BuildFailedError",
 ]

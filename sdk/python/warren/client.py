@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
@@ -9,11 +10,11 @@ import ssl
 import threading
 import urllib.parse
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from ._pages import MAX_LIST_LIMIT, fetch_page, iterate
 from ._transport import IDEMPOTENT, NEVER, Transport, path_of
-from .errors import ConfigurationError, StreamBrokenError, WarrenError
+from .errors import BuildFailedError, ConfigurationError, StreamBrokenError, WarrenError
 from .events import Event, follow_events
 from .models import GCResult, NodeInfo, Pool, Template
 
@@ -189,7 +190,8 @@ class Client:
         return NodeInfo.from_json(self._get("/v1/info"))
 
     def templates(self) -> List[Template]:
-        """The templates built on the node, by name. Follows every page."""
+        """The built-in templates and the newest version of each of yours, by
+        name. Follows every page."""
         return list(iterate(lambda token: fetch_page(
             self._transport, "/v1/templates", "templates", Template.from_json, limit=MAX_LIST_LIMIT, page_token=token,
         )))
@@ -202,16 +204,69 @@ class Client:
         return doc
 
     def build_template(self, name: str, on_progress: Optional[Callable[[str], None]] = None) -> Template:
-        """Build (or rebuild) template ``name`` on the node and return it;
-        needs the admin key. Each line of progress is passed to on_progress
-        as it comes. A first build can take minutes. Never retried.
+        """Build (or rebuild) the built-in template ``name`` from its recipe
+        and return it; needs the admin key. Each line of progress is passed
+        to on_progress as it comes. A first build can take minutes. Never
+        retried.
 
         Raises:
             ForbiddenError: the key is not the admin key.
             NotFoundError: no recipe has that name.
             WarrenError: the build failed (its message says why).
         """
-        stream = self._transport.stream("POST", path_of("v1", "templates", name, "build"), retry=NEVER)
+        return self._build("POST", path_of("v1", "templates", name, "build"), None, on_progress, name)
+
+    def create_template(
+        self,
+        name: str,
+        *,
+        spec: Optional[str] = None,
+        dockerfile: bool = False,
+        context: Optional[bytes] = None,
+        from_snapshot: Optional[str] = None,
+        from_image: Optional[str] = None,
+        insecure: bool = False,
+        config: Optional[Mapping[str, Any]] = None,
+        background: bool = False,
+        on_progress: Optional[Callable[[str], None]] = None,
+    ) -> Template:
+        """Make a new version of your template ``name`` from exactly one of
+        a build ``spec`` (warren's YAML, or a Dockerfile with
+        ``dockerfile=True``; ``context`` is a tar of the files its copy
+        steps read), a durable snapshot (``from_snapshot``) or an OCI image
+        the server pulls (``from_image``). ``config`` (env, workdir, user,
+        start, ready, ready_timeout_seconds) is for a snapshot or an image.
+        Returns the version once built, each progress line passed to
+        on_progress as "[step] line"; with ``background`` at once, building
+        (follow it with :meth:`template`). Never retried.
+
+        Raises:
+            BadRequestError: a bad spec (its line named) or request.
+            BuildFailedError: a step failed; the message names it and has
+                its output.
+        """
+        body: Dict[str, Any] = {"name": name}
+        if spec is not None:
+            body["spec"] = spec
+            if dockerfile:
+                body["spec_format"] = "dockerfile"
+        if context is not None:
+            body["context"] = base64.b64encode(context).decode("ascii")
+        if from_snapshot is not None:
+            body["from_snapshot"] = from_snapshot
+        if from_image is not None:
+            body["from_image"] = {"ref": from_image, "insecure": insecure}
+        if config is not None:
+            body["config"] = dict(config)
+        if background:
+            body["background"] = True
+            answer = self._transport.request("POST", "/v1/templates", json_body=body, retry=NEVER)
+            return Template.from_json(answer.json())
+        return self._build("POST", "/v1/templates", body, on_progress, name)
+
+    def _build(self, method: str, path: str, body: Any, on_progress: Optional[Callable[[str], None]], name: str) -> Template:
+        """Read a build's stream of events to its template or its error."""
+        stream = self._transport.stream(method, path, json_body=body, retry=NEVER)
         try:
             while True:
                 line = stream.readline()
@@ -221,13 +276,37 @@ class Client:
                     continue
                 ev = json.loads(line.decode("utf-8"))
                 if ev.get("progress") is not None and on_progress is not None:
-                    on_progress(str(ev["progress"]))
+                    step = ev.get("step")
+                    on_progress(f"[{step}] {ev['progress']}" if step else str(ev["progress"]))
                 if ev.get("error"):
-                    raise WarrenError(f"build of template {name}: {ev['error']}", code="build_failed")
+                    failed = Template.from_json(ev["template"]) if ev.get("template") else None
+                    raise BuildFailedError(f"build of template {name}: {ev['error']}", template=failed)
                 if ev.get("template"):
                     return Template.from_json(ev["template"])
         finally:
             stream.close()
+
+    def template(self, ref: str) -> Template:
+        """A built-in template, or a version of yours: ``NAME`` (the
+        newest) or ``NAME@VERSION``.
+
+        Raises:
+            NotFoundError: there is none (or it is another tenant's).
+        """
+        return Template.from_json(self._get(path_of("v1", "templates", ref)))
+
+    def template_versions(self, name: str) -> List[Template]:
+        """The versions of your template ``name``, newest first."""
+        d = self._get(path_of("v1", "templates", name, "versions"))
+        return [Template.from_json(t) for t in d.get("templates") or []]
+
+    def delete_template(self, ref: str) -> None:
+        """Delete ``NAME@VERSION``, or every version of ``NAME``.
+
+        Raises:
+            ConflictError: a live sandbox started from it, or it is building.
+        """
+        self._transport.request("DELETE", path_of("v1", "templates", ref), retry=IDEMPOTENT, gone_is_done=True)
 
     def get_snapshot(self, snapshot_id: str) -> "Snapshot":
         """The snapshot with this id; see :func:`warren.get_snapshot`.

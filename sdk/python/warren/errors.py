@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 __all__ = [
     "WarrenError",
@@ -188,6 +188,18 @@ class InternalError(WarrenError):
     default_code = "internal"
 
 
+class BuildFailedError(WarrenError):
+    """A template build failed (422 ``build_failed``): the message names the
+    failing step and has its output; ``template`` is the failed version."""
+
+    default_code = "build_failed"
+
+    def __init__(self, message: str, *, template: Any = None, code: Optional[str] = None, status: int = 0,
+                 request_id: Optional[str] = None) -> None:
+        super().__init__(message, code=code, status=status, request_id=request_id)
+        self.template = template
+
+
 class StreamBrokenError(WarrenError):
     """An event stream (streamed exec, process attach, template build)
     ended before its end event; the command's outcome is unknown."""
@@ -206,6 +218,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "timeout": RequestTimeout,
     "unavailable": UnavailableError,
     "internal": InternalError,
+    "build_failed": BuildFailedError,
     # Nothing answered on a sandbox's port behind the server (exposed ports).
     "bad_gateway": UnavailableError,
 }
@@ -218,6 +231,7 @@ _CODE_BY_STATUS: Dict[int, str] = {
     405: "method_not_allowed",
     409: "conflict",
     413: "payload_too_large",
+    422: "build_failed",
     500: "internal",
     503: "unavailable",
     504: "timeout",

@@ -277,6 +277,7 @@ class SandboxInfo:
     error: str = ""
     disk_kept: bool = False
     origin: str = ""
+    template_version: str = ""
     workspace_mb: int = 0
     workspace_origin: str = ""
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
@@ -304,6 +305,7 @@ class SandboxInfo:
             error=str(d.get("error") or ""),
             disk_kept=bool(d.get("disk_kept")),
             origin=str(d.get("origin") or ""),
+            template_version=str(d.get("template_version") or ""),
             workspace_mb=int(d.get("workspace_mb") or 0),
             workspace_origin=str(d.get("workspace_origin") or ""),
             network=NetworkPolicy.from_json(d.get("network")),
@@ -520,12 +522,23 @@ class FileInfo:
 
 @dataclass(frozen=True)
 class Template:
-    """A built template: an immutable base disk image sandboxes start from."""
+    """A template sandboxes start from: a built-in one (``shared``, no
+    version), or a version of one of the tenant's own, ``ref`` being
+    NAME@VERSION (docs/TEMPLATES.md)."""
 
     name: str
     size_bytes: int
     used_bytes: int
     built_at: Optional[datetime]
+    ref: str = ""
+    version: int = 0
+    shared: bool = False
+    state: str = ""
+    error: str = ""
+    source: str = ""
+    digest: str = ""
+    snapshot: str = ""
+    config: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Template":
@@ -535,6 +548,15 @@ class Template:
             size_bytes=int(d.get("size_bytes") or 0),
             used_bytes=int(d.get("used_bytes") or 0),
             built_at=parse_time(d.get("built_at")),
+            ref=str(d.get("ref") or d.get("name") or ""),
+            version=int(d.get("version") or 0),
+            shared=bool(d.get("shared")),
+            state=str(d.get("state") or ""),
+            error=str(d.get("error") or ""),
+            source=str(d.get("source") or ""),
+            digest=str(d.get("digest") or ""),
+            snapshot=str(d.get("snapshot") or ""),
+            config=dict(d["config"]) if isinstance(d.get("config"), Mapping) else None,
         )
 
 
