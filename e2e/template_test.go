@@ -186,7 +186,7 @@ func TestTemplateFromSpec(t *testing.T) {
 
 // servePipPackage serves a package index on the test internet with one
 // pure-Python wheel, warrentest (VALUE = 42).
-func servePipPackage(t *testing.T) {
+func servePipPackage(t testing.TB) {
 	t.Helper()
 	files := map[string]string{
 		"warrentest/__init__.py":                 "VALUE = 42\n",
@@ -315,16 +315,27 @@ func TestTemplateFromImage(t *testing.T) {
 	}
 }
 
-// pushBusybox pushes to ref an image of the host's busybox-static: a layer
-// with busybox as /bin/sh and the applets the test uses, a layer with
-// /app/hello.txt and a whiteout of a file of the first, and a config with
-// env and workdir.
+// pushBusybox pushes to ref busyboxImage of the host's busybox-static.
 func pushBusybox(t *testing.T, ref string) {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		t.Skipf("needs Debian's busybox-static (scripts/deps.sh installs it): %v", err)
 	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, busyboxImage(t, bb)); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+}
+
+// busyboxImage is an image of busybox bb: a layer with it as /bin/sh and
+// the applets the tests use, a layer with /app/hello.txt and a whiteout
+// of a file of the first, and a config with env and workdir.
+func busyboxImage(t testing.TB, bb []byte) v1.Image {
+	t.Helper()
 	layer := func(entries func(tw *tar.Writer)) v1.Layer {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
@@ -366,18 +377,46 @@ func pushBusybox(t *testing.T, ref string) {
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
+	return img
+}
+
+// tarOf is a tar of one file.
+func tarOf(t testing.TB, name string, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}); err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
+	tw.Write(data)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
 	}
+	return buf.Bytes()
+}
+
+// specRequestOf is the request that builds the spec file as name, with
+// the spec's directory as its context (as warren template build -f sends
+// it).
+func specRequestOf(name, spec string) (api.CreateTemplateRequest, error) {
+	b, err := os.ReadFile(spec)
+	if err != nil {
+		return api.CreateTemplateRequest{}, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.AddFS(os.DirFS(filepath.Dir(spec))); err != nil {
+		return api.CreateTemplateRequest{}, err
+	}
+	if err := tw.Close(); err != nil {
+		return api.CreateTemplateRequest{}, err
+	}
+	return api.CreateTemplateRequest{Name: name, Spec: string(b), Context: buf.Bytes()}, nil
 }
 
 // newTenant makes a tenant of this run's own, named from prefix, and
 // returns a client with its key, and the key.
-func newTenant(t *testing.T, prefix string) (*client.Client, string) {
+func newTenant(t testing.TB, prefix string) (*client.Client, string) {
 	t.Helper()
 	tenant := fmt.Sprintf("%s-%s", prefix, strconv.FormatInt(time.Now().UnixNano(), 36))
 	k, err := shared.client().CreateKey(context.Background(), api.CreateKeyRequest{Tenant: tenant})
