@@ -43,7 +43,7 @@ GOOS=darwin go vet ./cmd/warren ./client ./api
 race=(
 	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
 	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog
-	./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
+	./internal/buildspec ./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
 	./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm
 	./internal/vmm/accel ./internal/vmport ./internal/wait ./internal/warmpool

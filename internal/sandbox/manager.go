@@ -183,6 +183,8 @@ type Manager struct {
 	// background builds running.
 	base   context.Context
 	builds sync.WaitGroup
+	// builders bounds the template builds running (tplbuild.go).
+	builders builders
 }
 
 // live is a running sandbox.

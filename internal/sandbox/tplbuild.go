@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"warren/api"
@@ -50,11 +51,20 @@ func (m *Manager) CreateTemplate(ctx context.Context, tenant string, req api.Cre
 	if err != nil {
 		return api.Template{}, err
 	}
-	tv, err := m.newVersion(ctx, tenant, req.Name, source)
+	if err := m.checkDiskFree("template builds are"); err != nil {
+		return api.Template{}, err
+	}
+	release, err := m.builders.acquire(tenant)
 	if err != nil {
 		return api.Template{}, err
 	}
+	tv, err := m.newVersion(ctx, tenant, req.Name, source)
+	if err != nil {
+		release()
+		return api.Template{}, err
+	}
 	run := func(ctx context.Context) (api.Template, error) {
+		defer release()
 		err := build(ctx, &tv, progress)
 		if ferr := m.deps.Store.FinishTemplateVersion(context.WithoutCancel(ctx), &tv, err); ferr != nil {
 			return api.Template{}, errors.Join(err, ferr)
@@ -296,3 +306,46 @@ func (l *lines) flush() {
 }
 
 func (l *lines) tail() string { return strings.Join(l.last, "\n") }
+
+// Builds running at once: on the node, and of one tenant on it. Each holds
+// a sandbox or an unpacked image and its disk while it runs.
+const (
+	maxBuilds          = 4
+	maxBuildsPerTenant = 2
+)
+
+// builders counts the builds running on the node.
+type builders struct {
+	mu       sync.Mutex // guards the fields below
+	all      int
+	byTenant map[string]int
+}
+
+// acquire takes a build's place, or says why there is none (429), and
+// returns its release.
+func (b *builders) acquire(tenant string) (func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.byTenant[tenant] >= maxBuildsPerTenant:
+		return nil, api.Errorf(api.CodeTooMany, "%d template builds of yours are running on the node, its most: wait for one to end", maxBuildsPerTenant)
+	case b.all >= maxBuilds:
+		return nil, api.Errorf(api.CodeTooMany, "%d template builds are running on the node, its most: try again later", maxBuilds)
+	}
+	if b.byTenant == nil {
+		b.byTenant = map[string]int{}
+	}
+	b.all++
+	b.byTenant[tenant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.all--
+			if b.byTenant[tenant]--; b.byTenant[tenant] == 0 {
+				delete(b.byTenant, tenant)
+			}
+		})
+	}, nil
+}

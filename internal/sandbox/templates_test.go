@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"warren/api"
+	"warren/internal/oci"
+)
+
+func TestTemplateRef(t *testing.T) {
+	for _, tc := range []struct {
+		ref     string
+		name    string
+		version int64
+		bad     bool
+	}{
+		{ref: "sci", name: "sci"},
+		{ref: "sci@3", name: "sci", version: 3},
+		{ref: "sci@0", bad: true}, {ref: "sci@-1", bad: true}, {ref: "sci@x", bad: true},
+		{ref: "Sci", bad: true}, {ref: "../x", bad: true}, {ref: "", bad: true}, {ref: "@1", bad: true},
+	} {
+		name, version, err := templateRef(tc.ref)
+		if tc.bad {
+			if !api.IsCode(err, api.CodeBadRequest) {
+				t.Errorf("templateRef(%q) = %q, %d, %v; want a bad request", tc.ref, name, version, err)
+			}
+			continue
+		}
+		if err != nil || name != tc.name || version != tc.version {
+			t.Errorf("templateRef(%q) = %q, %d, %v; want %q, %d", tc.ref, name, version, err, tc.name, tc.version)
+		}
+	}
+}
+
+// TestBuilders: at most maxBuildsPerTenant of a tenant and maxBuilds in
+// all run at once; a release frees the place once, however often called.
+func TestBuilders(t *testing.T) {
+	var b builders
+	var rel []func()
+	for range maxBuildsPerTenant {
+		r, err := b.acquire("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel = append(rel, r)
+	}
+	if _, err := b.acquire("a"); !api.IsCode(err, api.CodeTooMany) {
+		t.Fatalf("a tenant's build past its most: %v", err)
+	}
+	for i := maxBuildsPerTenant; i < maxBuilds; i++ {
+		r, err := b.acquire(string(rune('b' + i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel = append(rel, r)
+	}
+	if _, err := b.acquire("z"); !api.IsCode(err, api.CodeTooMany) {
+		t.Fatalf("a build past the node's most: %v", err)
+	}
+	rel[0]()
+	rel[0]()
+	if _, err := b.acquire("z"); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if _, err := b.acquire("y"); !api.IsCode(err, api.CodeTooMany) {
+		t.Errorf("a release counted twice: %v", err)
+	}
+}
+
+func TestTrustPlainIndexes(t *testing.T) {
+	argv := []string{"python3", "-m", "pip", "install", "--index-url", "http://10.1.2.3:8080/simple/", "--", "numpy"}
+	got := trustPlainIndexes(argv, "http://10.1.2.3:8080/simple/", "https://pypi.org/simple/")
+	want := []string{"python3", "-m", "pip", "install", "--index-url", "http://10.1.2.3:8080/simple/", "--trusted-host", "10.1.2.3:8080", "--", "numpy"}
+	if !slices.Equal(got, want) {
+		t.Errorf("trustPlainIndexes = %q, want %q", got, want)
+	}
+	if got := trustPlainIndexes(argv[:4], "https://pypi.org/simple/"); !slices.Equal(got, argv[:4]) {
+		t.Errorf("an https index: %q", got)
+	}
+}
+
+func TestOSReleaseField(t *testing.T) {
+	b := []byte("PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n")
+	if got := osReleaseField(b, "VERSION_CODENAME"); got != "bookworm" {
+		t.Errorf("VERSION_CODENAME = %q", got)
+	}
+	if got := osReleaseField(b, "PRETTY_NAME"); got != "Debian GNU/Linux 12 (bookworm)" {
+		t.Errorf("PRETTY_NAME = %q", got)
+	}
+	if got := osReleaseField(b, "NOPE"); got != "" {
+		t.Errorf("NOPE = %q", got)
+	}
+}
+
+func TestImageConfig(t *testing.T) {
+	c := oci.Config{Env: []string{"PATH=/bin", "A=1", "=bad", "noequals"}, WorkingDir: "/app", User: "node", Start: "node server.js"}
+	got := imageConfig(c, api.TemplateConfig{Env: map[string]string{"A": "2"}, Workdir: "/srv", Ready: "true"})
+	want := api.TemplateConfig{Env: map[string]string{"PATH": "/bin", "A": "2"}, Workdir: "/srv", User: "node", Start: "node server.js", Ready: "true"}
+	if got.Workdir != want.Workdir || got.User != want.User || got.Start != want.Start || got.Ready != want.Ready ||
+		len(got.Env) != 2 || got.Env["A"] != "2" || got.Env["PATH"] != "/bin" {
+		t.Errorf("imageConfig = %+v, want %+v", got, want)
+	}
+}
+
+// TestExtractContext: files, directories and symlinks come out as they
+// were, a symlink kept as one; a name out of the directory, a device or a
+// write through a symlink to outside is refused, and nothing lands
+// outside.
+func TestExtractContext(t *testing.T) {
+	mk := func(hs ...*tar.Header) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, h := range hs {
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+			if h.Size > 0 {
+				tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+			}
+		}
+		tw.Close()
+		return buf.Bytes()
+	}
+	dir := t.TempDir()
+	good := mk(&tar.Header{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "app/a.txt", Typeflag: tar.TypeReg, Mode: 0o640, Size: 3},
+		&tar.Header{Name: "./b/c.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1},
+		&tar.Header{Name: "app/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"})
+	if err := extractContext(good, dir); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "app/a.txt")); err != nil || string(b) != "xxx" {
+		t.Errorf("app/a.txt: %q, %v", b, err)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "app/link")); err != nil || target != "/etc/passwd" {
+		t.Errorf("app/link: %q, %v", target, err)
+	}
+	outside := t.TempDir()
+	for name, b := range map[string][]byte{
+		"dotdot":   mk(&tar.Header{Name: "../escape.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1}),
+		"absolute": mk(&tar.Header{Name: "/" + filepath.Join(outside, "abs.txt"), Typeflag: tar.TypeReg, Mode: 0o644, Size: 1}),
+		"device":   mk(&tar.Header{Name: "dev", Typeflag: tar.TypeChar, Mode: 0o644}),
+		"through a symlink": mk(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside},
+			&tar.Header{Name: "out/planted.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1}),
+	} {
+		d := t.TempDir()
+		err := extractContext(b, d)
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		entries, _ := os.ReadDir(outside)
+		if len(entries) > 0 {
+			t.Fatalf("%s: %v written outside", name, entries)
+		}
+	}
+	if err := extractContext([]byte("not a tar at all, not at all"), t.TempDir()); err == nil || strings.Contains(err.Error(), "panic") {
+		t.Errorf("garbage: %v", err)
+	}
+}
