@@ -133,7 +133,7 @@ func TestInfoAndTemplates(t *testing.T) {
 			t.Errorf("info: exit %d, stdout %q lacks %q", code, stdout, want)
 		}
 	}
-	if code, stdout, _ := runCLI(t, nil, "template", "ls"); code != 0 || !regexp.MustCompile(`\ndefault +64\.0 MiB `).MatchString(stdout) {
+	if code, stdout, _ := runCLI(t, nil, "template", "ls"); code != 0 || !regexp.MustCompile(`\ndefault +- +ready +built in +64\.0 MiB `).MatchString(stdout) {
 		t.Errorf("template ls: exit %d stdout %q", code, stdout)
 	}
 	// A build runs debootstrap as root: here, only the refusals.
