@@ -4,8 +4,12 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes, createHash } from 'node:crypto'
+import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import {
   Sandbox,
+  Template,
   CommandExitError,
   NotFoundError,
   FileType,
@@ -180,6 +184,32 @@ test('snapshot, create from it, fork, kill twice', async () => {
 
   assert.equal(await sbx.kill(), true)
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+})
+
+test('template build: copy, env, run, workdir, then a sandbox of it', { skip: !process.env.E2B_SANDBOX_URL && 'once, in single-URL mode' }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'e2b-template-'))
+  mkdirSync(join(dir, 'app'))
+  writeFileSync(join(dir, 'app', 'hello.txt'), 'from the context\n')
+  const name = `e2b-${randomBytes(4).toString('hex')}`
+  const template = Template({ fileContextPath: dir })
+    .fromTemplate('base')
+    .copy('app/hello.txt', '/opt/app/hello.txt')
+    .setEnvs({ GREETING: 'hi' })
+    .runCmd('echo built > /opt/app/built.txt', { user: 'root' })
+    .setWorkdir('/opt/app')
+  const logs = []
+  const built = await Template.build(template, name, { onBuildLogs: (l) => logs.push(String(l.message)) })
+  assert.equal(built.name, name)
+  assert.equal(await Template.exists(name), true)
+  assert.equal(await Template.exists(`${name}-nope`), false)
+  const sbx = await Sandbox.create(name, { timeoutMs: 300_000 })
+  created.push(sbx)
+  const r = await sbx.commands.run('pwd; cat hello.txt built.txt; echo $GREETING')
+  assert.equal(r.stdout, '/opt/app\nfrom the context\nbuilt\nhi\n')
+
+  // A failing step fails the build with its output.
+  const broken = Template({ fileContextPath: dir }).fromTemplate(name).runCmd('echo no luck >&2; exit 7')
+  await assert.rejects(Template.build(broken, name), (e) => /no luck/.test(e.message) && /exit code 7/.test(e.message))
 })
 
 test('a port on its host name', { skip: process.env.E2B_SANDBOX_URL ? 'single-URL mode has no host names' : false }, async () => {

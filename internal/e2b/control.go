@@ -120,8 +120,25 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 		err = h.metrics(w, r, parts[1])
 	case route == "GET snapshots" && len(parts) == 1:
 		err = h.listSnapshots(w, r)
-	case route == "DELETE templates" && len(parts) == 2:
+	case route == "DELETE templates" && len(parts) == 2 && strings.HasPrefix(parts[1], "sn-"):
 		err = h.deleteSnapshot(w, r, parts[1])
+	case route == "DELETE templates" && len(parts) == 2:
+		err = h.call(r, http.MethodDelete, "/v1/templates/"+url.PathEscape(parts[1]), nil, nil)
+		if err == nil {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	case route == "POST templates" && len(parts) == 1:
+		err = h.requestBuild(w, r)
+	case route == "GET templates" && len(parts) == 3 && parts[1] == "aliases":
+		err = h.alias(w, r, parts[2])
+	case route == "GET templates" && len(parts) == 4 && parts[2] == "files":
+		err = h.fileLink(w, r, parts[1], parts[3])
+	case route == "PUT templates" && len(parts) == 4 && parts[2] == "files":
+		err = h.upload(w, r, parts[1], parts[3])
+	case route == "POST templates" && len(parts) == 4 && parts[2] == "builds":
+		err = h.trigger(w, r, parts[1], parts[3])
+	case route == "GET templates" && len(parts) == 5 && parts[2] == "builds" && parts[4] == "status":
+		err = h.buildStatus(w, r, parts[1], parts[3])
 	case len(parts) > 0 && (parts[0] == "templates" || parts[0] == "volumes" || parts[0] == "volumecontent" || parts[0] == "secrets"):
 		err = errorf(http.StatusNotImplemented, "E2B's %s API is not supported by warren (docs/E2B.md)", parts[0])
 	default:

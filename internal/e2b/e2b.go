@@ -19,8 +19,11 @@
 // single-URL mode). Other ports of PORT-ID.<domain> are warren's preview
 // hosts, E2B's traffic access token standing for the preview token.
 //
-// Not for: E2B's template building, volumes, secrets and its Jupyter
-// code interpreter (docs/E2B.md says why).
+//   - E2B's template builds become builds of the caller's templates
+//     (templates.go).
+//
+// Not for: E2B's volumes, secrets and its Jupyter code interpreter
+// (docs/E2B.md says why).
 package e2b
 
 import (
@@ -61,6 +64,9 @@ type Handler struct {
 	opts Options
 	// host is Domain without its port, in lower case.
 	host string
+	// builds are E2B template builds between their request and their
+	// trigger (templates.go).
+	builds pending
 }
 
 // New returns the translation in front of next, warren's API.
