@@ -526,6 +526,38 @@ func TestFleet(t *testing.T) {
 	}
 	f.logPhase("tenants")
 
+	// A template through the fleet: made through one replica on some
+	// node (its config written into a snapshot there), its sandboxes made
+	// through the other on every node, each fetching the version's layer
+	// from the bucket where it lacks it.
+	tpl, err := admin1.CreateTemplate(ctx, api.CreateTemplateRequest{Name: "fleet-tpl", FromSnapshot: snap,
+		Config: &api.TemplateConfig{Env: map[string]string{"FROM": "template"}}}, nil)
+	if err != nil {
+		t.Fatalf("a template through the fleet: %v", err)
+	}
+	tplNodes := map[string]bool{}
+	var kids []string
+	for range nodes {
+		f.settle()
+		kid, err := admin2.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tpl.Ref})
+		if err != nil {
+			t.Fatalf("create from %s through the other replica: %v", tpl.Ref, err)
+		}
+		kids = append(kids, kid.ID)
+		tplNodes[f.node(kid.ID)] = true
+		res, err := admin2.Exec(ctx, kid.ID, api.ExecRequest{Shell: "cat /root/mark; echo $FROM"})
+		if err != nil || res.Stdout != "from the snapshot\ntemplate\n" {
+			t.Errorf("a sandbox of %s on %s: %+v, %v", tpl.Ref, f.node(kid.ID), res, err)
+		}
+	}
+	// Placed by load, they spread: most nodes fetched the version.
+	if len(tplNodes) < 2 {
+		t.Errorf("the sandboxes of %s ran on %v only", tpl.Ref, slices.Sorted(maps.Keys(tplNodes)))
+	}
+	remove(kids...)
+	f.settle()
+	f.logPhase("templates")
+
 	// kill -9 of a control replica mid-restore: the retry with the same
 	// idempotency key, through the other replica, gets the first restore's
 	// answer. c2 stays dead.
