@@ -44,6 +44,18 @@ func (c *Client) CreateTemplate(ctx context.Context, req api.CreateTemplateReque
 	return c.buildStream(ctx, cl, progress)
 }
 
+// CreateTemplateFromArchive makes a new version of the caller's template
+// name from an image archive read from archive (a docker save tarball, or
+// an OCI layout tar), as CreateTemplate does. Sent once: the archive is a
+// stream.
+func (c *Client) CreateTemplateFromArchive(ctx context.Context, name string, archive io.Reader, progress io.Writer) (*api.Template, error) {
+	if name == "" {
+		return nil, fmt.Errorf("import template: empty name")
+	}
+	cl := &call{op: "import template", method: http.MethodPost, path: "/v1/templates/" + url.PathEscape(name) + "/image", body: archive, retry: retryNever}
+	return c.buildStream(ctx, cl, progress)
+}
+
 // buildStream sends a build's request and reads its ndjson stream of
 // TemplateBuildEvent to the end.
 func (c *Client) buildStream(ctx context.Context, cl *call, progress io.Writer) (*api.Template, error) {

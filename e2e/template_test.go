@@ -303,6 +303,30 @@ func TestTemplateFromImage(t *testing.T) {
 	if err != nil || res.Stdout != "hi\n/app\nfrom the image\nhello.txt\n" {
 		t.Errorf("a sandbox of the image: %+v, %v", res, err)
 	}
+	// The same image as a docker save tarball, sent from here.
+	archive := filepath.Join(t.TempDir(), "busybox.tar")
+	bb, _ := os.ReadFile("/bin/busybox")
+	r, err := name.ParseReference("e2e/busybox:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.WriteToFile(archive, r, busyboxImage(t, bb)); err != nil {
+		t.Fatal(err)
+	}
+	_, key := newTenant(t, "tpl-archive")
+	stdout, stderr, code := cliAs(t, key, "template", "create", "--no-progress", "--from-archive", archive, "tiny")
+	if code != 0 || stdout != "tiny@1\n" {
+		t.Fatalf("template create --from-archive: exit %d %q %s", code, stdout, stderr)
+	}
+	ac := client.New(shared.url, key)
+	asb, err := ac.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.DeleteSandbox(ctx, asb.ID)
+	if res := shellIn(t, ac, asb.ID, "echo $GREETING; cat hello.txt"); res.Stdout != "hi\nfrom the image\n" {
+		t.Errorf("a sandbox of the archive: %+v", res)
+	}
 	// The same registry by another name is not one the node was told it
 	// may reach at a loopback address.
 	byName := strings.Replace(ref, "127.0.0.1", "localhost", 1)

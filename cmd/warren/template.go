@@ -185,13 +185,15 @@ func tarContext(dir string, max int) ([]byte, error) {
 }
 
 func runTemplateCreate(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("template create", "NAME (--from SNAPSHOT | --from-image REF)",
+	fs := c.newFlags("template create", "NAME (--from SNAPSHOT | --from-image REF | --from-archive FILE)",
 		"Make a new version of your template NAME from one of your durable\n"+
-			"snapshots (set up a sandbox by hand, snapshot it) or from an OCI image\n"+
-			"the server pulls. The flags set what its sandboxes start with (an\n"+
-			"image's own env, workdir, user and entrypoint are under them).")
+			"snapshots (set up a sandbox by hand, snapshot it), from an OCI image\n"+
+			"the server pulls, or from an image archive sent from here. The flags\n"+
+			"set what its sandboxes start with (an image's own env, workdir, user\n"+
+			"and entrypoint are under them; an archive keeps its image's).")
 	from := fs.String("from", "", "the `SNAPSHOT` to promote")
 	image := fs.String("from-image", "", "the OCI image `REF` to import")
+	archive := fs.String("from-archive", "", "the image archive `FILE` to import: a docker save tarball or an OCI layout tar")
 	insecure := fs.Bool("insecure", false, "reach the image's registry over plain HTTP")
 	env := kvFlag{}
 	fs.Var(env, "env", "set `K=V` in every process's environment (repeatable)")
@@ -209,8 +211,11 @@ func runTemplateCreate(ctx context.Context, c *cli, args []string) error {
 	if *image != "" {
 		req.FromImage = &api.ImageSource{Ref: *image, Insecure: *insecure}
 	}
-	if (*from == "") == (*image == "") {
-		return badUsage(fs, "give one of --from and --from-image")
+	if n := len(slices.DeleteFunc([]string{*from, *image, *archive}, func(s string) bool { return s == "" })); n != 1 {
+		return badUsage(fs, "give one of --from, --from-image and --from-archive")
+	}
+	if *archive != "" {
+		return c.importArchive(ctx, cl, rest[0], *archive, *noProgress)
 	}
 	cfg := api.TemplateConfig{Workdir: *workdir, User: *user, Start: *start, Ready: *ready}
 	if len(env) > 0 {
@@ -231,6 +236,27 @@ func (c *cli) createTemplate(ctx context.Context, cl *client.Client, req api.Cre
 		log = statusWriter{p}
 	}
 	t, err := cl.CreateTemplate(ctx, req, log)
+	p.end(true, "")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.stdout, t.Ref)
+	return err
+}
+
+// importArchive sends an image archive as a new version of name.
+func (c *cli) importArchive(ctx context.Context, cl *client.Client, name, file string, noProgress bool) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var log io.Writer = c.stderr
+	p := c.progress(noProgress, "template "+name, -1, false)
+	if p != nil {
+		log = statusWriter{p}
+	}
+	t, err := cl.CreateTemplateFromArchive(ctx, name, f, log)
 	p.end(true, "")
 	if err != nil {
 		return err

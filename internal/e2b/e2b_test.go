@@ -160,7 +160,7 @@ func TestErrors(t *testing.T) {
 		{"POST", "/e2b/sandboxes", `{}`, 429, "quota"},
 		{"GET", "/e2b/sandboxes/" + sbID, ``, 404, "stopped"},
 		{"DELETE", "/e2b/sandboxes/nope", ``, 404, "not found"},
-		{"POST", "/e2b/v3/templates", `{}`, 501, "templates"},
+		{"POST", "/e2b/templates/tags", `{}`, 501, "templates"},
 		{"GET", "/e2b/v2/sandboxes?state=dead", ``, 400, "bad state"},
 	} {
 		r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
@@ -221,6 +221,11 @@ func FuzzHandler(f *testing.F) {
 		{"POST", "49983-" + sbID + ".e2b.test", "/process.Process/Start", `{}`},
 		{"GET", "warren", "/e2b/v9/templates/x/y/z", ``},
 		{"DELETE", "warren", "/e2b/templates/sn-abcdefghijklmnopqrst", ``},
+		{"POST", "warren", "/e2b/v3/templates", `{"name":"app","cpuCount":2}`},
+		{"GET", "warren", "/e2b/templates/app/files/0123abcd", ``},
+		{"PUT", "warren", "/e2b/templates/app/files/0123abcd?token=up-x", `not a tar`},
+		{"POST", "warren", "/e2b/v2/templates/app/builds/bld-x", `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`},
+		{"GET", "warren", "/e2b/templates/app/builds/bld-x/status?logsOffset=0", ``},
 	} {
 		f.Add(seed.method, seed.host, seed.path, seed.body)
 	}

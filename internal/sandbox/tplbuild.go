@@ -41,24 +41,45 @@ func (m *Manager) CreateTemplate(ctx context.Context, tenant string, req api.Cre
 	if progress == nil || req.Background {
 		progress = func(api.TemplateBuildEvent) {}
 	}
-	if err := template.ValidName(req.Name); err != nil {
-		return api.Template{}, api.Errorf(api.CodeBadRequest, "name: %v", err)
-	}
-	if m.builtIn(req.Name) {
-		return api.Template{}, api.Errorf(api.CodeConflict, "template %q is built in: pick another name", req.Name)
+	if err := m.checkName(req.Name); err != nil {
+		return api.Template{}, err
 	}
 	build, source, err := m.planBuild(ctx, tenant, req)
 	if err != nil {
 		return api.Template{}, err
 	}
-	if err := m.checkDiskFree("template builds are"); err != nil {
-		return api.Template{}, err
-	}
-	release, err := m.builders.acquire(tenant)
+	release, err := m.buildSlot(tenant)
 	if err != nil {
 		return api.Template{}, err
 	}
-	tv, err := m.newVersion(ctx, tenant, req.Name, source)
+	return m.makeVersion(ctx, tenant, req.Name, source, build, req.Background, release, progress)
+}
+
+// checkName refuses what cannot name a tenant's template.
+func (m *Manager) checkName(name string) error {
+	if err := template.ValidName(name); err != nil {
+		return api.Errorf(api.CodeBadRequest, "name: %v", err)
+	}
+	if m.builtIn(name) {
+		return api.Errorf(api.CodeConflict, "template %q is built in: pick another name", name)
+	}
+	return nil
+}
+
+// buildSlot takes a build's place on the node (builders), once its disk
+// is above the reserve, and returns its release.
+func (m *Manager) buildSlot(tenant string) (func(), error) {
+	if err := m.checkDiskFree("template builds are"); err != nil {
+		return nil, err
+	}
+	return m.builders.acquire(tenant)
+}
+
+// makeVersion records a version of tenant's template name and runs build
+// to make it, in the background when asked (reporting nothing then), and
+// releases its build slot when done.
+func (m *Manager) makeVersion(ctx context.Context, tenant, name, source string, build buildFunc, background bool, release func(), progress Progress) (api.Template, error) {
+	tv, err := m.newVersion(ctx, tenant, name, source)
 	if err != nil {
 		release()
 		return api.Template{}, err
@@ -77,7 +98,7 @@ func (m *Manager) CreateTemplate(ctx context.Context, tenant string, req api.Cre
 			"snapshot", tv.Snapshot, "took", time.Since(tv.CreatedAt).Round(time.Millisecond))
 		return m.templateView(ctx, tv), nil
 	}
-	if req.Background {
+	if background {
 		m.builds.Add(1)
 		go func() {
 			defer m.builds.Done()

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"maps"
@@ -55,12 +56,61 @@ func (m *Manager) planImage(src *api.ImageSource, cfg api.TemplateConfig) (build
 	}
 	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password, Dial: m.registryDial}
 	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		return m.importImage(ctx, tv, ref, opts, cfg, progress)
+		return m.importImage(ctx, tv, ref, ref, opts, cfg, progress)
 	}, "image " + ref, nil
 }
 
-// importImage is the build of an image's version.
-func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, ref string, opts oci.Options, cfg api.TemplateConfig, progress Progress) error {
+// maxImageArchive bounds an image archive a tenant sends.
+const maxImageArchive = 16 << 30
+
+// CreateTemplateFromArchive makes a new version of tenant's template name
+// from an image archive, a docker save tarball or an OCI layout tar, read
+// from body (at most maxImageArchive bytes) into a file of the node's,
+// reporting progress.
+func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name string, body io.Reader, progress Progress) (api.Template, error) {
+	if progress == nil {
+		progress = func(api.TemplateBuildEvent) {}
+	}
+	if err := m.checkName(name); err != nil {
+		return api.Template{}, err
+	}
+	release, err := m.buildSlot(tenant)
+	if err != nil {
+		return api.Template{}, err
+	}
+	f, err := os.CreateTemp(m.deps.Pool.Dir(), ".archive-")
+	if err != nil {
+		release()
+		return api.Template{}, err
+	}
+	defer os.Remove(f.Name())
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, maxImageArchive+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		release()
+		return api.Template{}, api.Errorf(api.CodeBadRequest, "read the image archive: %v", err)
+	case n > maxImageArchive:
+		release()
+		return api.Template{}, api.Errorf(api.CodeTooLarge, "an image archive is at most %d GiB", maxImageArchive>>30)
+	case n == 0:
+		release()
+		return api.Template{}, api.Errorf(api.CodeBadRequest, "the image archive is empty")
+	}
+	label := fmt.Sprintf("archive sha256:%x", h.Sum(nil))
+	progress(api.TemplateBuildEvent{Step: "upload", Progress: fmt.Sprintf("%s: %d MiB", label, n>>20)})
+	build := func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
+		return m.importImage(ctx, tv, f.Name(), label, oci.Options{}, api.TemplateConfig{}, progress)
+	}
+	return m.makeVersion(ctx, tenant, name, label, build, false, release, progress)
+}
+
+// importImage is the build of an image's version: src is its reference,
+// or an archive's path on the node, and what names it to its tenant.
+func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, src, ref string, opts oci.Options, cfg api.TemplateConfig, progress Progress) error {
 	ctx, cancel := context.WithTimeout(ctx, maxImageImport)
 	defer cancel()
 	say := func(step, format string, args ...any) {
@@ -68,7 +118,7 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, re
 	}
 	t0 := time.Now()
 	say("pull", "resolving %s", ref)
-	im, err := oci.Open(ctx, ref, opts)
+	im, err := oci.Open(ctx, src, opts)
 	if err != nil {
 		return fmt.Errorf("pull: %w", err)
 	}

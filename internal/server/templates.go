@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -28,6 +29,9 @@ type Templates interface {
 	// a background build, which it returns building). A build that failed
 	// returns the version, failed, and a CodeBuildFailed error.
 	CreateTemplate(ctx context.Context, tenant string, req api.CreateTemplateRequest, progress func(api.TemplateBuildEvent)) (api.Template, error)
+	// CreateTemplateFromArchive makes a version of tenant's template name
+	// from an image archive read from body, as CreateTemplate does.
+	CreateTemplateFromArchive(ctx context.Context, tenant, name string, body io.Reader, progress func(api.TemplateBuildEvent)) (api.Template, error)
 	// DeleteTemplate deletes the version ref pins, or every version of
 	// the name; CodeConflict while a live sandbox started from one.
 	DeleteTemplate(ctx context.Context, tenant, ref string) error
@@ -160,6 +164,21 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	nd := newNDJSON(w)
 	t, err := tpls.CreateTemplate(r.Context(), tenant, req, func(ev api.TemplateBuildEvent) { nd.send(ev) })
 	return s.endBuild(r, nd, t, err, req.Name)
+}
+
+// importArchive answers POST /v1/templates/{ref}/image: a version of the
+// caller's template from the image archive that is the body (a docker save
+// tarball, or an OCI layout tar), with the build's ndjson stream.
+func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) error {
+	tpls, err := s.templates()
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("ref")
+	nd := newNDJSON(w)
+	t, err := tpls.CreateTemplateFromArchive(r.Context(), caller(r).Tenant, name, r.Body,
+		func(ev api.TemplateBuildEvent) { nd.send(ev) })
+	return s.endBuild(r, nd, t, err, name)
 }
 
 // endBuild sends the last event of a build's stream: the template, or the
