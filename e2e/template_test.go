@@ -477,3 +477,35 @@ func shellIn(t *testing.T, c *client.Client, id, script string) *api.ExecResult 
 	}
 	return res
 }
+
+// TestTemplateFromSuite: a spec from a Debian suite starts from the
+// node's built-in template of that suite, made first when the node lacks
+// it (here from the root filesystem the default template's build cached:
+// the same packages of the same suite).
+func TestTemplateFromSuite(t *testing.T) {
+	need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, _ := newTenant(t, "tpl-suite")
+	spec := "from: debian:bookworm\nsteps:\n  - run: echo on bookworm > /root/suite.txt\n"
+	var log strings.Builder
+	tpl, err := c.CreateTemplate(ctx, api.CreateTemplateRequest{Name: "plain", Spec: spec}, &log)
+	if err != nil {
+		t.Fatalf("build from debian:bookworm: %v\n%s", err, log.String())
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tpl.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSandbox(ctx, sb.ID)
+	if sb.Template != "debian-bookworm" {
+		t.Errorf("the sandbox's built-in template: %q, want debian-bookworm", sb.Template)
+	}
+	res := shellIn(t, c, sb.ID, ". /etc/os-release; echo $VERSION_CODENAME; cat /root/suite.txt")
+	if res.Stdout != "bookworm\non bookworm\n" {
+		t.Errorf("a sandbox of %s: %+v", tpl.Ref, res)
+	}
+	if _, err := c.CreateTemplate(ctx, api.CreateTemplateRequest{Name: "debian-bookworm", Spec: spec}, nil); !api.IsCode(err, api.CodeConflict) {
+		t.Errorf("a tenant's template named debian-bookworm: %v, want a conflict", err)
+	}
+}

@@ -234,6 +234,16 @@ func ParseRef(ref string) (name string, version int, err error) {
 	return name, version, nil
 }
 
+// suiteRE is a Debian suite's code name (bookworm, trixie, sid).
+var suiteRE = regexp.MustCompile(`^[a-z]{2,20}$`)
+
+// DebianSuite reports whether from names a Debian suite, debian:SUITE, a
+// base the builder makes with debootstrap, and returns the suite.
+func DebianSuite(from string) (string, bool) {
+	suite, ok := strings.CutPrefix(from, "debian:")
+	return suite, ok && suiteRE.MatchString(suite)
+}
+
 // Load parses a spec file by its name: a Dockerfile for "Dockerfile",
 // "*.Dockerfile" and "Dockerfile.*" (in any case), YAML otherwise. Errors
 // begin with the file's name.

@@ -189,8 +189,13 @@ func (t *translator) from(in instruction) error {
 	if err != nil {
 		return err
 	}
+	if _, ok := DebianSuite(ref); ok {
+		t.spec.From = ref
+		t.lines["from"] = in.line
+		return nil
+	}
 	if _, _, err := ParseRef(ref); err != nil {
-		return fmt.Errorf("%q is not a warren template (NAME or NAME@VERSION); for an OCI image, use warren template create NAME --from-image %s", ref, ref)
+		return fmt.Errorf("%q is not a warren template (NAME or NAME@VERSION) nor a Debian suite (debian:SUITE); for an OCI image, use warren template create NAME --from-image %s", ref, ref)
 	}
 	t.spec.From = ref
 	t.lines["from"] = in.line

@@ -73,7 +73,7 @@ func TestParseDockerfileErrors(t *testing.T) {
 	for _, tt := range []struct{ name, file, want string }{
 		{"empty", "", "FROM: missing: the file must start from a warren template"},
 		{"comments only", "# nothing\n\n", "FROM: missing: the file must start from a warren template"},
-		{"image", "FROM python:3.12\n", `line 1: FROM: "python:3.12" is not a warren template (NAME or NAME@VERSION); for an OCI image, use warren template create NAME --from-image python:3.12`},
+		{"image", "FROM python:3.12\n", `line 1: FROM: "python:3.12" is not a warren template (NAME or NAME@VERSION) nor a Debian suite (debian:SUITE); for an OCI image, use warren template create NAME --from-image python:3.12`},
 		{"stage name", "FROM default AS build\n", "line 1: FROM: default AS build: naming a stage is not supported (multi-stage builds are not)"},
 		{"second stage", "FROM default\nRUN true\nFROM other\n", "line 3: FROM: a second one: multi-stage builds are not supported"},
 		{"platform", "FROM --platform=linux/arm64 default\n", "line 1: FROM: --platform is not supported"},

@@ -30,10 +30,12 @@ var (
 // before Keys.
 func (s *Spec) Validate() error {
 	if s.From == "" {
-		return fieldError("from", "required: the template to build from, NAME or NAME@VERSION")
+		return fieldError("from", "required: the template to build from, NAME or NAME@VERSION, or a Debian suite, debian:SUITE")
 	}
-	if _, _, err := ParseRef(s.From); err != nil {
-		return fieldError("from", err.Error())
+	if _, ok := DebianSuite(s.From); !ok {
+		if _, _, err := ParseRef(s.From); err != nil {
+			return fieldError("from", err.Error())
+		}
 	}
 	if s.Network != nil {
 		if _, err := policy.Parse(*s.Network); err != nil {

@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 		name, yaml, want string
 	}{
 		// from
-		{"no from", "steps: []\n", "from: required: the template to build from, NAME or NAME@VERSION"},
+		{"no from", "steps: []\n", "from: required: the template to build from, NAME or NAME@VERSION, or a Debian suite, debian:SUITE"},
 		{"from upper case", "from: Default\n", `line 1: from: "Default" is not a warren template: a name is 1 to 63 characters of a-z 0-9 . _ -, starting with a-z or 0-9, optionally followed by @VERSION`},
 		{"from version 0", "from: default@0\n", `line 1: from: "default@0": the version after @ must be a positive integer`},
 		{"from version word", "from: default@latest\n", `line 1: from: "default@latest": the version after @ must be a positive integer`},

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,7 +77,7 @@ func (m *Manager) builtIn(name string) bool {
 	if _, err := m.deps.Templates.Get(name); err == nil {
 		return true
 	}
-	return name == m.cfg.DefaultTemplate || slices.Contains(template.Recipes(), name)
+	return name == m.cfg.DefaultTemplate || template.IsRecipe(name)
 }
 
 // createFromTemplate is Create for one of the tenant's templates: a

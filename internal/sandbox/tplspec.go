@@ -20,6 +20,7 @@ import (
 	"warren/internal/agentconn"
 	"warren/internal/buildspec"
 	"warren/internal/store"
+	"warren/internal/template"
 )
 
 // A spec build runs the spec's steps in one sandbox of the tenant's, in
@@ -70,12 +71,21 @@ func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTem
 }
 
 // buildFrom is where a build starts: a built-in template, or a snapshot
-// (a tenant's version's), and the digest that names it.
+// (a tenant's version's), and the digest that names it; or a Debian
+// suite's template, which the build makes first when the node lacks it.
 type buildFrom struct {
 	builtIn, snapshot, digest string
+	suite                     string
 }
 
 func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom, error) {
+	if suite, ok := buildspec.DebianSuite(ref); ok {
+		name, err := template.SuiteTemplate(suite)
+		if err != nil {
+			return buildFrom{}, api.Errorf(api.CodeBadRequest, "from: %v", err)
+		}
+		return buildFrom{suite: name}, nil
+	}
 	if !strings.Contains(ref, "@") {
 		if tpl, err := m.deps.Templates.Get(ref); err == nil {
 			return buildFrom{builtIn: ref, digest: fmt.Sprintf("template %s built %d", ref, tpl.BuiltAt.UnixNano())}, nil
@@ -100,6 +110,13 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 			return fmt.Errorf("context: %w", err)
 		}
 		bctx = buildspec.DirContext(dir)
+	}
+	if from.suite != "" {
+		tpl, err := m.suiteTemplate(ctx, from.suite, progress)
+		if err != nil {
+			return err
+		}
+		from = buildFrom{builtIn: tpl.Name, digest: fmt.Sprintf("template %s built %d", tpl.Name, tpl.BuiltAt.UnixNano())}
 	}
 	keys, err := spec.Keys(from.digest, bctx)
 	if err != nil {
@@ -196,6 +213,21 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 	sum := sha256.Sum256([]byte(last + "\n" + tv.Config))
 	tv.Snapshot, tv.Digest = id, "sha256:"+hex.EncodeToString(sum[:])
 	return nil
+}
+
+// suiteTemplate returns the built-in template of a Debian suite, building
+// it first (debootstrap from the host's mirror, cached like the default
+// template's root filesystem) when the node lacks it, with its base layer.
+func (m *Manager) suiteTemplate(ctx context.Context, name string, progress Progress) (template.Info, error) {
+	progress(api.TemplateBuildEvent{Step: "from", Progress: "the built-in template " + name})
+	tpl, err := m.deps.Templates.Ensure(ctx, name, progressWriter("from", progress))
+	if err != nil {
+		return template.Info{}, fmt.Errorf("from: %w", err)
+	}
+	if _, err := m.deps.Snapshots.EnsureBase(ctx, tpl.Name, tpl.Path, tpl.BuiltAt); err != nil {
+		return template.Info{}, fmt.Errorf("from: %w", err)
+	}
+	return tpl, nil
 }
 
 // runStep runs one step that changes the disk, in the state st runs in.

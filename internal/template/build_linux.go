@@ -126,6 +126,11 @@ func (c *Catalog) makeRootfs(ctx context.Context, r recipe, rootfs string, progr
 		return err
 	}
 	cache := filepath.Join(cacheDir, r.name+"-"+r.cacheKey()+".tar")
+	// Another recipe's cache of the same packages of the same suite (the
+	// default's for debian-bookworm) serves as well.
+	if same, _ := filepath.Glob(filepath.Join(cacheDir, "*-"+r.cacheKey()+".tar")); len(same) > 0 {
+		cache = same[0]
+	}
 	if _, err := os.Stat(cache); err == nil {
 		w := newLineWriter(progress, "rootfs")
 		w.Printf("unpacking cached root filesystem %s", filepath.Base(cache))

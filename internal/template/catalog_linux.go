@@ -193,6 +193,9 @@ func lookupRecipe(name string) (recipe, error) {
 	if err := ValidName(name); err != nil {
 		return recipe{}, err
 	}
+	if suite, ok := strings.CutPrefix(name, suitePrefix); ok && suitePattern.MatchString(suite) {
+		return suiteRecipe(suite), nil
+	}
 	r, ok := recipes[name]
 	if !ok {
 		return recipe{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownRecipe, name, strings.Join(Recipes(), ", "))

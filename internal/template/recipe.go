@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -23,6 +24,28 @@ var recipes = map[string]recipe{
 		variant: "minbase",
 		include: []string{"python3", "ca-certificates", "coreutils", "procps", "git", "curl"},
 	},
+}
+
+// A suite's template, debian-SUITE, is built from the default recipe's
+// packages on that Debian suite: a base for builds that start from a
+// suite (docs/TEMPLATES.md).
+const suitePrefix = "debian-"
+
+var suitePattern = regexp.MustCompile(`^[a-z]{2,20}$`)
+
+// SuiteTemplate is the name of the built-in template of Debian suite, or
+// an error wrapping ErrUnknownRecipe for what cannot be a suite.
+func SuiteTemplate(suite string) (string, error) {
+	if !suitePattern.MatchString(suite) {
+		return "", fmt.Errorf("%w: %q is not a Debian suite's code name", ErrUnknownRecipe, suite)
+	}
+	return suitePrefix + suite, nil
+}
+
+func suiteRecipe(suite string) recipe {
+	r := recipes["default"]
+	r.name, r.suite = suitePrefix+suite, suite
+	return r
 }
 
 // debootstrapArgs are the arguments that install the recipe into rootfs.

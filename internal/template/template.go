@@ -66,3 +66,10 @@ func Recipes() []string {
 	sort.Strings(names)
 	return names
 }
+
+// IsRecipe reports whether name is a recipe's, one Build knows: a
+// tenant's template may not take it.
+func IsRecipe(name string) bool {
+	_, err := lookupRecipe(name)
+	return err == nil
+}
