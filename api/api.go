@@ -455,6 +455,13 @@ type CreateTemplateRequest struct {
 	Background bool `json:"background,omitempty"`
 }
 
+// ShareTemplateRequest is the body of PUT /v1/templates/{ref}/shared (admin
+// key only): the admin's version ref is published to every tenant, or
+// withdrawn.
+type ShareTemplateRequest struct {
+	Shared bool `json:"shared"`
+}
+
 // MaxTemplateContext bounds a build's context.
 const MaxTemplateContext = 64 << 20
 

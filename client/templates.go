@@ -126,3 +126,18 @@ func (c *Client) DeleteTemplate(ctx context.Context, ref string) error {
 	}
 	return c.do(ctx, &call{op: "delete template", method: http.MethodDelete, path: "/v1/templates/" + url.PathEscape(ref)}, nil)
 }
+
+// ShareTemplate publishes the admin's template version ref (NAME@VERSION)
+// to every tenant, or withdraws it (admin key only).
+func (c *Client) ShareTemplate(ctx context.Context, ref string, shared bool) (*api.Template, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("share template: empty reference")
+	}
+	var t api.Template
+	cl := &call{op: "share template", method: http.MethodPut, path: "/v1/templates/" + url.PathEscape(ref) + "/shared",
+		in: api.ShareTemplateRequest{Shared: shared}, retry: retryIdempotent}
+	if err := c.do(ctx, cl, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}

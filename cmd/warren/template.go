@@ -25,6 +25,7 @@ var templateCommands = []command{
 	{"get", "show a template", runTemplateGet},
 	{"versions", "list the versions of a template", runTemplateVersions},
 	{"rm", "delete a template version, or all of a template's", runTemplateRemove},
+	{"share", "publish a version of the admin's template to every tenant", runTemplateShare},
 }
 
 func runTemplate(ctx context.Context, c *cli, args []string) error {
@@ -306,4 +307,26 @@ func runTemplateRemove(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	return cl.DeleteTemplate(ctx, rest[0])
+}
+
+func runTemplateShare(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlags("template share", "NAME@VERSION",
+		"Publish a version of the admin's template to every tenant (admin key only):\n"+
+			"a tenant then starts sandboxes from NAME, the newest version published,\n"+
+			"or NAME@VERSION, unless it has a template of that name of its own.")
+	withdraw := fs.Bool("withdraw", false, "withdraw the version instead")
+	cl, rest, err := connect(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	t, err := cl.ShareTemplate(ctx, rest[0], !*withdraw)
+	if err != nil {
+		return err
+	}
+	state := "shared"
+	if !t.Shared {
+		state = "withdrawn"
+	}
+	_, err = fmt.Fprintln(c.stdout, t.Ref, state)
+	return err
 }

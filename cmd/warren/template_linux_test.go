@@ -102,3 +102,68 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("the promoted snapshot after rm: %v", err)
 	}
 }
+
+// TestTemplateShared: a version the admin publishes is every tenant's to
+// start from, by name, under a name of its own if it has one; a tenant
+// cannot delete or publish it; withdrawn, it is gone for them.
+func TestTemplateShared(t *testing.T) {
+	w := newWarren(t)
+	ctx := context.Background()
+	w.asAdmin()
+	sb, err := w.Manager.Create(ctx, api.AdminTenant, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshotOf(t, sb.ID, "--wait")
+	if code, stdout, stderr := runCLI(t, nil, "template", "create", "--no-progress", "--from", snap, "tools"); code != 0 || stdout != "tools@1\n" {
+		t.Fatalf("the admin's template: exit %d %q %s", code, stdout, stderr)
+	}
+	if _, err := w.Manager.Create(ctx, "bob", api.CreateSandboxRequest{Template: "tools"}); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("bob's create before it is published: %v, want not found", err)
+	}
+	if code, stdout, stderr := runCLI(t, nil, "template", "share", "tools@1"); code != 0 || stdout != "tools@1 shared\n" {
+		t.Fatalf("template share: exit %d %q %s", code, stdout, stderr)
+	}
+	kid, err := w.Manager.Create(ctx, "bob", api.CreateSandboxRequest{Template: "tools"})
+	if err != nil || kid.TemplateVersion != "tools@1" || kid.Tenant != "bob" {
+		t.Fatalf("bob's create from the published tools: %+v, %v", kid, err)
+	}
+	list, err := w.Manager.TenantTemplates(ctx, "bob")
+	if err != nil || len(list) != 1 || !list[0].Shared || list[0].Ref != "tools@1" {
+		t.Errorf("bob's templates: %+v, %v; want tools@1, shared", list, err)
+	}
+	if err := w.Manager.DeleteTemplate(ctx, "bob", "tools@1"); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("bob deleting the admin's template: %v, want not found", err)
+	}
+	// bob's snapshot of that sandbox restores: its lineage goes through
+	// the admin's snapshot.
+	bobSnap, err := w.Manager.Snapshot(ctx, "bob", kid.ID, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Manager.Restore(ctx, "bob", bobSnap.ID, api.RestoreRequest{}); err != nil {
+		t.Errorf("restore bob's snapshot of a published template's sandbox: %v", err)
+	}
+	// A name of bob's own comes first for bob.
+	own := w.sandbox(api.CreateSandboxRequest{})
+	ownSnap, err := w.Manager.Snapshot(ctx, tenant, own.ID, api.CreateSnapshotRequest{Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Manager.CreateTemplate(ctx, tenant, api.CreateTemplateRequest{Name: "tools", FromSnapshot: ownSnap.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := w.Manager.Create(ctx, tenant, api.CreateSandboxRequest{Template: "tools"})
+	if err != nil || mine.Origin != ownSnap.ID {
+		t.Errorf("acme's create from tools: %+v, %v; want its own", mine, err)
+	}
+	if code, stdout, stderr := runCLI(t, nil, "template", "share", "--withdraw", "tools@1"); code != 0 || stdout != "tools@1 withdrawn\n" {
+		t.Fatalf("template share --withdraw: exit %d %q %s", code, stdout, stderr)
+	}
+	if _, err := w.Manager.Create(ctx, "bob", api.CreateSandboxRequest{Template: "tools"}); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("bob's create once withdrawn: %v, want not found", err)
+	}
+	if code, _, stderr := runCLI(t, nil, "template", "share", "tools"); code == 0 || !strings.Contains(stderr, "NAME@VERSION") {
+		t.Errorf("share without a version: exit %d %s", code, stderr)
+	}
+}

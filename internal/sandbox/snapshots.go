@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -173,12 +174,17 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 // the ones that did start are deleted again.
 func (m *Manager) Restore(ctx context.Context, tenant, id string, req api.RestoreRequest) ([]api.Sandbox, error) {
 	t0 := time.Now()
-	out, err := m.restore(ctx, tenant, id, req, heldMachine{}, "")
+	out, err := m.restore(ctx, tenant, id, req, heldMachine{}, fromVersion{})
 	if err == nil {
 		m.observe(metrics.OpRestore, t0)
 	}
 	return out, err
 }
+
+// fromVersion is the template version a restore starts from, if any: its
+// NAME@VERSION, and the tenant that owns its snapshot ("": the restoring
+// tenant; the admin's for a published one).
+type fromVersion struct{ ref, owner string }
 
 // heldMachine is what a live fork saved of a vm held while its root disk's
 // snapshot was taken: its memory file, and a clone of its workspace disk
@@ -187,9 +193,8 @@ type heldMachine struct{ memory, workspace string }
 
 // restore is Restore; held, when its memory is not "", is what the
 // sandboxes start from besides the snapshot (a live fork's children);
-// tplVersion, when not "", the tenant's template version (NAME@VERSION)
-// whose disk the snapshot is.
-func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, held heldMachine, tplVersion string) ([]api.Sandbox, error) {
+// version, when set, the template version whose disk the snapshot is.
+func (m *Manager) restore(ctx context.Context, tenant, id string, req api.RestoreRequest, held heldMachine, version fromVersion) ([]api.Sandbox, error) {
 	count := req.Count
 	if count == 0 {
 		count = 1
@@ -201,7 +206,7 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 	if err != nil {
 		return nil, err
 	}
-	sn, err := m.deps.Snapshots.Lookup(ctx, tenant, id)
+	sn, err := m.deps.Snapshots.Lookup(ctx, cmp.Or(version.owner, tenant), id)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +235,7 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 	if err != nil {
 		return nil, err
 	}
-	rec.TemplateVersion = tplVersion
+	rec.TemplateVersion = version.ref
 	ids, err := m.admit(rec, rt, count)
 	if err != nil {
 		return nil, err
@@ -339,7 +344,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, held, "")
+	kids, err := m.restore(ctx, tenant, sn.ID, api.RestoreRequest{Count: req.Count, SandboxSpec: spec}, held, fromVersion{})
 	if err != nil {
 		return api.ForkResult{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,10 @@ func (m *Manager) tenantTemplate(ctx context.Context, tenant, ref string) (store
 		return store.TemplateVersion{}, err
 	}
 	tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
+	if errors.Is(err, store.ErrNotFound) && tenant != api.AdminTenant {
+		// Not the tenant's own: one the admin published, if any.
+		tv, err = m.deps.Store.PublishedTemplate(ctx, api.AdminTenant, name, version)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return store.TemplateVersion{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
 	}
@@ -89,7 +94,8 @@ func (m *Manager) createFromTemplate(ctx context.Context, tenant string, req api
 		return api.Sandbox{}, err
 	}
 	ref := fmt.Sprintf("%s@%d", tv.Name, tv.Version)
-	out, err := m.restore(ctx, tenant, tv.Snapshot, api.RestoreRequest{Count: 1, SandboxSpec: req.SandboxSpec}, heldMachine{}, ref)
+	out, err := m.restore(ctx, tenant, tv.Snapshot, api.RestoreRequest{Count: 1, SandboxSpec: req.SandboxSpec}, heldMachine{},
+		fromVersion{ref: ref, owner: tv.Tenant})
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -164,17 +170,60 @@ func (c *capped) Write(p []byte) (int, error) {
 }
 
 // TenantTemplates lists tenant's templates: the newest version of each
-// name, by name.
+// name, and the admin's published ones the tenant has no name of its own
+// for, by name.
 func (m *Manager) TenantTemplates(ctx context.Context, tenant string) ([]api.Template, error) {
 	tvs, err := m.deps.Store.TemplateVersions(ctx, tenant, "")
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Template, 0, len(tvs))
+	own := map[string]bool{}
 	for _, tv := range tvs {
 		out = append(out, m.templateView(ctx, tv))
+		own[tv.Name] = true
 	}
+	if tenant == api.AdminTenant {
+		return out, nil
+	}
+	shared, err := m.deps.Store.PublishedTemplates(ctx, api.AdminTenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, tv := range shared {
+		if !own[tv.Name] {
+			out = append(out, m.templateView(ctx, tv))
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// ShareTemplate publishes the admin's version ref (NAME@VERSION) to
+// every tenant, or withdraws it: a tenant's own template of the name
+// still comes first for it.
+func (m *Manager) ShareTemplate(ctx context.Context, ref string, shared bool) (api.Template, error) {
+	name, version, err := templateRef(ref)
+	if err != nil {
+		return api.Template{}, err
+	}
+	if version == 0 {
+		return api.Template{}, api.Errorf(api.CodeBadRequest, "template %q: publish a version, NAME@VERSION", ref)
+	}
+	tv, err := m.deps.Store.TemplateVersion(ctx, api.AdminTenant, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return api.Template{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
+	}
+	if err != nil {
+		return api.Template{}, err
+	}
+	if err := m.deps.Store.PublishTemplateVersion(ctx, api.AdminTenant, tv.ID, shared); errors.Is(err, store.ErrTransition) {
+		return api.Template{}, api.Errorf(api.CodeConflict, "template %s is %s: only a ready version is published", ref, tv.State)
+	} else if err != nil {
+		return api.Template{}, err
+	}
+	tv.Published = shared
+	return m.templateView(ctx, tv), nil
 }
 
 // TenantTemplate returns the version of tenant's template ref names: the
@@ -189,12 +238,14 @@ func (m *Manager) TenantTemplate(ctx context.Context, tenant, ref string) (api.T
 		if err != nil {
 			return api.Template{}, err
 		}
-		if len(all) == 0 {
-			return api.Template{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
+		if len(all) > 0 {
+			return m.templateView(ctx, all[0]), nil
 		}
-		return m.templateView(ctx, all[0]), nil
 	}
 	tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
+	if errors.Is(err, store.ErrNotFound) && tenant != api.AdminTenant {
+		tv, err = m.deps.Store.PublishedTemplate(ctx, api.AdminTenant, name, version)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return api.Template{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
 	}
@@ -228,7 +279,7 @@ func (m *Manager) templateView(ctx context.Context, tv store.TemplateVersion) ap
 	t := api.Template{
 		Name: tv.Name, Version: tv.Version, Ref: fmt.Sprintf("%s@%d", tv.Name, tv.Version),
 		State: tv.State, Error: tv.Error, Source: tv.Source, Digest: tv.Digest, Snapshot: tv.Snapshot,
-		BuiltAt: tv.BuiltAt,
+		BuiltAt: tv.BuiltAt, Shared: tv.Published,
 	}
 	created := tv.CreatedAt
 	t.CreatedAt = &created

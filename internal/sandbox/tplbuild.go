@@ -217,7 +217,7 @@ func (m *Manager) buildSandbox(ctx context.Context, tv *store.TemplateVersion, f
 		}
 		return sb.ID, nil
 	}
-	out, err := m.restore(ctx, tv.Tenant, from.snapshot, api.RestoreRequest{Count: 1, SandboxSpec: spec}, heldMachine{}, "")
+	out, err := m.restore(ctx, tv.Tenant, from.snapshot, api.RestoreRequest{Count: 1, SandboxSpec: spec}, heldMachine{}, fromVersion{owner: from.owner})
 	if err != nil {
 		return "", fmt.Errorf("start the build's sandbox: %w", err)
 	}

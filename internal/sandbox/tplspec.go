@@ -76,6 +76,9 @@ func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTem
 type buildFrom struct {
 	builtIn, snapshot, digest string
 	suite                     string
+	// owner is the tenant whose snapshot is (the admin's for a published
+	// version; "": the building tenant's).
+	owner string
 }
 
 func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom, error) {
@@ -95,7 +98,7 @@ func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom,
 	if err != nil {
 		return buildFrom{}, err
 	}
-	return buildFrom{snapshot: tv.Snapshot, digest: tv.Digest}, nil
+	return buildFrom{snapshot: tv.Snapshot, digest: tv.Digest, owner: tv.Tenant}, nil
 }
 
 func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec *buildspec.Spec, from buildFrom, tarball []byte, progress Progress) error {
@@ -138,7 +141,7 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 		if _, err := m.deps.Snapshots.Lookup(ctx, tv.Tenant, id); err != nil {
 			break // deleted since
 		}
-		from.snapshot, from.builtIn, start = id, "", i+1
+		from.snapshot, from.builtIn, from.owner, start = id, "", "", i+1
 	}
 	for i := range start {
 		progress(api.TemplateBuildEvent{Step: name(i), Progress: "cached"})

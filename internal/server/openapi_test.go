@@ -198,6 +198,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TemplateConfig":        reflect.TypeFor[api.TemplateConfig](),
 		"CreateTemplateRequest": reflect.TypeFor[api.CreateTemplateRequest](),
 		"ImageSource":           reflect.TypeFor[api.ImageSource](),
+		"ShareTemplateRequest":  reflect.TypeFor[api.ShareTemplateRequest](),
 		"CreateKeyRequest":      reflect.TypeFor[api.CreateKeyRequest](),
 		"Key":                   reflect.TypeFor[api.Key](),
 		"KeyInfo":               reflect.TypeFor[api.KeyInfo](),

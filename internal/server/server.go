@@ -399,6 +399,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"DELETE", "/v1/templates/{ref}", tenant, s.deleteTemplate},
 		{"GET", "/v1/templates/{ref}/versions", tenant, s.templateVersions},
 		{"POST", "/v1/templates/{ref}/image", tenant, s.importArchive},
+		{"PUT", "/v1/templates/{ref}/shared", admin, s.shareTemplate},
 		{"POST", "/v1/templates/{ref}/build", admin, s.buildTemplate},
 		{"POST", "/v1/keys", admin, s.createKey},
 		{"GET", "/v1/keys", admin, s.listKeys},

@@ -35,6 +35,9 @@ type Templates interface {
 	// DeleteTemplate deletes the version ref pins, or every version of
 	// the name; CodeConflict while a live sandbox started from one.
 	DeleteTemplate(ctx context.Context, tenant, ref string) error
+	// ShareTemplate publishes the admin's version ref to every tenant, or
+	// withdraws it.
+	ShareTemplate(ctx context.Context, ref string, shared bool) (api.Template, error)
 }
 
 // builtIn is the node's templates as the API shows them: every tenant's.
@@ -134,6 +137,23 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// shareTemplate answers PUT /v1/templates/{ref}/shared (admin key only).
+func (s *Server) shareTemplate(w http.ResponseWriter, r *http.Request) error {
+	tpls, err := s.templates()
+	if err != nil {
+		return err
+	}
+	var req api.ShareTemplateRequest
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	t, err := tpls.ShareTemplate(r.Context(), r.PathValue("ref"), req.Shared)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, t)
 }
 
 // maxTemplateBody bounds POST /v1/templates: the context, base64, and the

@@ -404,6 +404,11 @@ var migrations = []migration{
 	CREATE INDEX template_steps_snapshot ON template_steps (snapshot);
 	ALTER TABLE sandboxes ADD COLUMN template_version TEXT NOT NULL DEFAULT '';`,
 	},
+	// Templates the admin publishes to every tenant.
+	{
+		sqlite:   `ALTER TABLE templates ADD COLUMN published INTEGER NOT NULL DEFAULT 0`,
+		postgres: `ALTER TABLE templates ADD COLUMN published BOOLEAN NOT NULL DEFAULT FALSE`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

@@ -36,6 +36,8 @@ type TemplateVersion struct {
 	Node      string
 	CreatedAt time.Time
 	BuiltAt   time.Time // zero until ready
+	// Published: the admin's version every tenant may start from.
+	Published bool
 }
 
 // Template version states.
@@ -45,14 +47,14 @@ const (
 	TemplateFailed   = "failed"
 )
 
-const templateColumns = `id, tenant, name, version, state, error, source, digest, snapshot, config, node, created_at, built_at`
+const templateColumns = `id, tenant, name, version, state, error, source, digest, snapshot, config, node, created_at, built_at, published`
 
 func scanTemplate(row interface{ Scan(...any) error }) (TemplateVersion, error) {
 	var t TemplateVersion
 	var created int64
 	var built sql.NullInt64
 	err := row.Scan(&t.ID, &t.Tenant, &t.Name, &t.Version, &t.State, &t.Error, &t.Source, &t.Digest,
-		&t.Snapshot, &t.Config, &t.Node, &created, &built)
+		&t.Snapshot, &t.Config, &t.Node, &created, &built, &t.Published)
 	if err != nil {
 		return TemplateVersion{}, err
 	}
@@ -79,9 +81,9 @@ func (s *Store) InsertTemplateVersion(ctx context.Context, t *TemplateVersion) e
 				return nil, err
 			}
 			_, err := r.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
 				t.ID, t.Tenant, t.Name, t.Version, t.State, t.Error, t.Source, t.Digest, t.Snapshot, t.Config, t.Node,
-				t.CreatedAt.UnixNano())
+				t.CreatedAt.UnixNano(), false)
 			return nil, err
 		})
 		if err == nil {
@@ -263,4 +265,60 @@ func (s *Store) FailTemplateBuilds(ctx context.Context, node string) error {
 		return fmt.Errorf("fail interrupted template builds: %w", err)
 	}
 	return nil
+}
+
+// PublishTemplateVersion publishes (or withdraws) tenant's ready version
+// id: every tenant may then start from it by its name. ErrNotFound when
+// tenant has no such version; ErrTransition when it is not ready.
+func (s *Store) PublishTemplateVersion(ctx context.Context, tenant, id string, published bool) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE templates SET published = ? WHERE tenant = ? AND id = ? AND state = ?`,
+		published, tenant, id, TemplateReady)
+	if err != nil {
+		return fmt.Errorf("publish template version %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("publish template version %s: %w", id, ErrTransition)
+	}
+	return nil
+}
+
+// PublishedTemplate returns the version of owner's template name that
+// every tenant sees: the newest published when version is 0, else that
+// one if published. ErrNotFound when there is none.
+func (s *Store) PublishedTemplate(ctx context.Context, owner, name string, version int64) (TemplateVersion, error) {
+	q := `SELECT ` + templateColumns + ` FROM templates WHERE tenant = ? AND name = ? AND published = ? AND state = ?`
+	args := []any{owner, name, true, TemplateReady}
+	if version != 0 {
+		q += ` AND version = ?`
+		args = append(args, version)
+	}
+	t, err := scanTemplate(s.db.QueryRowContext(ctx, q+` ORDER BY version DESC LIMIT 1`, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return TemplateVersion{}, ErrNotFound
+	}
+	if err != nil {
+		return TemplateVersion{}, fmt.Errorf("published template %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// PublishedTemplates lists owner's published templates: the newest
+// published version of each name, by name.
+func (s *Store) PublishedTemplates(ctx context.Context, owner string) ([]TemplateVersion, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+templateColumns+` FROM templates t WHERE tenant = ? AND published = ? AND state = ?
+		AND version = (SELECT MAX(version) FROM templates u WHERE u.tenant = t.tenant AND u.name = t.name AND u.published = ? AND u.state = ?)
+		ORDER BY name`, owner, true, TemplateReady, true, TemplateReady)
+	if err != nil {
+		return nil, fmt.Errorf("list published templates: %w", err)
+	}
+	defer rows.Close()
+	var out []TemplateVersion
+	for rows.Next() {
+		t, err := scanTemplate(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list published templates: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }

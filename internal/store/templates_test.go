@@ -110,6 +110,36 @@ func TestTemplateVersions(t *testing.T) {
 			t.Errorf("latest after deleting 2: %+v, %v; want 1", latest, err)
 		}
 
+		// Publishing: ready versions only; the newest published is what
+		// every tenant sees.
+		if err := s.PublishTemplateVersion(ctx, "acme", byVersion[3].ID, true); !errors.Is(err, ErrTransition) {
+			t.Errorf("publishing a failed version: %v, want ErrTransition", err)
+		}
+		if err := s.PublishTemplateVersion(ctx, "other", byVersion[1].ID, true); !errors.Is(err, ErrTransition) {
+			t.Errorf("publishing another tenant's version: %v, want ErrTransition", err)
+		}
+		if _, err := s.PublishedTemplate(ctx, "acme", "numpy", 0); !errors.Is(err, ErrNotFound) {
+			t.Errorf("published before any is: %v", err)
+		}
+		if err := s.PublishTemplateVersion(ctx, "acme", byVersion[1].ID, true); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := s.PublishedTemplate(ctx, "acme", "numpy", 0); err != nil || p.Version != 1 || !p.Published {
+			t.Errorf("published numpy: %+v, %v", p, err)
+		}
+		if _, err := s.PublishedTemplate(ctx, "acme", "numpy", 4); !errors.Is(err, ErrNotFound) {
+			t.Errorf("an unpublished version pinned: %v", err)
+		}
+		if list, err := s.PublishedTemplates(ctx, "acme"); err != nil || len(list) != 1 || list[0].Version != 1 {
+			t.Errorf("published list: %+v, %v", list, err)
+		}
+		if err := s.PublishTemplateVersion(ctx, "acme", byVersion[1].ID, false); err != nil {
+			t.Fatal(err)
+		}
+		if list, _ := s.PublishedTemplates(ctx, "acme"); len(list) != 0 {
+			t.Errorf("withdrawn, still listed: %+v", list)
+		}
+
 		sb := newSandbox("sb-t", "acme")
 		sb.TemplateVersion = "numpy@1"
 		if err := s.InsertSandbox(ctx, sb); err != nil {

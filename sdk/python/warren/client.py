@@ -300,6 +300,13 @@ class Client:
         d = self._get(path_of("v1", "templates", name, "versions"))
         return [Template.from_json(t) for t in d.get("templates") or []]
 
+    def share_template(self, ref: str, shared: bool = True) -> Template:
+        """Publish the admin's version ``NAME@VERSION`` to every tenant (or
+        withdraw it with ``shared=False``); needs the admin key."""
+        answer = self._transport.request("PUT", path_of("v1", "templates", ref, "shared"),
+                                         json_body={"shared": shared}, retry=IDEMPOTENT)
+        return Template.from_json(answer.json())
+
     def delete_template(self, ref: str) -> None:
         """Delete ``NAME@VERSION``, or every version of ``NAME``.
 
