@@ -3,6 +3,7 @@ package e2b
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -19,7 +20,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"warren/api"
+	"warren/internal/backoff"
 	"warren/internal/ident"
+	wtemplate "warren/internal/template"
 )
 
 // E2B's template builds (its SDKs' Template.build and
@@ -160,8 +163,8 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) error {
 // validTemplateName is warren's rule for a template's name, in E2B's
 // error shape.
 func validTemplateName(name string) error {
-	if name == "" || len(name) > 63 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") != "" || strings.ContainsAny(name[:1], "._-") {
-		return errorf(http.StatusBadRequest, "template name %q: want 1-63 characters of a-z 0-9 . _ -, starting with a-z or 0-9", name)
+	if err := wtemplate.ValidName(name); err != nil {
+		return errorf(http.StatusBadRequest, "template name: %v", err)
 	}
 	return nil
 }
@@ -279,7 +282,7 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	b.building = true
 	files := b.files
 	h.builds.mu.Unlock()
-	spec, tarball, err := translate(t, files)
+	steps, tarball, err := translate(t, files)
 	if err != nil {
 		h.setFailed(b, err)
 		return err
@@ -287,7 +290,7 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	// The build outlives this request: it goes on under the caller's key,
 	// and its status answers where it is.
 	bg := r.Clone(context.WithoutCancel(r.Context()))
-	go h.runBuild(bg, b, name, t, spec, tarball)
+	go h.runBuild(bg, b, name, t, steps, tarball)
 	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
@@ -303,12 +306,13 @@ func (h *Handler) setFailed(b *pendingBuild, err error) {
 }
 
 // runBuild makes the version: an image's first when the build starts from
-// one, then the steps'.
-func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bTemplate, spec string, tarball []byte) {
+// one, then the steps' (the spec's body, translate's) on it.
+func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bTemplate, steps string, tarball []byte) {
 	var out api.Template
+	from := template(t.FromTemplate)
 	if t.FromImage != "" {
 		req := api.CreateTemplateRequest{Name: name, FromImage: &api.ImageSource{Ref: t.FromImage}}
-		if spec == "" {
+		if steps == "" {
 			req.Config = &api.TemplateConfig{Start: t.StartCmd, Ready: t.ReadyCmd}
 		}
 		req.Background = true
@@ -317,16 +321,16 @@ func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bT
 			return
 		}
 		h.setRef(b, out.Ref)
-		if spec == "" {
+		if steps == "" {
 			return
 		}
 		if err := h.awaitVersion(r, out.Ref); err != nil {
 			h.setFailed(b, err)
 			return
 		}
-		spec = strings.Replace(spec, "from: default\n", "from: "+out.Ref+"\n", 1)
+		from = out.Ref
 	}
-	req := api.CreateTemplateRequest{Name: name, Spec: spec, Context: tarball, Background: true}
+	req := api.CreateTemplateRequest{Name: name, Spec: "from: " + from + "\n" + steps, Context: tarball, Background: true}
 	if err := h.call(r, http.MethodPost, "/v1/templates", req, &out); err != nil {
 		h.setFailed(b, err)
 		return
@@ -342,23 +346,16 @@ func (h *Handler) setRef(b *pendingBuild, ref string) {
 
 // awaitVersion waits until version ref is built, or says why it is not.
 func (h *Handler) awaitVersion(r *http.Request, ref string) error {
-	for {
+	return backoff.Poll(r.Context(), backoff.Backoff{Base: 100 * time.Millisecond, Max: time.Second}, func() (bool, error) {
 		var t api.Template
 		if err := h.call(r, http.MethodGet, "/v1/templates/"+url.PathEscape(ref), nil, &t); err != nil {
-			return err
+			return false, err
 		}
-		switch t.State {
-		case api.TemplateReady:
-			return nil
-		case api.TemplateFailed:
-			return errorf(http.StatusBadRequest, "%s", t.Error)
+		if t.State == api.TemplateFailed {
+			return false, errorf(http.StatusBadRequest, "%s", t.Error)
 		}
-		select {
-		case <-r.Context().Done():
-			return r.Context().Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+		return t.State == api.TemplateReady, nil
+	})
 }
 
 // buildStatus answers GET /templates/{id}/builds/{build}/status: the
@@ -406,9 +403,10 @@ func (h *Handler) alias(w http.ResponseWriter, r *http.Request, name string) err
 	return nil
 }
 
-// translate turns E2B's template into a warren build spec, and the files
-// its COPY steps name into one context tar. An image's template with no
-// steps is no spec ("").
+// translate turns E2B's template into the body of a warren build spec (its
+// steps and start, the from line left to the caller), and the files its
+// COPY steps name into one context tar. An image's template with no steps
+// has no body ("").
 func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 	switch {
 	case t.FromTemplate != "" && t.FromImage != "":
@@ -417,10 +415,6 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 		return "", nil, errorf(http.StatusBadRequest, "a template needs fromTemplate or fromImage")
 	case t.FromImage != "" && len(t.Steps) == 0:
 		return "", nil, nil
-	}
-	from := t.FromTemplate
-	if from == "" || from == "base" {
-		from = "default"
 	}
 	var steps []map[string]any
 	var ctxTar bytes.Buffer
@@ -445,7 +439,7 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 			}
 			steps = append(steps, map[string]any{"run": s.Args[0]})
 			if as != "" && as != user {
-				steps = append(steps, map[string]any{"user": cmpOr(user, "root")})
+				steps = append(steps, map[string]any{"user": cmp.Or(user, "root")})
 			}
 		case "COPY":
 			if len(s.Args) < 2 {
@@ -501,25 +495,14 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 		}
 		doc["start"] = start
 	}
-	if len(steps) == 0 {
-		delete(doc, "steps")
-	}
 	body, err := yaml.Marshal(doc)
 	if err != nil {
 		return "", nil, err
 	}
-	spec := "from: " + from + "\n" + string(body)
 	if len(seen) == 0 {
-		return spec, nil, nil
+		return string(body), nil, nil
 	}
-	return spec, ctxTar.Bytes(), nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return string(body), ctxTar.Bytes(), nil
 }
 
 // addTar copies the entries of data, a tar (gzipped or not), into tw,

@@ -34,10 +34,11 @@ func TestTranslate(t *testing.T) {
 		StartCmd: "python3 -m http.server 8000",
 		ReadyCmd: "curl -sf localhost:8000",
 	}
-	spec, ctx, err := translate(tpl, map[string][]byte{"ab12": gz.Bytes()})
+	body, ctx, err := translate(tpl, map[string][]byte{"ab12": gz.Bytes()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := "from: " + template(tpl.FromTemplate) + "\n" + body
 	s, err := buildspec.Parse([]byte(spec))
 	if err != nil {
 		t.Fatalf("the spec:\n%s\ndoes not parse: %v", spec, err)

@@ -43,7 +43,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		switch {
 		case terr == nil:
 			return m.createFromTemplate(ctx, tenant, req, tv)
-		case pinned || !isNotFound(terr):
+		case pinned || !api.IsCode(terr, api.CodeNotFound):
 			return api.Sandbox{}, terr
 		}
 		return api.Sandbox{}, err

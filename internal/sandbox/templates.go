@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"warren/api"
 	"warren/internal/agent"
 	processpb "warren/internal/agent/pb/process"
+	"warren/internal/backoff"
 	"warren/internal/ident"
 	"warren/internal/store"
 	"warren/internal/template"
@@ -53,13 +53,7 @@ func (m *Manager) tenantTemplate(ctx context.Context, tenant, ref string) (store
 		return store.TemplateVersion{}, err
 	}
 	tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
-	if errors.Is(err, store.ErrNotFound) && tenant != api.AdminTenant {
-		// Not the tenant's own: one the admin published, if any.
-		tv, err = m.deps.Store.PublishedTemplate(ctx, api.AdminTenant, name, version)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return store.TemplateVersion{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
-	}
+	tv, err = m.orPublished(ctx, tenant, ref, name, version, tv, err)
 	if err != nil {
 		return store.TemplateVersion{}, err
 	}
@@ -67,6 +61,19 @@ func (m *Manager) tenantTemplate(ctx context.Context, tenant, ref string) (store
 		return store.TemplateVersion{}, api.Errorf(api.CodeConflict, "template %s@%d is %s%s", tv.Name, tv.Version, tv.State, suffix(": ", tv.Error))
 	}
 	return tv, nil
+}
+
+// orPublished is tv, err of a lookup of tenant's own version of name,
+// or, when it found none, the version the admin published under that
+// name; a not-found of both is the API's 404 for ref.
+func (m *Manager) orPublished(ctx context.Context, tenant, ref, name string, version int64, tv store.TemplateVersion, err error) (store.TemplateVersion, error) {
+	if errors.Is(err, store.ErrNotFound) && tenant != api.AdminTenant {
+		tv, err = m.deps.Store.PublishedTemplate(ctx, api.AdminTenant, name, version)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.TemplateVersion{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
+	}
+	return tv, err
 }
 
 func suffix(sep, s string) string {
@@ -134,39 +141,19 @@ func (m *Manager) waitReady(ctx context.Context, tenant, id string, cfg api.Temp
 	if err != nil {
 		return err
 	}
-	var last string
-	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		var out bytes.Buffer
-		w := &capped{buf: &out, max: 4 << 10}
-		end, _, err := conn.Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{
-			Cmd: "/bin/sh", Args: []string{"-c", cfg.Ready}}}, w, w)
-		switch {
-		case err == nil && end.GetExited() && end.GetExitCode() == 0:
-			return nil
-		case err == nil:
-			last = strings.TrimSpace(out.String())
-		case ctx.Err() == nil:
+	ready := &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cfg.Ready}}
+	last := "" // what the last check that ran said
+	err = backoff.Poll(ctx, backoff.Backoff{Base: 20 * time.Millisecond, Max: time.Second}, func() (bool, error) {
+		err := runIn(ctx, conn, ready, nil)
+		if err != nil && ctx.Err() == nil {
 			last = err.Error()
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("its readiness check %q did not succeed within %v%s", cfg.Ready, timeout, suffix("; last output: ", last))
-		case <-time.After(delay):
-		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("its readiness check %q did not succeed within %v%s", cfg.Ready, timeout, suffix("; last: ", last))
 	}
-}
-
-// capped keeps the first max bytes written to it.
-type capped struct {
-	buf *bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.buf.Len(); room > 0 {
-		c.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
+	return nil
 }
 
 // TenantTemplates lists tenant's templates: the newest version of each
@@ -233,23 +220,20 @@ func (m *Manager) TenantTemplate(ctx context.Context, tenant, ref string) (api.T
 	if err != nil {
 		return api.Template{}, err
 	}
+	var tv store.TemplateVersion
 	if version == 0 {
-		all, err := m.deps.Store.TemplateVersions(ctx, tenant, name)
-		if err != nil {
-			return api.Template{}, err
+		// The newest, whatever its state.
+		var all []store.TemplateVersion
+		if all, err = m.deps.Store.TemplateVersions(ctx, tenant, name); err == nil {
+			err = store.ErrNotFound
+			if len(all) > 0 {
+				tv, err = all[0], nil
+			}
 		}
-		if len(all) > 0 {
-			return m.templateView(ctx, all[0]), nil
-		}
+	} else {
+		tv, err = m.deps.Store.TemplateVersion(ctx, tenant, name, version)
 	}
-	tv, err := m.deps.Store.TemplateVersion(ctx, tenant, name, version)
-	if errors.Is(err, store.ErrNotFound) && tenant != api.AdminTenant {
-		tv, err = m.deps.Store.PublishedTemplate(ctx, api.AdminTenant, name, version)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return api.Template{}, api.Errorf(api.CodeNotFound, "template %q not found", ref)
-	}
-	if err != nil {
+	if tv, err = m.orPublished(ctx, tenant, ref, name, version, tv, err); err != nil {
 		return api.Template{}, err
 	}
 	return m.templateView(ctx, tv), nil
@@ -346,16 +330,11 @@ func (m *Manager) DeleteTemplate(ctx context.Context, tenant, ref string) error 
 		if use, err := m.deps.Store.TemplateSnapshotUse(ctx, tv.Snapshot); err != nil || use != "" {
 			continue // another version, or a cached step, keeps it
 		}
-		if err := m.deps.Snapshots.Delete(ctx, tenant, tv.Snapshot); err != nil && !isNotFound(err) {
+		if err := m.deps.Snapshots.Delete(ctx, tenant, tv.Snapshot); err != nil && !api.IsCode(err, api.CodeNotFound) {
 			m.log.Warn("delete template version's snapshot", "template", tv.Name, "version", tv.Version, "snapshot", tv.Snapshot, "err", err)
 		}
 	}
 	return nil
-}
-
-func isNotFound(err error) bool {
-	var ae *api.Error
-	return errors.As(err, &ae) && ae.Code == api.CodeNotFound
 }
 
 // newVersion records a building version of tenant's template name (a

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"warren/api"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
@@ -250,15 +252,8 @@ func (m *Manager) runStep(ctx context.Context, conn *agentconn.Conn, st buildspe
 		argv = trustPlainIndexes(argv, st.IndexURL, st.ExtraIndexURL)
 	}
 	return runIn(ctx, conn, &processpb.ProcessConfig{
-		Cmd: argv[0], Args: argv[1:], Envs: state.Env, Cwd: optional(state.Workdir), User: state.User,
+		Cmd: argv[0], Args: argv[1:], Envs: state.Env, Cwd: proto.String(state.Workdir), User: state.User,
 	}, out)
-}
-
-func optional(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 // trustPlainIndexes lets pip use the plain-HTTP indexes a spec names (an

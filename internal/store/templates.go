@@ -152,21 +152,27 @@ func (s *Store) TemplateVersions(ctx context.Context, tenant, name string) ([]Te
 			ORDER BY name`
 		args = []any{tenant}
 	}
+	return s.queryTemplates(ctx, "list templates", q, args...)
+}
+
+// queryTemplates runs a query selecting templateColumns; op names it in
+// errors.
+func (s *Store) queryTemplates(ctx context.Context, op, q string, args ...any) ([]TemplateVersion, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer rows.Close()
 	var out []TemplateVersion
 	for rows.Next() {
 		t, err := scanTemplate(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list templates: %w", err)
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
 }
@@ -305,20 +311,7 @@ func (s *Store) PublishedTemplate(ctx context.Context, owner, name string, versi
 // PublishedTemplates lists owner's published templates: the newest
 // published version of each name, by name.
 func (s *Store) PublishedTemplates(ctx context.Context, owner string) ([]TemplateVersion, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+templateColumns+` FROM templates t WHERE tenant = ? AND published = ? AND state = ?
+	return s.queryTemplates(ctx, "list published templates", `SELECT `+templateColumns+` FROM templates t WHERE tenant = ? AND published = ? AND state = ?
 		AND version = (SELECT MAX(version) FROM templates u WHERE u.tenant = t.tenant AND u.name = t.name AND u.published = ? AND u.state = ?)
 		ORDER BY name`, owner, true, TemplateReady, true, TemplateReady)
-	if err != nil {
-		return nil, fmt.Errorf("list published templates: %w", err)
-	}
-	defer rows.Close()
-	var out []TemplateVersion
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list published templates: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
 }
