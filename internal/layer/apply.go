@@ -66,7 +66,7 @@ func apply(ctx context.Context, image string, m Manifest, chunks Chunks, paralle
 		if bufs[worker] == nil {
 			bufs[worker] = make([]byte, MaxChunk)
 		}
-		data, err := fetch(ctx, chunks, m.Namespace, e, bufs[worker])
+		data, err := Fetch(ctx, chunks, m.Namespace, e, bufs[worker])
 		if err != nil {
 			return err
 		}
@@ -84,10 +84,10 @@ func apply(ctx context.Context, image string, m Manifest, chunks Chunks, paralle
 	return f.Close()
 }
 
-// fetch gets extent e's chunk and returns its bytes, decompressed into buf
-// (at least e.Length long) and verified against the chunk's name in
-// namespace.
-func fetch(ctx context.Context, chunks Chunks, namespace string, e Extent, buf []byte) ([]byte, error) {
+// Fetch gets data extent e's chunk and returns its bytes, decompressed into
+// buf (at least e.Length long) and verified against the chunk's name in
+// namespace; a chunk that fails the check is an error wrapping ErrCorrupt.
+func Fetch(ctx context.Context, chunks Chunks, namespace string, e Extent, buf []byte) ([]byte, error) {
 	compressed, err := chunks.Get(ctx, e.Chunk)
 	if err != nil {
 		return nil, fmt.Errorf("get chunk %s: %w", e.Chunk, err)

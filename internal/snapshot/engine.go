@@ -78,6 +78,7 @@ import (
 
 	"warren/api"
 	"warren/internal/blob"
+	"warren/internal/chunkstore"
 	"warren/internal/disk"
 	"warren/internal/ident"
 	"warren/internal/layer"
@@ -287,45 +288,17 @@ func baseID(template string, built time.Time) string {
 // isBase reports whether id is a template base layer.
 func isBase(id string) bool { return strings.HasPrefix(id, "tb-") }
 
-// Blob keys, see the package comment.
-func manifestKey(id string) string { return "manifests/" + id + ".json" }
-func intentKey(id string) string   { return "intents/" + id + ".json" }
-func deletedKey(id string) string  { return "deleted/" + id }
-func chunkKey(name string) string  { return "chunks/" + name }
+// Blob keys of the engine's own, see the package comment; chunks and
+// manifests are named by chunkstore.
+func intentKey(id string) string  { return "intents/" + id + ".json" }
+func deletedKey(id string) string { return "deleted/" + id }
 
-// chunks adapts the blob store to layer.Chunks.
-type chunks struct {
-	b blob.Store
-	// refreshAfter is the age past which a chunk reused by an upload is
-	// written again: its new modification time keeps it from a collector
-	// (on any node) that saw it unreferenced, until the upload's manifest
-	// references it.
-	refreshAfter time.Duration
-}
-
-func (e *Engine) chunks() chunks { return chunks{b: e.blobs, refreshAfter: e.cfg.GCGrace / 2} }
-
-var _ layer.Chunks = chunks{}
-
-// Put stores a chunk unless the store has it already: chunks are named by
-// their content within a tenant, so the tenant's forks and similar
-// sandboxes share them.
-func (c chunks) Put(ctx context.Context, name string, compressed []byte) (bool, error) {
-	info, err := c.b.Stat(ctx, chunkKey(name))
-	if err == nil {
-		if time.Since(info.ModTime) > c.refreshAfter {
-			return false, c.b.Put(ctx, chunkKey(name), compressed)
-		}
-		return false, nil
-	}
-	if !errors.Is(err, blob.ErrNotFound) {
-		return false, err
-	}
-	return true, c.b.Put(ctx, chunkKey(name), compressed)
-}
-
-func (c chunks) Get(ctx context.Context, name string) ([]byte, error) {
-	return c.b.Get(ctx, chunkKey(name))
+// chunks adapts the blob store to layer.Chunks. A chunk reused by an upload
+// older than half the collector's grace is written again, so that a
+// collector that saw it unreferenced keeps it until the upload's manifest
+// references it.
+func (e *Engine) chunks() chunkstore.Store {
+	return chunkstore.Store{B: e.blobs, RefreshAfter: e.cfg.GCGrace / 2}
 }
 
 // Layer is a snapshot or base layer whose disk the node's cache holds.

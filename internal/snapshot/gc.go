@@ -11,6 +11,7 @@ import (
 
 	"warren/api"
 	"warren/internal/blob"
+	"warren/internal/chunkstore"
 	"warren/internal/layer"
 	"warren/internal/store"
 )
@@ -113,7 +114,7 @@ func (e *Engine) GC(ctx context.Context, grace time.Duration) (api.GCResult, err
 // forget removes a collected snapshot's manifest, and this node's record and
 // cache image of it (a base layer that nothing references any more).
 func (e *Engine) forget(ctx context.Context, id string) error {
-	if err := e.blobs.Delete(ctx, manifestKey(id)); err != nil {
+	if err := e.blobs.Delete(ctx, chunkstore.ManifestKey(id)); err != nil {
 		return fmt.Errorf("gc: %w", err)
 	}
 	e.mu.Lock()

@@ -9,6 +9,7 @@ import (
 
 	"warren/api"
 	"warren/internal/blob"
+	"warren/internal/chunkstore"
 	"warren/internal/ident"
 	"warren/internal/layer"
 	"warren/internal/store"
@@ -27,7 +28,7 @@ func (e *Engine) manifest(ctx context.Context, id string) (layer.Manifest, error
 	if ok {
 		return m, nil
 	}
-	data, err := e.blobs.Get(ctx, manifestKey(id))
+	data, err := e.blobs.Get(ctx, chunkstore.ManifestKey(id))
 	if err != nil {
 		return layer.Manifest{}, fmt.Errorf("manifest of %s: %w", id, err)
 	}
@@ -98,7 +99,7 @@ func (e *Engine) Lookup(ctx context.Context, tenant, id string) (store.Snapshot,
 	gone, err := e.exists(ctx, deletedKey(id))
 	if err == nil && !gone && sn.State == api.SnapshotDurable {
 		var ok bool
-		ok, err = e.exists(ctx, manifestKey(id))
+		ok, err = e.exists(ctx, chunkstore.ManifestKey(id))
 		gone = !ok
 	}
 	if err != nil {

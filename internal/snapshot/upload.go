@@ -11,6 +11,7 @@ import (
 	"warren/api"
 	"warren/internal/backoff"
 	"warren/internal/blob"
+	"warren/internal/chunkstore"
 	"warren/internal/layer"
 	"warren/internal/metrics"
 	"warren/internal/store"
@@ -174,10 +175,10 @@ func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error
 	if err != nil {
 		return err
 	}
-	if err := e.blobs.Put(ctx, manifestKey(id), data); err != nil {
+	if err := e.blobs.Put(ctx, chunkstore.ManifestKey(id), data); err != nil {
 		return fmt.Errorf("store manifest: %w", err)
 	}
-	back, err := e.blobs.Get(ctx, manifestKey(id))
+	back, err := e.blobs.Get(ctx, chunkstore.ManifestKey(id))
 	if err != nil {
 		return fmt.Errorf("verify manifest: %w", err)
 	}
@@ -187,7 +188,7 @@ func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error
 	if err := e.verifyLineage(ctx, sn.Parent); err != nil {
 		// A collector elsewhere took the parent while this layer was
 		// written against it: the next attempt stores against what is left.
-		e.blobs.Delete(ctx, manifestKey(id))
+		e.blobs.Delete(ctx, chunkstore.ManifestKey(id))
 		return err
 	}
 	sn.State, sn.Error = api.SnapshotDurable, ""
@@ -214,7 +215,7 @@ func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error
 // its content is checked against its name on every read.
 func (e *Engine) verifyChunks(ctx context.Context, m layer.Manifest) error {
 	for _, name := range m.Chunks() {
-		info, err := e.blobs.Stat(ctx, chunkKey(name))
+		info, err := e.blobs.Stat(ctx, chunkstore.ChunkKey(name))
 		if err != nil {
 			return fmt.Errorf("verify chunk %s: %w", name, err)
 		}
@@ -229,7 +230,7 @@ func (e *Engine) verifyChunks(ctx context.Context, m layer.Manifest) error {
 // still in the blob store.
 func (e *Engine) verifyLineage(ctx context.Context, id string) error {
 	for n := 0; id != "" && n < maxLineage; n++ {
-		ok, err := e.exists(ctx, manifestKey(id))
+		ok, err := e.exists(ctx, chunkstore.ManifestKey(id))
 		if err != nil {
 			return fmt.Errorf("verify lineage: %w", err)
 		}
@@ -280,7 +281,7 @@ func (e *Engine) durableParent(ctx context.Context, id string) (string, error) {
 			if !isBase(id) {
 				return id, nil
 			}
-			_, err := e.blobs.Stat(ctx, manifestKey(id))
+			_, err := e.blobs.Stat(ctx, chunkstore.ManifestKey(id))
 			if err == nil {
 				return id, nil
 			}
