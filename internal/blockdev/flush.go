@@ -1,0 +1,266 @@
+package blockdev
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"warren/internal/backoff"
+	"warren/internal/chunkstore"
+	"warren/internal/layer"
+)
+
+// Flush makes every write that returned before it durable: its cells are
+// written as a layer to the durable tier (the cluster's, else object
+// storage), and Flush returns once the layer's manifest is there. If object
+// storage is more than MaxLag behind, Flush also waits for it to catch up.
+func (v *Volume) Flush() error { return v.flush(v.ctx) }
+
+func (v *Volume) flush(ctx context.Context) error {
+	v.flushMu.Lock()
+	defer v.flushMu.Unlock()
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		return errClosed
+	}
+	if len(v.dirty) == 0 {
+		v.mu.Unlock()
+		return nil
+	}
+	taken := maps.Clone(v.dirty)
+	present := v.present.clone()
+	seq := v.seq + 1
+	full := seq-v.full >= int64(v.opts.CompactEvery)
+	v.mu.Unlock()
+
+	// What the cells hold now is synced before the state says they are
+	// present (see state).
+	if err := v.cache.Sync(); err != nil {
+		return fmt.Errorf("volume %s: sync cache: %w", v.cfg.ID, err)
+	}
+	cells := slices.Sorted(maps.Keys(taken))
+	ranges := make([]layer.Range, len(cells))
+	for i, c := range cells {
+		off, n := v.cellRange(c)
+		ranges[i] = layer.Range{Off: off, Len: n, Zero: taken[c].zero}
+	}
+	durable := v.tiers.durable()
+	extents, _, err := layer.Write(ctx, filepath.Join(v.dir, cacheFile), ranges, v.cfg.Namespace, durable, v.opts.Parallel)
+	if err != nil {
+		return fmt.Errorf("volume %s: %w", v.cfg.ID, err)
+	}
+	// A cell is one extent: ranges are cells, and a cell is under MaxChunk.
+	written := make([]ownCell, len(extents))
+	for i, e := range extents {
+		written[i] = ownCell{cell: e.Offset / CellSize, chunkRef: chunkRef{chunk: e.Chunk, stored: e.Stored}}
+	}
+	v.mu.Lock()
+	// The cells are dirty until the layer is stored, so no fault reads
+	// their entries: they may change before it is.
+	for _, w := range written {
+		v.own[w.cell] = w.chunkRef
+	}
+	var m layer.Manifest
+	if full {
+		all := make([]ownCell, 0, len(v.own))
+		for _, c := range slices.Sorted(maps.Keys(v.own)) {
+			all = append(all, ownCell{cell: c, chunkRef: v.own[c]})
+		}
+		m = v.manifest(seq, v.cfg.Base, all)
+	} else {
+		m = v.manifest(seq, layerID(v.cfg.ID, seq-1), written)
+	}
+	v.mu.Unlock()
+	if err := durable.PutManifest(ctx, m); err != nil {
+		return fmt.Errorf("volume %s: store layer %d: %w", v.cfg.ID, seq, err)
+	}
+
+	v.mu.Lock()
+	v.seq = seq
+	if full {
+		v.full = seq
+	}
+	v.written[seq] = time.Now()
+	still := map[int64]dirtied{}
+	for c, d := range taken {
+		if cur, ok := v.dirty[c]; ok && cur.gen == d.gen {
+			delete(v.dirty, c)
+		} else if ok {
+			still[c] = cur
+		}
+	}
+	if v.tiers.Cluster == nil {
+		v.replicatedTo(seq)
+	}
+	v.mu.Unlock()
+	if err := v.save(present, still, true); err != nil {
+		return err
+	}
+	if v.tiers.Cluster == nil {
+		if full {
+			v.prune(ctx, seq, durable)
+		}
+		return nil
+	}
+	select {
+	case v.wake <- struct{}{}:
+	default:
+	}
+	return v.waitReplicated(ctx, func() bool {
+		return v.replicated >= v.seq || time.Since(v.written[v.replicated+1]) <= v.opts.MaxLag
+	})
+}
+
+// replicatedTo records that object storage holds layer seq and every one
+// before it. The caller holds mu.
+func (v *Volume) replicatedTo(seq int64) {
+	for s := v.replicated + 1; s <= seq; s++ {
+		delete(v.written, s)
+	}
+	v.replicated = seq
+	close(v.lagged)
+	v.lagged = make(chan struct{})
+}
+
+// waitReplicated waits until cond, which is called under mu, holds.
+func (v *Volume) waitReplicated(ctx context.Context, cond func() bool) error {
+	for {
+		v.mu.Lock()
+		ok, moved := cond(), v.lagged
+		v.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return fmt.Errorf("volume %s: wait for object storage: %w", v.cfg.ID, ctx.Err())
+		}
+	}
+}
+
+// prune deletes from t the layers a full layer seq supersedes. A failure
+// leaves them for the next full layer.
+func (v *Volume) prune(ctx context.Context, seq int64, tiers ...chunkstore.Store) {
+	prefix := "v-" + v.cfg.ID + "-"
+	for _, t := range tiers {
+		ids, err := t.Manifests(ctx, prefix)
+		if err != nil {
+			v.log.Warn("prune layers", "err", err)
+			continue
+		}
+		for _, id := range ids {
+			n, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
+			if err != nil || len(id) != len(layerID(v.cfg.ID, 0)) || n >= seq {
+				continue
+			}
+			if err := t.DeleteManifest(ctx, id); err != nil {
+				v.log.Warn("prune layers", "layer", id, "err", err)
+			}
+		}
+	}
+}
+
+// start runs the volume's background work until Close.
+func (v *Volume) start() {
+	v.ctx, v.stop = context.WithCancel(context.Background())
+	if v.opts.WritebackEvery > 0 {
+		v.loops.Go(v.writeback)
+	}
+	if v.tiers.Cluster != nil {
+		v.loops.Go(v.replicate)
+		v.wake <- struct{}{}
+	}
+}
+
+// writeback flushes on its own every WritebackEvery, so that what the
+// guest never flushes reaches the tiers too.
+func (v *Volume) writeback() {
+	t := time.NewTicker(v.opts.WritebackEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := v.flush(v.ctx); err != nil && v.ctx.Err() == nil {
+			v.log.Warn("write back", "err", err)
+		}
+	}
+}
+
+// replicate copies layers from the cluster tier to object storage, in
+// order, whenever a flush adds one.
+func (v *Volume) replicate() {
+	retry := backoff.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		select {
+		case <-v.ctx.Done():
+			return
+		case <-v.wake:
+		}
+		for {
+			v.mu.Lock()
+			next, top := v.replicated+1, v.seq
+			v.mu.Unlock()
+			if next > top {
+				break
+			}
+			if err := v.copyLayer(v.ctx, next); err != nil {
+				if v.ctx.Err() != nil {
+					return
+				}
+				v.log.Warn("copy layer to object storage", "layer", next, "err", err)
+				if !retry.Wait(v.ctx.Done()) {
+					return
+				}
+				continue
+			}
+			retry.Reset()
+		}
+	}
+}
+
+// copyLayer copies layer seq, chunks first, from the cluster tier to
+// object storage.
+func (v *Volume) copyLayer(ctx context.Context, seq int64) error {
+	from, to := *v.tiers.Cluster, v.tiers.Object
+	m, err := from.Manifest(ctx, layerID(v.cfg.ID, seq))
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(v.opts.Parallel)
+	for _, name := range m.Chunks() {
+		g.Go(func() error {
+			data, err := from.Get(gctx, name)
+			if err != nil {
+				return err
+			}
+			_, err = to.Put(gctx, name, data)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := to.PutManifest(ctx, m); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.replicatedTo(seq)
+	v.mu.Unlock()
+	if m.Parent == v.cfg.Base && seq > 0 {
+		v.prune(ctx, seq, from, to)
+	}
+	return nil
+}
