@@ -264,3 +264,37 @@ func (v *Volume) copyLayer(ctx context.Context, seq int64) error {
 	}
 	return nil
 }
+
+// Snapshot flushes the volume and writes the manifest of its whole disk as
+// layer id over the base, labelled, to object storage: a snapshot that
+// needs none of the volume's own layers, so pruning them never breaks it.
+// It returns once the manifest is stored, after object storage holds every
+// chunk it names.
+func (v *Volume) Snapshot(ctx context.Context, id string, labels map[string]string) (layer.Manifest, error) {
+	if err := v.flush(ctx); err != nil {
+		return layer.Manifest{}, err
+	}
+	v.flushMu.Lock()
+	defer v.flushMu.Unlock()
+	v.mu.Lock()
+	seq := v.seq
+	cells := make([]ownCell, 0, len(v.own))
+	for _, c := range slices.Sorted(maps.Keys(v.own)) {
+		cells = append(cells, ownCell{cell: c, chunkRef: v.own[c]})
+	}
+	v.mu.Unlock()
+	// Under flushMu no flush changes the map, but the writes since the
+	// flush above are in no layer: they are after the snapshot.
+	if err := v.waitReplicated(ctx, func() bool { return v.replicated >= seq }); err != nil {
+		return layer.Manifest{}, err
+	}
+	m := v.manifest(0, v.cfg.Base, cells)
+	m.ID, m.Labels = id, labels
+	if err := m.Validate(); err != nil {
+		return layer.Manifest{}, fmt.Errorf("volume %s: snapshot: %w", v.cfg.ID, err)
+	}
+	if err := v.tiers.Object.PutManifest(ctx, m); err != nil {
+		return layer.Manifest{}, fmt.Errorf("volume %s: snapshot: %w", v.cfg.ID, err)
+	}
+	return m, nil
+}
