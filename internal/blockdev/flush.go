@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -147,26 +148,39 @@ func (v *Volume) waitReplicated(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// prune deletes from t the layers a full layer seq supersedes. A failure
-// leaves them for the next full layer.
+// prune deletes from the tiers the layers a full layer seq supersedes. A
+// failure leaves them for the next full layer.
 func (v *Volume) prune(ctx context.Context, seq int64, tiers ...chunkstore.Store) {
-	prefix := "v-" + v.cfg.ID + "-"
 	for _, t := range tiers {
-		ids, err := t.Manifests(ctx, prefix)
-		if err != nil {
+		if err := deleteLayers(ctx, t, v.cfg.ID, seq); err != nil {
 			v.log.Warn("prune layers", "err", err)
-			continue
-		}
-		for _, id := range ids {
-			n, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
-			if err != nil || len(id) != len(layerID(v.cfg.ID, 0)) || n >= seq {
-				continue
-			}
-			if err := t.DeleteManifest(ctx, id); err != nil {
-				v.log.Warn("prune layers", "layer", id, "err", err)
-			}
 		}
 	}
+}
+
+// DeleteLayers deletes every layer of volume id from t: the volume is gone.
+// Snapshots taken of it are layers of their own, and stay.
+func DeleteLayers(ctx context.Context, t chunkstore.Store, id string) error {
+	return deleteLayers(ctx, t, id, math.MaxInt64)
+}
+
+// deleteLayers deletes volume id's layers before seq from t.
+func deleteLayers(ctx context.Context, t chunkstore.Store, id string, seq int64) error {
+	prefix := "v-" + id + "-"
+	ids, err := t.Manifests(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("volume %s: list layers: %w", id, err)
+	}
+	for _, l := range ids {
+		n, err := strconv.ParseInt(strings.TrimPrefix(l, prefix), 10, 64)
+		if err != nil || len(l) != len(layerID(id, 0)) || n >= seq {
+			continue // another volume's whose ID extends this one's
+		}
+		if err := t.DeleteManifest(ctx, l); err != nil {
+			return fmt.Errorf("volume %s: delete layer: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // start runs the volume's background work until Close.

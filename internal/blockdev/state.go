@@ -131,7 +131,7 @@ func Open(ctx context.Context, dir string, tiers Tiers, opts Options) (*Volume, 
 // layer in the tiers: everything flushed before its last node was lost.
 // dir must not exist. Nothing is fetched until read.
 func Recover(ctx context.Context, dir, id string, tiers Tiers, opts Options) (*Volume, error) {
-	if err := validVolumeID(id); err != nil {
+	if err := ValidID(id); err != nil {
 		return nil, err
 	}
 	seq, err := newestLayer(ctx, tiers.durable(), id)

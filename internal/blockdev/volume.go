@@ -157,7 +157,9 @@ func (v *Volume) cellRange(c int64) (int64, int64) {
 	return off, min(CellSize, v.cfg.Size-off)
 }
 
-func validVolumeID(id string) error {
+// ValidID checks a volume ID: it names the volume's layers and its
+// directory on the node.
+func ValidID(id string) error {
 	if id == "" || len(id) > 100 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
 		return fmt.Errorf("volume id %q: want 1-100 of a-z, 0-9 and '-'", id)
 	}
@@ -168,7 +170,7 @@ func validVolumeID(id string) error {
 // state in dir (which must not exist), and writes its first layer (empty,
 // over the base) to the durable tier.
 func Create(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options) (*Volume, error) {
-	if err := validVolumeID(cfg.ID); err != nil {
+	if err := ValidID(cfg.ID); err != nil {
 		return nil, err
 	}
 	lineage, err := resolve(ctx, tiers, cfg.Base)

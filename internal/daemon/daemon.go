@@ -28,8 +28,7 @@ import (
 
 	"warren/api"
 	"warren/internal/blob"
-	fileblob "warren/internal/blob/file"
-	s3blob "warren/internal/blob/s3"
+	"warren/internal/blob/blobspec"
 	"warren/internal/cgroup"
 	"warren/internal/console"
 	"warren/internal/control"
@@ -342,24 +341,11 @@ func serve(ctx context.Context, hs *http.Server, ln net.Listener) error {
 // Options.BlobStore), with retries on every call, and counts the bytes that
 // pass through it in reg.
 func openBlobStore(ctx context.Context, spec, dataDir string, log *slog.Logger, reg *metrics.Registry) (blob.Store, error) {
-	var b blob.Store
-	var err error
-	switch {
-	case spec == "":
-		b, err = fileblob.Open(filepath.Join(dataDir, "blobs"))
-	case strings.HasPrefix(spec, "s3://"):
-		b, err = s3blob.Open(ctx, spec)
-	case strings.HasPrefix(spec, "file://"):
-		b, err = fileblob.Open(strings.TrimPrefix(spec, "file://"))
-	case strings.Contains(spec, "://"):
-		err = fmt.Errorf("unknown scheme in %q (want a directory, file:// or s3://)", spec)
-	default:
-		b, err = fileblob.Open(spec)
-	}
+	b, err := blobspec.Open(ctx, spec, filepath.Join(dataDir, "blobs"), log)
 	if err != nil {
-		return nil, fmt.Errorf("blob store: %w", err)
+		return nil, err
 	}
-	c := &blob.Counted{Store: blob.Retry{Store: b, Attempts: 6, Base: 200 * time.Millisecond, Max: 5 * time.Second, Log: log}}
+	c := &blob.Counted{Store: b}
 	reg.Gauges([]metrics.Family{{
 		Name: "warren_blob_bytes_total", Help: "Bytes of objects this node stored in, and fetched from, its blob store since it started, by direction.",
 		Labels: []string{"direction"}, Counter: true,

@@ -35,14 +35,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"warren/internal/backoff"
+	"warren/internal/detached"
 	"warren/internal/procid"
 )
 
@@ -74,10 +73,6 @@ func (o Options) check() error {
 // logFile, in the data directory, is the watchdog's log (its stderr): the
 // daemon's own may be gone when the watchdog has something to say.
 const logFile = "watchdog.log"
-
-// maxLog bounds the log: Start empties a log grown past it. The watchdog
-// writes a few lines a life.
-const maxLog = 1 << 20
 
 // readyWait bounds how long Start waits for the watchdog to be watching.
 const readyWait = 10 * time.Second
@@ -158,44 +153,13 @@ func (w *Watch) start() error {
 		return err
 	}
 	logPath := filepath.Join(w.opts.DataDir, logFile)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("lease watchdog log: %w", err)
-	}
-	defer logf.Close()
-	if fi, err := logf.Stat(); err == nil && fi.Size() > maxLog {
-		logf.Truncate(0) // appends start again at 0
-	}
-	r, ready, err := os.Pipe()
+	p, err := detached.Start([]string{Command, "--data-dir", w.opts.DataDir, "--state-dir", w.opts.StateDir,
+		"--lease", w.opts.Lease.String()}, logPath, readyWait, nil)
 	if err != nil {
 		return fmt.Errorf("start the lease watchdog: %w", err)
 	}
-	defer r.Close()
-	// /proc/self/exe is this binary even if an upgrade replaced its file.
-	cmd := exec.Command("/proc/self/exe", Command, "--data-dir", w.opts.DataDir, "--state-dir", w.opts.StateDir,
-		"--lease", w.opts.Lease.String(), "--ready-fd", "3")
-	cmd.Args[0], cmd.Dir = os.Args[0], "/"
-	cmd.Stderr = logf // stdin and stdout: /dev/null
-	cmd.ExtraFiles = []*os.File{ready}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	ready.Close()
-	if err != nil {
-		return fmt.Errorf("start the lease watchdog: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	r.SetReadDeadline(time.Now().Add(readyWait))
-	if _, err := r.Read(make([]byte, 1)); err != nil {
-		cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("the lease watchdog did not start (%v; its log is %s): %s", err, logPath, cmd.ProcessState)
-	}
-	w.exited = exited
-	w.opts.Log.Info("lease watchdog started", "pid", cmd.Process.Pid, "log", logPath)
+	w.exited = p.Exited
+	w.opts.Log.Info("lease watchdog started", "pid", p.Pid, "log", logPath)
 	return nil
 }
 

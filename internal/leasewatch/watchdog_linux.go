@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/cgroup"
+	"warren/internal/detached"
 	"warren/internal/procid"
 )
 
@@ -106,15 +107,7 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, k Killer) 
 		}
 		k = cgroups{h}
 	}
-	var ready func()
-	if *readyFD >= 0 {
-		f := os.NewFile(uintptr(*readyFD), "ready")
-		ready = func() {
-			f.Write([]byte{1}) // Start sees EOF instead when this fails
-			f.Close()
-		}
-	}
-	err := RunWatchdog(ctx, Options{DataDir: *dataDir, StateDir: *stateDir, Lease: *lease, Log: log}, k, ready)
+	err := RunWatchdog(ctx, Options{DataDir: *dataDir, StateDir: *stateDir, Lease: *lease, Log: log}, k, detached.Ready(*readyFD))
 	if err != nil {
 		log.Error("the watchdog stopped", "err", err)
 	}
