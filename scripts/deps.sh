@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # debian-archive-keyring: the keys template builds' apt steps check
-# packages with; busybox-static: the small OCI image the tests push.
-packages=(debootstrap debian-archive-keyring e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 postgresql nodejs chromium busybox-static)
+# packages with; busybox-static: the small OCI image the tests push;
+# qemu-utils: qemu-io and qemu-img, QEMU's NBD client in the blockdev/nbd
+# tests.
+packages=(debootstrap debian-archive-keyring e2fsprogs xfsprogs util-linux iproute2 ca-certificates python3 qemu-system-x86 qemu-utils postgresql nodejs chromium busybox-static)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
