@@ -358,3 +358,14 @@ func (v *Volume) Close(ctx context.Context) error {
 	}
 	return errors.Join(err, v.cache.Close())
 }
+
+// Abandon stops the volume's work and closes its cache without writing
+// anything back: the volume is being deleted, or is taken over elsewhere.
+func (v *Volume) Abandon() {
+	v.mu.Lock()
+	v.closed = true
+	v.mu.Unlock()
+	v.stop()
+	v.loops.Wait()
+	v.cache.Close()
+}

@@ -233,8 +233,7 @@ func TestVolumeFlushedWritesSurvive(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		mustEqual(t, "recovered", readScattered(t, r, other), m.want)
-		other.stop()
-		other.cache.Close()
+		other.Abandon()
 	}
 	// Full layers (every third) superseded the older ones.
 	ids, err := object.Manifests(ctx, "v-vol-1-")
@@ -260,17 +259,6 @@ func TestVolumeFlushedWritesSurvive(t *testing.T) {
 	}
 }
 
-// crash stops a volume as a killed process would: no flush, no state
-// saved, its cache closed.
-func crash(v *Volume) {
-	v.mu.Lock()
-	v.closed = true
-	v.mu.Unlock()
-	v.stop()
-	v.loops.Wait()
-	v.cache.Close()
-}
-
 func TestVolumeCrashKeepsFlushedAndDirty(t *testing.T) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 6))
@@ -289,7 +277,7 @@ func TestVolumeCrashKeepsFlushedAndDirty(t *testing.T) {
 	flushed := append([]byte(nil), m.want...)
 	// Unflushed writes: the process dies with them in its cache.
 	m.scribble(r, 10)
-	crash(v)
+	v.Abandon() // as a killed process would
 
 	again, err := Open(ctx, dir, tiers, noLoops)
 	if err != nil {
@@ -312,7 +300,7 @@ func TestVolumeCrashKeepsFlushedAndDirty(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, "recovered after the crash", readScattered(t, r, other), first)
-	crash(other)
+	other.Abandon() // as a killed process would
 	again.Close(ctx)
 }
 
@@ -349,7 +337,7 @@ func TestVolumeClusterTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, "from object storage", readScattered(t, r, other), m.want)
-	crash(other)
+	other.Abandon() // as a killed process would
 	if err := v.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +400,7 @@ func TestVolumeConcurrentIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, "recovered", readScattered(t, r, other), img)
-	crash(other)
+	other.Abandon() // as a killed process would
 }
 
 func TestVolumeRefusals(t *testing.T) {
@@ -444,7 +432,7 @@ func TestVolumeRefusals(t *testing.T) {
 	if err := v.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	crash(v)
+	v.Abandon() // as a killed process would
 	// Another node recovered the volume and flushed: this node's copy is
 	// stale, and opening it again would fork the disk.
 	other, err := Recover(ctx, filepath.Join(t.TempDir(), "other"), "one", tiers, noLoops)
@@ -490,7 +478,7 @@ func TestVolumeRefusesCorruptChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer crash(v)
+	defer v.Abandon()
 	if _, err := v.ReadAt(make([]byte, BlockSize), 0); !errors.Is(err, layer.ErrCorrupt) {
 		t.Fatalf("read of a corrupt chunk: %v, want ErrCorrupt", err)
 	}
@@ -550,5 +538,5 @@ func TestVolumeSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, "volume over the snapshot", readScattered(t, r, child), want)
-	crash(child)
+	child.Abandon() // as a killed process would
 }

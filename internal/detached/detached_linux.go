@@ -27,9 +27,9 @@ type Process struct {
 // with stderr appended to logPath, and returns once the helper wrote a
 // byte to descriptor 3 (Ready), or fails if it exits or wait passes
 // first (killing it). /proc/self/exe is this binary even if an upgrade
-// replaced its file. attr, when not nil, is applied to the command before
-// it starts (Setsid is always set).
-func Start(args []string, logPath string, wait time.Duration, attr func(*exec.Cmd)) (*Process, error) {
+// replaced its file. start, when not nil, starts the command in place of
+// its Start method (to start it with more than a new session).
+func Start(args []string, logPath string, wait time.Duration, start func(*exec.Cmd) error) (*Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("log: %w", err)
@@ -48,10 +48,10 @@ func Start(args []string, logPath string, wait time.Duration, attr func(*exec.Cm
 	cmd.Stderr = logf // stdin and stdout: /dev/null
 	cmd.ExtraFiles = []*os.File{ready}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if attr != nil {
-		attr(cmd)
+	if start == nil {
+		start = (*exec.Cmd).Start
 	}
-	err = cmd.Start()
+	err = start(cmd)
 	ready.Close()
 	if err != nil {
 		return nil, err

@@ -4,7 +4,9 @@ package fusefile
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -19,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/backoff"
 	"warren/internal/blockdev"
 	"warren/internal/wait"
 )
@@ -654,4 +657,50 @@ func TestRequestsBounded(t *testing.T) {
 	}
 	release()
 	wg.Wait()
+}
+
+// TestCloseWithACopyElsewhere: a mount namespace made while the file is
+// mounted (a sandbox's, private) holds a copy of the mount, which an
+// unmount here does not reach; Close still returns, the connection
+// aborted. (Close waited forever before: the e2e suite's delete of an
+// always-on sandbox hung on it.)
+func TestCloseWithACopyElsewhere(t *testing.T) {
+	requireFUSE(t)
+	_, file := newImage(t, testSize)
+	f, err := Mount(t.TempDir(), "disk", file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		holder.Process.Kill()
+		holder.Wait()
+	}()
+	// The copy exists once the holder is in a mount namespace of its own.
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond}, func() (bool, error) {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder.Process.Pid))
+		return err == nil && ns != self, nil
+	})
+	if err != nil {
+		t.Fatalf("the holder never left this mount namespace: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs while another namespace holds a copy of the mount")
+	}
 }

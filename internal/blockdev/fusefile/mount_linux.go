@@ -3,17 +3,22 @@
 package fusefile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
+	"warren/internal/backoff"
 	"warren/internal/blockdev"
 	"warren/internal/disk"
 )
@@ -22,6 +27,7 @@ import (
 type File struct {
 	dir    string
 	path   string
+	conn   uint64 // the FUSE connection's number (the mount's device)
 	srv    *fuse.Server
 	served chan struct{} // closed when the server has stopped
 	log    *slog.Logger
@@ -99,6 +105,13 @@ func Mount(dir, name string, dev blockdev.Device, opts Options) (*File, error) {
 		f.Close()
 		return nil, fmt.Errorf("fusefile: mount %s: %w", dir, err)
 	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fusefile: mount %s: %w", dir, err)
+	}
+	// fusectl names a connection by its device, as the kernel encodes it.
+	f.conn = uint64(unix.Major(st.Dev))<<20 | uint64(unix.Minor(st.Dev))
 	f.log.Info("serving device", "bytes", dev.Size())
 	return f, nil
 }
@@ -128,6 +141,13 @@ func (f *File) Close() error {
 	case <-f.served:
 		// Someone else unmounted it; the server has stopped.
 	default:
+		// A mount namespace made while the file was mounted (a
+		// sandbox's, whose copy of the host's mounts is private) still
+		// holds the file system after the unmount here: the connection
+		// lives on, and the server with it (and Unmount, which waits for
+		// it), until it is aborted. Those copies then fail, as they should:
+		// nothing serves them.
+		go f.abortOnceUnmounted()
 		if err := f.srv.Unmount(); err != nil {
 			return f.unmountError(err)
 		}
@@ -148,3 +168,60 @@ func (f *File) unmountError(err error) error {
 	}
 	return fmt.Errorf("fusefile: unmount %s: %w: loop device %s holds %s", f.dir, err, strings.Join(loops, ", "), f.path)
 }
+
+// abortOnceUnmounted aborts the connection once the mount point is no
+// longer a FUSE mount, unless the server stopped first.
+func (f *File) abortOnceUnmounted() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
+		select {
+		case <-f.served:
+			return true, nil
+		default:
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(f.dir, &st); err != nil || st.Type == fuseMagic {
+			return false, nil
+		}
+		return true, abortConn(f.conn)
+	})
+	if err != nil {
+		f.log.Warn("abort the FUSE connection: the server may wait for a copy of its mount elsewhere", "err", err)
+	}
+}
+
+// fuseMagic is a FUSE file system's magic number.
+const fuseMagic = 0x65735546
+
+// fusectl is where systemd mounts the kernel's FUSE control file system.
+const fusectl = "/sys/fs/fuse/connections"
+
+// abortConn aborts FUSE connection conn if it still exists, through the
+// control file system: the host's, or, where the host has none mounted, one
+// mounted for the purpose in a temporary directory (it is one file system
+// wherever it is mounted) and unmounted after.
+func abortConn(conn uint64) error {
+	ctl := fusectl
+	var st unix.Statfs_t
+	if err := unix.Statfs(ctl, &st); err != nil || st.Type != fusectlMagic {
+		tmp, err := os.MkdirTemp("", "warren-fusectl-")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(tmp)
+		if err := unix.Mount("fusectl", tmp, "fusectl", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount fusectl: %w", err)
+		}
+		defer unix.Unmount(tmp, unix.MNT_DETACH)
+		ctl = tmp
+	}
+	err := os.WriteFile(filepath.Join(ctl, strconv.FormatUint(conn, 10), "abort"), []byte("1"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // the connection has ended
+	}
+	return err
+}
+
+// fusectlMagic is the fusectl file system's magic number.
+const fusectlMagic = 0x65735543

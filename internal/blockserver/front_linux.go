@@ -1,0 +1,63 @@
+package blockserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/blockdev"
+	"warren/internal/blockdev/fusefile"
+	"warren/internal/blockdev/nbd"
+)
+
+// attach serves vol through front, in the volume's directory dir, and
+// returns the path the runtime attaches and the function that stops the
+// front end.
+func attach(dir, front string, vol blockdev.Device, log *slog.Logger) (string, func() error, error) {
+	switch front {
+	case FrontFile:
+		mnt := filepath.Join(dir, mountDir)
+		// A block server that died left its mount behind, dead: a
+		// lazy unmount clears it (a loop device still holding its file
+		// keeps failing, as the disk of a lost node would).
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return "", nil, fmt.Errorf("clear the old mount: %w", err)
+		}
+		if err := os.MkdirAll(mnt, 0o700); err != nil {
+			return "", nil, err
+		}
+		m, err := fusefile.Mount(mnt, "disk", vol, fusefile.Options{Log: log})
+		if err != nil {
+			return "", nil, err
+		}
+		return m.Path(), m.Close, nil
+	case FrontNBD:
+		sock := filepath.Join(dir, nbdSock)
+		os.Remove(sock)
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			return "", nil, err
+		}
+		if err := os.Chmod(sock, 0o600); err != nil {
+			ln.Close()
+			return "", nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		srv := nbd.NewServer(vol, nbd.Options{Log: log})
+		go func() { done <- srv.Serve(ctx, ln) }()
+		return sock, func() error {
+			cancel()
+			err := <-done
+			os.Remove(sock)
+			return err
+		}, nil
+	}
+	return "", nil, fmt.Errorf("front %q", front)
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package blockserver
+
+import (
+	"errors"
+	"log/slog"
+
+	"warren/internal/blockdev"
+)
+
+// attach needs Linux: FUSE and the block server's process are Linux's.
+func attach(dir, front string, vol blockdev.Device, log *slog.Logger) (string, func() error, error) {
+	return "", nil, errors.New("always-on disks need Linux")
+}
