@@ -37,6 +37,18 @@ const (
 	StateFailed   = "failed"
 )
 
+// How a sandbox's root disk persists (SandboxSpec.Persistence).
+const (
+	// PersistenceSnapshot keeps what explicit snapshots save: the disk is
+	// a file on the node, and what was written since the last snapshot is
+	// lost with the node.
+	PersistenceSnapshot = "snapshot"
+	// PersistenceAlways writes every block back, continuously, through the
+	// node's block server to its tiers: a flush (fsync) in the sandbox
+	// returns once its data is durable beyond the node.
+	PersistenceAlways = "always"
+)
+
 // Node actions: POST /v1/nodes/{id}/{action}.
 const (
 	NodeCordon   = "cordon"   // take no new sandboxes; keep those it runs
@@ -102,6 +114,9 @@ type Sandbox struct {
 	// ExpiresAt is when the sandbox is deleted unless its timeout is
 	// extended; for a failed sandbox that kept its disks, when they go.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Persistence is how its root disk persists: PersistenceSnapshot or
+	// PersistenceAlways.
+	Persistence string `json:"persistence"`
 	// CheckpointEverySeconds is its checkpoint policy (0: none), and
 	// Checkpoint the last checkpoint taken by it.
 	CheckpointEverySeconds int64       `json:"checkpoint_every_seconds,omitempty"`
@@ -164,9 +179,15 @@ type SandboxSpec struct {
 	// drained, it starts again on another node from the last checkpoint,
 	// under the same ID (docs/FLEET.md, "Checkpoints and drain"). Not with
 	// a workspace disk.
-	CheckpointEverySeconds int64             `json:"checkpoint_every_seconds,omitempty"`
-	Env                    map[string]string `json:"env,omitempty"`
-	Metadata               map[string]string `json:"metadata,omitempty"`
+	CheckpointEverySeconds int64 `json:"checkpoint_every_seconds,omitempty"`
+	// Persistence is how the root disk persists: PersistenceSnapshot (the
+	// default: what explicit snapshots save) or PersistenceAlways (every
+	// write goes back, continuously, to the node's tiers: docs/ALWAYS-ON.md).
+	// An always-on disk starts at once from any snapshot, its blocks
+	// fetched as they are read. A fork's children take the parent's.
+	Persistence string            `json:"persistence,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
 	// Region and NodeLabels choose where a fleet starts the sandbox: on a
 	// node of that region whose labels include all of these. "" and none:
 	// anywhere. A single machine is in no region and has no labels, and

@@ -33,6 +33,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/internal/blob/s3test"
+	"warren/internal/blockserver"
 	"warren/internal/network"
 )
 
@@ -96,6 +97,14 @@ func runMain(m *testing.M) int {
 	}
 	code := m.Run()
 	shared.stop()
+	// The block server outlives its daemons by design: the suite's goes
+	// with the suite.
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := blockserver.Stop(stopCtx, dataDir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stop the block server:", err)
+		code = 1
+	}
+	cancel()
 	if err := inet.checkRoutes(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: the suite's routes:", err)
 		code = 1

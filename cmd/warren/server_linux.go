@@ -52,6 +52,8 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
+	cluster := fs.String("cluster-store", "", "the in-cluster tier of always-on disks, like --blob-store: a flush in a sandbox returns\nonce its data is there, and object storage follows within --max-lag (default: none; the\nblob store then plays both roles)")
+	maxLag := fs.Duration("max-lag", 30*time.Second, "how far object storage may be behind the cluster store for always-on disks")
 	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm or container (default: none)")
 	registries := fs.String("registry-allow", "", "comma-separated registries (HOST or HOST:PORT) templates' images may be pulled from\nalthough they are at a loopback or private address (default: public addresses only)")
 	noNet := fs.Bool("no-network", false, "give sandboxes loopback only (no router, no egress, no exposed ports)")
@@ -117,6 +119,8 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 			EnsureTemplate: *tpl,
 			Warm:           *warm,
 			BlobStore:      *blobs,
+			ClusterStore:   *cluster,
+			MaxLag:         *maxLag,
 			PreviewDomain:  *preview,
 			Network:        netCfg,
 			AutoNetPool:    autoPool,

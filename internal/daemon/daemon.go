@@ -29,6 +29,7 @@ import (
 	"warren/api"
 	"warren/internal/blob"
 	"warren/internal/blob/blobspec"
+	"warren/internal/blockserver"
 	"warren/internal/cgroup"
 	"warren/internal/console"
 	"warren/internal/control"
@@ -77,6 +78,11 @@ type Options struct {
 	// file:// URL, or an s3:// URL (credentials from the AWS_* environment).
 	// Default: the directory blobs in the data directory.
 	BlobStore string
+	// ClusterStore is the in-cluster tier of always-on disks, like
+	// BlobStore; empty: none (the blob store plays both roles). MaxLag
+	// bounds how far the blob store may be behind it.
+	ClusterStore string
+	MaxLag       time.Duration
 	// Network configures sandbox networking; NoNetwork turns it off (every
 	// sandbox then has loopback only).
 	Network   network.Config
@@ -258,6 +264,10 @@ func Run(ctx context.Context, o Options) error {
 		NodeID:    o.NodeID,
 		Region:    region,
 		Labels:    labels,
+		Blocks: blockserver.NewLazy(blockserver.Options{
+			DataDir: o.DataDir, BlobStore: o.BlobStore, ClusterStore: o.ClusterStore, MaxLag: o.MaxLag,
+			Log: subsystem(log, "blockserver"),
+		}),
 	}, o.Sandbox)
 	if err != nil {
 		return err

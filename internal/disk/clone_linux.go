@@ -114,15 +114,22 @@ func (p *Pool) Grow(path string, size int64) error {
 	if size < st.Size() {
 		return fmt.Errorf("grow disk to %d bytes: it has %d: %w", size, st.Size(), ErrShrink)
 	}
+	if err := os.Truncate(path, size); err != nil {
+		return fmt.Errorf("grow disk: %w", err)
+	}
+	return GrowFS(path)
+}
+
+// GrowFS grows the ext4 filesystem in the image at path to the image's
+// size, replaying its journal first (a crash-consistent snapshot's
+// filesystem needs it).
+func GrowFS(path string) error {
 	// e2fsck exits 1 when it changed something: the replay.
 	if out, err := exec.Command("e2fsck", "-y", "-E", "journal_only", path).CombinedOutput(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			return fmt.Errorf("grow disk: replay its journal: %w: %s", err, strings.TrimSpace(string(out)))
 		}
-	}
-	if err := os.Truncate(path, size); err != nil {
-		return fmt.Errorf("grow disk: %w", err)
 	}
 	out, err := exec.Command("resize2fs", "-f", path).CombinedOutput()
 	if err != nil {

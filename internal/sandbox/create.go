@@ -84,6 +84,12 @@ func (m *Manager) template(name string) (template.Info, error) {
 // admit checks a validated sandbox against the host and claims n of it
 // from the node and the tenant (all or none); it returns their new IDs.
 func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string, error) {
+	// The vm runtime's front end (NBD, which QEMU attaches) is not wired
+	// to sandboxes yet.
+	if alwaysOn(&rec) && rt.Name() != "container" {
+		return nil, api.Errorf(api.CodeBadRequest, "persistence %q needs the container runtime; the %s runtime does not serve always-on disks yet",
+			api.PersistenceAlways, rt.Name())
+	}
 	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
 		return nil, err
 	}
@@ -338,13 +344,20 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	att := m.attachNetwork(ctx, rec)
 	b.undo.Add(att.undo)
 	diskPath := m.diskPath(rec.ID)
-	if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
-		return nil, failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))
-	}
-	b.undo.Add(func() { os.Remove(diskPath) })
-	if want := rec.DiskMB << 20; want > src.size {
-		if err := m.deps.Pool.Grow(diskPath, want); err != nil {
-			return nil, failed("its disk could not be made", fmt.Errorf("grow disk: %w", err))
+	if alwaysOn(rec) {
+		if err := m.volumeDisk(ctx, rec, src); err != nil {
+			return nil, failed("its always-on disk could not be served", err)
+		}
+		b.undo.Add(func() { m.removeDisks(rec.ID) })
+	} else {
+		if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
+			return nil, failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))
+		}
+		b.undo.Add(func() { os.Remove(diskPath) })
+		if want := rec.DiskMB << 20; want > src.size {
+			if err := m.deps.Pool.Grow(diskPath, want); err != nil {
+				return nil, failed("its disk could not be made", fmt.Errorf("grow disk: %w", err))
+			}
 		}
 	}
 	if rec.WorkspaceMB > 0 {

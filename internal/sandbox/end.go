@@ -113,6 +113,12 @@ func (m *Manager) Fence(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	for id, l := range ls {
+		// Another node takes its always-on disk from the tiers.
+		if m.isVolume(id) {
+			if err := m.dropVolume(context.WithoutCancel(ctx), id, true); err != nil {
+				m.log.Error("fenced sandbox's always-on disk not handed over", "sandbox", id, "err", err)
+			}
+		}
 		if err := m.release(context.WithoutCancel(ctx), id, l, false); err != nil {
 			m.log.Error("fenced sandbox not released", "sandbox", id, "err", err)
 		}
@@ -132,9 +138,13 @@ func diskClaim(rec store.Sandbox) claim {
 	return claim{tenant: rec.Tenant, diskMB: rec.DiskMB + rec.WorkspaceMB}
 }
 
-// removeDisks removes a sandbox's disk images.
+// removeDisks removes a sandbox's disk images: an always-on disk goes from
+// the block server and its tiers.
 func (m *Manager) removeDisks(id string) error {
 	var errs []error
+	if m.isVolume(id) {
+		errs = append(errs, m.dropVolume(context.Background(), id, false))
+	}
 	for _, p := range []string{m.diskPath(id), m.workspacePath(id)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)

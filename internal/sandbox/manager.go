@@ -7,6 +7,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agentconn"
+	"warren/internal/blockserver"
 	"warren/internal/disk"
 	"warren/internal/listing"
 	"warren/internal/metrics"
@@ -141,6 +143,9 @@ type Deps struct {
 	// Metrics, when not nil, gets the manager's gauges and the times of
 	// its operations.
 	Metrics *metrics.Registry
+	// Blocks is the node's block server, which serves always-on disks;
+	// nil: the node refuses them.
+	Blocks *blockserver.Lazy
 }
 
 // Manager runs the node's sandboxes. It is safe for concurrent use.
@@ -414,6 +419,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 		WorkspaceMB: r.WorkspaceMB, WorkspaceOrigin: r.WorkspaceOrigin, Network: r.Network,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
 		CheckpointEverySeconds: int64(r.CheckpointEvery / time.Second),
+		Persistence:            cmp.Or(r.Persistence, api.PersistenceSnapshot),
 	}
 	if r.Checkpoint != "" {
 		v.Checkpoint = &api.Checkpoint{Snapshot: r.Checkpoint, At: r.CheckpointAt}

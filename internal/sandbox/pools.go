@@ -107,7 +107,7 @@ func (mb *member) gone() bool {
 // member of w.
 func (w *warm) matches(rec store.Sandbox, rt runtime.Runtime) bool {
 	s := w.set
-	return rt == w.rt && rec.Template == s.Template && rec.WorkspaceMB == 0 &&
+	return rt == w.rt && rec.Template == s.Template && rec.WorkspaceMB == 0 && !alwaysOn(&rec) &&
 		rec.CPUs == s.CPUs && rec.MemoryMB == s.MemoryMB && rec.Pids == s.Pids && rec.DiskMB == s.DiskMB
 }
 

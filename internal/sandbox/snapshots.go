@@ -75,7 +75,12 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string, req api.Creat
 		return api.Snapshot{}, err
 	}
 	quiesce := func(ctx context.Context) (func() error, error) { return quiesceFS(ctx, mountpoint) }
-	sn, err := snaps.Take(ctx, src, quiesce)
+	var sn store.Snapshot
+	if alwaysOn(&rec) && src.Scope == api.ScopeRoot {
+		sn, err = snaps.TakeLayer(ctx, src, quiesce, m.volumeSnapshot(rec.ID))
+	} else {
+		sn, err = snaps.Take(ctx, src, quiesce)
+	}
 	if qe := quotaRefusal(err); qe != nil {
 		return api.Snapshot{}, qe
 	}
@@ -248,14 +253,18 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 			}
 		}
 	}()
-	image, err := m.deps.Snapshots.Materialize(ctx, sn)
-	if err != nil {
-		return nil, api.Errorf(api.CodeInternal, "restore %s: %v", id, err)
-	}
-	if sn.Scope == api.ScopeWorkspace {
-		src.workspace = image
-	} else {
-		src.image = image
+	// An always-on disk reads the snapshot's blocks as they are wanted,
+	// from the blob store: nothing is materialized before it starts.
+	if !alwaysOn(&rec) || sn.Scope == api.ScopeWorkspace {
+		image, err := m.deps.Snapshots.Materialize(ctx, sn)
+		if err != nil {
+			return nil, api.Errorf(api.CodeInternal, "restore %s: %v", id, err)
+		}
+		if sn.Scope == api.ScopeWorkspace {
+			src.workspace = image
+		} else {
+			src.image = image
+		}
 	}
 	out := make([]api.Sandbox, count)
 	errs := make([]error, count)
@@ -395,6 +404,9 @@ func inherit(spec api.SandboxSpec, rec store.Sandbox, maxTTL time.Duration) api.
 	}
 	if spec.CheckpointEverySeconds == 0 {
 		spec.CheckpointEverySeconds = int64(rec.CheckpointEvery / time.Second)
+	}
+	if spec.Persistence == "" {
+		spec.Persistence = rec.Persistence
 	}
 	if spec.Env == nil {
 		spec.Env = rec.Env

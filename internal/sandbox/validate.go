@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	goruntime "runtime"
 	"strings"
@@ -70,6 +71,15 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	if every != 0 && req.WorkspaceMB != 0 {
 		return bad("checkpoint_every_seconds cannot be set for a sandbox with a workspace disk: a checkpoint saves the root disk only")
 	}
+	persistence := cmp.Or(req.Persistence, api.PersistenceSnapshot)
+	switch {
+	case persistence != api.PersistenceSnapshot && persistence != api.PersistenceAlways:
+		return bad("persistence must be %q or %q, got %q", api.PersistenceSnapshot, api.PersistenceAlways, req.Persistence)
+	case persistence == api.PersistenceAlways && m.deps.Blocks == nil:
+		return bad("persistence %q: this node has no block server", api.PersistenceAlways)
+	case persistence == api.PersistenceAlways && every != 0:
+		return bad("checkpoint_every_seconds cannot be set for an always-on disk: every write it flushes is kept already")
+	}
 	if err := validEnv(req.Env); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -86,6 +96,7 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB, WorkspaceMB: req.WorkspaceMB,
 		Env: req.Env, Metadata: req.Metadata, Network: netPol,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), CheckpointEvery: time.Duration(every) * time.Second,
+		Persistence: persistence,
 	}, nil
 }
 

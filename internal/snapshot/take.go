@@ -184,3 +184,46 @@ func (e *Engine) EnsureBase(ctx context.Context, template, image string, built t
 	e.startUploadLocked(id, time.Now())
 	return id, nil
 }
+
+// TakeLayer records a snapshot of an always-on disk, whose layer write
+// stores in the blob store while the sandbox's filesystem is quiesced: the
+// block server's snapshot, one manifest over the volume's base, which it
+// names id and labels. write returns the layer's parent and the disk's
+// size. The snapshot is durable once TakeLayer returns; nothing is cloned
+// or uploaded after.
+func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
+	write func(ctx context.Context, id string, labels map[string]string) (string, int64, error)) (store.Snapshot, error) {
+	if src.Tenant == "" {
+		return store.Snapshot{}, errors.New("take snapshot: no tenant")
+	}
+	sn := store.Snapshot{
+		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Scope: api.ScopeRoot,
+		Template: src.Template, State: api.SnapshotPending, Node: e.cfg.Node,
+	}
+	if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
+		return store.Snapshot{}, fmt.Errorf("take snapshot: %w", err)
+	}
+	ctx = context.WithoutCancel(ctx)
+	t0 := time.Now()
+	resume, err := quiesce(ctx)
+	if err == nil {
+		labels := map[string]string{
+			"tenant": sn.Tenant, "sandbox": sn.SandboxID, "template": sn.Template, "scope": sn.Scope,
+			"created_at": sn.CreatedAt.Format(time.RFC3339Nano),
+		}
+		sn.Parent, sn.DiskBytes, err = write(ctx, sn.ID, labels)
+		err = errors.Join(err, resume())
+	}
+	sn.State, sn.Ack, sn.DurableAt = api.SnapshotDurable, time.Since(t0), time.Now()
+	if err != nil {
+		sn.State, sn.Error, sn.DurableAt = api.SnapshotFailed, err.Error(), time.Time{}
+	}
+	if uerr := e.store.UpdateSnapshot(ctx, &sn); uerr != nil {
+		return sn, errors.Join(err, fmt.Errorf("take snapshot: %w", uerr))
+	}
+	if err != nil {
+		return sn, fmt.Errorf("take snapshot: %w", err)
+	}
+	e.log.Info("snapshot taken of an always-on disk", "snapshot", sn.ID, "sandbox", sn.SandboxID, "parent", sn.Parent, "ack", sn.Ack)
+	return sn, nil
+}

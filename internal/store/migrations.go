@@ -409,6 +409,11 @@ var migrations = []migration{
 		sqlite:   `ALTER TABLE templates ADD COLUMN published INTEGER NOT NULL DEFAULT 0`,
 		postgres: `ALTER TABLE templates ADD COLUMN published BOOLEAN NOT NULL DEFAULT FALSE`,
 	},
+	// Always-on disks: how a sandbox's root disk persists.
+	{
+		sqlite:   `ALTER TABLE sandboxes ADD COLUMN persistence TEXT NOT NULL DEFAULT ''`,
+		postgres: `ALTER TABLE sandboxes ADD COLUMN persistence TEXT NOT NULL DEFAULT ''`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

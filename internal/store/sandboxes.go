@@ -26,6 +26,10 @@ type Sandbox struct {
 	TemplateVersion string
 	Runtime         string
 	State           string
+	// Persistence is how its root disk persists: api.PersistenceAlways
+	// for an always-on disk the node's block server holds, "" for explicit
+	// snapshots (api.PersistenceSnapshot, the default).
+	Persistence string
 	// Version counts the record's changes, from 1 at insert.
 	Version int64
 	// Error says why a failed sandbox failed.
@@ -79,7 +83,7 @@ type Sandbox struct {
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
 	runtime_state, created_at, expires_at, updated_at, version, node,
-	checkpoint_every, checkpoint, checkpoint_at, restored, agent_token, template_version`
+	checkpoint_every, checkpoint, checkpoint_at, restored, agent_token, template_version, persistence`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -129,13 +133,13 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	q := `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`
 	args := []any{sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node,
 		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored, sb.AgentToken,
-		sb.TemplateVersion}
+		sb.TemplateVersion, sb.Persistence}
 	err = s.withinQuota(ctx, sb.Tenant,
 		func(r runner, quota Quota) error { return sandboxQuota(ctx, r, quota, sb, now) },
 		func(r runner) ([]api.Event, error) {
@@ -334,7 +338,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
 		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node,
-		&every, &sb.Checkpoint, &checkpointAt, &restored, &sb.AgentToken, &sb.TemplateVersion)
+		&every, &sb.Checkpoint, &checkpointAt, &restored, &sb.AgentToken, &sb.TemplateVersion, &sb.Persistence)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -187,6 +187,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		sb.RuntimeState = []byte(`{"pid":7}`)
 		sb.ExpiresAt = time.Now().Add(time.Hour)
 		sb.Network = api.NetworkPolicy{Allow: []string{"pypi.org", "10.1.0.0/16"}, Deny: []string{"10.1.2.3"}}
+		sb.Persistence = api.PersistenceAlways
 		if err := s.InsertSandbox(ctx, sb); err != nil {
 			t.Fatal(err)
 		}

@@ -603,7 +603,9 @@ class SnapshotTest(StubCase):
             "timeout_seconds": 31, "env": {"A": "1"}, "metadata": {"k": "v"}})
         sn.restore(checkpoint_every=59.5)
         Sandbox.restore("sn-a/b", client=c)
-        self.assertEqual([json.loads(x.body) for x in s.seen[1:]], [{"count": 1, "checkpoint_every_seconds": 60}, {"count": 1}])
+        sn.restore(persistence="always")
+        self.assertEqual([json.loads(x.body) for x in s.seen[1:4]],
+                         [{"count": 1, "checkpoint_every_seconds": 60}, {"count": 1}, {"count": 1, "persistence": "always"}])
         self.assertEqual(s.seen[2].path, "/v1/snapshots/sn-a%2Fb/restore")
         with got[0] as kid:  # each is a context manager that deletes it
             self.assertEqual(kid.id, "sb-kid0")
@@ -950,6 +952,10 @@ class ModelTest(unittest.TestCase):
     def test_origin(self) -> None:
         self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).origin, "")
         self.assertEqual(warren.SandboxInfo.from_json(dict(SANDBOX, origin="sn-x")).origin, "sn-x")
+
+    def test_persistence(self) -> None:
+        self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).persistence, "snapshot")
+        self.assertEqual(warren.SandboxInfo.from_json(dict(SANDBOX, persistence="always")).persistence, "always")
 
     def test_checkpoint_and_restored(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)

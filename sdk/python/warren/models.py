@@ -258,7 +258,8 @@ class SandboxInfo:
     drained, and it starts again on another node from its last checkpoint
     (``checkpoint_every`` seconds is its policy, 0 for none; ``checkpoint``
     its last one). ``restored`` says how it last came back
-    (:class:`Restored`), None if it never did.
+    (:class:`Restored`), None if it never did. ``persistence`` is
+    ``"always"`` for an always-on root disk, else ``"snapshot"``.
     """
 
     id: str
@@ -284,6 +285,7 @@ class SandboxInfo:
     checkpoint_every: int = 0
     checkpoint: Optional["Checkpoint"] = None
     restored: Optional["Restored"] = None
+    persistence: str = "snapshot"
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -312,6 +314,7 @@ class SandboxInfo:
             checkpoint_every=int(d.get("checkpoint_every_seconds") or 0),
             checkpoint=Checkpoint.from_json(d["checkpoint"]) if d.get("checkpoint") else None,
             restored=Restored.from_json(d["restored"]) if d.get("restored") else None,
+            persistence=str(d.get("persistence") or "snapshot"),
         )
 
 

@@ -141,6 +141,7 @@ def _sandbox_body(
     region: Optional[str] = None,
     node_labels: Optional[Mapping[str, str]] = None,
     checkpoint_every: Optional[float] = None,
+    persistence: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The fields that CreateSandboxRequest and RestoreRequest share, for
     the arguments that are not None."""
@@ -157,6 +158,8 @@ def _sandbox_body(
         if checkpoint_every <= 0:
             raise ValueError(f"checkpoint_every must be positive, not {checkpoint_every}")
         body["checkpoint_every_seconds"] = max(1, math.ceil(checkpoint_every))
+    if persistence is not None:
+        body["persistence"] = persistence
     if env:
         body["env"] = {str(k): str(v) for k, v in env.items()}
     if metadata:
@@ -454,6 +457,7 @@ class Sandbox:
         region: Optional[str] = None,
         node_labels: Optional[Mapping[str, str]] = None,
         checkpoint_every: Optional[float] = None,
+        persistence: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
@@ -487,6 +491,11 @@ class Sandbox:
                 last checkpoint under the same id (``info.restored`` says
                 from which, and how much work was lost). Not with a
                 workspace disk.
+            persistence: ``"always"`` for an always-on root disk: every
+                block goes back, continuously, through the node's block
+                server to its tiers, so an fsync in the sandbox returns once
+                its data is durable beyond the node (docs/ALWAYS-ON.md).
+                Default ``"snapshot"``: what :meth:`snapshot` saves.
             idempotency_key: the request's idempotency key: however often
                 it is sent with it, from any process, it makes one sandbox
                 and answers the same. Default: a key of its own, which makes
@@ -502,7 +511,8 @@ class Sandbox:
         client = client or default_client()
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
                              env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
-                             region=region, node_labels=node_labels, checkpoint_every=checkpoint_every)
+                             region=region, node_labels=node_labels, checkpoint_every=checkpoint_every,
+                             persistence=persistence)
         if template is not None:
             body["template"] = template
         if disk_mb is not None:
@@ -529,6 +539,7 @@ class Sandbox:
         region: Optional[str] = None,
         node_labels: Optional[Mapping[str, str]] = None,
         checkpoint_every: Optional[float] = None,
+        persistence: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> List["Sandbox"]:
@@ -553,8 +564,10 @@ class Sandbox:
                 its template.
             workspace_mb: an empty workspace disk for each sandbox restored
                 from a root snapshot.
-            region, node_labels, checkpoint_every, idempotency_key: as for
-                :meth:`create`.
+            region, node_labels, checkpoint_every, persistence,
+                idempotency_key: as for :meth:`create`; an always-on disk
+                starts at once, reading the snapshot's blocks as it wants
+                them.
             client: the client to use (default: the snapshot's, else
                 :func:`default_client`).
 
@@ -573,7 +586,8 @@ class Sandbox:
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
                              env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
-                             region=region, node_labels=node_labels, checkpoint_every=checkpoint_every)
+                             region=region, node_labels=node_labels, checkpoint_every=checkpoint_every,
+                             persistence=persistence)
         body["count"] = count
         t = client.transport.timeout
         answer = client.transport.request(
@@ -887,6 +901,7 @@ class Sandbox:
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[NetworkArg] = None,
         checkpoint_every: Optional[float] = None,
+        persistence: Optional[str] = None,
         idempotency_key: Optional[str] = None,
     ) -> List["Sandbox"]:
         """Start count children of this running sandbox and return them
@@ -911,7 +926,8 @@ class Sandbox:
         if count < 1:
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=None, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout, env=env,
-                             metadata=metadata, network=network, checkpoint_every=checkpoint_every)
+                             metadata=metadata, network=network, checkpoint_every=checkpoint_every,
+                             persistence=persistence)
         body["count"] = count
         t = self._transport.timeout
         answer = self._transport.request(

@@ -159,6 +159,7 @@ class Snapshot:
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional["NetworkArg"] = None,
         checkpoint_every: Optional[float] = None,
+        persistence: Optional[str] = None,
     ) -> List["Sandbox"]:
         """Start count sandboxes from this snapshot; see
         :meth:`Sandbox.restore`."""
@@ -167,6 +168,7 @@ class Snapshot:
         return Sandbox.restore(
             self, count, runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
             env=env, metadata=metadata, network=network, checkpoint_every=checkpoint_every,
+            persistence=persistence,
         )
 
     def delete(self) -> None:

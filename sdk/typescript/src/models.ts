@@ -72,7 +72,14 @@ export interface SandboxInfo {
   checkpoint_every_seconds?: number;
   checkpoint?: Checkpoint;
   restored?: Restored;
+  /** "always" for an always-on root disk, else "snapshot". */
+  persistence: Persistence;
 }
+
+/** How a root disk persists: "snapshot" keeps what explicit snapshots
+ * save; "always" writes every block back, continuously, through the
+ * node's block server (docs/ALWAYS-ON.md). */
+export type Persistence = "snapshot" | "always";
 
 /** What a create, a restore and a fork say of the sandboxes they start;
  * left out: the server's defaults (a fork's: the parent's values). */
@@ -86,6 +93,7 @@ export interface SandboxSpec {
   network?: NetworkPolicy;
   timeout_seconds?: number;
   checkpoint_every_seconds?: number;
+  persistence?: Persistence;
   env?: Record<string, string>;
   metadata?: Record<string, string>;
   region?: string;
