@@ -310,12 +310,20 @@ func (d *daemon) routePool() error {
 
 // startNode starts a second node for the test on a fresh data directory,
 // with no template, and stops it when the test ends, after the test's other
-// cleanups (which may still delete sandboxes through it), then unmounts the
-// reflink image it mounted in its data directory.
+// cleanups (which may still delete sandboxes through it), then stops the
+// block server it may have started and unmounts the reflink image it
+// mounted in its data directory.
 func startNode(t testing.TB, env []string, flags ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "disks"), unix.MNT_DETACH) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := blockserver.Stop(ctx, dir); err != nil {
+			t.Errorf("stop the node's block server: %v", err)
+		}
+		unix.Unmount(filepath.Join(dir, "disks"), unix.MNT_DETACH)
+	})
 	d, err := startDaemonWith(dir, "", time.Minute, env, flags...)
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,7 @@ func addSandboxFlags(fs *flag.FlagSet, spec *api.SandboxSpec) *sandboxFlags {
 	fs.Int64Var(&spec.Pids, "pids", 0, "process limit")
 	fs.Int64Var(&spec.WorkspaceMB, "workspace", 0, "add an empty workspace disk of this many `MB`, mounted at /workspace")
 	fs.StringVar(&spec.Region, "region", "", "start in this region of a fleet (default: any)")
+	fs.StringVar(&spec.Persistence, "persistence", "", "how the root disk persists: snapshot (what snapshots save) or always (every write\ngoes back to the node's tiers; an fsync returns once durable; a restore starts at once)\n(default snapshot)")
 	sf := &sandboxFlags{env: kvFlag{}, meta: kvFlag{}, labels: kvFlag{}}
 	sf.ttl = fs.Duration("timeout", 0, "delete the sandbox after this long, e.g. 30m (default: the server's)")
 	sf.checkpoint = fs.Duration("checkpoint-every", 0, "checkpoint the root disk this often, e.g. 5m: in a fleet the sandbox comes back\non another node from its last checkpoint when its node is lost (default: never)")

@@ -19,7 +19,7 @@ import (
 
 // tierOf is a chunk store in a temporary directory, counting what is
 // fetched from it.
-func tierOf(t *testing.T) (chunkstore.Store, *blob.Counted) {
+func tierOf(t testing.TB) (chunkstore.Store, *blob.Counted) {
 	t.Helper()
 	fs, err := file.Open(t.TempDir())
 	if err != nil {

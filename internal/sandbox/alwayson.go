@@ -60,15 +60,15 @@ func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source
 }
 
 // baseOf is the layer a disk of src starts as: the snapshot it is restored
-// from, else its template's base layer, durable in the blob store (the
-// block server reads it from there).
+// from (durable: restore waits for it), else its template's base layer,
+// once durable in the blob store (the block server reads it from there).
 func (m *Manager) baseOf(ctx context.Context, src source) (string, error) {
-	base := src.origin
-	if base == "" {
-		var err error
-		if base, err = m.deps.Snapshots.EnsureBase(ctx, src.template, src.image, src.built); err != nil {
-			return "", err
-		}
+	if src.origin != "" {
+		return src.origin, nil
+	}
+	base, err := m.deps.Snapshots.EnsureBase(ctx, src.template, src.image, src.built)
+	if err != nil {
+		return "", err
 	}
 	sn, err := m.deps.Snapshots.Wait(ctx, base)
 	if err != nil {

@@ -254,7 +254,16 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 		}
 	}()
 	// An always-on disk reads the snapshot's blocks as they are wanted,
-	// from the blob store: nothing is materialized before it starts.
+	// from the blob store: nothing is materialized before it starts, but
+	// the snapshot must be there.
+	if alwaysOn(&rec) && sn.Scope == api.ScopeRoot && sn.State == api.SnapshotPending {
+		if sn, err = m.deps.Snapshots.Wait(ctx, sn.ID); err != nil {
+			return nil, api.Errorf(api.CodeInternal, "restore %s: %v", id, err)
+		}
+		if sn.State != api.SnapshotDurable {
+			return nil, api.Errorf(api.CodeConflict, "snapshot %s failed and cannot be restored: %s", id, sn.Error)
+		}
+	}
 	if !alwaysOn(&rec) || sn.Scope == api.ScopeWorkspace {
 		image, err := m.deps.Snapshots.Materialize(ctx, sn)
 		if err != nil {
