@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/blockserver"
 )
 
 // An always-on sandbox's disk is served by the node's block server: a
@@ -98,4 +99,59 @@ func TestAlwaysOn(t *testing.T) {
 	if layers, _ := filepath.Glob(filepath.Join(shared.dataDir, "blobs", "manifests", "v-"+sb.ID+"-*")); len(layers) != 0 {
 		t.Errorf("the deleted sandbox's layers are left in the blob store: %v", layers)
 	}
+}
+
+// A vm sandbox's always-on disk is attached by QEMU's own NBD client to the
+// block server: an fsync in the guest reaches the volume's flush, a
+// snapshot of it is durable at once, and a restore of that snapshot, also
+// always-on, reads it lazily.
+func TestAlwaysOnVM(t *testing.T) {
+	needVM(t)
+	ctx := context.Background()
+	c := shared.client()
+	always := api.SandboxSpec{Runtime: "vm", Persistence: api.PersistenceAlways}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: always})
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, shared.log.tail(30))
+	}
+	defer c.DeleteSandbox(ctx, sb.ID)
+	if sock := filepath.Join(shared.dataDir, "volumes", sb.ID, "nbd.sock"); !fileIsSocket(sock) {
+		t.Errorf("no NBD socket at %s", sock)
+	}
+	before := readVolume(t, sb.ID).Layer
+	shared.sh(t, sb.ID, "echo kept > /root/note && sync")
+	if after := readVolume(t, sb.ID).Layer; after == before {
+		t.Errorf("a sync in the guest wrote no layer (still %s): its FLUSH did not reach the volume", after)
+	}
+	sn, err := c.Snapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
+	if err != nil || sn.State != api.SnapshotDurable {
+		t.Fatalf("snapshot: %+v %v, want durable at once", sn, err)
+	}
+	defer c.DeleteSnapshot(ctx, sn.ID)
+	kids, err := c.Restore(ctx, sn.ID, api.RestoreRequest{SandboxSpec: always})
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, shared.log.tail(30))
+	}
+	defer c.DeleteSandbox(ctx, kids[0].ID)
+	if got := shared.sh(t, kids[0].ID, "cat /root/note"); got != "kept\n" {
+		t.Errorf("restored: %q", got)
+	}
+	if _, err := c.Fork(ctx, sb.ID, api.ForkRequest{}); !api.IsCode(err, api.CodeConflict) {
+		t.Errorf("live fork of an always-on vm: %v, want conflict", err)
+	}
+}
+
+func fileIsSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+// readVolume asks the shared daemon's block server about volume id.
+func readVolume(t *testing.T, id string) blockserver.VolumeInfo {
+	t.Helper()
+	in, err := blockserver.NewClient(shared.dataDir).Volume(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

@@ -42,7 +42,7 @@ GOOS=darwin go vet ./cmd/warren ./client ./api
 # -race; so does a new package until it is listed here.
 race=(
 	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
-	./internal/blob/file ./internal/blob/s3 ./internal/cleanup ./internal/consolelog
+	./internal/blob/file ./internal/blob/s3 ./internal/blockdev ./internal/blockdev/nbd ./internal/chunkstore ./internal/cleanup ./internal/consolelog
 	./internal/buildspec ./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
 	./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm

@@ -39,6 +39,10 @@ type Spec struct {
 	// Disk is the sandbox's own root disk image (raw ext4), already cloned
 	// from its template. The runtime never deletes it.
 	Disk string
+	// DiskNBD says Disk is a unix socket that serves the root disk over NBD
+	// (an always-on disk's, docs/ALWAYS-ON.md), not an image. Only the vm
+	// runtime takes it.
+	DiskNBD bool
 	// Workspace is the sandbox's workspace disk image (raw ext4), mounted at
 	// /workspace, or "" for none. The runtime never deletes it.
 	Workspace string

@@ -32,8 +32,14 @@ func (m *Manager) isVolume(id string) bool {
 
 // volumeDisk serves sandbox rec's root disk as a volume over the layer src
 // starts from, linked at its disk path, its filesystem grown to rec's
-// size. Nothing is fetched until the sandbox reads it.
+// size: for a container a FUSE file, which its loop device attaches; for a
+// vm an NBD socket, which QEMU attaches. Nothing is fetched until the
+// sandbox reads it.
 func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source) error {
+	front := blockserver.FrontFile
+	if rec.Runtime == vmRuntime {
+		front = blockserver.FrontNBD
+	}
 	base, err := m.baseOf(ctx, src)
 	if err != nil {
 		return err
@@ -43,14 +49,19 @@ func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source
 		return err
 	}
 	in, err := c.Serve(ctx, rec.ID, blockserver.VolumeRequest{
-		Namespace: rec.Tenant, Base: base, SizeBytes: rec.DiskMB << 20, Front: blockserver.FrontFile,
+		Namespace: rec.Tenant, Base: base, SizeBytes: rec.DiskMB << 20, Front: front,
 	})
 	if err != nil {
 		return err
 	}
 	err = os.Symlink(in.Path, m.diskPath(rec.ID))
 	if err == nil && rec.DiskMB<<20 > src.size {
-		err = disk.GrowFS(in.Path)
+		if front == blockserver.FrontNBD {
+			// resize2fs needs a file; QEMU's disk is a socket.
+			err = errors.New("an always-on vm disk keeps the size it starts from")
+		} else {
+			err = disk.GrowFS(in.Path)
+		}
 	}
 	if err != nil {
 		os.Remove(m.diskPath(rec.ID))

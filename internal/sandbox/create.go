@@ -84,12 +84,6 @@ func (m *Manager) template(name string) (template.Info, error) {
 // admit checks a validated sandbox against the host and claims n of it
 // from the node and the tenant (all or none); it returns their new IDs.
 func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string, error) {
-	// The vm runtime's front end (NBD, which QEMU attaches) is not wired
-	// to sandboxes yet.
-	if alwaysOn(&rec) && rt.Name() != "container" {
-		return nil, api.Errorf(api.CodeBadRequest, "persistence %q needs the container runtime; the %s runtime does not serve always-on disks yet",
-			api.PersistenceAlways, rt.Name())
-	}
 	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
 		return nil, err
 	}
@@ -115,10 +109,13 @@ func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string,
 	}
 }
 
+// vmRuntime is the vm runtime's name (runtime/vm).
+const vmRuntime = "vm"
+
 // claimOf is what sandbox rec holds of its node.
 func claimOf(rec store.Sandbox) claim {
 	c := claim{tenant: rec.Tenant, cpus: rec.CPUs, memoryMB: rec.MemoryMB, diskMB: rec.DiskMB + rec.WorkspaceMB}
-	if rec.Runtime == "vm" {
+	if rec.Runtime == vmRuntime {
 		c.memoryMB += vmOverheadMB
 	} else {
 		c.memoryMB += runtime.AgentMemoryMB
@@ -477,6 +474,7 @@ func (m *Manager) spec(rec *store.Sandbox) runtime.Spec {
 	return runtime.Spec{
 		ID:        rec.ID,
 		Disk:      m.diskPath(rec.ID),
+		DiskNBD:   alwaysOn(rec) && rec.Runtime == vmRuntime,
 		Workspace: ws,
 		Hostname:  rec.ID,
 		Dir:       m.stateDir(rec.ID),

@@ -113,7 +113,7 @@ func (m *Manager) imageKeyOf(rt runtime.Runtime, rec store.Sandbox, src source) 
 	if _, ok := rt.(runtime.Imager); !ok || m.images == nil {
 		return imageKey{}, false
 	}
-	if src.origin != "" || src.built.IsZero() || rec.WorkspaceMB > 0 || rec.DiskMB<<20 > src.size {
+	if src.origin != "" || src.built.IsZero() || rec.WorkspaceMB > 0 || rec.DiskMB<<20 > src.size || alwaysOn(&rec) {
 		return imageKey{}, false
 	}
 	return imageKey{

@@ -323,6 +323,10 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 		return api.ForkResult{}, err
 	}
 	f, live := l.inst.(runtime.Forker)
+	if live && alwaysOn(&rec) {
+		return api.ForkResult{}, api.Errorf(api.CodeConflict,
+			"sandbox %s has an always-on disk: a live fork of its memory is not supported yet; snapshot it and restore instead", id)
+	}
 	if rec.WorkspaceMB > 0 && !live {
 		return api.ForkResult{}, api.Errorf(api.CodeConflict,
 			"sandbox %s has a workspace disk: a fork of a container copies the root disk only; snapshot each disk and restore instead", id)

@@ -83,6 +83,9 @@ type Config struct {
 	// Disk is the root disk: a raw image, opened read-write. Required. The
 	// guest sees it as its first disk.
 	Disk string
+	// DiskNBD says Disk is a unix socket serving the root disk over NBD,
+	// which the machine's own NBD client attaches, instead of an image.
+	DiskNBD bool
 	// Workspace is an optional second disk, a raw image opened read-write
 	// like Disk; the guest sees it as its second disk. "" for none.
 	Workspace string
@@ -140,7 +143,11 @@ func (c *Config) validate() error {
 	case c.Kernel == "" && (c.Initrd != "" || c.Cmdline != ""):
 		return errors.New("an initrd or a kernel command line needs a kernel")
 	}
-	if err := regularFile("disk", c.Disk); err != nil {
+	if c.DiskNBD {
+		if fi, err := os.Stat(c.Disk); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("disk %s is not an NBD socket (%v)", c.Disk, err)
+		}
+	} else if err := regularFile("disk", c.Disk); err != nil {
 		return err
 	}
 	if c.Workspace != "" {

@@ -604,6 +604,7 @@ func (r *Runtime) config(spec runtime.Spec) vmm.Config {
 		Initrd:      r.initrd,
 		Cmdline:     cmdline(spec.Hostname, spec.Workspace != "", spec.Network != nil),
 		Disk:        spec.Disk,
+		DiskNBD:     spec.DiskNBD,
 		Workspace:   spec.Workspace,
 		MemoryMiB:   mem,
 		VCPUs:       max(1, int(math.Ceil(spec.Limits.CPUs))),

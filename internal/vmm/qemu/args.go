@@ -55,9 +55,11 @@ type layout struct {
 }
 
 // diskFDs are one disk image's descriptors: QEMU opens an image both ways.
+// nbd, when not 0, is instead a connection to an NBD server of the disk.
 type diskFDs struct {
 	rw, ro int
 	cache  string // cacheNone or cacheWriteback
+	nbd    int
 }
 
 // Fd sets of -add-fd; /dev/fdset/N names them in QEMU's options.
@@ -183,7 +185,18 @@ func commandLine(cfg *vmm.Config, l layout) []string {
 // write's buffer, which stops at its first non-zero byte. virtio-blk offers
 // the guest discard whatever the drive says, so this changes nothing the
 // guest sees, and memory snapshots of older machines still restore.
+//
+// An NBD disk (an always-on disk's block server) is attached by QEMU's own
+// client over the connection it is given. cache=writeback: the guest sees a
+// volatile write cache, so its fsyncs become FLUSH requests, which the block
+// server answers only once the data is durable in its tiers.
 func appendDisk(args []string, device, id, opaque string, set int, d diskFDs) []string {
+	if d.nbd != 0 {
+		return append(args,
+			"-drive", fmt.Sprintf("if=none,id=%s,format=raw,file.driver=nbd,file.server.type=fd,file.server.str=%d,cache=writeback,discard=unmap,detect-zeroes=unmap", id, d.nbd),
+			"-device", device+",drive="+id,
+		)
+	}
 	return append(args,
 		"-add-fd", fmt.Sprintf("fd=%d,set=%d,opaque=%s-rw", d.rw, set, opaque),
 		"-add-fd", fmt.Sprintf("fd=%d,set=%d,opaque=%s-ro", d.ro, set, opaque),

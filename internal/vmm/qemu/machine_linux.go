@@ -321,12 +321,21 @@ func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) 
 	}
 	keep(agentLn)
 	undo.Add(func() { os.Remove(cfg.AgentSocket) })
-	diskRW, diskRO, cache, err := openDisk(cfg.Disk)
-	if err != nil {
-		return nil, err
+	var root diskFDs
+	var diskRW, diskRO, nbdConn *os.File
+	cache := ""
+	if cfg.DiskNBD {
+		if nbdConn, err = dialNBD(cfg.Disk); err != nil {
+			return nil, err
+		}
+		keep(nbdConn)
+	} else {
+		if diskRW, diskRO, cache, err = openDisk(cfg.Disk); err != nil {
+			return nil, err
+		}
+		keep(diskRW)
+		keep(diskRO)
 	}
-	keep(diskRW)
-	keep(diskRO)
 	var wsRW, wsRO *os.File
 	wsCache := ""
 	if cfg.Workspace != "" {
@@ -366,9 +375,14 @@ func (v *VMM) Start(ctx context.Context, cfg vmm.Config, opts vmm.StartOptions) 
 	l := layout{
 		qmpFD:     inherit(qmpLn),
 		agentFD:   inherit(agentLn),
-		root:      diskFDs{rw: inherit(diskRW), ro: inherit(diskRO), cache: cache},
 		consoleFD: inherit(console),
 	}
+	if nbdConn != nil {
+		root.nbd = inherit(nbdConn)
+	} else {
+		root = diskFDs{rw: inherit(diskRW), ro: inherit(diskRO), cache: cache}
+	}
+	l.root = root
 	if wsRW != nil {
 		l.workspace = diskFDs{rw: inherit(wsRW), ro: inherit(wsRO), cache: wsCache}
 	}
@@ -654,6 +668,21 @@ func openDisk(path string) (rw, ro *os.File, cache string, err error) {
 		return nil, nil, "", fmt.Errorf("open disk: %w", err)
 	}
 	return rw, ro, cache, nil
+}
+
+// dialNBD connects to the NBD server on the unix socket at path, for QEMU
+// to use: the machine's jail cannot reach the socket itself.
+func dialNBD(path string) (*os.File, error) {
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("open disk: %w", err)
+	}
+	defer conn.Close()
+	f, err := conn.(*net.UnixConn).File()
+	if err != nil {
+		return nil, fmt.Errorf("open disk: %w", err)
+	}
+	return f, nil
 }
 
 // restore feeds QEMU the memory snapshot at descriptor fd (its number in
