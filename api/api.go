@@ -137,7 +137,10 @@ type Restored struct {
 	// Snapshot is the checkpoint it came back from, taken at SnapshotAt;
 	// At is when it came back. LostSeconds is the work lost: the time from
 	// the snapshot to the loss of its node (0 for a drain, whose final
-	// snapshot is taken with the sandbox frozen).
+	// snapshot is taken with the sandbox frozen). An always-on sandbox
+	// comes back with its own disk as its last flush left it: Snapshot is
+	// its own ID, SnapshotAt zero, LostSeconds 0 (what it wrote and never
+	// flushed, at most the block server's write-back period, is lost).
 	Snapshot    string    `json:"snapshot"`
 	SnapshotAt  time.Time `json:"snapshot_at"`
 	At          time.Time `json:"at"`

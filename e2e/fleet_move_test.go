@@ -4,12 +4,15 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/wait"
 )
 
 // TestFleetMoves: a sandbox with a checkpoint policy outlives its node. In
@@ -122,5 +125,65 @@ func waitSandbox(t testing.TB, c *client.Client, id string, d time.Duration, wha
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s: %+v, %v", d, what, sb, err)
 		}
+	}
+}
+
+// TestFleetAlwaysOnMoves: an always-on sandbox outlives its node with every
+// write it flushed. Its node killed -9 (the lease watchdog then kills the
+// node's block server and sandboxes), a node of the same region takes the
+// sandbox over under the same ID with its volume, recovered from the
+// fleet's blob store (S3) as its last flush left it; nothing flushed is
+// lost. The restarted node lets go of what it left of the volume.
+func TestFleetAlwaysOnMoves(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	f := newFleet(t)
+	snaps := f.snapshots(map[string]string{api.AdminTenant: "echo base > /root/base"})
+	f.startNode("a1", "r1", "r1-a")
+	f.startNode("a2", "r1", "r1-b")
+	admin := f.startControl("c1").client()
+	sbs, err := admin.Restore(ctx, snaps[api.AdminTenant], api.RestoreRequest{SandboxSpec: api.SandboxSpec{Persistence: api.PersistenceAlways}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sbs[0].ID
+	t.Cleanup(func() { admin.DeleteSandbox(context.Background(), id) })
+	home := f.node(id)
+	other := map[string]string{"a1": "a2", "a2": "a1"}[home]
+	sh := func(cmd string) api.ExecResult {
+		t.Helper()
+		res, err := admin.Exec(ctx, id, api.ExecRequest{Shell: cmd})
+		if err != nil {
+			t.Fatalf("%q: %v", cmd, err)
+		}
+		return *res
+	}
+	sh("echo flushed > /root/work && sync")
+	f.logPhase("written and flushed")
+
+	killed := time.Now()
+	f.nodes[home].kill()
+	back := waitSandbox(t, admin, id, time.Minute, "the sandbox to run on "+other, func(sb *api.Sandbox) bool {
+		return sb.State == api.StateRunning && f.node(id) == other
+	})
+	t.Logf("node %s killed -9: always-on sandbox %s running on %s after %v", home, id, other, time.Since(killed).Round(10*time.Millisecond))
+	if r := back.Restored; r == nil || r.Snapshot != id || r.From != home || r.LostSeconds != 0 {
+		t.Errorf("how it came back: %+v; want with its own volume (%s) from node %s, nothing lost", r, id, home)
+	}
+	if got := sh("cat /root/base /root/work").Stdout; got != "base\nflushed\n" {
+		t.Errorf("its files: %q, want every flushed write", got)
+	}
+	sh("echo more >> /root/work && sync")
+	f.logPhase("moved with its volume")
+
+	// The node comes back: what it left of the volume goes, and the disk
+	// is the other node's alone.
+	restarted := f.startNode(home, "r1", map[string]string{"a1": "r1-a", "a2": "r1-b"}[home])
+	wait.For(t, 30*time.Second, "the restarted node to let go of the volume", func() bool {
+		_, err := os.Stat(filepath.Join(restarted.dataDir, "volumes", id))
+		return os.IsNotExist(err)
+	})
+	if got := sh("cat /root/work").Stdout; got != "flushed\nmore\n" {
+		t.Errorf("its files after the old node came back: %q", got)
 	}
 }

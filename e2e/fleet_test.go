@@ -24,6 +24,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/internal/blob/s3test"
+	"warren/internal/blockserver"
 	wfleet "warren/internal/fleet"
 	"warren/internal/listing"
 	"warren/internal/pgtest"
@@ -168,9 +169,16 @@ func (f *fleet) startNode(id, region, cluster string, extra ...string) *daemon {
 		dir = f.t.TempDir()
 		f.nodeDirs[id] = dir
 		f.cert("node", id)
-		// After the node stops (cleanups run last first): the reflink
-		// image it mounted in its data directory.
-		f.t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "disks"), unix.MNT_DETACH) })
+		// After the node stops (cleanups run last first): its block
+		// server, and the reflink image it mounted in its data directory.
+		f.t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := blockserver.Stop(ctx, dir); err != nil {
+				f.t.Errorf("stop node %s's block server: %v", id, err)
+			}
+			unix.Unmount(filepath.Join(dir, "disks"), unix.MNT_DETACH)
+		})
 	}
 	args := slices.Concat([]string{"node", "--node-id", id, "--database", f.dsn, "--fleet-dir", f.certs, "--data-dir", dir,
 		"--listen", "127.0.0.1:0", "--template", "", "--region", region, "--cluster", cluster, "--blob-store", f.blobs.URL},

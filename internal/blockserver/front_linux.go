@@ -23,11 +23,8 @@ func attach(dir, front string, vol blockdev.Device, log *slog.Logger) (string, f
 	switch front {
 	case FrontFile:
 		mnt := filepath.Join(dir, mountDir)
-		// A block server that died left its mount behind, dead: a
-		// lazy unmount clears it (a loop device still holding its file
-		// keeps failing, as the disk of a lost node would).
-		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return "", nil, fmt.Errorf("clear the old mount: %w", err)
+		if err := clearMount(dir); err != nil {
+			return "", nil, err
 		}
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
 			return "", nil, err
@@ -60,4 +57,16 @@ func attach(dir, front string, vol blockdev.Device, log *slog.Logger) (string, f
 		}, nil
 	}
 	return "", nil, fmt.Errorf("front %q", front)
+}
+
+// clearMount clears what a block server that died left at volume
+// directory dir's mount point: its mount, dead. A lazy unmount clears it (a
+// loop device still holding its file keeps failing, as the disk of a lost
+// node would).
+func clearMount(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, mountDir), unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("clear the old mount: %w", err)
+	}
+	return nil
 }

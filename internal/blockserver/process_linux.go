@@ -211,7 +211,16 @@ func (l *Lazy) Client(ctx context.Context) (*Client, error) {
 // it closes every volume, written back, and unmounts its files. It
 // returns once the server has exited (its lock is free), or when ctx
 // ends. Volumes a sandbox still has attached fail from then on.
-func Stop(ctx context.Context, dataDir string) error {
+func Stop(ctx context.Context, dataDir string) error { return end(ctx, dataDir, unix.SIGTERM) }
+
+// Kill kills the block server of dataDir, if one runs, with SIGKILL: it
+// writes nothing more to the tiers, as if its node were lost. A fleet
+// node's lease watchdog kills it when the lease lapses, before another
+// node may take its volumes over.
+func Kill(ctx context.Context, dataDir string) error { return end(ctx, dataDir, unix.SIGKILL) }
+
+// end sends sig to the block server of dataDir and waits for it to exit.
+func end(ctx context.Context, dataDir string, sig unix.Signal) error {
 	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -236,7 +245,7 @@ func Stop(ctx context.Context, dataDir string) error {
 			if err != nil || pid <= 0 {
 				return false, nil // not recorded yet
 			}
-			if err := unix.Kill(pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := unix.Kill(pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 				return false, fmt.Errorf("stop the block server %d: %w", pid, err)
 			}
 			signalled = true

@@ -214,6 +214,9 @@ func (s *Server) drop(ctx context.Context, id string, tiers bool) error {
 		sv.vol.Abandon()
 		delete(s.vols, id)
 	}
+	if err := clearMount(s.volDir(id)); err != nil {
+		return err
+	}
 	if !tiers {
 		return os.RemoveAll(s.volDir(id))
 	}

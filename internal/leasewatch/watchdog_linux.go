@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/blockserver"
 	"warren/internal/cgroup"
 	"warren/internal/detached"
 	"warren/internal/procid"
@@ -167,8 +168,15 @@ func RunWatchdog(ctx context.Context, opts Options, k Killer, ready func()) erro
 		}
 		switch {
 		case w.armed && lapsed(w.last, now, opts.Lease):
-			log.Error("the lease lapsed: killing the node's sandboxes", "renewed_at", w.wall(),
+			log.Error("the lease lapsed: killing the node's block server and sandboxes", "renewed_at", w.wall(),
 				"ago", (now - w.last.sent).Round(time.Millisecond), "lease", opts.Lease)
+			// First the block server: it must write nothing more to the
+			// tiers, where another node may soon take its volumes over.
+			kctx, cancel := context.WithTimeout(ctx, killWait)
+			if err := blockserver.Kill(kctx, opts.DataDir); err != nil {
+				log.Error("kill the block server", "err", err)
+			}
+			cancel()
 			return killAll(ctx, opts.StateDir, k, log)
 		case !w.armed && os.Getppid() != parent:
 			log.Info("the daemon that started the watchdog is gone, and no lease is to guard")

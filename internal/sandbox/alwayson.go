@@ -40,17 +40,18 @@ func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source
 	if rec.Runtime == vmRuntime {
 		front = blockserver.FrontNBD
 	}
-	base, err := m.baseOf(ctx, src)
-	if err != nil {
-		return err
+	req := blockserver.VolumeRequest{Namespace: rec.Tenant, SizeBytes: rec.DiskMB << 20, Front: front, Recover: src.recover}
+	if !src.recover {
+		var err error
+		if req.Base, err = m.baseOf(ctx, src); err != nil {
+			return err
+		}
 	}
 	c, err := m.deps.Blocks.Client(ctx)
 	if err != nil {
 		return err
 	}
-	in, err := c.Serve(ctx, rec.ID, blockserver.VolumeRequest{
-		Namespace: rec.Tenant, Base: base, SizeBytes: rec.DiskMB << 20, Front: front,
-	})
+	in, err := c.Serve(ctx, rec.ID, req)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,12 @@ func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source
 	}
 	if err != nil {
 		os.Remove(m.diskPath(rec.ID))
-		return errors.Join(err, c.Forget(context.WithoutCancel(ctx), rec.ID))
+		// A recovered volume is the sandbox's data: it stays in the tiers.
+		drop := c.Forget
+		if src.recover {
+			drop = c.Release
+		}
+		return errors.Join(err, drop(context.WithoutCancel(ctx), rec.ID))
 	}
 	return nil
 }

@@ -148,6 +148,9 @@ type source struct {
 	// workspaceOrigin the snapshot it comes from.
 	workspace       string
 	workspaceOrigin string
+	// recover says an always-on disk is the sandbox's own volume, taken
+	// from the tiers as its last flush left it (a move from a lost node).
+	recover bool
 }
 
 // templateSource is the disk of template tpl.
@@ -345,7 +348,9 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 		if err := m.volumeDisk(ctx, rec, src); err != nil {
 			return nil, failed("its always-on disk could not be served", err)
 		}
-		b.undo.Add(func() { m.removeDisks(rec.ID) })
+		// A recovered volume is the sandbox's data: a failed start leaves
+		// it in the tiers.
+		b.undo.Add(func() { m.dropVolume(context.WithoutCancel(ctx), rec.ID, src.recover) })
 	} else {
 		if err := m.deps.Pool.Clone(ctx, src.image, diskPath); err != nil {
 			return nil, failed("its disk could not be made", fmt.Errorf("clone disk: %w", err))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/runtime"
 	"warren/internal/store"
 )
 
@@ -70,6 +71,10 @@ func (m *Manager) startMoved(ctx context.Context, rec store.Sandbox) {
 	rt := m.runtimeNamed(rec.Runtime)
 	if rt == nil {
 		m.giveBack(ctx, rec, fmt.Sprintf("this node has no %s runtime", rec.Runtime))
+		return
+	}
+	if alwaysOn(&rec) {
+		m.startMovedVolume(ctx, rt, rec)
 		return
 	}
 	sn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, rec.Restored.Snapshot)
@@ -138,6 +143,36 @@ func (m *Manager) giveBack(ctx context.Context, rec store.Sandbox, why string) {
 	}
 }
 
+// startMovedVolume starts moving always-on sandbox rec, placed on this
+// node, with its own volume, recovered from the tiers as its last flush
+// left it.
+func (m *Manager) startMovedVolume(ctx context.Context, rt runtime.Runtime, rec store.Sandbox) {
+	if m.deps.Blocks == nil {
+		m.giveBack(ctx, rec, "this node has no block server")
+		return
+	}
+	if err := m.admitMoved(rec); err != nil {
+		m.giveBack(ctx, rec, err.Error())
+		return
+	}
+	back := *rec.Restored
+	back.At = time.Now()
+	self := m.deps.NodeID
+	claimed, err := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StateMoving}, To: api.StateStarting, Version: rec.Version, Node: &self, Restored: &back,
+	})
+	if err != nil {
+		m.ledger.release(rec.ID)
+		m.log.Info("moved sandbox not claimed", "sandbox", rec.ID, "err", err)
+		return
+	}
+	if _, err := m.run(ctx, rt, claimed, source{template: rec.Template, size: rec.DiskMB << 20, recover: true}); err != nil {
+		m.ledger.release(rec.ID)
+		return
+	}
+	m.log.Info("always-on sandbox moved here with its volume", "sandbox", rec.ID, "from", back.From, "reason", back.Reason)
+}
+
 // failMoved records moving sandbox rec failed for reason.
 func (m *Manager) failMoved(ctx context.Context, rec store.Sandbox, reason string) {
 	m.log.Warn("moved sandbox failed", "sandbox", rec.ID, "reason", reason)
@@ -155,7 +190,8 @@ func (m *Manager) failMoved(ctx context.Context, rec store.Sandbox, reason strin
 // it is thawed, so nothing it writes after the snapshot is acknowledged;
 // once that snapshot is durable, its record is moved (with no node, for
 // a control replica to place) and the node lets go of it. A paused
-// sandbox, and one with a workspace disk, stay. It returns how many moved.
+// sandbox, one with a workspace disk, and one with an always-on disk,
+// stay. It returns how many moved.
 func (m *Manager) Drain(ctx context.Context, reason string) int {
 	m.mu.Lock()
 	ls := map[string]*live{}
@@ -183,8 +219,9 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 	if err != nil {
 		return err
 	}
-	if rec.WorkspaceMB > 0 || rec.State != api.StateRunning {
-		return fmt.Errorf("it stays: it is %s, with a %d MB workspace disk", rec.State, rec.WorkspaceMB)
+	if rec.WorkspaceMB > 0 || rec.State != api.StateRunning || alwaysOn(&rec) {
+		return fmt.Errorf("it stays: it is %s, with a %d MB workspace disk, persistence %q (an always-on disk is not drained yet)",
+			rec.State, rec.WorkspaceMB, rec.Persistence)
 	}
 	src, mountpoint, err := m.snapshotSource(rec, api.ScopeRoot)
 	if err != nil {

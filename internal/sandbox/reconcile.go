@@ -174,7 +174,17 @@ func (m *Manager) sweepFiles(keep, keepDisks map[string]bool) error {
 			continue
 		}
 		for _, e := range entries {
-			if d.keep[d.owner(e.Name())] {
+			id := d.owner(e.Name())
+			if d.keep[id] {
+				continue
+			}
+			if d.dir == disksDir(m.deps.Pool) && m.isVolume(id) {
+				// An always-on disk no sandbox of this node has: its
+				// sandbox moved away while this daemon was down, or was
+				// deleted. Its layers stay in the tiers: another node may
+				// run it from them.
+				m.log.Info("releasing a leftover always-on disk", "sandbox", id)
+				errs = append(errs, m.dropVolume(context.Background(), id, true))
 				continue
 			}
 			m.log.Info("removing leftover sandbox file", "path", filepath.Join(d.dir, e.Name()))

@@ -260,10 +260,16 @@ func inStates(column string, states []string) (string, []any) {
 // node is lost, and from which: its last checkpoint, else the snapshot it
 // was restored from (its disk as it started); "" when it does not (no
 // checkpoint policy, or a workspace disk, which a checkpoint does not
-// save).
+// save). An always-on sandbox comes back with its own volume, as its last
+// flush left it: the "snapshot" is its own ID, at no time (it loses none
+// of what it flushed).
 func Movable(rec Sandbox) (snapshot string, at time.Time) {
 	switch {
-	case rec.CheckpointEvery == 0 || rec.WorkspaceMB > 0:
+	case rec.WorkspaceMB > 0:
+		return "", time.Time{}
+	case rec.Persistence == api.PersistenceAlways:
+		return rec.ID, time.Time{}
+	case rec.CheckpointEvery == 0:
 		return "", time.Time{}
 	case rec.Checkpoint != "":
 		return rec.Checkpoint, rec.CheckpointAt
@@ -290,6 +296,16 @@ func (s *Store) Lose(ctx context.Context, rec Sandbox, to string, lostAt time.Ti
 	}
 	return s.Transition(ctx, rec.ID, Transition{
 		From: OnNode, Version: rec.Version, To: api.StateMoving, Node: &to, Error: reason,
-		Restored: &api.Restored{Snapshot: snap, SnapshotAt: at, LostSeconds: max(0, lostAt.Sub(at).Seconds()), Reason: reason, From: rec.Node},
+		Restored: &api.Restored{Snapshot: snap, SnapshotAt: at, LostSeconds: lostSince(at, lostAt), Reason: reason, From: rec.Node},
 	})
+}
+
+// lostSince is the work a sandbox lost, in seconds, coming back from a
+// checkpoint taken at at when it was lost at lostAt: none for an always-on
+// sandbox (at is zero), whose flushed writes are all kept.
+func lostSince(at, lostAt time.Time) float64 {
+	if at.IsZero() {
+		return 0
+	}
+	return max(0, lostAt.Sub(at).Seconds())
 }

@@ -111,6 +111,35 @@ func TestTransitionRace(t *testing.T) {
 // node; of two placements of it one wins; the node placed claims it by its
 // move to starting, with how it came back; no node claims a moving
 // sandbox as its own unowned record.
+// TestMovable: which lost sandboxes move, and from what.
+func TestMovable(t *testing.T) {
+	at := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		rec    Sandbox
+		snap   string
+		atZero bool
+	}{
+		{"no policy", Sandbox{ID: "sb-1", Origin: "sn-o"}, "", true},
+		{"a policy, no checkpoint yet", Sandbox{ID: "sb-1", Origin: "sn-o", CheckpointEvery: time.Minute, CreatedAt: at}, "sn-o", false},
+		{"a checkpoint", Sandbox{ID: "sb-1", CheckpointEvery: time.Minute, Checkpoint: "sn-c", CheckpointAt: at}, "sn-c", false},
+		{"a workspace disk", Sandbox{ID: "sb-1", CheckpointEvery: time.Minute, Checkpoint: "sn-c", WorkspaceMB: 128}, "", true},
+		{"always-on: its own volume", Sandbox{ID: "sb-1", Persistence: api.PersistenceAlways}, "sb-1", true},
+		{"always-on with a workspace disk", Sandbox{ID: "sb-1", Persistence: api.PersistenceAlways, WorkspaceMB: 128}, "", true},
+	} {
+		snap, got := Movable(tc.rec)
+		if snap != tc.snap || got.IsZero() != tc.atZero {
+			t.Errorf("%s: Movable = %q, %v; want %q (zero time %v)", tc.name, snap, got, tc.snap, tc.atZero)
+		}
+	}
+	if lost := lostSince(time.Time{}, at); lost != 0 {
+		t.Errorf("an always-on sandbox lost %v s, want none", lost)
+	}
+	if lost := lostSince(at, at.Add(90*time.Second)); lost != 90 {
+		t.Errorf("lost %v s since a checkpoint 90 s before, want 90", lost)
+	}
+}
+
 func TestMoving(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s, _ := openTest(t, b)
