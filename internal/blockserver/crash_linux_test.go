@@ -110,20 +110,7 @@ func crashTest(t *testing.T, blobStore string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	node1, node2 := t.TempDir(), t.TempDir()
-	start := func(dataDir string) *Client {
-		c, err := Start(ctx, Options{DataDir: dataDir, BlobStore: blobStore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := blockServerPID(t, dataDir)
-		t.Cleanup(func() {
-			// The ext4 mounts and loop devices go first (cleanups run in
-			// reverse): then the server unmounts its FUSE files.
-			syscall.Kill(pid, syscall.SIGTERM)
-			waitGone(pid)
-		})
-		return c
-	}
+	start := func(dataDir string) *Client { return startServer(ctx, t, dataDir, blobStore) }
 	c1 := start(node1)
 	in, err := c1.Serve(ctx, "crash", VolumeRequest{Namespace: "acme", SizeBytes: 64 << 20, Front: FrontFile})
 	if err != nil {
@@ -201,6 +188,24 @@ func crashTest(t *testing.T, blobStore string) {
 	t.Logf("%d records fsynced before the crash, %d recovered", last, n)
 }
 
+// startServer starts a block server on dataDir over the blob store, as a
+// node's daemon does, and stops it (SIGTERM) when the test ends, after the
+// test's later cleanups (ext4 mounts and loop devices go first; then the
+// server unmounts its FUSE files).
+func startServer(ctx context.Context, t *testing.T, dataDir, blobStore string) *Client {
+	t.Helper()
+	c, err := Start(ctx, Options{DataDir: dataDir, BlobStore: blobStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := blockServerPID(t, dataDir)
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGTERM)
+		waitGone(pid)
+	})
+	return c
+}
+
 // waitGone waits up to 10 s for process pid to exit.
 func waitGone(pid int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -226,18 +231,7 @@ func TestCrashKeepsFlushedBlocksOverNBD(t *testing.T) {
 	defer cancel()
 	blobs := filepath.Join(t.TempDir(), "blobs")
 	node1, node2 := t.TempDir(), t.TempDir()
-	start := func(dataDir string) *Client {
-		c, err := Start(ctx, Options{DataDir: dataDir, BlobStore: blobs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := blockServerPID(t, dataDir)
-		t.Cleanup(func() {
-			syscall.Kill(pid, syscall.SIGTERM)
-			waitGone(pid)
-		})
-		return c
-	}
+	start := func(dataDir string) *Client { return startServer(ctx, t, dataDir, blobs) }
 	in, err := start(node1).Serve(ctx, "crashnbd", VolumeRequest{Namespace: "acme", SizeBytes: 16 << 20, Front: FrontNBD})
 	if err != nil {
 		t.Fatal(err)

@@ -627,16 +627,7 @@ func TestRequestsBounded(t *testing.T) {
 	for i := range fds {
 		fds[i] = openRW(t, f.Path())
 	}
-	dev.gating.Store(true)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			dev.gating.Store(false)
-			close(dev.release)
-		}
-	}
-	t.Cleanup(release) // first: before the closes and the unmount
+	release := dev.gate(t)
 
 	var wg sync.WaitGroup
 	for i, fd := range fds {
@@ -703,4 +694,21 @@ func TestCloseWithACopyElsewhere(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close hangs while another namespace holds a copy of the mount")
 	}
+}
+
+// gate holds every call on dev until the release it returns, which also
+// runs when the test ends, before the test's earlier cleanups (the closes,
+// the detach and the unmount).
+func (dev *gatedReads) gate(t testing.TB) (release func()) {
+	dev.gating.Store(true)
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			dev.gating.Store(false)
+			close(dev.release)
+		}
+	}
+	t.Cleanup(release)
+	return release
 }

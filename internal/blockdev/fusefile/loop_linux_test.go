@@ -225,16 +225,7 @@ func TestDirectIOLoopIsConcurrent(t *testing.T) {
 	if !dio {
 		t.Skip("the loop device does no direct I/O over the FUSE file here")
 	}
-	dev.gating.Store(true)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			dev.gating.Store(false)
-			close(dev.release)
-		}
-	}
-	t.Cleanup(release) // first: before the detach and the unmount
+	release := dev.gate(t)
 
 	var wg sync.WaitGroup
 	for i := range 4 {
