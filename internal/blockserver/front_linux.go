@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/backoff"
 	"warren/internal/blockdev"
 	"warren/internal/blockdev/fusefile"
 	"warren/internal/blockdev/nbd"
@@ -33,7 +35,7 @@ func attach(dir, front string, vol blockdev.Device, log *slog.Logger) (string, f
 		if err != nil {
 			return "", nil, err
 		}
-		return m.Path(), m.Close, nil
+		return m.Path(), func() error { return closeFile(m) }, nil
 	case FrontNBD:
 		sock := filepath.Join(dir, nbdSock)
 		os.Remove(sock)
@@ -69,4 +71,23 @@ func clearMount(dir string) error {
 		return fmt.Errorf("clear the old mount: %w", err)
 	}
 	return nil
+}
+
+// busyWait bounds how long closeFile waits for the loop device above a
+// file to let it go.
+const busyWait = 10 * time.Second
+
+// closeFile unmounts m. A sandbox's loop device lets its file go only
+// once the kernel has cleared it, after the sandbox's last mount of it
+// went (autoclear, asynchronous): until then the unmount is refused
+// (EBUSY), and closeFile tries again, for up to busyWait.
+func closeFile(m *fusefile.File) error {
+	ctx, cancel := context.WithTimeout(context.Background(), busyWait)
+	defer cancel()
+	var err error
+	backoff.Poll(ctx, backoff.Backoff{Base: 5 * time.Millisecond, Max: 200 * time.Millisecond}, func() (bool, error) {
+		err = m.Close()
+		return !errors.Is(err, unix.EBUSY), nil
+	})
+	return err
 }
