@@ -49,6 +49,21 @@ const (
 	PersistenceAlways = "always"
 )
 
+// Volume is an always-on disk's write-back state (docs/ALWAYS-ON.md).
+type Volume struct {
+	// Layer is the newest layer in the durable tier: every write the
+	// sandbox flushed is in it or below it.
+	Layer string `json:"layer"`
+	// RecoveryPoint is the time up to which object storage holds every
+	// flushed write; absent when it holds them all (or when there is no
+	// cluster tier: the durable tier is object storage).
+	RecoveryPoint *time.Time `json:"recovery_point,omitempty"`
+	// DirtyBytes is what was written and not yet flushed; CachedBytes what
+	// of the disk the node holds.
+	DirtyBytes  int64 `json:"dirty_bytes"`
+	CachedBytes int64 `json:"cached_bytes"`
+}
+
 // Node actions: POST /v1/nodes/{id}/{action}.
 const (
 	NodeCordon   = "cordon"   // take no new sandboxes; keep those it runs
@@ -115,8 +130,10 @@ type Sandbox struct {
 	// extended; for a failed sandbox that kept its disks, when they go.
 	ExpiresAt time.Time `json:"expires_at"`
 	// Persistence is how its root disk persists: PersistenceSnapshot or
-	// PersistenceAlways.
-	Persistence string `json:"persistence"`
+	// PersistenceAlways; Volume, an always-on disk's write-back state,
+	// shown by GET of a running sandbox (never in a list).
+	Persistence string  `json:"persistence"`
+	Volume      *Volume `json:"volume,omitempty"`
 	// CheckpointEverySeconds is its checkpoint policy (0: none), and
 	// Checkpoint the last checkpoint taken by it.
 	CheckpointEverySeconds int64       `json:"checkpoint_every_seconds,omitempty"`

@@ -43,6 +43,10 @@ func TestAlwaysOn(t *testing.T) {
 		return res.Stdout
 	}
 	run(sb.ID, "echo kept > /root/note && head -c 8M /dev/urandom > /root/blob && sha256sum /root/blob > /root/blob.sum && sync")
+	if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.Volume == nil || !strings.HasPrefix(got.Volume.Layer, "v-"+sb.ID+"-") ||
+		got.Volume.CachedBytes == 0 || got.Volume.RecoveryPoint != nil {
+		t.Errorf("GET of the always-on sandbox: %+v %v, want its volume's state (no cluster tier: nothing behind)", got, err)
+	}
 
 	sn, err := c.Snapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
 	if err != nil {

@@ -127,3 +127,18 @@ func (m *Manager) volumeSnapshot(id string) func(ctx context.Context, snap strin
 		return in.Parent, in.SizeBytes, err
 	}
 }
+
+// volumeState is sandbox id's volume's write-back state, as the block
+// server reports it; nil (logged) when it cannot.
+func (m *Manager) volumeState(ctx context.Context, id string) *api.Volume {
+	c, err := m.deps.Blocks.Client(ctx)
+	var in blockserver.VolumeInfo
+	if err == nil {
+		in, err = c.Volume(ctx, id)
+	}
+	if err != nil {
+		m.log.Warn("always-on disk's state", "sandbox", id, "err", err)
+		return nil
+	}
+	return &api.Volume{Layer: in.Layer, RecoveryPoint: in.RecoveryPoint, DirtyBytes: in.DirtyBytes, CachedBytes: in.CachedBytes}
+}

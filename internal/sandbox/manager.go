@@ -338,7 +338,11 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (api.Sandbox, erro
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return m.view(rec), nil
+	v := m.view(rec)
+	if alwaysOn(&rec) && m.isVolume(id) {
+		v.Volume = m.volumeState(ctx, id)
+	}
+	return v, nil
 }
 
 // List returns a page of the tenant's sandboxes in one of states (any when

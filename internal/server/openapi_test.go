@@ -214,6 +214,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"PoolList":              reflect.TypeFor[api.PoolList](),
 		"Checkpoint":            reflect.TypeFor[api.Checkpoint](),
 		"Restored":              reflect.TypeFor[api.Restored](),
+		"Volume":                reflect.TypeFor[api.Volume](),
 		"SandboxList":           reflect.TypeFor[api.SandboxList](),
 		"ProcessList":           reflect.TypeFor[api.ProcessList](),
 		"FileList":              reflect.TypeFor[api.FileList](),

@@ -4,6 +4,7 @@ key discovery. Needs no warren daemon."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 import asyncio
 import dataclasses
 import http.server
@@ -955,7 +956,13 @@ class ModelTest(unittest.TestCase):
 
     def test_persistence(self) -> None:
         self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).persistence, "snapshot")
-        self.assertEqual(warren.SandboxInfo.from_json(dict(SANDBOX, persistence="always")).persistence, "always")
+        self.assertIsNone(warren.SandboxInfo.from_json(SANDBOX).volume)
+        info = warren.SandboxInfo.from_json(dict(SANDBOX, persistence="always", volume={
+            "layer": "v-sb-1-000000000003", "recovery_point": "2026-12-06T08:00:00Z", "dirty_bytes": 65536, "cached_bytes": 4096}))
+        self.assertEqual(info.persistence, "always")
+        self.assertEqual(info.volume, warren.Volume(
+            layer="v-sb-1-000000000003", recovery_point=datetime(2026, 12, 6, 8, 0, tzinfo=timezone.utc),
+            dirty_bytes=65536, cached_bytes=4096))
 
     def test_checkpoint_and_restored(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)

@@ -259,7 +259,9 @@ class SandboxInfo:
     (``checkpoint_every`` seconds is its policy, 0 for none; ``checkpoint``
     its last one). ``restored`` says how it last came back
     (:class:`Restored`), None if it never did. ``persistence`` is
-    ``"always"`` for an always-on root disk, else ``"snapshot"``.
+    ``"always"`` for an always-on root disk, else ``"snapshot"``; such a
+    disk's write-back state is ``volume`` (:class:`Volume`), in a get of a
+    running sandbox only.
     """
 
     id: str
@@ -286,6 +288,7 @@ class SandboxInfo:
     checkpoint: Optional["Checkpoint"] = None
     restored: Optional["Restored"] = None
     persistence: str = "snapshot"
+    volume: Optional["Volume"] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -315,6 +318,7 @@ class SandboxInfo:
             checkpoint=Checkpoint.from_json(d["checkpoint"]) if d.get("checkpoint") else None,
             restored=Restored.from_json(d["restored"]) if d.get("restored") else None,
             persistence=str(d.get("persistence") or "snapshot"),
+            volume=Volume.from_json(d["volume"]) if d.get("volume") else None,
         )
 
 
@@ -329,6 +333,30 @@ class Checkpoint:
     def from_json(cls, d: Mapping[str, Any]) -> "Checkpoint":
         """Build from the API's Checkpoint object."""
         return cls(snapshot=str(d.get("snapshot") or ""), at=parse_time(d.get("at")))
+
+
+@dataclass(frozen=True)
+class Volume:
+    """An always-on disk's write-back state: ``layer``, the newest in the
+    durable tier (every flushed write is in it or below it);
+    ``recovery_point``, the time up to which object storage holds every
+    flushed write (None when it holds them all); ``dirty_bytes`` written
+    and not yet flushed; ``cached_bytes`` of the disk the node holds."""
+
+    layer: str
+    recovery_point: Optional[datetime]
+    dirty_bytes: int
+    cached_bytes: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Volume":
+        """Build from the API's Volume object."""
+        return cls(
+            layer=str(d.get("layer") or ""),
+            recovery_point=parse_time(d.get("recovery_point")),
+            dirty_bytes=int(d.get("dirty_bytes") or 0),
+            cached_bytes=int(d.get("cached_bytes") or 0),
+        )
 
 
 @dataclass(frozen=True)

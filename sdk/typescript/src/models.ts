@@ -74,6 +74,18 @@ export interface SandboxInfo {
   restored?: Restored;
   /** "always" for an always-on root disk, else "snapshot". */
   persistence: Persistence;
+  /** An always-on disk's write-back state: in a get of a running sandbox, never in a list. */
+  volume?: Volume;
+}
+
+/** An always-on disk's write-back state (docs/ALWAYS-ON.md). */
+export interface Volume {
+  /** The newest layer in the durable tier: every flushed write is in it or below it. */
+  layer: string;
+  /** The time up to which object storage holds every flushed write; absent when it holds them all. */
+  recovery_point?: string;
+  dirty_bytes: number;
+  cached_bytes: number;
 }
 
 /** How a root disk persists: "snapshot" keeps what explicit snapshots
