@@ -22,7 +22,47 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	if err := v.ensure(v.ctx, off/CellSize, (off+int64(len(p))-1)/CellSize); err != nil {
 		return 0, err
 	}
+	v.readAhead(off, int64(len(p)))
 	return v.cache.ReadAt(p, off)
+}
+
+// maxReadAhead bounds the read-ahead window, in cells (4 MiB).
+const maxReadAhead = 64
+
+// readAhead follows the access pattern: a read that starts where the last
+// one ended doubles the window (up to maxReadAhead cells) and fetches that
+// many cells past it in the background, one fetch at a time; any other
+// read ends the run.
+func (v *Volume) readAhead(off, n int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	seq := off == v.raNext
+	v.raNext = off + n
+	if !seq {
+		v.raWindow = 0
+		return
+	}
+	v.raWindow = min(max(2*v.raWindow, 2), maxReadAhead)
+	c0 := (off + n + CellSize - 1) / CellSize
+	c1 := min(c0+v.raWindow-1, v.cells-1)
+	if v.raBusy || v.closed || c0 > c1 {
+		return
+	}
+	for c := c0; c <= c1 && v.present.has(c); c++ {
+		c0++
+	}
+	if c0 > c1 {
+		return
+	}
+	v.raBusy = true
+	v.aheads.Go(func() {
+		if err := v.ensure(v.ctx, c0, c1); err != nil && v.ctx.Err() == nil {
+			v.log.Debug("read ahead", "err", err)
+		}
+		v.mu.Lock()
+		v.raBusy = false
+		v.mu.Unlock()
+	})
 }
 
 // WriteAt writes into the cache and marks the cells dirty. A cell the write

@@ -134,11 +134,19 @@ type Volume struct {
 	replicated int64               // the newest layer in object storage
 	written    map[int64]time.Time // when each layer not yet replicated was written
 	closed     bool
+	// Read-ahead of sequential reads: where the last read ended, the
+	// window (cells) the next sequential read fetches beyond itself, and
+	// whether a fetch of one is under way.
+	raNext   int64
+	raWindow int64
+	raBusy   bool
 
 	wake   chan struct{} // nudges the replicator
 	stop   context.CancelFunc
 	ctx    context.Context
 	loops  sync.WaitGroup
+	// aheads are the read-ahead fetches; none starts once closed is set.
+	aheads sync.WaitGroup
 	lagged chan struct{} // closed and replaced whenever replication moves
 }
 
@@ -348,6 +356,7 @@ func (v *Volume) Close(ctx context.Context) error {
 	v.mu.Unlock()
 	v.stop()
 	v.loops.Wait()
+	v.aheads.Wait()
 	if err == nil {
 		v.flushMu.Lock()
 		v.mu.Lock()
@@ -367,5 +376,6 @@ func (v *Volume) Abandon() {
 	v.mu.Unlock()
 	v.stop()
 	v.loops.Wait()
+	v.aheads.Wait()
 	v.cache.Close()
 }

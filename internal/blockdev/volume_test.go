@@ -15,6 +15,7 @@ import (
 	"warren/internal/blob/file"
 	"warren/internal/chunkstore"
 	"warren/internal/layer"
+	"warren/internal/wait"
 )
 
 // tierOf is a chunk store in a temporary directory, counting what is
@@ -539,4 +540,44 @@ func TestVolumeSnapshot(t *testing.T) {
 	}
 	mustEqual(t, "volume over the snapshot", readScattered(t, r, child), want)
 	child.Abandon() // as a killed process would
+}
+
+// TestVolumeReadsAhead: sequential reads fetch the cells past them in the
+// background, in a window that grows; a random read does not.
+func TestVolumeReadsAhead(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(16, 17))
+	object, _ := tierOf(t)
+	img := randomImage(r, 8<<20)
+	// One cell a chunk: a chunk's own read-ahead covers nothing more.
+	putBase(t, object, "tb-base", img, CellSize)
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "ahead", Base: "tb-base"}, Tiers{Object: object}, noLoops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Abandon()
+	buf := make([]byte, CellSize)
+	if _, err := v.ReadAt(buf, 4<<20); err != nil { // a random read: no run yet
+		t.Fatal(err)
+	}
+	if got := v.Status().Present; got != 1 {
+		t.Fatalf("%d cells present after one read, want 1", got)
+	}
+	for i := range int64(8) {
+		if _, err := v.ReadAt(buf, i*CellSize); err != nil {
+			t.Fatal(err)
+		}
+		mustEqual(t, "a sequential read", buf, img[i*CellSize:(i+1)*CellSize])
+	}
+	// Each read of the run waited for what the one before fetched ahead,
+	// so the window of the last ones reached past the run.
+	wait.For(t, 10*time.Second, "the cell past the run to be fetched", func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.present.has(8) && !v.raBusy
+	})
+	if got := v.Status().Present; got < 1+8+1 || got > 1+8+maxReadAhead {
+		t.Errorf("%d cells present after a run of 8, want the run, the random read and a window past the run", got)
+	}
+	mustEqual(t, "the disk", readAll(t, v), img)
 }
