@@ -227,9 +227,16 @@ func TestCrashKeepsFlushedBlocksOverNBD(t *testing.T) {
 	if _, err := exec.LookPath("qemu-io"); err != nil {
 		t.Skip("qemu-io is not installed (Debian's qemu-utils)")
 	}
+	t.Run("file", func(t *testing.T) { crashTestNBD(t, filepath.Join(t.TempDir(), "blobs")) })
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		crashTestNBD(t, srv.URL)
+	})
+}
+
+func crashTestNBD(t *testing.T, blobs string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	blobs := filepath.Join(t.TempDir(), "blobs")
 	node1, node2 := t.TempDir(), t.TempDir()
 	start := func(dataDir string) *Client { return startServer(ctx, t, dataDir, blobs) }
 	in, err := start(node1).Serve(ctx, "crashnbd", VolumeRequest{Namespace: "acme", SizeBytes: 16 << 20, Front: FrontNBD})
