@@ -304,9 +304,7 @@ func (v *Volume) Snapshot(ctx context.Context, id string, labels map[string]stri
 	}
 	m := v.manifest(0, v.cfg.Base, cells)
 	m.ID, m.Labels = id, labels
-	if err := m.Validate(); err != nil {
-		return layer.Manifest{}, fmt.Errorf("volume %s: snapshot: %w", v.cfg.ID, err)
-	}
+	// PutManifest validates it (a bad ID or label is refused there).
 	if err := v.tiers.Object.PutManifest(ctx, m); err != nil {
 		return layer.Manifest{}, fmt.Errorf("volume %s: snapshot: %w", v.cfg.ID, err)
 	}

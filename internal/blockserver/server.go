@@ -307,11 +307,13 @@ func (s *Server) handler() http.Handler {
 			reply(w, nil, err)
 			return
 		}
+		t0 := time.Now()
 		m, err := sv.vol.Snapshot(r.Context(), req.ID, req.Labels)
 		if err != nil {
 			reply(w, nil, err)
 			return
 		}
+		s.log.Info("snapshot written", "volume", r.PathValue("id"), "snapshot", m.ID, "cells", len(m.Extents), "took", time.Since(t0))
 		reply(w, SnapshotInfo{ID: m.ID, Parent: m.Parent, SizeBytes: m.DiskSize}, nil)
 	})
 	mux.HandleFunc("DELETE /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -193,6 +193,7 @@ func (e *Engine) EnsureBase(ctx context.Context, template, image string, built t
 // or uploaded after.
 func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
 	write func(ctx context.Context, id string, labels map[string]string) (string, int64, error)) (store.Snapshot, error) {
+	tStart := time.Now()
 	if src.Tenant == "" {
 		return store.Snapshot{}, errors.New("take snapshot: no tenant")
 	}
@@ -206,12 +207,14 @@ func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
 	ctx = context.WithoutCancel(ctx)
 	t0 := time.Now()
 	resume, err := quiesce(ctx)
+	tQuiet, tWritten := time.Now(), time.Now()
 	if err == nil {
 		labels := map[string]string{
 			"tenant": sn.Tenant, "sandbox": sn.SandboxID, "template": sn.Template, "scope": sn.Scope,
 			"created_at": sn.CreatedAt.Format(time.RFC3339Nano),
 		}
 		sn.Parent, sn.DiskBytes, err = write(ctx, sn.ID, labels)
+		tWritten = time.Now()
 		err = errors.Join(err, resume())
 	}
 	sn.State, sn.Ack, sn.DurableAt = api.SnapshotDurable, time.Since(t0), time.Now()
@@ -224,6 +227,7 @@ func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
 	if err != nil {
 		return sn, fmt.Errorf("take snapshot: %w", err)
 	}
-	e.log.Info("snapshot taken of an always-on disk", "snapshot", sn.ID, "sandbox", sn.SandboxID, "parent", sn.Parent, "ack", sn.Ack)
+	e.log.Info("snapshot taken of an always-on disk", "snapshot", sn.ID, "sandbox", sn.SandboxID, "parent", sn.Parent, "ack", sn.Ack,
+		"quiesce", tQuiet.Sub(t0), "write", tWritten.Sub(tQuiet), "record", time.Since(tWritten)+t0.Sub(tStart))
 	return sn, nil
 }
