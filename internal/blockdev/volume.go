@@ -196,29 +196,32 @@ func Create(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Optio
 	if cfg.Size <= 0 || cfg.Size%BlockSize != 0 || cfg.Size > layer.MaxDiskSize {
 		return nil, fmt.Errorf("volume size %d: want a positive multiple of %d up to %d", cfg.Size, BlockSize, int64(layer.MaxDiskSize))
 	}
-	if ids, err := tiers.durable().Manifests(ctx, layerID(cfg.ID, 0)[:len("v-")+len(cfg.ID)+1]); err != nil {
-		return nil, fmt.Errorf("create volume: %w", err)
-	} else if len(ids) > 0 {
+	if newest, err := newestLayer(ctx, tiers.durable(), cfg.ID); err != nil {
+		return nil, err
+	} else if newest >= 0 {
 		return nil, fmt.Errorf("create volume %s: %w: it has layers already", cfg.ID, ErrConflict)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create volume: %w", err)
 	}
 	v, err := newVolume(dir, cfg, tiers, opts, fold(lineage))
+	if err == nil {
+		if err = tiers.durable().PutManifest(ctx, v.manifest(0, cfg.Base, nil)); err != nil {
+			err = fmt.Errorf("create volume: first layer: %w", err)
+		} else {
+			v.written[0] = time.Now()
+			if tiers.Cluster == nil {
+				v.replicated = 0
+			}
+			err = v.save(v.present.clone(), nil, true)
+		}
+		if err != nil {
+			v.cache.Close()
+		}
+	}
 	if err != nil {
-		return nil, err
-	}
-	first := v.manifest(0, cfg.Base, nil)
-	if err := tiers.durable().PutManifest(ctx, first); err != nil {
-		v.cache.Close()
-		return nil, fmt.Errorf("create volume: first layer: %w", err)
-	}
-	v.written[0] = time.Now()
-	if tiers.Cluster == nil {
-		v.replicated = 0
-	}
-	if err := v.save(v.present.clone(), nil, true); err != nil {
-		v.cache.Close()
+		// Nothing of it is left on the node to be opened half-made.
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	v.start()

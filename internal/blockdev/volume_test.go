@@ -416,6 +416,21 @@ func TestVolumeRefusals(t *testing.T) {
 	if _, err := Create(ctx, filepath.Join(t.TempDir(), "v2"), Config{ID: "one", Size: 1 << 20}, tiers, noLoops); !errors.Is(err, ErrConflict) {
 		t.Errorf("a second volume of the same ID: %v, want ErrConflict", err)
 	}
+	// An ID that extends another's is another volume.
+	longer, err := Create(ctx, filepath.Join(t.TempDir(), "v3"), Config{ID: "one-000000000000", Size: 1 << 20}, tiers, noLoops)
+	if err != nil {
+		t.Fatalf("a volume whose ID extends another's: %v", err)
+	}
+	longer.Abandon()
+	if _, err := Create(ctx, filepath.Join(t.TempDir(), "v4"), Config{ID: "o", Size: 1 << 20}, tiers, noLoops); err != nil {
+		t.Errorf("a volume whose ID another's extends: %v", err)
+	}
+	failed := filepath.Join(t.TempDir(), "failed")
+	if _, err := Create(ctx, failed, Config{ID: "bad-base", Base: "missing", Size: 1 << 20}, tiers, noLoops); err == nil {
+		t.Error("a volume over a missing base was made")
+	} else if _, err := os.Stat(failed); !os.IsNotExist(err) {
+		t.Errorf("a failed create left its directory: %v", err)
+	}
 	for _, cfg := range []Config{{ID: "Bad_ID", Size: 1 << 20}, {ID: "x", Size: 1000}, {ID: "y"}, {ID: "z", Base: "missing"}} {
 		if _, err := Create(ctx, filepath.Join(t.TempDir(), "bad"), cfg, tiers, noLoops); err == nil {
 			t.Errorf("Create(%+v) succeeded", cfg)
