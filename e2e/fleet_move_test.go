@@ -133,7 +133,8 @@ func waitSandbox(t testing.TB, c *client.Client, id string, d time.Duration, wha
 // node's block server and sandboxes), a node of the same region takes the
 // sandbox over under the same ID with its volume, recovered from the
 // fleet's blob store (S3) as its last flush left it; nothing flushed is
-// lost. The restarted node lets go of what it left of the volume.
+// lost. The restarted node lets go of what it left of the volume. Then a
+// drain moves it back, with what it wrote up to the drain.
 func TestFleetAlwaysOnMoves(t *testing.T) {
 	need(t)
 	ctx := context.Background()
@@ -185,5 +186,27 @@ func TestFleetAlwaysOnMoves(t *testing.T) {
 	})
 	if got := sh("cat /root/work").Stdout; got != "flushed\nmore\n" {
 		t.Errorf("its files after the old node came back: %q", got)
+	}
+	f.logPhase("the old node let go")
+
+	// Drain its new node: it comes back on the first with its volume,
+	// flushed at the drain, with what it wrote just before, unsynced.
+	sh("echo drained >> /root/work")
+	if out, errOut, code := f.controls[0].cli(t, nil, "node", "drain", other); code != 0 || out != other+" draining\n" {
+		t.Fatalf("warren node drain: exit %d %q %s", code, out, errOut)
+	}
+	back = waitSandbox(t, admin, id, time.Minute, "the sandbox to run on "+home, func(sb *api.Sandbox) bool {
+		return sb.State == api.StateRunning && f.node(id) == home
+	})
+	if r := back.Restored; r == nil || r.Snapshot != id || r.From != other || !strings.Contains(r.Reason, "drained") || r.LostSeconds != 0 {
+		t.Errorf("how it came back from the drain: %+v", r)
+	}
+	if got := sh("cat /root/work").Stdout; got != "flushed\nmore\ndrained\n" {
+		t.Errorf("its files after the drain: %q", got)
+	}
+	f.logPhase("moved by a drain")
+	// Now, while its node runs: the cleanups stop the restarted node first.
+	if err := admin.DeleteSandbox(ctx, id); err != nil {
+		t.Errorf("delete the moved sandbox: %v", err)
 	}
 }

@@ -189,9 +189,9 @@ func (m *Manager) failMoved(ctx context.Context, rec store.Sandbox, reason strin
 // gets a final snapshot with its filesystem frozen and is stopped before
 // it is thawed, so nothing it writes after the snapshot is acknowledged;
 // once that snapshot is durable, its record is moved (with no node, for
-// a control replica to place) and the node lets go of it. A paused
-// sandbox, one with a workspace disk, and one with an always-on disk,
-// stay. It returns how many moved.
+// a control replica to place) and the node lets go of it; an always-on
+// sandbox's volume is flushed instead, and handed over. A paused sandbox,
+// and one with a workspace disk, stay. It returns how many moved.
 func (m *Manager) Drain(ctx context.Context, reason string) int {
 	m.mu.Lock()
 	ls := map[string]*live{}
@@ -219,9 +219,8 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 	if err != nil {
 		return err
 	}
-	if rec.WorkspaceMB > 0 || rec.State != api.StateRunning || alwaysOn(&rec) {
-		return fmt.Errorf("it stays: it is %s, with a %d MB workspace disk, persistence %q (an always-on disk is not drained yet)",
-			rec.State, rec.WorkspaceMB, rec.Persistence)
+	if rec.WorkspaceMB > 0 || rec.State != api.StateRunning {
+		return fmt.Errorf("it stays: it is %s, with a %d MB workspace disk", rec.State, rec.WorkspaceMB)
 	}
 	src, mountpoint, err := m.snapshotSource(rec, api.ScopeRoot)
 	if err != nil {
@@ -235,6 +234,9 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 	l.deleting = true // the drain owns it: its exit is no failure
 	delete(m.live, id)
 	m.mu.Unlock()
+	if alwaysOn(&rec) {
+		return m.moveVolumeAway(ctx, id, l, mountpoint, reason)
+	}
 	stopped := false
 	freeze := func(ctx context.Context) (func() error, error) {
 		thaw, err := l.inst.Freeze(ctx, mountpoint)
@@ -289,6 +291,52 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 	}
 	m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
 	m.log.Info("sandbox drained", "sandbox", id, "snapshot", sn.ID)
+	return m.release(ctx, id, nil, false)
+}
+
+// moveVolumeAway drains always-on sandbox id, which the drain owns: its
+// filesystem frozen, its volume flushed, the sandbox stopped before the
+// thaw (nothing written after the flush is acknowledged), the volume
+// handed over in the tiers, and its record moved, for another node to
+// start it with its volume (startMovedVolume).
+func (m *Manager) moveVolumeAway(ctx context.Context, id string, l *live, mountpoint, reason string) error {
+	thaw, err := l.inst.Freeze(ctx, mountpoint)
+	if err != nil {
+		// Refused before anything stopped it: it runs on here.
+		m.mu.Lock()
+		l.deleting = false
+		m.live[id] = l
+		m.mu.Unlock()
+		return fmt.Errorf("freeze: %w", err)
+	}
+	c, err := m.deps.Blocks.Client(ctx)
+	if err == nil {
+		_, err = c.Flush(ctx, id)
+	}
+	err = errors.Join(err, stopThenThaw(ctx, l, thaw))
+	l.conn.Close()
+	if err == nil {
+		err = m.dropVolume(ctx, id, true)
+	}
+	if err != nil {
+		// Its volume stays on the node, as a failed sandbox's disk does.
+		m.teardown(ctx, id, nil, api.StateFailed, "its node was drained and its disk's final flush failed")
+		return fmt.Errorf("final flush: %w", err)
+	}
+	none := ""
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if err == nil {
+		_, err = m.deps.Store.Transition(ctx, id, store.Transition{
+			From: []string{api.StateRunning}, Version: rec.Version, To: api.StateMoving, Node: &none, Error: reason,
+			Restored: &api.Restored{Snapshot: id, Reason: reason, From: m.deps.NodeID},
+		})
+	}
+	if err != nil {
+		// Deleted meanwhile (or the store is unreachable): it stopped.
+		m.teardown(ctx, id, nil, api.StateStopped, reason)
+		return err
+	}
+	m.log.Info("always-on sandbox drained", "sandbox", id)
 	return m.release(ctx, id, nil, false)
 }
 
