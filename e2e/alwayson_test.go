@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,13 +115,19 @@ func TestAlwaysOnVM(t *testing.T) {
 	ctx := context.Background()
 	c := shared.client()
 	always := api.SandboxSpec{Runtime: "vm", Persistence: api.PersistenceAlways}
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: always})
+	// A disk bigger than its template's: the block server grows its
+	// filesystem before QEMU attaches it.
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{DiskMB: 5 << 10, SandboxSpec: always})
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, shared.log.tail(30))
 	}
 	defer c.DeleteSandbox(ctx, sb.ID)
 	if sock := filepath.Join(shared.dataDir, "volumes", sb.ID, "nbd.sock"); !fileIsSocket(sock) {
 		t.Errorf("no NBD socket at %s", sock)
+	}
+	out := strings.TrimSpace(shared.sh(t, sb.ID, "df --output=size -B1M / | tail -1"))
+	if mib, err := strconv.Atoi(out); err != nil || mib < 4900 || mib > 5120 {
+		t.Errorf("the root filesystem has %q MiB, want about 5120", out)
 	}
 	before := readVolume(t, sb.ID).Layer
 	shared.sh(t, sb.ID, "echo kept > /root/note && sync")

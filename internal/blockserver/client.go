@@ -54,6 +54,14 @@ func (c *Client) Flush(ctx context.Context, id string) (VolumeInfo, error) {
 	return in, c.do(ctx, http.MethodPost, "/v1/volumes/"+id+"/flush", nil, &in)
 }
 
+// GrowFS grows the ext4 filesystem on the volume to the volume's size,
+// whatever its front end (QEMU's disk is a socket, which resize2fs cannot
+// open). Nothing may use the disk meanwhile: call it before the sandbox
+// starts.
+func (c *Client) GrowFS(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, "/v1/volumes/"+id+"/grow-fs", nil, nil)
+}
+
 // Snapshot writes a snapshot of the volume as layer req.ID, in object
 // storage when it returns.
 func (c *Client) Snapshot(ctx context.Context, id string, req SnapshotRequest) (SnapshotInfo, error) {

@@ -16,6 +16,7 @@ import (
 	"warren/internal/blockdev"
 	"warren/internal/blockdev/fusefile"
 	"warren/internal/blockdev/nbd"
+	"warren/internal/disk"
 )
 
 // attach serves vol through front, in the volume's directory dir, and
@@ -90,4 +91,22 @@ func closeFile(m *fusefile.File) error {
 		return !errors.Is(err, unix.EBUSY), nil
 	})
 	return err
+}
+
+// growFS grows the ext4 filesystem on vol, served at volume directory dir
+// through any front end, to vol's size: through a FUSE file of its own,
+// mounted for the while, which e2fsck and resize2fs (other processes:
+// never this one, which serves the file) open.
+func growFS(dir string, vol blockdev.Device, log *slog.Logger) error {
+	mnt := filepath.Join(dir, "grow")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return err
+	}
+	defer os.Remove(mnt)
+	m, err := fusefile.Mount(mnt, "disk", vol, fusefile.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	err = disk.GrowFS(m.Path())
+	return errors.Join(err, closeFile(m))
 }

@@ -16,3 +16,8 @@ func attach(dir, front string, vol blockdev.Device, log *slog.Logger) (string, f
 
 // clearMount has nothing to clear: no mount is made off Linux.
 func clearMount(dir string) error { return nil }
+
+// growFS needs Linux: it mounts a FUSE file.
+func growFS(dir string, vol blockdev.Device, log *slog.Logger) error {
+	return errors.New("always-on disks need Linux")
+}

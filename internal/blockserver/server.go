@@ -297,6 +297,17 @@ func (s *Server) handler() http.Handler {
 		}
 		reply(w, info(r.PathValue("id"), sv), nil)
 	})
+	mux.HandleFunc("POST /v1/volumes/{id}/grow-fs", func(w http.ResponseWriter, r *http.Request) {
+		sv, err := s.lookup(r.PathValue("id"))
+		if err == nil {
+			err = growFS(s.volDir(r.PathValue("id")), sv.vol, s.log)
+		}
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, info(r.PathValue("id"), sv), nil)
+	})
 	mux.HandleFunc("POST /v1/volumes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		var req SnapshotRequest
 		sv, err := s.lookup(r.PathValue("id"))

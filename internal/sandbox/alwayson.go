@@ -8,7 +8,6 @@ import (
 
 	"warren/api"
 	"warren/internal/blockserver"
-	"warren/internal/disk"
 	"warren/internal/store"
 )
 
@@ -57,12 +56,7 @@ func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source
 	}
 	err = os.Symlink(in.Path, m.diskPath(rec.ID))
 	if err == nil && rec.DiskMB<<20 > src.size {
-		if front == blockserver.FrontNBD {
-			// resize2fs needs a file; QEMU's disk is a socket.
-			err = errors.New("an always-on vm disk keeps the size it starts from")
-		} else {
-			err = disk.GrowFS(in.Path)
-		}
+		err = c.GrowFS(ctx, rec.ID)
 	}
 	if err != nil {
 		os.Remove(m.diskPath(rec.ID))

@@ -79,8 +79,6 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 		return bad("persistence %q: this node has no block server", api.PersistenceAlways)
 	case persistence == api.PersistenceAlways && every != 0:
 		return bad("checkpoint_every_seconds cannot be set for an always-on disk: every write it flushes is kept already")
-	case persistence == api.PersistenceAlways && req.Runtime == vmRuntime && diskMB > srcMB:
-		return bad("disk_mb %d: an always-on vm disk keeps the size it starts from (%d MB): its filesystem cannot be grown yet", diskMB, srcMB)
 	}
 	if err := validEnv(req.Env); err != nil {
 		return store.Sandbox{}, err
