@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -9,12 +10,14 @@ import (
 // BenchmarkNBD measures the NBD front end: qemu-img bench through the
 // server, against the same qemu-img bench on the raw file the server
 // serves (a blockdev.File, so the tiers are not measured). Each case
-// reports both runs' throughput (MB/s) and time per request (µs/req, with
-// depth requests in flight), and the ratio of the throughputs, nbd/raw.
-// Both use -t writeback, so both go through the page cache; the image is
-// filled first, so reads do not read holes. Run it alone on the machine:
+// reports the runs' throughput (MB/s) and time per request (µs/req, with
+// depth requests in flight), and the ratios of the throughputs. Two raw
+// runs: -t writeback, through the page cache as the server's own reads and
+// writes of the file go (raw), and -t none, O_DIRECT, as a vm sandbox's
+// QEMU opens its disk image today (raw-direct). The image is filled
+// first, so reads do not read holes. Run it alone on the machine:
 //
-//	go test -run '^$' -bench BenchmarkNBD -benchtime 1x ./internal/blockdev/nbd/
+//	go test -run '^$' -bench BenchmarkNBD -benchtime 3x ./internal/blockdev/nbd/
 //
 // qemu-img bench only walks the image in steps: the "rand" cases step by
 // an odd number of 4 KiB blocks modulo the image size, which visits every
@@ -51,18 +54,26 @@ func BenchmarkNBD(b *testing.B) {
 			if c.write {
 				args = append(args, "-w")
 			}
-			var nbdSecs, rawSecs float64
+			// raw-direct: the image as a vm sandbox's QEMU opens it,
+			// cache=none (O_DIRECT).
+			direct := slices.Clone(args)
+			direct[slices.Index(direct, "writeback")] = "none"
+			var nbdSecs, rawSecs, directSecs float64
 			for range b.N {
 				nbdSecs += qemuBench(b, append(args, url))
 				rawSecs += qemuBench(b, append(args, path))
+				directSecs += qemuBench(b, append(direct, path))
 			}
 			reqs := float64(b.N * c.count)
 			mb := reqs * float64(c.bufSize) / 1e6
 			b.ReportMetric(mb/nbdSecs, "nbd-MB/s")
 			b.ReportMetric(mb/rawSecs, "raw-MB/s")
+			b.ReportMetric(mb/directSecs, "raw-direct-MB/s")
 			b.ReportMetric(nbdSecs/reqs*1e6, "nbd-µs/req")
 			b.ReportMetric(rawSecs/reqs*1e6, "raw-µs/req")
+			b.ReportMetric(directSecs/reqs*1e6, "raw-direct-µs/req")
 			b.ReportMetric(rawSecs/nbdSecs, "nbd/raw")
+			b.ReportMetric(directSecs/nbdSecs, "nbd/raw-direct")
 		})
 	}
 }
