@@ -141,10 +141,10 @@ type Volume struct {
 	raWindow int64
 	raBusy   bool
 
-	wake   chan struct{} // nudges the replicator
-	stop   context.CancelFunc
-	ctx    context.Context
-	loops  sync.WaitGroup
+	wake  chan struct{} // nudges the replicator
+	stop  context.CancelFunc
+	ctx   context.Context
+	loops sync.WaitGroup
 	// aheads are the read-ahead fetches; none starts once closed is set.
 	aheads sync.WaitGroup
 	lagged chan struct{} // closed and replaced whenever replication moves
