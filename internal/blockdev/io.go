@@ -31,8 +31,9 @@ const maxReadAhead = 64
 
 // readAhead follows the access pattern: a read that starts where the last
 // one ended doubles the window (up to maxReadAhead cells) and fetches that
-// many cells past it in the background, one fetch at a time; any other
-// read ends the run.
+// many cells past it in the background; any other read ends the run. One
+// fetcher runs at a time; a range wanted while it runs replaces any it has
+// not taken yet, and it takes that one next.
 func (v *Volume) readAhead(off, n int64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -45,24 +46,36 @@ func (v *Volume) readAhead(off, n int64) {
 	v.raWindow = min(max(2*v.raWindow, 2), maxReadAhead)
 	c0 := (off + n + CellSize - 1) / CellSize
 	c1 := min(c0+v.raWindow-1, v.cells-1)
-	if v.raBusy || v.closed || c0 > c1 {
-		return
-	}
-	for c := c0; c <= c1 && v.present.has(c); c++ {
+	for c0 <= c1 && v.present.has(c0) {
 		c0++
 	}
-	if c0 > c1 {
+	if v.closed || c0 > c1 {
+		return
+	}
+	v.raWant = &[2]int64{c0, c1}
+	if v.raBusy {
 		return
 	}
 	v.raBusy = true
-	v.aheads.Go(func() {
-		if err := v.ensure(v.ctx, c0, c1); err != nil && v.ctx.Err() == nil {
+	v.aheads.Go(v.fetchAhead)
+}
+
+// fetchAhead fetches the ranges readAhead wants until none is left.
+func (v *Volume) fetchAhead() {
+	for {
+		v.mu.Lock()
+		want := v.raWant
+		v.raWant = nil
+		if want == nil || v.closed {
+			v.raBusy = false
+			v.mu.Unlock()
+			return
+		}
+		v.mu.Unlock()
+		if err := v.ensure(v.ctx, want[0], want[1]); err != nil && v.ctx.Err() == nil {
 			v.log.Debug("read ahead", "err", err)
 		}
-		v.mu.Lock()
-		v.raBusy = false
-		v.mu.Unlock()
-	})
+	}
 }
 
 // WriteAt writes into the cache and marks the cells dirty. A cell the write

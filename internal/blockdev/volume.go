@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -135,10 +136,12 @@ type Volume struct {
 	written    map[int64]time.Time // when each layer not yet replicated was written
 	closed     bool
 	// Read-ahead of sequential reads: where the last read ended, the
-	// window (cells) the next sequential read fetches beyond itself, and
-	// whether a fetch of one is under way.
+	// window (cells) the next sequential read fetches beyond itself, the
+	// newest range of cells it wants and not yet taken by the fetcher
+	// (raWant), and whether the fetcher runs.
 	raNext   int64
 	raWindow int64
+	raWant   *[2]int64
 	raBusy   bool
 
 	wake  chan struct{} // nudges the replicator
@@ -157,6 +160,32 @@ type dirtied struct {
 }
 
 func layerID(id string, seq int64) string { return fmt.Sprintf("v-%s-%012d", id, seq) }
+
+// layerSeq returns the sequence number of layer name when it is one of
+// volume id's (not of a volume whose ID extends id's).
+func layerSeq(id, name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, "v-"+id+"-")
+	if !ok || len(name) != len(layerID(id, 0)) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	return n, err == nil
+}
+
+// layers lists the sequence numbers of volume id's layers in t, in order.
+func layers(ctx context.Context, t chunkstore.Store, id string) ([]int64, error) {
+	names, err := t.Manifests(ctx, "v-"+id+"-")
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: list layers: %w", id, err)
+	}
+	var seqs []int64
+	for _, name := range names {
+		if n, ok := layerSeq(id, name); ok {
+			seqs = append(seqs, n)
+		}
+	}
+	return seqs, nil
+}
 
 // cellRange returns cell c's offset and length (the last cell may be
 // short).
