@@ -7,8 +7,6 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -166,17 +164,15 @@ func DeleteLayers(ctx context.Context, t chunkstore.Store, id string) error {
 
 // deleteLayers deletes volume id's layers before seq from t.
 func deleteLayers(ctx context.Context, t chunkstore.Store, id string, seq int64) error {
-	prefix := "v-" + id + "-"
-	ids, err := t.Manifests(ctx, prefix)
+	seqs, err := layers(ctx, t, id)
 	if err != nil {
-		return fmt.Errorf("volume %s: list layers: %w", id, err)
+		return err
 	}
-	for _, l := range ids {
-		n, err := strconv.ParseInt(strings.TrimPrefix(l, prefix), 10, 64)
-		if err != nil || len(l) != len(layerID(id, 0)) || n >= seq {
-			continue // another volume's whose ID extends this one's
+	for _, n := range seqs {
+		if n >= seq {
+			continue
 		}
-		if err := t.DeleteManifest(ctx, l); err != nil {
+		if err := t.DeleteManifest(ctx, layerID(id, n)); err != nil {
 			return fmt.Errorf("volume %s: delete layer: %w", id, err)
 		}
 	}

@@ -8,11 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"warren/internal/atomicfile"
+	"warren/internal/chunkstore"
 	"warren/internal/layer"
 )
 
@@ -173,23 +172,12 @@ func Recover(ctx context.Context, dir, id string, tiers Tiers, opts Options) (*V
 
 // newestLayer returns the sequence number of the volume's newest layer in
 // t, or -1 when it has none.
-func newestLayer(ctx context.Context, t interface {
-	Manifests(context.Context, string) ([]string, error)
-}, id string) (int64, error) {
-	prefix := "v-" + id + "-"
-	ids, err := t.Manifests(ctx, prefix)
-	if err != nil {
-		return 0, fmt.Errorf("volume %s: list layers: %w", id, err)
+func newestLayer(ctx context.Context, t chunkstore.Store, id string) (int64, error) {
+	seqs, err := layers(ctx, t, id)
+	if err != nil || len(seqs) == 0 {
+		return -1, err
 	}
-	newest := int64(-1)
-	for _, l := range ids {
-		n, err := strconv.ParseInt(strings.TrimPrefix(l, prefix), 10, 64)
-		if err != nil || len(l) != len(layerID(id, 0)) {
-			continue // another volume's whose ID extends this one's
-		}
-		newest = max(newest, n)
-	}
-	return newest, nil
+	return slices.Max(seqs), nil
 }
 
 // load makes the volume whose newest layer is seq: its base lineage folded
@@ -199,9 +187,11 @@ func load(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options
 	if err != nil {
 		return nil, err
 	}
-	prefix := "v-" + cfg.ID + "-"
 	first := len(chain)
-	for first > 0 && strings.HasPrefix(chain[first-1].ID, prefix) {
+	for first > 0 {
+		if _, ok := layerSeq(cfg.ID, chain[first-1].ID); !ok {
+			break
+		}
 		first--
 	}
 	if first == len(chain) {
@@ -225,8 +215,7 @@ func load(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options
 			return nil, err
 		}
 		if m.Parent == cfg.Base {
-			n, _ := strconv.ParseInt(strings.TrimPrefix(m.ID, prefix), 10, 64)
-			v.full = n
+			v.full, _ = layerSeq(cfg.ID, m.ID)
 		}
 	}
 	return v, nil

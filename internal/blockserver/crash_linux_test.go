@@ -21,6 +21,7 @@ import (
 
 	"warren/internal/backoff"
 	"warren/internal/blob/s3test"
+	"warren/internal/detached"
 	"warren/internal/disk"
 )
 
@@ -50,13 +51,14 @@ func needRoot(t *testing.T) {
 // blockServerPID is the PID of the block server holding dataDir.
 func blockServerPID(t *testing.T, dataDir string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, lockFile))
+	f, err := os.Open(filepath.Join(dataDir, lockFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	defer f.Close()
+	pid, _, err := detached.Holder(f)
 	if err != nil {
-		t.Fatalf("lock file %q: %v", b, err)
+		t.Fatal(err)
 	}
 	return pid
 }

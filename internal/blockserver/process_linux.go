@@ -10,14 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"warren/internal/backoff"
 	"warren/internal/blob/blobspec"
 	"warren/internal/blockdev"
 	"warren/internal/blockdev/fusefile"
@@ -159,22 +157,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // lockDataDir takes the data directory's block server lock, held while
-// the file returned is open.
+// the file returned is open; it records this process, for Stop and Kill.
 func lockDataDir(dataDir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := detached.Lock(filepath.Join(dataDir, lockFile))
+	if errors.Is(err, detached.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrRunning, dataDir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("block server lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrRunning, dataDir)
-		}
-		return nil, fmt.Errorf("block server lock: %w", err)
-	}
-	// The holder's PID, for an operator (and a test) to find it by.
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt(fmt.Appendf(nil, "%d\n", os.Getpid()), 0)
 	}
 	return f, nil
 }
@@ -221,35 +211,12 @@ func Kill(ctx context.Context, dataDir string) error { return end(ctx, dataDir, 
 
 // end sends sig to the block server of dataDir and waits for it to exit.
 func end(ctx context.Context, dataDir string, sig unix.Signal) error {
-	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	if _, err := os.Stat(filepath.Join(dataDir, lockFile)); errors.Is(err, os.ErrNotExist) {
+		return nil // none ever ran here
 	}
+	_, err := detached.Signal(ctx, filepath.Join(dataDir, lockFile), sig)
 	if err != nil {
-		return fmt.Errorf("block server lock: %w", err)
+		return fmt.Errorf("stop the block server: %w", err)
 	}
-	defer f.Close()
-	signalled := false
-	return backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return true, nil // none runs
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return false, err
-		}
-		if !signalled {
-			b := make([]byte, 32)
-			n, _ := f.ReadAt(b, 0)
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
-			if err != nil || pid <= 0 {
-				return false, nil // not recorded yet
-			}
-			if err := unix.Kill(pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-				return false, fmt.Errorf("stop the block server %d: %w", pid, err)
-			}
-			signalled = true
-		}
-		return false, nil
-	})
+	return nil
 }

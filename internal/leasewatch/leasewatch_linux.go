@@ -40,9 +40,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/internal/backoff"
 	"warren/internal/detached"
-	"warren/internal/procid"
 )
 
 // Options name the node's lease and sandboxes.
@@ -167,44 +165,17 @@ func (w *Watch) start() error {
 // through a pidfd of the process it recorded there, and returns once the
 // lock is free.
 func stopWatchdog(dataDir string, log *slog.Logger) error {
-	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return fmt.Errorf("lease watchdog lock: %w", err)
-	}
-	defer f.Close() // and with it the lock, once taken
 	ctx, cancel := context.WithTimeout(context.Background(), stopWait)
 	defer cancel()
-	signalled := false
-	err = backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return err == nil, err
-		}
-		// The holder may not have recorded itself yet, or be exiting:
-		// look again at the next poll.
-		pid, start, err := holder(f)
-		if err != nil {
-			return false, nil
-		}
-		pidfd, err := procid.Open(pid, start)
-		if err != nil {
-			return false, nil
-		}
-		defer unix.Close(pidfd)
-		if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			return false, fmt.Errorf("stop the lease watchdog %d: %w", pid, err)
-		}
-		if !signalled {
-			log.Info("stopping the lease watchdog an earlier daemon left", "pid", pid)
-			signalled = true
-		}
-		return false, nil
-	})
+	pid, err := detached.Signal(ctx, filepath.Join(dataDir, lockFile), unix.SIGKILL)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("a lease watchdog still holds %s after %v", f.Name(), stopWait)
+		return fmt.Errorf("a lease watchdog still holds its lock in %s after %v", dataDir, stopWait)
 	}
 	if err != nil {
-		return fmt.Errorf("lease watchdog lock: %w", err)
+		return fmt.Errorf("stop the lease watchdog: %w", err)
+	}
+	if pid != 0 {
+		log.Info("stopped the lease watchdog an earlier daemon left", "pid", pid)
 	}
 	return nil
 }

@@ -14,17 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"warren/internal/blockserver"
 	"warren/internal/cgroup"
 	"warren/internal/detached"
-	"warren/internal/procid"
 )
 
 // Command is the hidden subcommand of warren that runs the watchdog
@@ -290,46 +285,12 @@ func killAll(ctx context.Context, stateDir string, k Killer, log *slog.Logger) e
 // lockDataDir takes the data directory's watchdog lock, held as long as
 // the file returned is open, and records this process in it.
 func lockDataDir(dataDir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lease watchdog lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrRunning, dataDir)
-		}
-		return nil, fmt.Errorf("lease watchdog lock: %w", err)
-	}
-	pid := os.Getpid()
-	start, err := procid.StartTime(pid)
-	if err == nil {
-		err = f.Truncate(0)
-	}
-	if err == nil {
-		_, err = f.WriteAt(fmt.Appendf(nil, "%d %d\n", pid, start), 0)
+	f, err := detached.Lock(filepath.Join(dataDir, lockFile))
+	if errors.Is(err, detached.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrRunning, dataDir)
 	}
 	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("lease watchdog lock: %w", err)
 	}
 	return f, nil
-}
-
-// holder reads the watchdog that locked f, as lockDataDir recorded it.
-func holder(f *os.File) (pid int, start uint64, err error) {
-	b := make([]byte, 64)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, 0, err
-	}
-	line, _, ok := strings.Cut(string(b[:n]), "\n")
-	p, s, ok2 := strings.Cut(line, " ")
-	if !ok || !ok2 {
-		return 0, 0, fmt.Errorf("lease watchdog lock %q: not PID START", b[:n])
-	}
-	if pid, err = strconv.Atoi(p); err == nil {
-		start, err = strconv.ParseUint(s, 10, 64)
-	}
-	return pid, start, err
 }

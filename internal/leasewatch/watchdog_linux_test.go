@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/internal/detached"
 	"warren/internal/wait"
 )
 
@@ -271,7 +272,7 @@ func holderOf(t *testing.T, o Options) int {
 	defer f.Close()
 	var pid int
 	wait.For(t, 5*time.Second, "the watchdog to record itself in its lock", func() bool {
-		pid, _, err = holder(f)
+		pid, _, err = detached.Holder(f)
 		return err == nil
 	})
 	return pid

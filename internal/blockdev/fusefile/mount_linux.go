@@ -147,8 +147,10 @@ func (f *File) Close() error {
 		// lives on, and the server with it (and Unmount, which waits for
 		// it), until it is aborted. Those copies then fail, as they should:
 		// nothing serves them.
-		go f.abortOnceUnmounted()
+		refused := make(chan struct{})
+		go f.abortOnceUnmounted(refused)
 		if err := f.srv.Unmount(); err != nil {
+			close(refused)
 			return f.unmountError(err)
 		}
 		<-f.served
@@ -170,13 +172,16 @@ func (f *File) unmountError(err error) error {
 }
 
 // abortOnceUnmounted aborts the connection once the mount point is no
-// longer a FUSE mount, unless the server stopped first.
-func (f *File) abortOnceUnmounted() {
+// longer a FUSE mount, unless the server stopped first or the unmount was
+// refused.
+func (f *File) abortOnceUnmounted(refused <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
 		select {
 		case <-f.served:
+			return true, nil
+		case <-refused:
 			return true, nil
 		default:
 		}
