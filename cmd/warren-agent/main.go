@@ -169,6 +169,7 @@ func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
 		// the root is the host's: nothing here may touch a file.
 		srv.Warm()
 		containerinit.Setup(srv.JoinWork)
+		go agent.Prefetch(agent.FirstExecFiles)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -5,7 +5,6 @@ package agent
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -27,9 +26,10 @@ func (s *Server) JoinWork(tasks []int) error {
 		// Never unlocked: should the move fail half-way, the goroutine ends
 		// and the runtime ends the thread with it.
 		runtime.LockOSThread()
-		tid := []byte(strconv.Itoa(unix.Gettid()))
+		// "0" is the writing thread: moving itself, it takes no host-wide
+		// lock (see cgroup.Group.Tasks).
 		for _, fd := range tasks {
-			if _, err := unix.Write(fd, tid); err != nil {
+			if _, err := unix.Write(fd, []byte("0")); err != nil {
 				joined <- fmt.Errorf("join the sandbox's work cgroup: %w", err)
 				return
 			}

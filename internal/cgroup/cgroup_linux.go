@@ -24,9 +24,10 @@
 //   - Group names are validated (letters, digits, '_' and '-', at most 128
 //     bytes), so a name can never climb out of warren/ or name a control file.
 //   - Limits are written before Create returns, so a process added with AddProc
-//     is limited from its first instruction. AddProc must be called before the
-//     process runs untrusted code (the container runtime adds its init while
-//     that init still waits on a pipe, before it execs anything).
+//     (or moving itself in through Tasks) is limited from its first
+//     instruction there. It must be in before it runs untrusted code (the
+//     container runtime's init moves itself in first thing once it has its
+//     root, before it execs anything).
 //   - With a memory limit, swap is capped too (v1 memory.memsw.limit_in_bytes =
 //     the limit, v2 memory.swap.max = 0): a sandbox cannot push its memory to
 //     swap and so escape the limit. When the kernel has no swap accounting the

@@ -93,6 +93,35 @@ func (g *Group) AddProc(pid int) error {
 	return nil
 }
 
+// Tasks returns the group's tasks files on cgroup v1, one per mount, open
+// for writing, for a process to move itself in: each of its threads writes
+// "0" (itself) to each file. A thread that moves itself takes no host-wide
+// lock, where AddProc, which moves another process, waits for an RCU grace
+// period on its first move (some 7-14 ms here on v1, against 0.1 ms). The
+// files are opened by the caller, so the kernel checks the writes against
+// its credentials, as for Work; the process should close them once every
+// thread has moved, and must move before it runs anything untrusted.
+//
+// On v2, where a process moves whole and always takes that lock, it
+// returns no files: use AddProc.
+func (g *Group) Tasks() ([]*os.File, error) {
+	if g.h.version != 1 {
+		return nil, nil
+	}
+	var files []*os.File
+	for _, d := range g.dirs() {
+		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("tasks of cgroup %s: %w", g.name, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
 // workDir is the name of a group's work subgroup (see Work).
 const workDir = "work"
 

@@ -3,6 +3,7 @@
 package cgroup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -430,6 +433,54 @@ func TestV1WorkKeepsTheAgentsShare(t *testing.T) {
 		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s still there after Destroy (%v)", d, err)
 		}
+	}
+}
+
+// TestV1TasksMoveAThreadItself: a thread that writes "0" to the tasks
+// files ends up in the group in every controller, and nothing else moves.
+func TestV1TasksMoveAThreadItself(t *testing.T) {
+	h := requireV1(t)
+	g := newGroup(t, h, Limits{Pids: 64})
+	files, err := g.Tasks()
+	if err != nil {
+		t.Fatalf("Tasks: %v", err)
+	}
+	if len(files) != len(g.dirs()) {
+		t.Fatalf("Tasks gave %d files for %d mounts", len(files), len(g.dirs()))
+	}
+	before, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan string, 1)
+	go func() {
+		// Never unlocked: the thread, moved into the group, ends with the
+		// goroutine, and leaves the group empty for its cleanup.
+		runtime.LockOSThread()
+		for _, f := range files {
+			if _, err := f.Write([]byte("0")); err != nil {
+				moved <- "write: " + err.Error()
+				return
+			}
+		}
+		b, err := os.ReadFile("/proc/thread-self/cgroup")
+		if err != nil {
+			moved <- err.Error()
+			return
+		}
+		moved <- string(b)
+	}()
+	got := <-moved
+	for _, f := range files {
+		f.Close()
+	}
+	for _, c := range h.v1Order() {
+		if !regexp.MustCompile(`(?m)^\d+:([^:]*,)?` + c + `(,[^:]*)?:/` + parentDir + "/" + g.Name() + "$").MatchString(got) {
+			t.Errorf("the thread is not in the group's %s: %q", c, got)
+		}
+	}
+	if after, _ := os.ReadFile("/proc/self/cgroup"); !bytes.Equal(after, before) {
+		t.Errorf("the test's main thread moved: %q, was %q", after, before)
 	}
 }
 

@@ -232,6 +232,9 @@ func TestV2AddProcAndStats(t *testing.T) {
 	if err := g.AddProc(0); err == nil {
 		t.Error("AddProc(0) succeeded")
 	}
+	if files, err := g.Tasks(); files != nil || err != nil {
+		t.Errorf("Tasks on v2 = %v, %v; want none (a v2 process is moved whole, by AddProc)", files, err)
+	}
 	procs, err := g.Procs()
 	if err != nil || !slices.Equal(procs, []int{4242}) {
 		t.Errorf("Procs = %v, %v; want [4242]", procs, err)

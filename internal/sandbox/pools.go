@@ -17,6 +17,7 @@ import (
 	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
+	"warren/internal/agent"
 	"warren/internal/agentconn"
 	"warren/internal/ident"
 	"warren/internal/network/policy"
@@ -241,16 +242,6 @@ func (m *Manager) makeMember(w *warm) (_ *member, err error) {
 	return &member{rec: rec, built: tpl.BuiltAt, b: b}, nil
 }
 
-// firstExecFiles are what a first exec in a sandbox of a Debian-like image
-// reads (the shell, true, the dynamic loader, libc): a member reads them
-// once it is booted, so that its page cache holds them before a claim.
-// Each sandbox reads its disk through a loop device of its own, whose
-// cache no other sandbox shares: without this, the first exec after a
-// claim waits ~10 ms for them (docs/BENCHMARKS.md, "Warm pools").
-var firstExecFiles = []string{
-	"/bin/sh", "/usr/bin/true", "/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6", "/etc/passwd", "/etc/group",
-}
-
 // warmExec runs `true` once, as root, in a member restored from a memory
 // image: its VMM (under TCG, which translates guest code as it first runs
 // it) starts with none of the guest's code translated, and the first exec
@@ -260,10 +251,11 @@ func warmExec(ctx context.Context, conn *agentconn.Conn) {
 	conn.Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}, nil, nil)
 }
 
-// warmFiles reads firstExecFiles through the agent, as root; a file the
-// image lacks is skipped.
+// warmFiles reads agent.FirstExecFiles through the agent, as root, so that
+// a member's (or a memory image's) page cache holds them before a claim; a
+// file the image lacks is skipped.
 func warmFiles(ctx context.Context, conn *agentconn.Conn) {
-	for _, path := range firstExecFiles {
+	for _, path := range agent.FirstExecFiles {
 		r, _, err := conn.ReadFile(ctx, path, "root")
 		if err != nil {
 			continue

@@ -19,14 +19,16 @@
 //  2. It starts the agent from a sealed memfd in new namespaces; the user
 //     namespace maps the sandbox's uids 0-65535 to a host range of its own
 //     (by slot), so root in the sandbox is an unprivileged, unique host uid.
-//  3. It puts the child in the cgroup, makes the cgroup's work subgroup
-//     (cgroup v1), mounts the loop device as a detached ext4 mount, idmapped
-//     into the child's user namespace (files stay owned by uid 0 on disk, so
-//     the same image boots in a VM), and passes the mount and the work
-//     subgroup's tasks files to the child over a socketpair.
-//  4. The child attaches the mount, mounts /proc, /sys (read-only), /dev
-//     (a tmpfs with a few host device nodes bound in), devpts, /dev/shm and
-//     /run, masks sensitive /proc files, pivots into the disk, sets the
+//  3. It makes the cgroup's work subgroup (cgroup v1), mounts the loop
+//     device as a detached ext4 mount, idmapped into the child's user
+//     namespace (files stay owned by uid 0 on disk, so the same image boots
+//     in a VM), and passes the mount and the tasks files of the cgroup and
+//     of its work subgroup to the child over a socketpair (on cgroup v2 it
+//     puts the child in the cgroup itself, and there is no work subgroup).
+//  4. The child moves each of its threads into the cgroup (a thread that
+//     moves itself spares the host a global lock), attaches the mount,
+//     mounts /proc, /sys (read-only), /dev (a tmpfs with a few host device
+//     nodes bound in), devpts, /dev/shm and /run, masks sensitive /proc files, pivots into the disk, sets the
 //     hostname, writes /etc/hosts and /etc/resolv.conf when the sandbox has
 //     a network (the parent linked its namespace to the sandbox's router
 //     before sending the root), enters a new cgroup namespace, moves the
@@ -52,6 +54,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -310,6 +313,15 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, err
 	}
 	undo.Add(p.kill)
+	// The sandbox's router may still be in the making (the manager makes
+	// it while the disks mount): link the init to it meanwhile.
+	plugged := func() error { return nil }
+	if spec.Network != nil {
+		done := make(chan error, 1)
+		go func() { done <- spec.Network.PlugNetNS(fmt.Sprintf("/proc/%d/ns/net", p.pid)) }()
+		plugged = sync.OnceValue(func() error { return <-done })
+		defer plugged()
+	}
 
 	// The sandbox's processes get its limits in full, in the group's work
 	// subgroup; the group adds the agent's reserve on top, so that nothing
@@ -330,18 +342,23 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
 	undo.Add(func() { cg.Destroy(context.WithoutCancel(ctx)) })
-	if err := cg.AddProc(p.pid); err != nil {
-		return nil, fmt.Errorf("join cgroup: %w", err)
+	// On v1 the init moves itself into the group (cgroup.Group.Tasks says
+	// why); on v2 it is moved.
+	join, err := cg.Tasks()
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(join)
+	if join == nil {
+		if err := cg.AddProc(p.pid); err != nil {
+			return nil, fmt.Errorf("join cgroup: %w", err)
+		}
 	}
 	work, err := cg.Work(limits)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, f := range work {
-			f.Close()
-		}
-	}()
+	defer closeAll(work)
 
 	var fds []int
 	for _, d := range disksMounted() {
@@ -353,18 +370,15 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		}
 		fds = append(fds, d.fd)
 	}
-	// Last before the hand-over: the sandbox's router may still be in the
-	// making (the manager makes it while the disks mount).
-	if spec.Network != nil {
-		if err := spec.Network.PlugNetNS(fmt.Sprintf("/proc/%d/ns/net", p.pid)); err != nil {
-			return nil, err
-		}
+	if err := plugged(); err != nil {
+		return nil, err
 	}
-	for _, f := range work {
+	for _, f := range slices.Concat(join, work) {
 		fds = append(fds, int(f.Fd()))
 	}
 	cfg, _ := json.Marshal(containerinit.Config{
-		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil, Work: len(work),
+		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil,
+		Join: len(join), Work: len(work),
 	})
 	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return nil, fmt.Errorf("hand disks to init: %w", err)
@@ -383,6 +397,12 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 		r: r, id: spec.ID, dir: spec.Dir, done: p.done, console: p.console,
 		st: state{PID: p.pid, StartTime: start, Socket: p.sock, Slot: p.slot},
 	}, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // diskMount is a detached mount of a sandbox disk, or why there is none.
