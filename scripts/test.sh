@@ -45,7 +45,7 @@ race=(
 	./internal/blob/file ./internal/blob/s3 ./internal/blockdev ./internal/blockdev/nbd ./internal/chunkstore ./internal/cleanup ./internal/consolelog
 	./internal/buildspec ./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
-	./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm
+	./internal/runtime/container/spawner ./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm
 	./internal/vmm/accel ./internal/vmport ./internal/wait ./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"

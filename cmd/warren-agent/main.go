@@ -42,6 +42,7 @@ import (
 
 	"warren/internal/agent"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/runtime/container/spawner"
 	"warren/internal/runtime/vm/vminit"
 	"warren/internal/vmport"
 )
@@ -67,8 +68,9 @@ const spareThreads = 8
 // needs a thread for a blocking call, a failed clone is fatal to a Go
 // program, and the sandbox would lose its agent. With spare threads made
 // at start (before the sandbox runs anything), it takes an idle one.
-// Threads made now are set up with the others (containerinit applies
-// every step to every thread).
+// A container's agent makes them once containerinit's setup is done: the
+// setup's steps go over every thread (each costs a signal to each), and a
+// thread made later inherits their outcome from the thread that makes it.
 func reserveThreads(n int) {
 	var started sync.WaitGroup
 	release := make(chan struct{})
@@ -112,6 +114,10 @@ func main() {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fmt.Fprintln(stderr{}, "warren-agent: prctl(PR_SET_DUMPABLE, 0):", err)
 		os.Exit(1)
+	}
+	if spawner.Started() {
+		os.WriteFile("/proc/self/comm", []byte("warren-spawner"), 0)
+		os.Exit(spawner.Main())
 	}
 	// The agent's output buffers are bounded in total (package agent):
 	// near that, collect garbage harder rather than grow into the reserve
@@ -158,7 +164,6 @@ func run(args []string) int {
 // serve runs the agent on l until it stops; container says the container
 // runtime started it, which must set the sandbox up first.
 func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
-	reserveThreads(spareThreads)
 	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
 		OwnsRoot: container, Guest: mode == "vm" && os.Getpid() == 1}, log)
 	defer srv.Close()
@@ -171,6 +176,7 @@ func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
 		containerinit.Setup(srv.JoinWork)
 		go agent.Prefetch(agent.FirstExecFiles)
 	}
+	reserveThreads(spareThreads)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

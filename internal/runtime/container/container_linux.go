@@ -70,6 +70,7 @@ import (
 	"warren/internal/procid"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/runtime/container/spawner"
 	"warren/internal/warmpool"
 )
 
@@ -111,7 +112,8 @@ type Runtime struct {
 	slotsMu sync.Mutex       // guards slots
 	slots   map[int]*os.File // uid ranges held by live sandboxes and spawned inits, with their host-wide claims
 
-	pool *warmpool.Pool[*initProc] // inits spawned ahead of time, waiting for a sandbox
+	pool    *warmpool.Pool[*initProc] // inits spawned ahead of time, waiting for a sandbox
+	spawner *spawner.Client           // starts the inits
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -147,15 +149,16 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims, slots: map[int]*os.File{}}
+	r := &Runtime{log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims, slots: map[int]*os.File{},
+		spawner: spawner.NewClient(agent)}
 	r.pool = r.newPool()
 	return r, nil
 }
 
-// Close kills the warm inits. Running sandboxes are not touched: a later
-// Runtime adopts them.
+// Close kills the warm inits and stops the spawner. Running sandboxes are
+// not touched: a later Runtime adopts them.
 func (r *Runtime) Close() error {
-	return r.pool.Close() // a Sweep after Close starts nothing
+	return errors.Join(r.pool.Close(), r.spawner.Close()) // a Sweep after Close starts nothing
 }
 
 // sealedCopy copies the file at path into a memfd that nobody can change.
@@ -394,7 +397,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	r.log.Debug("container started", "sandbox", spec.ID, "pid", p.pid, "host_uid", p.hostUID(), "warm", p.warm)
 	return &instance{
-		r: r, id: spec.ID, dir: spec.Dir, done: p.done, console: p.console,
+		r: r, id: spec.ID, dir: spec.Dir, done: p.proc.done, console: p.console,
 		st: state{PID: p.pid, StartTime: start, Socket: p.sock, Slot: p.slot},
 	}, nil
 }
@@ -402,6 +405,43 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 func closeAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
+	}
+}
+
+// process is a process the runtime holds a pidfd of. done is closed once
+// it has exited; a kill after that is a no-op, never a signal to a process
+// that reused its pid.
+type process struct {
+	mu    sync.Mutex
+	pidfd int // -1 once the process has exited
+	done  chan struct{}
+}
+
+// watch takes pidfd over and watches its process.
+func watch(pidfd int) *process {
+	p := &process{pidfd: pidfd, done: make(chan struct{})}
+	go func() {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+				break
+			}
+		}
+		p.mu.Lock()
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p
+}
+
+// kill sends the process SIGKILL if it has not exited.
+func (p *process) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pidfd >= 0 {
+		unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
 	}
 }
 
@@ -501,18 +541,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
 	}
 	r.useSlot(st.Slot, pidfd)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer unix.Close(pidfd)
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-				return
-			}
-		}
-	}()
-	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: done}
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: watch(pidfd).done}
 	// The console goes on into its log, from the FIFO the init still holds.
 	if fi, err := os.Lstat(filepath.Join(spec.Dir, consoleFIFO)); err == nil && fi.Mode().Type() == os.ModeNamedPipe {
 		if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {

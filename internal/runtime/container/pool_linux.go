@@ -7,17 +7,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"warren/internal/consolelog"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/runtime/container/spawner"
 	"warren/internal/warmpool"
 )
 
@@ -30,14 +29,13 @@ import (
 // initProc is a spawned init waiting for its root.
 type initProc struct {
 	r       *Runtime
-	cmd     *exec.Cmd
+	proc    *process
 	pid     int
 	slot    int
-	done    chan struct{} // closed when the process has exited and been reaped
-	sync    *os.File      // our end of the socketpair
-	sock    string        // where its listening socket is bound
-	fifo    string        // its console FIFO, which console drains into log
-	log     string        // its console log
+	sync    *os.File // our end of the socketpair
+	sock    string   // where its listening socket is bound
+	fifo    string   // its console FIFO, which console drains into log
+	log     string   // its console log
 	console *consolelog.Drain
 	warm    bool // spawned ahead of time
 }
@@ -46,8 +44,8 @@ func (p *initProc) hostUID() int { return uidBase + p.slot*uidsPerSandbox }
 
 // kill ends a spawned init that will not become a sandbox and frees its slot.
 func (p *initProc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
+	p.proc.kill()
+	<-p.proc.done
 	p.sync.Close()
 	p.console.Stop()
 	p.r.freeSlot(p.slot)
@@ -66,11 +64,12 @@ const (
 	consoleLog  = "console.log"
 )
 
-// spawn starts an init whose socket is dir/sockName and whose console FIFO
-// and log are dir/consoleName.fifo and dir/consoleName.log. Its stdout and
-// stderr are the FIFO, drained into the log (package consolelog), never
-// the log itself.
-func (r *Runtime) spawn(dir, sockName, consoleName string) (_ *initProc, err error) {
+// spawn starts an init, through the spawner (package spawner says why),
+// whose socket is dir/sockName and whose console FIFO and log are
+// dir/consoleName.fifo and dir/consoleName.log. Its stdout and stderr are
+// the FIFO, drained into the log (package consolelog), never the log
+// itself. An idle init starts in scheduling class SCHED_IDLE.
+func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initProc, err error) {
 	slot, claim, err := r.allocSlot()
 	if err != nil {
 		return nil, err
@@ -115,43 +114,27 @@ func (r *Runtime) spawn(dir, sockName, consoleName string) (_ *initProc, err err
 	}
 	defer out.Close()
 
-	hostUID := uidBase + slot*uidsPerSandbox
-	cmd := &exec.Cmd{
+	req := spawner.Request{
 		// The init runs as an unprivileged host uid that may not traverse
 		// the directories the agent binary lives in: it is executed from
 		// the runtime's sealed memfd instead.
-		Path:       fmt.Sprintf("/proc/self/fd/%d", containerinit.FdSelf),
-		Args:       []string{containerinit.Arg0, "--listen-fd", fmt.Sprint(containerinit.FdListener), "--mode", "container"},
-		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Stdout:     out,
-		Stderr:     out,
-		ExtraFiles: []*os.File{lnFile, childSync, r.agent, claim}, // containerinit.Fd*: 3, 4, 5, 6
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: uidsPerSandbox}},
-			GidMappingsEnableSetgroups: true,
-			// Root of the new user namespace: without it the child keeps
-			// host uid 0, which is unmapped there, and exec drops every
-			// capability it needs to build the sandbox.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0},
-			Setsid:     true,
-		},
+		Path: fmt.Sprintf("/proc/self/fd/%d", containerinit.FdSelf),
+		Args: []string{containerinit.Arg0, "--listen-fd", fmt.Sprint(containerinit.FdListener), "--mode", "container"},
+		Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+			unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET,
+		HostID: uidBase + slot*uidsPerSandbox, Size: uidsPerSandbox,
+		Idle: idle,
 	}
-	p := &initProc{r: r, cmd: cmd, slot: slot, done: make(chan struct{}),
-		sync: parentSync, sock: sock, fifo: fifo, log: logPath, console: console}
-	if err := cmd.Start(); err != nil {
+	p := &initProc{r: r, slot: slot, sync: parentSync, sock: sock, fifo: fifo, log: logPath, console: console}
+	pid, pidfd, err := r.spawner.Spawn(req, out, []*os.File{lnFile, childSync, r.agent, claim}) // containerinit.Fd*: 3, 4, 5, 6
+	if err != nil {
 		parentSync.Close()
 		console.Stop()
 		p.remove()
 		return nil, fmt.Errorf("start init: %w", err)
 	}
-	p.pid = cmd.Process.Pid
-	go func() {
-		cmd.Wait()
-		close(p.done)
-	}()
+	p.pid, p.proc = pid, watch(pidfd)
 	return p, nil
 }
 
@@ -162,10 +145,10 @@ func (r *Runtime) take(dir string) (*initProc, error) {
 	for {
 		p, ok := r.pool.Take()
 		if !ok {
-			return r.spawn(dir, "agent.sock", "console")
+			return r.spawn(dir, "agent.sock", "console", false)
 		}
 		select {
-		case <-p.done: // died while waiting: take another
+		case <-p.proc.done: // died while waiting: take another
 			p.kill()
 			p.remove()
 			continue
@@ -199,10 +182,10 @@ const refillQuiet = 100 * time.Millisecond
 
 // newPool makes the pool of opts.Warm inits, which the first Sweep starts.
 //
-// Its goroutine spawns from an OS thread of scheduling class SCHED_IDLE,
-// which the inits inherit, so starting and paging in a warm init uses only
-// CPU nobody else wants; take moves an init back to the normal class when
-// it becomes a sandbox.
+// Its goroutine runs on an OS thread of scheduling class SCHED_IDLE, and
+// the inits it spawns start in that class too, so starting and paging in a
+// warm init uses only CPU nobody else wants; take moves an init back to
+// the normal class when it becomes a sandbox.
 func (r *Runtime) newPool() *warmpool.Pool[*initProc] {
 	seq := 0 // only the pool's goroutine spawns
 	return warmpool.New(warmpool.Config[*initProc]{
@@ -211,14 +194,14 @@ func (r *Runtime) newPool() *warmpool.Pool[*initProc] {
 		Log:   r.log,
 		Setup: func() {
 			goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
-			if err := setIdleClass(0, true); err != nil {
+			if err := spawner.SetIdleClass(0, true); err != nil {
 				r.log.Warn("warm inits start at normal priority", "err", err)
 			}
 		},
 		Make: func() (*initProc, error) {
 			seq++
 			name := fmt.Sprintf("warm-%d", seq)
-			p, err := r.spawn(r.opts.WarmDir, name+".sock", name)
+			p, err := r.spawn(r.opts.WarmDir, name+".sock", name, true)
 			if err != nil {
 				return nil, fmt.Errorf("spawn warm init: %w", err)
 			}
@@ -269,16 +252,6 @@ func (r *Runtime) freeSlot(n int) {
 	}
 }
 
-// setIdleClass puts thread tid (0: the calling thread) in scheduling class
-// SCHED_IDLE, or back in SCHED_OTHER.
-func setIdleClass(tid int, idle bool) error {
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 0} // SCHED_OTHER
-	if idle {
-		attr.Policy = unix.SCHED_IDLE
-	}
-	return unix.SchedSetAttr(tid, &attr, 0)
-}
-
 // setProcessClass sets the scheduling class of every thread of pid. The
 // class belongs to each thread and new threads inherit their creator's, so
 // it goes over the threads until a pass finds none it had not set.
@@ -295,7 +268,7 @@ func setProcessClass(pid int, idle bool) error {
 			if err != nil || done[tid] {
 				continue
 			}
-			if err := setIdleClass(tid, idle); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := spawner.SetIdleClass(tid, idle); err != nil && !errors.Is(err, unix.ESRCH) {
 				return err
 			}
 			done[tid], fresh = true, true

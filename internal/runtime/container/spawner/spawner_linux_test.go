@@ -1,0 +1,172 @@
+//go:build linux
+
+package spawner
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary is its own spawner: started as Arg0, it serves.
+func TestMain(m *testing.M) {
+	if Started() {
+		os.Exit(Main())
+	}
+	os.Exit(m.Run())
+}
+
+const hostID = 300_000_000 // far above any uid the host hands out
+
+func newClient(t *testing.T) *Client {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("writing a child's uid map to another uid range needs root")
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(self)
+	t.Cleanup(func() {
+		c.Close()
+		self.Close()
+	})
+	return c
+}
+
+// spawnShell runs script in sh in a new user and pid namespace through c,
+// and returns its output once it has exited.
+func spawnShell(t *testing.T, c *Client, script string) string {
+	t.Helper()
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	req := Request{
+		Path: "/bin/sh", Args: []string{"sh", "-c", script},
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID, HostID: hostID, Size: 65536,
+	}
+	pid, pidfd, err := c.Spawn(req, out, nil)
+	if err != nil {
+		t.Fatalf("Spawn: %v", err)
+	}
+	defer unix.Close(pidfd)
+	if pid <= 0 {
+		t.Fatalf("pid %d", pid)
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 10_000); err != nil || n != 1 {
+		t.Fatalf("the child did not exit (poll %d, %v)", n, err)
+	}
+	b, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSpawnInItsOwnUserNamespace(t *testing.T) {
+	c := newClient(t)
+	got := spawnShell(t, c, `id -u; echo $$; cat /proc/self/uid_map`)
+	f := strings.Fields(got)
+	if len(f) != 5 || f[0] != "0" || f[1] != "1" || f[2] != "0" || f[3] != "300000000" || f[4] != "65536" {
+		t.Fatalf("child saw %q; want uid 0, pid 1 and the map 0 300000000 65536", got)
+	}
+}
+
+func TestSpawnRefusals(t *testing.T) {
+	c := newClient(t)
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, _, err := c.Spawn(Request{Path: "/bin/true", Args: []string{"true"}}, out, nil); err == nil {
+		t.Error("a child without a user namespace of its own was spawned")
+	}
+	missing := Request{Path: "/nonexistent", Args: []string{"x"}, Cloneflags: syscall.CLONE_NEWUSER, HostID: hostID, Size: 1}
+	if _, _, err := c.Spawn(missing, out, nil); err == nil || !strings.Contains(err.Error(), "nonexistent") {
+		t.Errorf("spawning a missing binary: %v; want the exec's error", err)
+	}
+	many := make([]*os.File, maxFiles)
+	for i := range many {
+		many[i] = out
+	}
+	if _, _, err := c.Spawn(Request{Path: "/bin/true", Cloneflags: syscall.CLONE_NEWUSER}, out, many); err == nil {
+		t.Error("a request over the file bound was sent")
+	}
+	// The spawner still serves after refusals.
+	if got := spawnShell(t, c, "echo ok"); got != "ok\n" {
+		t.Errorf("after the refusals the child printed %q", got)
+	}
+}
+
+// TestSpawnerComesBack: a spawner that died is started again at the next
+// Spawn; its children outlive it.
+func TestSpawnerComesBack(t *testing.T) {
+	c := newClient(t)
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	req := Request{Path: "/bin/sleep", Args: []string{"sleep", "30"}, Cloneflags: syscall.CLONE_NEWUSER, HostID: hostID, Size: 1}
+	_, pidfd, err := c.Spawn(req, out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	defer unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+	c.mu.Lock()
+	exited := c.exited
+	c.mu.Unlock()
+	unix.Kill(spawnerPid(t), unix.SIGKILL)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the spawner did not die")
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(fds, 0); n != 0 {
+		t.Error("the child died with its spawner")
+	}
+	if got := spawnShell(t, c, "echo back"); got != "back\n" {
+		t.Errorf("after the spawner died the child printed %q", got)
+	}
+}
+
+// spawnerPid finds the test's spawner: its child started as Arg0.
+func spawnerPid(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := bytes.LastIndexByte(stat, ')')
+		if !bytes.Equal(argv, []byte(Arg0+"\x00")) || i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			return pid
+		}
+	}
+	t.Fatal("no spawner runs")
+	return 0
+}
