@@ -24,10 +24,11 @@
 //   - Group names are validated (letters, digits, '_' and '-', at most 128
 //     bytes), so a name can never climb out of warren/ or name a control file.
 //   - Limits are written before Create returns, so a process added with AddProc
-//     (or moving itself in through Tasks) is limited from its first
-//     instruction there. It must be in before it runs untrusted code (the
-//     container runtime's init moves itself in first thing once it has its
-//     root, before it execs anything).
+//     is limited from its first instruction. It must be in before it runs
+//     untrusted code (the container runtime adds its init while that init
+//     still waits for its root, before it execs anything). A group made
+//     ahead of its sandbox (the runtime's warm inits) gets its limits with
+//     Limit before its process is handed anything to run.
 //   - With a memory limit, swap is capped too (v1 memory.memsw.limit_in_bytes =
 //     the limit, v2 memory.swap.max = 0): a sandbox cannot push its memory to
 //     swap and so escape the limit. When the kernel has no swap accounting the

@@ -93,33 +93,46 @@ func (g *Group) AddProc(pid int) error {
 	return nil
 }
 
-// Tasks returns the group's tasks files on cgroup v1, one per mount, open
-// for writing, for a process to move itself in: each of its threads writes
-// "0" (itself) to each file. A thread that moves itself takes no host-wide
-// lock, where AddProc, which moves another process, waits for an RCU grace
-// period on its first move (some 7-14 ms here on v1, against 0.1 ms). The
-// files are opened by the caller, so the kernel checks the writes against
-// its credentials, as for Work; the process should close them once every
-// thread has moved, and must move before it runs anything untrusted.
-//
-// On v2, where a process moves whole and always takes that lock, it
-// returns no files: use AddProc.
-func (g *Group) Tasks() ([]*os.File, error) {
+// Limit sets the group's limits to l; a zero field leaves that limit as
+// it is. It is for a group made ahead of its processes' work (the
+// container runtime's warm inits): limits are in before the process
+// runs anything untrusted.
+func (g *Group) Limit(l Limits) error {
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("limit cgroup %s: %w", g.name, err)
+	}
+	if err := g.h.setLimits(g, l); err != nil {
+		return fmt.Errorf("limit cgroup %s: %w", g.name, err)
+	}
+	return nil
+}
+
+// Rename renames the group, in every controller, with its processes in
+// it, and returns it under its new name: a group made and joined ahead of
+// time (moving a process into a group on v1 waits for an RCU grace period,
+// 7-14 ms here) takes its sandbox's name when it gets one. On failure the
+// group keeps its old name. Only cgroup v1 renames groups.
+func (g *Group) Rename(name string) (*Group, error) {
 	if g.h.version != 1 {
-		return nil, nil
+		return nil, fmt.Errorf("rename cgroup %s: cgroup v2 cannot rename a group", g.name)
 	}
-	var files []*os.File
-	for _, d := range g.dirs() {
-		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY, 0)
-		if err != nil {
-			for _, f := range files {
-				f.Close()
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	to := &Group{h: g.h, name: name}
+	from, dest := g.dirs(), to.dirs()
+	for i := range from {
+		if err := os.Rename(from[i], dest[i]); err != nil {
+			for j := range i {
+				os.Rename(dest[j], from[j])
 			}
-			return nil, fmt.Errorf("tasks of cgroup %s: %w", g.name, err)
+			if errors.Is(err, fs.ErrExist) {
+				err = ErrExists
+			}
+			return nil, fmt.Errorf("rename cgroup %s to %s: %w", g.name, name, err)
 		}
-		files = append(files, f)
 	}
-	return files, nil
+	return to, nil
 }
 
 // workDir is the name of a group's work subgroup (see Work).

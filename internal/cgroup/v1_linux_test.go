@@ -3,7 +3,6 @@
 package cgroup
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -436,51 +434,52 @@ func TestV1WorkKeepsTheAgentsShare(t *testing.T) {
 	}
 }
 
-// TestV1TasksMoveAThreadItself: a thread that writes "0" to the tasks
-// files ends up in the group in every controller, and nothing else moves.
-func TestV1TasksMoveAThreadItself(t *testing.T) {
+// TestV1RenameKeepsProcesses: a group made and joined ahead of time takes
+// its limits and a new name with its process in it; a rename onto a taken
+// name fails and changes nothing.
+func TestV1RenameKeepsProcesses(t *testing.T) {
 	h := requireV1(t)
-	g := newGroup(t, h, Limits{Pids: 64})
-	files, err := g.Tasks()
+	g := newGroup(t, h, Limits{})
+	c := startInGroup(t, g, exec.Command("sleep", "60"))
+	pid := c.cmd.Process.Pid
+	if err := g.Limit(Limits{MemoryBytes: 64 << 20, Pids: 32}); err != nil {
+		t.Fatalf("Limit: %v", err)
+	}
+	taken := newGroup(t, h, Limits{})
+	if _, err := g.Rename(taken.Name()); !errors.Is(err, ErrExists) {
+		t.Fatalf("rename onto a taken name: %v, want ErrExists", err)
+	}
+	if procs, err := g.Procs(); err != nil || !slices.Equal(procs, []int{pid}) {
+		t.Fatalf("after the refused rename the group holds %v (%v), want [%d]", procs, err, pid)
+	}
+	name := testName()
+	renamed, err := g.Rename(name)
 	if err != nil {
-		t.Fatalf("Tasks: %v", err)
+		t.Fatalf("Rename: %v", err)
 	}
-	if len(files) != len(g.dirs()) {
-		t.Fatalf("Tasks gave %d files for %d mounts", len(files), len(g.dirs()))
+	t.Cleanup(func() { renamed.Destroy(context.Background()) })
+	for _, d := range g.dirs() {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there after the rename (%v)", d, err)
+		}
 	}
-	before, err := os.ReadFile("/proc/self/cgroup")
+	self, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved := make(chan string, 1)
-	go func() {
-		// Never unlocked: the thread, moved into the group, ends with the
-		// goroutine, and leaves the group empty for its cleanup.
-		runtime.LockOSThread()
-		for _, f := range files {
-			if _, err := f.Write([]byte("0")); err != nil {
-				moved <- "write: " + err.Error()
-				return
-			}
-		}
-		b, err := os.ReadFile("/proc/thread-self/cgroup")
-		if err != nil {
-			moved <- err.Error()
-			return
-		}
-		moved <- string(b)
-	}()
-	got := <-moved
-	for _, f := range files {
-		f.Close()
-	}
 	for _, c := range h.v1Order() {
-		if !regexp.MustCompile(`(?m)^\d+:([^:]*,)?` + c + `(,[^:]*)?:/` + parentDir + "/" + g.Name() + "$").MatchString(got) {
-			t.Errorf("the thread is not in the group's %s: %q", c, got)
+		if !regexp.MustCompile(`(?m)^\d+:([^:]*,)?` + c + `(,[^:]*)?:/` + parentDir + "/" + name + "$").MatchString(string(self)) {
+			t.Errorf("the process is not in the renamed group's %s: %q", c, self)
 		}
 	}
-	if after, _ := os.ReadFile("/proc/self/cgroup"); !bytes.Equal(after, before) {
-		t.Errorf("the test's main thread moved: %q, was %q", after, before)
+	for f, want := range map[string]string{"memory.limit_in_bytes": fmt.Sprint(64 << 20), "pids.max": "32"} {
+		c, _, _ := strings.Cut(f, ".")
+		if got := readTrim(t, filepath.Join(renamed.dir(c), f)); got != want {
+			t.Errorf("%s = %q, want %q", f, got, want)
+		}
+	}
+	if _, err := h.Open(name); err != nil {
+		t.Errorf("Open of the new name: %v", err)
 	}
 }
 

@@ -19,16 +19,18 @@
 //  2. It starts the agent from a sealed memfd in new namespaces; the user
 //     namespace maps the sandbox's uids 0-65535 to a host range of its own
 //     (by slot), so root in the sandbox is an unprivileged, unique host uid.
-//  3. It makes the cgroup's work subgroup (cgroup v1), mounts the loop
-//     device as a detached ext4 mount, idmapped into the child's user
-//     namespace (files stay owned by uid 0 on disk, so the same image boots
-//     in a VM), and passes the mount and the tasks files of the cgroup and
-//     of its work subgroup to the child over a socketpair (on cgroup v2 it
-//     puts the child in the cgroup itself, and there is no work subgroup).
-//  4. The child moves each of its threads into the cgroup (a thread that
-//     moves itself spares the host a global lock), attaches the mount,
-//     mounts /proc, /sys (read-only), /dev (a tmpfs with a few host device
-//     nodes bound in), devpts, /dev/shm and /run, masks sensitive /proc files, pivots into the disk, sets the
+//  3. On cgroup v1 the child was put in a cgroup of its own when it was
+//     spawned (warm inits ahead of any create: moving a process into a
+//     group waits for an RCU grace period), which now gets the sandbox's
+//     limits and is renamed after it; on v2 the parent creates the cgroup
+//     and moves the child in. The parent makes the cgroup's work subgroup
+//     (v1), mounts the loop device as a detached ext4 mount, idmapped into
+//     the child's user namespace (files stay owned by uid 0 on disk, so the
+//     same image boots in a VM), and passes the mount and the work
+//     subgroup's tasks files to the child over a socketpair.
+//  4. The child attaches the mount, mounts /proc, /sys (read-only), /dev
+//     (a tmpfs with a few host device nodes bound in), devpts, /dev/shm and
+//     /run, masks sensitive /proc files, pivots into the disk, sets the
 //     hostname, writes /etc/hosts and /etc/resolv.conf when the sandbox has
 //     a network (the parent linked its namespace to the sandbox's router
 //     before sending the root), enters a new cgroup namespace, moves the
@@ -54,7 +56,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -340,28 +341,19 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 			group.Pids += runtime.AgentPids
 		}
 	}
-	cg, err := r.cgroups.Create(spec.ID, group)
-	if err != nil {
-		return nil, fmt.Errorf("create cgroup: %w", err)
-	}
-	undo.Add(func() { cg.Destroy(context.WithoutCancel(ctx)) })
-	// On v1 the init moves itself into the group (cgroup.Group.Tasks says
-	// why); on v2 it is moved.
-	join, err := cg.Tasks()
+	cg, err := r.sandboxCgroup(p, spec.ID, group)
 	if err != nil {
 		return nil, err
-	}
-	defer closeAll(join)
-	if join == nil {
-		if err := cg.AddProc(p.pid); err != nil {
-			return nil, fmt.Errorf("join cgroup: %w", err)
-		}
 	}
 	work, err := cg.Work(limits)
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll(work)
+	defer func() {
+		for _, f := range work {
+			f.Close()
+		}
+	}()
 
 	var fds []int
 	for _, d := range disksMounted() {
@@ -376,12 +368,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err := plugged(); err != nil {
 		return nil, err
 	}
-	for _, f := range slices.Concat(join, work) {
+	for _, f := range work {
 		fds = append(fds, int(f.Fd()))
 	}
 	cfg, _ := json.Marshal(containerinit.Config{
-		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil,
-		Join: len(join), Work: len(work),
+		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil, Work: len(work),
 	})
 	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return nil, fmt.Errorf("hand disks to init: %w", err)
@@ -402,10 +393,30 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}, nil
 }
 
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
+// sandboxCgroup gives init p's cgroup the sandbox's name and limits l: on
+// cgroup v1 the group p was spawned into, renamed; on v2 a new group, which
+// p is moved into. p.kill destroys it until the sandbox owns it.
+func (r *Runtime) sandboxCgroup(p *initProc, id string, l cgroup.Limits) (*cgroup.Group, error) {
+	if p.cg == nil {
+		cg, err := r.cgroups.Create(id, l)
+		if err != nil {
+			return nil, fmt.Errorf("create cgroup: %w", err)
+		}
+		p.cg = cg
+		if err := cg.AddProc(p.pid); err != nil {
+			return nil, fmt.Errorf("join cgroup: %w", err)
+		}
+		return cg, nil
 	}
+	if err := p.cg.Limit(l); err != nil {
+		return nil, err
+	}
+	cg, err := p.cg.Rename(id)
+	if err != nil {
+		return nil, err
+	}
+	p.cg = cg
+	return cg, nil
 }
 
 // process is a process the runtime holds a pidfd of. done is closed once
@@ -575,6 +586,10 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 	}
 	var errs []error
 	for _, name := range names {
+		if slot, ok := initCgroupSlot(name); ok {
+			errs = append(errs, r.sweepInitCgroup(ctx, name, slot))
+			continue
+		}
 		if !known[name] || keep[name] {
 			continue
 		}

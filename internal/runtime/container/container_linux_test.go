@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -414,6 +415,39 @@ func TestSweepRemovesOrphanCgroups(t *testing.T) {
 	}
 }
 
+// TestSweepRemovesLeftoverInitCgroups: the cgroup of an init whose uid
+// slot nobody holds (its daemon died before Start renamed it) goes; that
+// of a slot someone holds stays.
+func TestSweepRemovesLeftoverInitCgroups(t *testing.T) {
+	f := newFixture(t, 907)
+	held, _, err := f.rt.allocSlot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.rt.freeSlot(held)
+	free, _, err := f.rt.allocSlot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rt.freeSlot(free)
+	for _, slot := range []int{held, free} {
+		g, err := f.cg.Create(initCgroupPrefix+strconv.Itoa(slot), cgroup.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Destroy(context.Background())
+	}
+	if err := f.rt.Sweep(context.Background(), nil, nil); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if _, err := f.cg.Open(initCgroupPrefix + strconv.Itoa(free)); !errors.Is(err, cgroup.ErrNotFound) {
+		t.Errorf("the cgroup of free slot %d is still there: %v", free, err)
+	}
+	if _, err := f.cg.Open(initCgroupPrefix + strconv.Itoa(held)); err != nil {
+		t.Errorf("the cgroup of held slot %d was removed: %v", held, err)
+	}
+}
+
 // Warm inits are spawned ahead of time and handed out by Start; every
 // sandbox, warm or cold, gets a uid range of its own, and Close kills the
 // inits still waiting.
@@ -450,17 +484,28 @@ func TestWarmInits(t *testing.T) {
 		pids = append(pids, st.PID)
 	}
 	wait.For(t, 20*time.Second, "the pool to refill", func() bool { return warmCount() == 2 })
-	var waiting []int
+	// A sweep leaves the waiting inits and their cgroups alone.
+	if err := rt.Sweep(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var waiting []*initProc
 	for _, p := range rt.pool.Ready() {
-		waiting = append(waiting, p.pid)
+		waiting = append(waiting, p)
 		if slots[p.slot] {
 			t.Errorf("warm init holds slot %d of a running sandbox", p.slot)
 		}
+		cgs, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
+		if f.cg.Version() == 1 && (err != nil || !strings.Contains(string(cgs), ":/warren/"+initCgroupPrefix+strconv.Itoa(p.slot)+"\n")) {
+			t.Errorf("warm init %d is not in its own cgroup: %q (%v)", p.pid, cgs, err)
+		}
 	}
 	rt.Close()
-	for _, pid := range waiting {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			t.Errorf("warm init %d alive after Close", pid)
+	for _, p := range waiting {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); err == nil {
+			t.Errorf("warm init %d alive after Close", p.pid)
+		}
+		if _, err := f.cg.Open(initCgroupPrefix + strconv.Itoa(p.slot)); !errors.Is(err, cgroup.ErrNotFound) {
+			t.Errorf("warm init %d's cgroup outlived Close: %v", p.pid, err)
 		}
 	}
 	for _, pid := range pids {

@@ -3,6 +3,7 @@
 package container
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,10 +11,12 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/cgroup"
 	"warren/internal/consolelog"
 	"warren/internal/runtime/container/containerinit"
 	"warren/internal/runtime/container/spawner"
@@ -32,10 +35,11 @@ type initProc struct {
 	proc    *process
 	pid     int
 	slot    int
-	sync    *os.File // our end of the socketpair
-	sock    string   // where its listening socket is bound
-	fifo    string   // its console FIFO, which console drains into log
-	log     string   // its console log
+	cg      *cgroup.Group // its cgroup (v1, from its spawn on; v2, from Start on); nil when none yet
+	sync    *os.File      // our end of the socketpair
+	sock    string        // where its listening socket is bound
+	fifo    string        // its console FIFO, which console drains into log
+	log     string        // its console log
 	console *consolelog.Drain
 	warm    bool // spawned ahead of time
 }
@@ -46,6 +50,13 @@ func (p *initProc) hostUID() int { return uidBase + p.slot*uidsPerSandbox }
 func (p *initProc) kill() {
 	p.proc.kill()
 	<-p.proc.done
+	if p.cg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.cg.Destroy(ctx); err != nil {
+			p.r.log.Warn("remove a killed init's cgroup", "err", err)
+		}
+		cancel()
+	}
 	p.sync.Close()
 	p.console.Stop()
 	p.r.freeSlot(p.slot)
@@ -135,7 +146,66 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 		return nil, fmt.Errorf("start init: %w", err)
 	}
 	p.pid, p.proc = pid, watch(pidfd)
+	if r.cgroups.Version() == 1 {
+		if p.cg, err = r.initCgroup(slot, pid); err != nil {
+			p.kill()
+			p.remove()
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// initCgroupPrefix names the cgroup an init is spawned into on cgroup v1,
+// followed by its uid slot, which is unique on the host; Start renames it
+// after the sandbox.
+const initCgroupPrefix = "init-"
+
+// initCgroupSlot parses the slot of an init's cgroup name.
+func initCgroupSlot(name string) (int, bool) {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, initCgroupPrefix))
+	return n, err == nil && n >= 0 && n < maxSlots && name == initCgroupPrefix+strconv.Itoa(n)
+}
+
+// initCgroup makes the cgroup init pid, of uid slot slot, starts in on
+// cgroup v1, without limits (Start sets the sandbox's), and moves the init
+// in: a warm init pays the move's grace period before any create waits for
+// it. A group of that name left by an earlier daemon is removed first: its
+// init held the slot's claim, so it is gone.
+func (r *Runtime) initCgroup(slot, pid int) (*cgroup.Group, error) {
+	name := initCgroupPrefix + strconv.Itoa(slot)
+	cg, err := r.cgroups.Create(name, cgroup.Limits{})
+	if errors.Is(err, cgroup.ErrExists) {
+		if err = r.destroy(context.Background(), name, ""); err == nil {
+			cg, err = r.cgroups.Create(name, cgroup.Limits{})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("init cgroup: %w", err)
+	}
+	if err := cg.AddProc(pid); err != nil {
+		cg.Destroy(context.Background())
+		return nil, fmt.Errorf("init cgroup: %w", err)
+	}
+	return cg, nil
+}
+
+// sweepInitCgroup removes the cgroup of an init of slot that no init
+// holds: one whose slot nobody on the host claims (another warren server's
+// warm inits hold theirs).
+func (r *Runtime) sweepInitCgroup(ctx context.Context, name string, slot int) error {
+	r.slotsMu.Lock()
+	defer r.slotsMu.Unlock()
+	if _, ours := r.slots[slot]; ours {
+		return nil
+	}
+	_, claim, err := r.claims.Take(slot+1, func(n int) bool { return n != slot })
+	if err != nil {
+		return nil // held: a live init's
+	}
+	defer claim.Close()
+	r.log.Info("removing a leftover init's cgroup", "cgroup", name)
+	return r.destroy(ctx, name, "")
 }
 
 // take returns a warm init moved into dir (its socket becomes

@@ -53,22 +53,14 @@ type Config struct {
 	// Network says the runtime linked the sandbox to its router: the
 	// sandbox's /etc/hosts and /etc/resolv.conf are written for it.
 	Network bool `json:"network,omitempty"`
-	// Join is how many tasks files of the sandbox's cgroup follow the
-	// mounts (cgroup.Group.Tasks, cgroup v1): Setup moves every thread of
-	// the init into the cgroup through them before anything else. None:
-	// the runtime moved the init itself.
-	Join int `json:"join,omitempty"`
-	// Work is how many tasks files of the cgroup's work subgroup follow
-	// those (cgroup.Group.Work): Setup's joinWork gets them.
+	// Work is how many tasks files of the cgroup's work subgroup follow the
+	// mounts (cgroup.Group.Work): Setup's joinWork gets them.
 	Work int `json:"work,omitempty"`
 }
 
-// maxJoin bounds Config.Join: one tasks file per cgroup v1 mount warren
-// uses. maxWork bounds Config.Work: one per controller of a work subgroup.
-const (
-	maxJoin = 6
-	maxWork = 2
-)
+// maxWork bounds Config.Work: one tasks file per controller of a work
+// subgroup.
+const maxWork = 2
 
 // WorkspaceDir is where the workspace disk is mounted in the sandbox.
 const WorkspaceDir = "workspace"
@@ -120,20 +112,15 @@ func setup(joinWork func(tasks []int) error) error {
 	if cfg.Workspace {
 		mounts++
 	}
-	if cfg.Join < 0 || cfg.Join > maxJoin || cfg.Work < 0 || cfg.Work > maxWork || len(fds) != mounts+cfg.Join+cfg.Work {
-		return fmt.Errorf("init config: workspace %v, %d cgroup files and %d work files with %d descriptors",
-			cfg.Workspace, cfg.Join, cfg.Work, len(fds))
+	if cfg.Work < 0 || cfg.Work > maxWork || len(fds) != mounts+cfg.Work {
+		return fmt.Errorf("init config: workspace %v and %d work files with %d descriptors", cfg.Workspace, cfg.Work, len(fds))
 	}
-	root, join, work := fds[0], fds[mounts:mounts+cfg.Join], fds[mounts+cfg.Join:]
+	root, work := fds[0], fds[mounts:]
 	defer func() {
-		for _, fd := range fds[mounts:] {
+		for _, fd := range work {
 			unix.Close(fd)
 		}
 	}()
-	// Into the sandbox's cgroup first, under its limits from here on.
-	if err := joinCgroup(join); err != nil {
-		return err
-	}
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -178,7 +165,7 @@ func setup(joinWork func(tasks []int) error) error {
 			return fmt.Errorf("network files: %w", err)
 		}
 	}
-	// We are in the sandbox's cgroup (joinCgroup, or the runtime moved us):
+	// The runtime moved us into the sandbox's cgroup before sending the root:
 	// a cgroup namespace made now shows that cgroup as "/". Namespaces,
 	// capabilities and no_new_privs belong to each thread, and the agent
 	// forks from any of its threads, so each step runs on every thread.
@@ -207,21 +194,6 @@ func setup(joinWork func(tasks []int) error) error {
 	return nil
 }
 
-// self is what a thread writes to a cgroup v1 tasks file to move itself.
-var self = []byte("0")
-
-// joinCgroup moves every thread of the process into the cgroup whose tasks
-// files are fds. Each thread moves itself, which spares the host-wide lock
-// (and its RCU grace period) that moving another task takes.
-func joinCgroup(fds []int) error {
-	for _, fd := range fds {
-		if err := writeAllThreads(fd, self); err != nil {
-			return fmt.Errorf("join the sandbox's cgroup: %w", err)
-		}
-	}
-	return nil
-}
-
 // allThreads makes the syscall on every OS thread of the process.
 func allThreads(trap, a1, a2, a3 uintptr) error {
 	if _, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, a3); errno != 0 {
@@ -236,7 +208,7 @@ func allThreads(trap, a1, a2, a3 uintptr) error {
 // ended).
 func recvFds(fd int) ([]byte, []int, error) {
 	buf := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace((2+maxJoin+maxWork)*4))
+	oob := make([]byte, unix.CmsgSpace((2+maxWork)*4))
 	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return nil, nil, err

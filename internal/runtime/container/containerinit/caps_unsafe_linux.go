@@ -18,12 +18,3 @@ func capsetAllThreads(hdr *unix.CapUserHeader, data *[2]unix.CapUserData) error 
 	}
 	return nil
 }
-
-// writeAllThreads is write(2) of b to fd from every OS thread.
-func writeAllThreads(fd int, b []byte) error {
-	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
