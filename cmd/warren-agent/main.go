@@ -121,6 +121,9 @@ func main() {
 		os.WriteFile("/proc/self/comm", []byte("warren-spawner"), 0)
 		os.Exit(spawner.Main())
 	}
+	if containerinit.Started() {
+		containerinit.Early()
+	}
 	// The agent's output buffers are bounded in total (package agent):
 	// near that, collect garbage harder rather than grow into the reserve
 	// the container runtime keeps for the agent (runtime.AgentMemoryMB).

@@ -69,6 +69,19 @@ const WorkspaceDir = "workspace"
 // as a sandbox's init; it must then call Setup before it serves.
 func Started() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
 
+// Early does the part of the setup that goes over every thread of the
+// process and needs nothing from the runtime: it shrinks the capability
+// bounding set, one capability and one signal to each thread at a time.
+// The agent calls it first thing in main, while the Go runtime has few
+// threads (later ones inherit the set from the thread that makes them),
+// before Setup. On failure it reports the error to the runtime and exits.
+func Early() {
+	if err := shrinkBoundingSet(); err != nil {
+		unix.Write(FdSync, []byte(err.Error()))
+		os.Exit(1)
+	}
+}
+
 // Setup sets the sandbox up from inside its new namespaces and returns when
 // it is ready for the agent to serve. joinWork gets the work subgroup's
 // tasks files, when the runtime sent them, and must move the thread the
@@ -89,14 +102,9 @@ func Setup(joinWork func(tasks []int) error) {
 func setup(joinWork func(tasks []int) error) error {
 	// Work that needs neither the root nor the cgroup is done before the
 	// root arrives, which for a warm init is before any sandbox waits for
-	// it. The bounding set only limits what later execs may gain, not what
-	// this process holds now.
-	if err := shrinkBoundingSet(); err != nil {
-		return err
-	}
-	// Loopback belongs to the sandbox's own network namespace; bringing it up
-	// takes the kernel's global network lock, better taken now than while a
-	// create waits.
+	// it (as is Early's). Loopback belongs to the sandbox's own network
+	// namespace; bringing it up takes the kernel's global network lock,
+	// better taken now than while a create waits.
 	if err := guestnet.Up("lo"); err != nil {
 		return err
 	}
