@@ -15,9 +15,9 @@ import (
 	"connectrpc.com/connect"
 
 	"warren/api"
+	"warren/internal/agent"
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
-	"warren/internal/agent"
 	"warren/internal/agentconn"
 	"warren/internal/ident"
 	"warren/internal/network/policy"
