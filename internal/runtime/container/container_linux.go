@@ -95,7 +95,8 @@ type Options struct {
 	// create skips process start-up (0: none).
 	Warm int
 	// WarmDir holds the warm inits' sockets and logs; it is emptied at New.
-	// Required when Warm > 0.
+	// Required when Warm > 0. Its path also names the inits' cgroups
+	// (initTag), so two runtimes on one host never share one.
 	WarmDir string
 }
 
@@ -115,6 +116,7 @@ type Runtime struct {
 
 	pool    *warmpool.Pool[*initProc] // inits spawned ahead of time, waiting for a sandbox
 	spawner *spawner.Client           // starts the inits
+	initTag string                    // names the inits' cgroups (initCgroupName)
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -151,7 +153,7 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 		return nil, err
 	}
 	r := &Runtime{log: log, cgroups: cgroups, opts: opts, agent: agent, claims: claims, slots: map[int]*os.File{},
-		spawner: spawner.NewClient(agent)}
+		spawner: spawner.NewClient(agent), initTag: initTag(opts.WarmDir)}
 	r.pool = r.newPool()
 	return r, nil
 }
@@ -586,8 +588,8 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 	}
 	var errs []error
 	for _, name := range names {
-		if slot, ok := initCgroupSlot(name); ok {
-			errs = append(errs, r.sweepInitCgroup(ctx, name, slot))
+		if tag, slot, ok := parseInitCgroup(name); ok {
+			errs = append(errs, r.sweepInitCgroup(ctx, name, tag, slot))
 			continue
 		}
 		if !known[name] || keep[name] {

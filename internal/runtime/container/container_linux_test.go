@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -415,23 +414,39 @@ func TestSweepRemovesOrphanCgroups(t *testing.T) {
 	}
 }
 
-// TestSweepRemovesLeftoverInitCgroups: the cgroup of an init whose uid
-// slot nobody holds (its daemon died before Start renamed it) goes; that
-// of a slot someone holds stays.
+// TestSweepRemovesLeftoverInitCgroups: the cgroup of an init that is not
+// the runtime's goes when an earlier daemon of the same data directory
+// left it (even while its init, on its way out, still holds its slot) or
+// when nobody holds its slot; another server's, whose slot is held, stays.
 func TestSweepRemovesLeftoverInitCgroups(t *testing.T) {
 	f := newFixture(t, 907)
-	held, _, err := f.rt.allocSlot()
+	earlier := &Runtime{initTag: "earlier"}
+	var held, free []int
+	for range 2 {
+		slot, claim, err := f.rt.allocSlot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer claim.Close()
+		held = append(held, slot)
+	}
+	slot, _, err := f.rt.allocSlot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.rt.freeSlot(held)
-	free, _, err := f.rt.allocSlot()
-	if err != nil {
-		t.Fatal(err)
+	f.rt.freeSlot(slot)
+	free = append(free, slot)
+	// The fixture's runtime holds the claims of held, as the other server
+	// (or the earlier daemon's dying init) would; its slots map forgets them.
+	f.rt.slotsMu.Lock()
+	for _, s := range held {
+		delete(f.rt.slots, s)
 	}
-	f.rt.freeSlot(free)
-	for _, slot := range []int{held, free} {
-		g, err := f.cg.Create(initCgroupPrefix+strconv.Itoa(slot), cgroup.Limits{})
+	f.rt.slotsMu.Unlock()
+	gone := []string{f.rt.initCgroupName(held[0]), earlier.initCgroupName(free[0])}
+	kept := earlier.initCgroupName(held[1])
+	for _, name := range append(gone, kept) {
+		g, err := f.cg.Create(name, cgroup.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,11 +455,13 @@ func TestSweepRemovesLeftoverInitCgroups(t *testing.T) {
 	if err := f.rt.Sweep(context.Background(), nil, nil); err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
-	if _, err := f.cg.Open(initCgroupPrefix + strconv.Itoa(free)); !errors.Is(err, cgroup.ErrNotFound) {
-		t.Errorf("the cgroup of free slot %d is still there: %v", free, err)
+	for _, name := range gone {
+		if _, err := f.cg.Open(name); !errors.Is(err, cgroup.ErrNotFound) {
+			t.Errorf("%s is still there: %v", name, err)
+		}
 	}
-	if _, err := f.cg.Open(initCgroupPrefix + strconv.Itoa(held)); err != nil {
-		t.Errorf("the cgroup of held slot %d was removed: %v", held, err)
+	if _, err := f.cg.Open(kept); err != nil {
+		t.Errorf("%s, another server's with its slot held, was removed: %v", kept, err)
 	}
 }
 
@@ -495,7 +512,7 @@ func TestWarmInits(t *testing.T) {
 			t.Errorf("warm init holds slot %d of a running sandbox", p.slot)
 		}
 		cgs, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
-		if f.cg.Version() == 1 && (err != nil || !strings.Contains(string(cgs), ":/warren/"+initCgroupPrefix+strconv.Itoa(p.slot)+"\n")) {
+		if f.cg.Version() == 1 && (err != nil || !strings.Contains(string(cgs), ":/warren/"+rt.initCgroupName(p.slot)+"\n")) {
 			t.Errorf("warm init %d is not in its own cgroup: %q (%v)", p.pid, cgs, err)
 		}
 	}
@@ -504,7 +521,7 @@ func TestWarmInits(t *testing.T) {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); err == nil {
 			t.Errorf("warm init %d alive after Close", p.pid)
 		}
-		if _, err := f.cg.Open(initCgroupPrefix + strconv.Itoa(p.slot)); !errors.Is(err, cgroup.ErrNotFound) {
+		if _, err := f.cg.Open(rt.initCgroupName(p.slot)); !errors.Is(err, cgroup.ErrNotFound) {
 			t.Errorf("warm init %d's cgroup outlived Close: %v", p.pid, err)
 		}
 	}

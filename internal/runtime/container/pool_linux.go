@@ -4,6 +4,8 @@ package container
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -156,24 +158,45 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 	return p, nil
 }
 
-// initCgroupPrefix names the cgroup an init is spawned into on cgroup v1,
-// followed by its uid slot, which is unique on the host; Start renames it
-// after the sandbox.
+// initCgroupPrefix names the cgroup an init is spawned into on cgroup v1:
+// init-TAG-SLOT, where TAG is its runtime's (initTag) and SLOT its uid
+// slot, unique on the host. Start renames it after the sandbox.
 const initCgroupPrefix = "init-"
 
-// initCgroupSlot parses the slot of an init's cgroup name.
-func initCgroupSlot(name string) (int, bool) {
-	n, err := strconv.Atoi(strings.TrimPrefix(name, initCgroupPrefix))
-	return n, err == nil && n >= 0 && n < maxSlots && name == initCgroupPrefix+strconv.Itoa(n)
+// initTag is the TAG of a runtime's init cgroups: a hash of its warm
+// directory, which a later daemon on the same data directory shares, so
+// that its Sweep removes what an earlier one left; without a warm
+// directory (no inits outlive the process but a sandbox's), its pid.
+func initTag(warmDir string) string {
+	if warmDir == "" {
+		return fmt.Sprintf("p%d", os.Getpid())
+	}
+	sum := sha256.Sum256([]byte(warmDir))
+	return hex.EncodeToString(sum[:4])
+}
+
+// initCgroupName is the name of the cgroup of the init of slot.
+func (r *Runtime) initCgroupName(slot int) string {
+	return initCgroupPrefix + r.initTag + "-" + strconv.Itoa(slot)
+}
+
+// parseInitCgroup parses an init cgroup's name.
+func parseInitCgroup(name string) (tag string, slot int, ok bool) {
+	rest, found := strings.CutPrefix(name, initCgroupPrefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !found || i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(rest[i+1:])
+	return rest[:i], n, err == nil && n >= 0 && n < maxSlots && rest[i+1:] == strconv.Itoa(n)
 }
 
 // initCgroup makes the cgroup init pid, of uid slot slot, starts in on
 // cgroup v1, without limits (Start sets the sandbox's), and moves the init
 // in: a warm init pays the move's grace period before any create waits for
-// it. A group of that name left by an earlier daemon is removed first: its
-// init held the slot's claim, so it is gone.
+// it. A group of that name left by an earlier daemon is removed first.
 func (r *Runtime) initCgroup(slot, pid int) (*cgroup.Group, error) {
-	name := initCgroupPrefix + strconv.Itoa(slot)
+	name := r.initCgroupName(slot)
 	cg, err := r.cgroups.Create(name, cgroup.Limits{})
 	if errors.Is(err, cgroup.ErrExists) {
 		if err = r.destroy(context.Background(), name, ""); err == nil {
@@ -190,20 +213,24 @@ func (r *Runtime) initCgroup(slot, pid int) (*cgroup.Group, error) {
 	return cg, nil
 }
 
-// sweepInitCgroup removes the cgroup of an init of slot that no init
-// holds: one whose slot nobody on the host claims (another warren server's
-// warm inits hold theirs).
-func (r *Runtime) sweepInitCgroup(ctx context.Context, name string, slot int) error {
+// sweepInitCgroup removes the cgroup of an init that is not this
+// runtime's: one an earlier daemon on the same data directory left (its
+// warm inits may still be on their way out: it kills them), or one whose
+// slot nobody on the host claims. Another warren server's live inits
+// claim theirs.
+func (r *Runtime) sweepInitCgroup(ctx context.Context, name, tag string, slot int) error {
 	r.slotsMu.Lock()
 	defer r.slotsMu.Unlock()
-	if _, ours := r.slots[slot]; ours {
+	if _, ours := r.slots[slot]; ours && tag == r.initTag {
 		return nil
 	}
-	_, claim, err := r.claims.Take(slot+1, func(n int) bool { return n != slot })
-	if err != nil {
-		return nil // held: a live init's
+	if tag != r.initTag {
+		_, claim, err := r.claims.Take(slot+1, func(n int) bool { return n != slot })
+		if err != nil {
+			return nil // held: a live init's
+		}
+		defer claim.Close()
 	}
-	defer claim.Close()
 	r.log.Info("removing a leftover init's cgroup", "cgroup", name)
 	return r.destroy(ctx, name, "")
 }
