@@ -5,8 +5,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -57,15 +59,22 @@ func hostSandboxThings() []string {
 
 // waitingInit reports whether cgroup name in dir is a warm init's, with
 // the init in it: on cgroup v1 the container runtime spawns each init into
-// a cgroup of its own, init-SLOT, renamed after its sandbox at a create.
-// Waiting inits are left out of the leak checks, as warm routers are; an
-// empty one is a leak.
+// a cgroup of its own, init-TAG-SLOT, renamed after its sandbox at a
+// create. Waiting inits are left out of the leak checks, as warm routers
+// are. One stays empty while its init is moved in (the move waits for an
+// RCU grace period) or killed: one empty for 2 s is a leak.
 func waitingInit(dir, name string) bool {
 	if !strings.HasPrefix(name, "init-") {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(dir, name, "cgroup.procs"))
-	return err == nil && len(bytes.TrimSpace(b)) > 0
+	for range 40 {
+		b, err := os.ReadFile(filepath.Join(dir, name, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(bytes.TrimSpace(b)) > 0) {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // resources counts what sandboxes hold on the host, to find leaks.
