@@ -26,8 +26,9 @@ func (s *Server) JoinWork(tasks []int) error {
 		// Never unlocked: should the move fail half-way, the goroutine ends
 		// and the runtime ends the thread with it.
 		runtime.LockOSThread()
-		// "0" is the writing thread: moving itself, it takes no host-wide
-		// lock (see cgroup.Group.Tasks).
+		// "0" is the writing thread: a thread that moves itself takes no
+		// host-wide lock, where moving another task on cgroup v1 waits for
+		// an RCU grace period.
 		for _, fd := range tasks {
 			if _, err := unix.Write(fd, []byte("0")); err != nil {
 				joined <- fmt.Errorf("join the sandbox's work cgroup: %w", err)

@@ -87,8 +87,9 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 	if err != nil {
 		return nil, err
 	}
+	started := false // from then on, kill frees the slot
 	defer func() {
-		if err != nil {
+		if err != nil && !started {
 			r.freeSlot(slot)
 		}
 	}()
@@ -147,7 +148,7 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 		p.remove()
 		return nil, fmt.Errorf("start init: %w", err)
 	}
-	p.pid, p.proc = pid, watch(pidfd)
+	p.pid, p.proc, started = pid, watch(pidfd), true
 	if r.cgroups.Version() == 1 {
 		if p.cg, err = r.initCgroup(slot, pid); err != nil {
 			p.kill()

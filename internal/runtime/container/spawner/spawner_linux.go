@@ -277,16 +277,18 @@ func (c *Client) Spawn(req Request, out *os.File, extra []*os.File) (pid, pidfd 
 	}
 	got, _ := rights(oob[:oobn])
 	var r reply
-	if err := json.Unmarshal(buf[:n], &r); err != nil || r.Error != "" || r.Pid <= 0 || len(got) != 1 {
-		closeFds(got)
-		if err == nil && r.Error == "" {
-			err = fmt.Errorf("pid %d with %d pidfds", r.Pid, len(got))
-		} else if r.Error != "" {
-			err = errors.New(r.Error)
-		}
-		return 0, -1, fmt.Errorf("spawn: %w", err)
+	err = json.Unmarshal(buf[:n], &r)
+	switch {
+	case err != nil:
+	case r.Error != "":
+		err = errors.New(r.Error)
+	case r.Pid <= 0 || len(got) != 1:
+		err = fmt.Errorf("pid %d with %d pidfds", r.Pid, len(got))
+	default:
+		return r.Pid, got[0], nil
 	}
-	return r.Pid, got[0], nil
+	closeFds(got)
+	return 0, -1, fmt.Errorf("spawn: %w", err)
 }
 
 // send sends one request, starting the spawner first if it is not running.
