@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"warren/api"
@@ -61,6 +62,10 @@ func (s *Store) CreateKey(ctx context.Context, k Key) (string, error) {
 // close a guess was.
 func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 	hash := sha256.Sum256([]byte(key))
+	if k, ok := s.keys.get(hash); ok {
+		return k, nil
+	}
+	gen := s.keys.generation()
 	var k Key
 	var created int64
 	err := s.db.QueryRowContext(ctx,
@@ -73,6 +78,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (Key, error) {
 		return Key{}, fmt.Errorf("lookup key: %w", err)
 	}
 	k.CreatedAt = fromNanos(created)
+	s.keys.put(hash, k, gen)
 	return k, nil
 }
 
@@ -104,6 +110,7 @@ func (s *Store) ListKeys(ctx context.Context, page listing.Page) ([]Key, error) 
 // nothing. ErrNotFound when there is no such key.
 func (s *Store) DeleteKey(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+	s.keys.clear()
 	if err != nil {
 		return fmt.Errorf("delete key: %w", err)
 	}
@@ -151,4 +158,88 @@ func randomString(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return keyEncoding.EncodeToString(b)
+}
+
+// keyCache keeps the keys a SQLite store found, so that authenticating a
+// request does not query the database each time (a query after the
+// database sat idle for a millisecond takes 80 µs here). Only SQLite
+// keeps one: its database is the one daemon's, which holds the data
+// directory's lock, so a key deleted through the store leaves the cache
+// at once and authenticates nothing from the next request on. Entries
+// also expire after keyCacheTTL, which bounds what another process
+// writing the same file could leave behind. PostgreSQL is shared by the
+// fleet's replicas, any of which may delete a key: every lookup there
+// queries. Unknown keys are never kept, so guesses cannot fill it.
+type keyCache struct {
+	mu   sync.Mutex
+	keys map[[sha256.Size]byte]cachedKey
+	// gen counts the clears: a lookup that read the database before a
+	// delete must not put back what the delete removed.
+	gen uint64
+}
+
+type cachedKey struct {
+	key     Key
+	expires time.Time
+}
+
+const (
+	keyCacheTTL  = time.Second
+	keyCacheSize = 4096
+)
+
+func newKeyCache() *keyCache {
+	return &keyCache{keys: make(map[[sha256.Size]byte]cachedKey)}
+}
+
+// get returns a live entry for hash. A nil cache has none.
+func (c *keyCache) get(hash [sha256.Size]byte) (Key, bool) {
+	if c == nil {
+		return Key{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.keys[hash]
+	if !ok || time.Now().After(e.expires) {
+		return Key{}, false
+	}
+	return e.key, true
+}
+
+// generation is the count of clears, read before a lookup queries.
+func (c *keyCache) generation() uint64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// put keeps k, read from the database at generation gen, unless a clear
+// came since. A full cache starts over.
+func (c *keyCache) put(hash [sha256.Size]byte, k Key, gen uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return
+	}
+	if len(c.keys) >= keyCacheSize {
+		clear(c.keys)
+	}
+	c.keys[hash] = cachedKey{key: k, expires: time.Now().Add(keyCacheTTL)}
+}
+
+// clear drops every entry: a key was deleted.
+func (c *keyCache) clear() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.keys)
+	c.gen++
 }

@@ -45,7 +45,8 @@ var ErrExists = errors.New("already exists")
 // Store is the metadata store, on SQLite or PostgreSQL.
 type Store struct {
 	db   *db
-	bell bell // rung when events are recorded (events.go)
+	bell bell      // rung when events are recorded (events.go)
+	keys *keyCache // nil on PostgreSQL (keys.go)
 }
 
 // busyTimeoutMs is how long a SQLite statement waits for another writer's
@@ -85,7 +86,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 func connect(dsn string) (s *Store, name string, err error) {
 	if !isPostgres(dsn) {
 		d, err := openSQLite(dsn)
-		return &Store{db: d}, dsn, err
+		return &Store{db: d, keys: newKeyCache()}, dsn, err
 	}
 	d, err := openPostgres(dsn)
 	return &Store{db: d}, redacted(dsn), err

@@ -468,3 +468,61 @@ func TestRebind(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedKeyFailsAtOnce: a key found (and, on SQLite, cached) before
+// it is deleted authenticates nothing after.
+func TestDeletedKeyFailsAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := openTest(t, b)
+		ctx := context.Background()
+		key, err := s.CreateKey(ctx, Key{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := s.LookupKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteKey(ctx, k.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LookupKey(ctx, key); !errors.Is(err, ErrNotFound) {
+			t.Errorf("LookupKey after DeleteKey: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestKeyCache(t *testing.T) {
+	c := newKeyCache()
+	h := sha256.Sum256([]byte("wk_a"))
+	k := Key{ID: "key-a", Tenant: "acme"}
+	gen := c.generation()
+	c.put(h, k, gen)
+	if got, ok := c.get(h); !ok || got != k {
+		t.Fatalf("get = %+v, %v; want %+v", got, ok, k)
+	}
+	// A lookup that read the database before a delete cleared the cache
+	// does not put back what the delete removed.
+	c.clear()
+	c.put(h, k, gen)
+	if _, ok := c.get(h); ok {
+		t.Error("a put older than a clear was kept")
+	}
+	c.put(h, k, c.generation())
+	c.keys[h] = cachedKey{key: k, expires: time.Now().Add(-time.Millisecond)}
+	if _, ok := c.get(h); ok {
+		t.Error("an expired entry was returned")
+	}
+	for i := range keyCacheSize + 1 {
+		c.put(sha256.Sum256([]byte{byte(i), byte(i >> 8)}), k, c.generation())
+	}
+	if len(c.keys) > keyCacheSize {
+		t.Errorf("cache holds %d keys, over its %d", len(c.keys), keyCacheSize)
+	}
+	var none *keyCache // PostgreSQL's
+	none.put(h, k, none.generation())
+	if _, ok := none.get(h); ok {
+		t.Error("a nil cache returned a key")
+	}
+	none.clear()
+}
