@@ -118,7 +118,7 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		env = withTERM(env)
 		stdio, err = s.openPTY(req.GetPty(), acc.uid)
 	} else {
-		stdio, err = pipes()
+		stdio, err = pipes(len(req.GetStdinData()) > 0 || req.GetStdin())
 	}
 	if err != nil {
 		return nil, nil, nil, err
@@ -184,8 +184,9 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		}
 		p.mu.Unlock()
 	}
-	// A pty's master, its stdin, stays open until the process ends.
-	if data, keep := req.GetStdinData(), req.GetStdin() || p.pty != nil; len(data) > 0 || !keep {
+	// A pty's master, its stdin, stays open until the process ends. A
+	// process without input reads /dev/null (pipes).
+	if data, keep := req.GetStdinData(), req.GetStdin() || p.pty != nil; p.stdin != nil && (len(data) > 0 || !keep) {
 		s.goFeedStdin(p, data, keep)
 	}
 	if p.pty != nil {

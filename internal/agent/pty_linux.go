@@ -58,7 +58,8 @@ func (s *Server) openPTY(req *processpb.PTY, uid uint32) (*procIO, error) {
 		s.ptys.Add(-1)
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("too many ptys: at most %d at once in a sandbox", maxPTYs))
 	}
-	io := &procIO{pty: &ptyState{live: &s.ptys}}
+	io := newProcIO()
+	io.pty = &ptyState{live: &s.ptys}
 	fail := func(op string, err error) (*procIO, error) {
 		io.closeAll()
 		return nil, connect.NewError(errnoCode(err), fmt.Errorf("%s: %w", op, err))
@@ -83,8 +84,7 @@ func (s *Server) openPTY(req *processpb.PTY, uid uint32) (*procIO, error) {
 	if errno != 0 {
 		return fail("open the pty's slave", errno)
 	}
-	slave := os.NewFile(sfd, "pty slave")
-	io.child = [3]*os.File{slave, slave, slave}
+	io.child = [3]int{int(sfd), int(sfd), int(sfd)}
 	// The terminal belongs to its user, as login makes it, so that tools
 	// that open it by name (tty's answer) may.
 	if os.Geteuid() == 0 {

@@ -3,30 +3,36 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 )
 
-// procIO is the stdio of a process being started: the ends its child gets
-// (closed here once it is forked) and the ends the agent keeps.
+// procIO is the stdio of a process being started: the descriptors its
+// child gets (closed here once it is forked) and the ends the agent keeps.
+// The child's are plain descriptors, never registered with Go's poller:
+// the agent only passes them on.
 type procIO struct {
-	child                 [3]*os.File // the child's 0, 1 and 2
-	stdin, stdout, stderr *os.File    // kept; for a pty, stdin and stdout are its master, stderr is nil
+	child                 [3]int   // the child's 0, 1 and 2; -1 until opened
+	stdin, stdout, stderr *os.File // kept; stdin nil when the child reads /dev/null; for a pty, stdin and stdout are its master, stderr is nil
 	pty                   *ptyState
 }
 
-// closeChild closes the child's ends in the agent (for a pty, the one
-// slave thrice: closing a closed file does nothing).
+func newProcIO() *procIO { return &procIO{child: [3]int{-1, -1, -1}} }
+
+// closeChild closes the child's descriptors in the agent (for a pty, the
+// one slave, given thrice, once).
 func (io *procIO) closeChild() {
-	for _, f := range io.child {
-		if f != nil {
-			f.Close()
+	for i, fd := range io.child {
+		if fd >= 0 && !slices.Contains(io.child[:i], fd) {
+			unix.Close(fd)
 		}
 	}
+	io.child = [3]int{-1, -1, -1}
 }
 
 // closeAll closes every end; the process was not started.
@@ -54,19 +60,56 @@ func (io *procIO) sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 
 // childFDs are the child's 0, 1 and 2 for syscall.ProcAttr.
 func (io *procIO) childFDs() []uintptr {
-	return []uintptr{io.child[0].Fd(), io.child[1].Fd(), io.child[2].Fd()}
+	return []uintptr{uintptr(io.child[0]), uintptr(io.child[1]), uintptr(io.child[2])}
 }
 
-// pipes makes the stdio of a process without a pty: a pipe each.
-func pipes() (*procIO, error) {
-	io := &procIO{}
-	var errs [3]error
-	io.child[0], io.stdin, errs[0] = os.Pipe()
-	io.stdout, io.child[1], errs[1] = os.Pipe()
-	io.stderr, io.child[2], errs[2] = os.Pipe()
-	if err := errors.Join(errs[:]...); err != nil {
+// pipes makes the stdio of a process without a pty: a pipe each for its
+// output, and for its stdin when it takes input (stdin); otherwise it
+// reads /dev/null, as envd's processes without stdin do.
+func pipes(stdin bool) (*procIO, error) {
+	io := newProcIO()
+	fail := func(op string, err error) (*procIO, error) {
 		io.closeAll()
-		return nil, connect.NewError(errnoCode(err), fmt.Errorf("make pipes: %w", err))
+		return nil, connect.NewError(errnoCode(err), fmt.Errorf("%s: %w", op, err))
+	}
+	var err error
+	if stdin {
+		if io.child[0], io.stdin, err = pipe("|0", true); err != nil {
+			return fail("make the stdin pipe", err)
+		}
+	} else {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail("open /dev/null", err)
+		}
+		io.child[0] = fd
+	}
+	if io.child[1], io.stdout, err = pipe("|1", false); err != nil {
+		return fail("make the stdout pipe", err)
+	}
+	if io.child[2], io.stderr, err = pipe("|2", false); err != nil {
+		return fail("make the stderr pipe", err)
 	}
 	return io, nil
+}
+
+// pipe makes a pipe between a child and the agent, which reads it or, when
+// agentWrites, writes it. The agent's end is non-blocking, so that
+// os.NewFile puts it on Go's poller; the child's stays blocking, as
+// programs expect of their stdio.
+func pipe(name string, agentWrites bool) (child int, agent *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, nil, err
+	}
+	child, end := p[1], p[0]
+	if agentWrites {
+		child, end = p[0], p[1]
+	}
+	if err := unix.SetNonblock(end, true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, nil, err
+	}
+	return child, os.NewFile(uintptr(end), name), nil
 }
