@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -259,5 +260,28 @@ func TestReserveThreads(t *testing.T) {
 	}
 	if n < 17 {
 		t.Errorf("%d threads after reserving 16, want at least 17", n)
+	}
+}
+
+// TestLogsInUTC: the agent never loads a local time zone, whose file is on
+// a sandbox's cold disk when it starts; its log's times are UTC whatever
+// TZ says.
+func TestLogsInUTC(t *testing.T) {
+	if _, err := os.Stat("/usr/share/zoneinfo/Asia/Tokyo"); err != nil {
+		t.Skip("no tzdata to set another zone with:", err)
+	}
+	bin, err := buildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--mode", "bogus")
+	cmd.Env = []string{"TZ=Asia/Tokyo"}
+	out, _ := cmd.CombinedOutput()
+	m := regexp.MustCompile(`time=(\S+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no time in the agent's log:\n%s", out)
+	}
+	if !strings.HasSuffix(string(m[1]), "Z") {
+		t.Errorf("log time %s is not UTC", m[1])
 	}
 }
