@@ -34,16 +34,24 @@ func TestForkContainer(t *testing.T) {
 	}
 	t.Logf("the parent's writes waited %.1f ms for the fork", res.PausedMs)
 	seen := map[string]bool{parent.ID: true}
+	machineIDs := map[string]bool{shared.sh(t, parent.ID, `cat /etc/machine-id`): true}
 	for _, kid := range res.Sandboxes {
 		t.Cleanup(func() { c.DeleteSandbox(context.Background(), kid.ID) })
 		if seen[kid.ID] || kid.Origin != res.Snapshot.ID || kid.MemoryMB != 192 || kid.State != api.StateRunning {
 			t.Errorf("child %+v; want a new ID, running from %s with the parent's 192 MiB", kid, res.Snapshot.ID)
 		}
 		seen[kid.ID] = true
-		got := shared.sh(t, kid.ID, `hostname; printenv ROLE; cat /root/state; echo; echo `+kid.ID+` > /root/mine`)
-		if want := kid.ID + "\nparent\n" + token + "\n"; got != want {
-			t.Errorf("child %s: hostname, ROLE and the parent's file = %q, want %q", kid.ID, got, want)
+		// Each child has an identity of its own: hostname, /etc/hostname
+		// and machine ID.
+		got := shared.sh(t, kid.ID, `hostname; cat /etc/hostname; printenv ROLE; cat /root/state; echo; echo `+kid.ID+` > /root/mine`)
+		if want := kid.ID + "\n" + kid.ID + "\nparent\n" + token + "\n"; got != want {
+			t.Errorf("child %s: hostname, /etc/hostname, ROLE and the parent's file = %q, want %q", kid.ID, got, want)
 		}
+		machineID := shared.sh(t, kid.ID, `cat /etc/machine-id`)
+		if machineIDs[machineID] || len(machineID) != 33 {
+			t.Errorf("child %s: machine ID %q, want 32 hex digits of its own", kid.ID, machineID)
+		}
+		machineIDs[machineID] = true
 	}
 	for _, id := range []string{parent.ID, res.Sandboxes[0].ID} {
 		got := shared.sh(t, id, `cat /root/state; echo; cat /root/mine 2>/dev/null || echo none`)

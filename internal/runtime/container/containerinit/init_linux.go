@@ -176,7 +176,9 @@ func setup(joinWork func(tasks []int) error) error {
 	// The runtime moved us into the sandbox's cgroup before sending the root:
 	// a cgroup namespace made now shows that cgroup as "/". Namespaces,
 	// capabilities and no_new_privs belong to each thread, and the agent
-	// forks from any of its threads, so each step runs on every thread.
+	// forks from any of its threads, so each step runs on every thread:
+	// each is a signal to each thread, but for no_new_privs, which the
+	// seccomp filter's TSYNC carries to every thread.
 	if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
 		return fmt.Errorf("cgroup namespace: %w", err)
 	}
@@ -191,11 +193,8 @@ func setup(joinWork func(tasks []int) error) error {
 	if err := limitCapabilities(); err != nil {
 		return err
 	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	// Last: the filter forbids much of the above. TSYNC applies it to every
-	// thread.
+	// Last: the filter forbids much of the above. TSYNC applies it, and
+	// no_new_privs, to every thread.
 	if err := seccomp.Install(); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
