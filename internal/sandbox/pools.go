@@ -236,17 +236,18 @@ func (m *Manager) makeMember(w *warm) (_ *member, err error) {
 		return nil, err
 	}
 	warmFiles(ctx, b.conn)
-	if b.restored {
-		warmExec(ctx, b.conn)
-	}
+	warmExec(ctx, b.conn)
 	return &member{rec: rec, built: tpl.BuiltAt, b: b}, nil
 }
 
-// warmExec runs `true` once, as root, in a member restored from a memory
-// image: its VMM (under TCG, which translates guest code as it first runs
-// it) starts with none of the guest's code translated, and the first exec
-// after a claim would pay for the fork, exec and exit paths (measured here:
-// 128 ms to a claimed member's first exec without it, docs/BENCHMARKS.md).
+// warmExec runs `true` once, as root, in a member, so that the first exec
+// after a claim finds its paths ready: a container's agent has then faulted
+// in the code of its exec path (its first exec took 3-4.8 ms against 1.5
+// ms for later ones), and a vm restored from a memory image has its fork,
+// exec and exit paths translated (under TCG, which translates guest code
+// as it first runs it, a claimed member's first exec took 128 ms without
+// it: docs/BENCHMARKS.md). `true` leaves nothing behind: it is reaped, and
+// the claimed sandbox's processes are PID 1 alone.
 func warmExec(ctx context.Context, conn *agentconn.Conn) {
 	conn.Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}, nil, nil)
 }
