@@ -185,7 +185,7 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		p.mu.Unlock()
 	}
 	// A pty's master, its stdin, stays open until the process ends. A
-	// process without input reads /dev/null (pipes).
+	// process without input has none open (pipes).
 	if data, keep := req.GetStdinData(), req.GetStdin() || p.pty != nil; p.stdin != nil && (len(data) > 0 || !keep) {
 		s.goFeedStdin(p, data, keep)
 	}

@@ -18,7 +18,7 @@ import (
 // the agent only passes them on.
 type procIO struct {
 	child                 [3]int   // the child's 0, 1 and 2; -1 until opened
-	stdin, stdout, stderr *os.File // kept; stdin nil when the child reads /dev/null; for a pty, stdin and stdout are its master, stderr is nil
+	stdin, stdout, stderr *os.File // kept; stdin nil when the child takes no input; for a pty, stdin and stdout are its master, stderr is nil
 	pty                   *ptyState
 }
 
@@ -63,9 +63,10 @@ func (io *procIO) childFDs() []uintptr {
 	return []uintptr{uintptr(io.child[0]), uintptr(io.child[1]), uintptr(io.child[2])}
 }
 
-// pipes makes the stdio of a process without a pty: a pipe each for its
-// output, and for its stdin when it takes input (stdin); otherwise it
-// reads /dev/null, as envd's processes without stdin do.
+// pipes makes the stdio of a process without a pty: a pipe each. When the
+// process takes no input (stdin false), the agent closes its end of the
+// stdin pipe at once: the process reads end of file. (Not the sandbox's
+// /dev/null: that is the tenant's file, which may be anything by now.)
 func pipes(stdin bool) (*procIO, error) {
 	io := newProcIO()
 	fail := func(op string, err error) (*procIO, error) {
@@ -78,11 +79,12 @@ func pipes(stdin bool) (*procIO, error) {
 			return fail("make the stdin pipe", err)
 		}
 	} else {
-		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fail("open /dev/null", err)
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return fail("make the stdin pipe", err)
 		}
-		io.child[0] = fd
+		unix.Close(p[1])
+		io.child[0] = p[0]
 	}
 	if io.child[1], io.stdout, err = pipe("|1", false); err != nil {
 		return fail("make the stdout pipe", err)
