@@ -184,10 +184,10 @@ func (s *Server) startProcess(req *processpb.StartRequest, subscribe bool) (*pro
 		}
 		p.mu.Unlock()
 	}
-	// A pty's master, its stdin, stays open until the process ends. A
-	// process without input has none open (pipes).
-	if data, keep := req.GetStdinData(), req.GetStdin() || p.pty != nil; p.stdin != nil && (len(data) > 0 || !keep) {
-		s.goFeedStdin(p, data, keep)
+	// A process without input was given a closed stdin (pipes); a pty's
+	// master, its stdin, stays open until the process ends.
+	if data := req.GetStdinData(); len(data) > 0 {
+		s.goFeedStdin(p, data, req.GetStdin() || p.pty != nil)
 	}
 	if p.pty != nil {
 		p.readers.Add(1)
@@ -207,7 +207,7 @@ func (s *Server) goFeedStdin(p *proc, data []byte, keep bool) {
 	p.stdinSem <- struct{}{}
 	go func() {
 		defer func() { <-p.stdinSem }()
-		if f := p.stdinFile(); f != nil && len(data) > 0 {
+		if f := p.stdinFile(); f != nil {
 			if _, err := f.Write(data); err != nil {
 				s.log.Debug("write stdin_data", "pid", p.pid, "err", err)
 			}

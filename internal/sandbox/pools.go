@@ -241,9 +241,10 @@ func (m *Manager) makeMember(w *warm) (_ *member, err error) {
 }
 
 // warmExec runs `true` once, as root, in a member, so that the first exec
-// after a claim finds its paths ready: a container's agent has then faulted
-// in the code of its exec path (its first exec took 3-4.8 ms against 1.5
-// ms for later ones), and a vm restored from a memory image has its fork,
+// after a claim finds its paths ready: a container's agent has then run its
+// exec path once, reading the user database and looking up PATH on the
+// member's disk (its first exec took 3-4.8 ms against 1.5 ms for later
+// ones), and a vm restored from a memory image has its fork,
 // exec and exit paths translated (under TCG, which translates guest code
 // as it first runs it, a claimed member's first exec took 128 ms without
 // it: docs/BENCHMARKS.md). `true` leaves nothing behind: it is reaped, and
