@@ -209,7 +209,7 @@ func TestContainerIsolation(t *testing.T) {
 	run(t, conn, "sh", "-c", "echo hello > /root/new && test -w /etc/passwd")
 
 	status := run(t, conn, "cat", "/proc/self/status")
-	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", fmt.Sprintf("CapBnd:\t%016x", keptMask())} {
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", fmt.Sprintf("CapBnd:\t%016x", keptMask()), "CapAmb:\t0000000000000000"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("/proc/self/status lacks %q:\n%s", want, status)
 		}
@@ -222,7 +222,7 @@ func TestContainerIsolation(t *testing.T) {
 		t.Fatalf("agent threads: %q", threads)
 	}
 	for i, b := range blocks {
-		for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", fmt.Sprintf("CapEff:\t%016x", keptMask()), fmt.Sprintf("CapBnd:\t%016x", keptMask())} {
+		for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", fmt.Sprintf("CapEff:\t%016x", keptMask()), fmt.Sprintf("CapBnd:\t%016x", keptMask()), "CapAmb:\t0000000000000000"} {
 			if !strings.Contains(b, want) {
 				t.Errorf("agent thread %d lacks %q", i, want)
 			}

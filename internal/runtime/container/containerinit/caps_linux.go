@@ -56,12 +56,11 @@ func shrinkBoundingSet() error {
 }
 
 // limitCapabilities sets the permitted, effective and inheritable sets of
-// every thread to keptCaps and clears the ambient set. With no_new_privs set
-// after it, no process of the sandbox can hold more.
+// every thread to keptCaps. With no_new_privs set after it, no process of
+// the sandbox can hold more. The ambient set needs no step of its own: the
+// init's new user namespace started it empty, nothing raises it, and the
+// kernel keeps it within the permitted and inheritable sets.
 func limitCapabilities() error {
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
 	mask := keptMask()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
