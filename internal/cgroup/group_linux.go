@@ -200,6 +200,31 @@ func (g *Group) Work(l Limits) ([]*os.File, error) {
 	return files, nil
 }
 
+// Tasks returns the group's tasks files, one per mount, open for
+// writing: a thread that writes "0" to each moves itself into the group,
+// which on cgroup v1 takes no host-wide lock (AddProc, which moves another
+// process, waits for an RCU grace period there). The container runtime's
+// spawner starts an init from such a thread, so that the init is born in
+// the group. Opened here, by the daemon, a write is checked against the
+// daemon's credentials (as Work's are). On v2 it returns no files.
+func (g *Group) Tasks() ([]*os.File, error) {
+	if g.h.version != 1 {
+		return nil, nil
+	}
+	var files []*os.File
+	for _, d := range g.dirs() {
+		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("tasks of cgroup %s: %w", g.name, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
 // Procs returns the sorted PIDs of the processes in the group, in the
 // caller's PID namespace: on v1, those in any of its controllers. A missing
 // group has none.

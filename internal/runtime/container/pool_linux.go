@@ -26,9 +26,9 @@ import (
 )
 
 // An init is started in two halves. spawn starts the agent binary in fresh
-// namespaces under a uid range of its own; it pages itself in and waits for
-// its root. Start then gives it a cgroup, the sandbox's disk and its
-// hostname. Warm inits are spawned ahead of time, so a create pays only the
+// namespaces under a uid range of its own (on cgroup v1, in a cgroup of its
+// own); it pages itself in and waits for its root. Start then gives it the
+// sandbox's cgroup (v1: its own, renamed and limited), disk and hostname. Warm inits are spawned ahead of time, so a create pays only the
 // second half; when none is ready, Start spawns one on the spot.
 
 // initProc is a spawned init waiting for its root.
@@ -141,21 +141,37 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 		Idle: idle,
 	}
 	p := &initProc{r: r, slot: slot, sync: parentSync, sock: sock, fifo: fifo, log: logPath, console: console}
-	pid, pidfd, err := r.spawner.Spawn(req, out, []*os.File{lnFile, childSync, r.agent, claim}) // containerinit.Fd*: 3, 4, 5, 6
-	if err != nil {
+	fail := func(err error) (*initProc, error) {
 		parentSync.Close()
 		console.Stop()
 		p.remove()
-		return nil, fmt.Errorf("start init: %w", err)
+		if p.cg != nil {
+			p.cg.Destroy(context.Background())
+		}
+		return nil, err
+	}
+	// On cgroup v1 the init is born in a cgroup of its own, with a cgroup
+	// namespace rooted there, which Start renames after the sandbox.
+	var join []*os.File
+	if r.cgroups.Version() == 1 {
+		if p.cg, err = r.initCgroup(slot); err != nil {
+			return fail(err)
+		}
+		if join, err = p.cg.Tasks(); err != nil {
+			return fail(err)
+		}
+		defer func() {
+			for _, f := range join {
+				f.Close()
+			}
+		}()
+		req.Cloneflags |= unix.CLONE_NEWCGROUP
+	}
+	pid, pidfd, err := r.spawner.Spawn(req, out, []*os.File{lnFile, childSync, r.agent, claim}, join) // containerinit.Fd*: 3, 4, 5, 6
+	if err != nil {
+		return fail(fmt.Errorf("start init: %w", err))
 	}
 	p.pid, p.proc, started = pid, watch(pidfd), true
-	if r.cgroups.Version() == 1 {
-		if p.cg, err = r.initCgroup(slot, pid); err != nil {
-			p.kill()
-			p.remove()
-			return nil, err
-		}
-	}
 	return p, nil
 }
 
@@ -192,11 +208,10 @@ func parseInitCgroup(name string) (tag string, slot int, ok bool) {
 	return rest[:i], n, err == nil && n >= 0 && n < maxSlots && rest[i+1:] == strconv.Itoa(n)
 }
 
-// initCgroup makes the cgroup init pid, of uid slot slot, starts in on
-// cgroup v1, without limits (Start sets the sandbox's), and moves the init
-// in: a warm init pays the move's grace period before any create waits for
-// it. A group of that name left by an earlier daemon is removed first.
-func (r *Runtime) initCgroup(slot, pid int) (*cgroup.Group, error) {
+// initCgroup makes the cgroup the init of uid slot slot is born in on
+// cgroup v1, without limits (Start sets the sandbox's). A group of that
+// name left by an earlier daemon is removed first.
+func (r *Runtime) initCgroup(slot int) (*cgroup.Group, error) {
 	name := r.initCgroupName(slot)
 	cg, err := r.cgroups.Create(name, cgroup.Limits{})
 	if errors.Is(err, cgroup.ErrExists) {
@@ -205,10 +220,6 @@ func (r *Runtime) initCgroup(slot, pid int) (*cgroup.Group, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("init cgroup: %w", err)
-	}
-	if err := cg.AddProc(pid); err != nil {
-		cg.Destroy(context.Background())
 		return nil, fmt.Errorf("init cgroup: %w", err)
 	}
 	return cg, nil

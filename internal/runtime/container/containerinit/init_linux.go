@@ -56,6 +56,10 @@ type Config struct {
 	// Work is how many tasks files of the cgroup's work subgroup follow the
 	// mounts (cgroup.Group.Work): Setup's joinWork gets them.
 	Work int `json:"work,omitempty"`
+	// CgroupNamespaced says the init was born in its cgroup with a cgroup
+	// namespace rooted there (cgroup v1). Otherwise the runtime moved it
+	// into its cgroup, and Setup makes the namespace.
+	CgroupNamespaced bool `json:"cgroup_namespaced,omitempty"`
 }
 
 // maxWork bounds Config.Work: one tasks file per controller of a work
@@ -173,14 +177,16 @@ func setup(joinWork func(tasks []int) error) error {
 			return fmt.Errorf("network files: %w", err)
 		}
 	}
-	// The runtime moved us into the sandbox's cgroup before sending the root:
-	// a cgroup namespace made now shows that cgroup as "/". Namespaces,
-	// capabilities and no_new_privs belong to each thread, and the agent
-	// forks from any of its threads, so each step runs on every thread:
-	// each is a signal to each thread, but for no_new_privs, which the
-	// seccomp filter's TSYNC carries to every thread.
-	if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
-		return fmt.Errorf("cgroup namespace: %w", err)
+	// Namespaces, capabilities and no_new_privs belong to each thread, and
+	// the agent forks from any of its threads, so each step runs on every
+	// thread: each is a signal to each thread, but for no_new_privs, which
+	// the seccomp filter's TSYNC carries to every thread. An init not born
+	// in its cgroup namespace was moved into the sandbox's cgroup before
+	// the root came: a cgroup namespace made now shows that cgroup as "/".
+	if !cfg.CgroupNamespaced {
+		if err := allThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); err != nil {
+			return fmt.Errorf("cgroup namespace: %w", err)
+		}
 	}
 	if err := mountCgroups(); err != nil {
 		return err

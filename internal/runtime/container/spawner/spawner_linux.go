@@ -15,9 +15,15 @@
 // the host, takes requests from the daemon only (a socketpair it inherits),
 // reaps the inits it starts, and exits when the daemon's end closes. The
 // inits it started live on (as they do when the daemon exits).
+//
+// Each child is cloned from a thread of its own, which first takes the
+// child's scheduling class and joins the cgroup the daemon sent the tasks
+// files of: the child is born there, and the thread ends before the
+// spawner answers.
 package spawner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +35,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/backoff"
+	"warren/internal/osthread"
 )
 
 // Arg0 is argv[0] the runtime starts the agent binary with to make it the
@@ -56,14 +65,18 @@ type Request struct {
 	Cloneflags uintptr `json:"cloneflags"`
 	// Idle starts the child in scheduling class SCHED_IDLE.
 	Idle bool `json:"idle"`
+	// Join is how many of the request's last files are tasks files of the
+	// cgroup the child is born in (Spawn's join); they are not the child's.
+	Join int `json:"join"`
 }
 
 // answerTimeout bounds the wait for the spawner's answer.
 const answerTimeout = 30 * time.Second
 
 // maxFiles bounds the files one request carries: its stdout and stderr,
-// and the child's extra files.
-const maxFiles = 8
+// the child's extra files and the tasks files of its cgroup (one per
+// cgroup v1 mount).
+const maxFiles = 16
 
 // reply is the spawner's answer; on success a pidfd of the child comes
 // with it.
@@ -107,27 +120,24 @@ func Main() int {
 }
 
 // serve starts one child, answers on replyFd, and reaps the child.
-func serve(req Request, replyFd, out int, extra []int) {
+func serve(req Request, replyFd, out int, files []int) {
 	defer unix.Close(replyFd)
-	if req.Idle {
-		// Never unlocked: the thread, now of the idle class, ends with
-		// this goroutine, and the child inherits the class.
-		goruntime.LockOSThread()
-		if err := SetIdleClass(0, true); err != nil {
-			closeFds(append(extra, out))
-			answer(replyFd, reply{Error: fmt.Sprintf("idle class: %v", err)}, -1)
-			return
-		}
+	if req.Join < 0 || req.Join > len(files) {
+		closeFds(append(files, out))
+		answer(replyFd, reply{Error: fmt.Sprintf("bad request: %d cgroup files of %d", req.Join, len(files))}, -1)
+		return
 	}
+	extra, join := files[:len(files)-req.Join], files[len(files)-req.Join:]
+	defer closeFds(join)
 	outFile := os.NewFile(uintptr(out), "out")
-	files := make([]*os.File, len(extra))
+	extraFiles := make([]*os.File, len(extra))
 	for i, fd := range extra {
-		files[i] = os.NewFile(uintptr(fd), fmt.Sprintf("extra-%d", i))
+		extraFiles[i] = os.NewFile(uintptr(fd), fmt.Sprintf("extra-%d", i))
 	}
 	pidfd := -1
 	cmd := &exec.Cmd{
 		Path: req.Path, Args: req.Args, Env: req.Env,
-		Stdout: outFile, Stderr: outFile, ExtraFiles: files,
+		Stdout: outFile, Stderr: outFile, ExtraFiles: extraFiles,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 req.Cloneflags,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.HostID, Size: req.Size}},
@@ -141,9 +151,21 @@ func serve(req Request, replyFd, out int, extra []int) {
 			PidFD:      &pidfd,
 		},
 	}
-	err := cmd.Start()
+	// The child is born in the scheduling class and the cgroups of the
+	// thread that clones it: a thread of its own, which ends after. The
+	// answer waits for its end: until then it is in the child's cgroup,
+	// where the daemon, killing the group at once, would find the spawner.
+	var err error
+	tid := 0
+	osthread.Throwaway(func() {
+		tid = unix.Gettid()
+		err = startFrom(cmd, req.Idle, join)
+	})
+	if len(join) > 0 {
+		awaitThreadEnd(tid)
+	}
 	outFile.Close()
-	for _, f := range files {
+	for _, f := range extraFiles {
 		f.Close()
 	}
 	if err == nil && pidfd < 0 {
@@ -160,6 +182,37 @@ func serve(req Request, replyFd, out int, extra []int) {
 	answer(replyFd, reply{Pid: cmd.Process.Pid}, pidfd)
 	unix.Close(pidfd)
 	cmd.Wait()
+}
+
+// startFrom starts cmd from the calling thread, which it first puts in
+// the idle class when idle and in the cgroup whose tasks files are join.
+// Moving itself, the thread takes no host-wide lock, where moving the
+// child after its start would (on cgroup v1, an RCU grace period).
+func startFrom(cmd *exec.Cmd, idle bool, join []int) error {
+	if idle {
+		if err := SetIdleClass(0, true); err != nil {
+			return fmt.Errorf("idle class: %w", err)
+		}
+	}
+	for _, fd := range join {
+		if _, err := unix.Write(fd, []byte("0")); err != nil {
+			return fmt.Errorf("join the child's cgroup: %w", err)
+		}
+	}
+	return cmd.Start()
+}
+
+// threadEndWait bounds the wait for a thread of the spawner to end.
+const threadEndWait = time.Second
+
+// awaitThreadEnd waits until the spawner's thread tid has ended.
+func awaitThreadEnd(tid int) {
+	ctx, cancel := context.WithTimeout(context.Background(), threadEndWait)
+	defer cancel()
+	pid := unix.Getpid()
+	backoff.Poll(ctx, backoff.Backoff{Base: 20 * time.Microsecond, Max: time.Millisecond}, func() (bool, error) {
+		return unix.Tgkill(pid, tid, 0) == unix.ESRCH, nil
+	})
 }
 
 func answer(fd int, r reply, pidfd int) {
@@ -234,15 +287,17 @@ func (c *Client) start() error {
 }
 
 // Spawn starts req's child with out as its stdout and stderr and extra as
-// its descriptors 3 and on. It returns the child's pid and a pidfd of it,
-// which the caller owns.
-func (c *Client) Spawn(req Request, out *os.File, extra []*os.File) (pid, pidfd int, err error) {
+// its descriptors 3 and on, born in the cgroup whose tasks files are join
+// (cgroup.Group.Tasks; none: the spawner's). It returns the child's pid and
+// a pidfd of it, which the caller owns.
+func (c *Client) Spawn(req Request, out *os.File, extra, join []*os.File) (pid, pidfd int, err error) {
 	if req.Cloneflags&unix.CLONE_NEWUSER == 0 {
 		return 0, -1, errors.New("spawn: the child needs a user namespace of its own")
 	}
-	if len(extra)+1 > maxFiles {
-		return 0, -1, fmt.Errorf("spawn: %d files, at most %d", len(extra)+1, maxFiles)
+	if n := 1 + len(extra) + len(join); n > maxFiles {
+		return 0, -1, fmt.Errorf("spawn: %d files, at most %d", n, maxFiles)
 	}
+	req.Join = len(join)
 	b, err := json.Marshal(req)
 	if err != nil {
 		return 0, -1, err
@@ -254,13 +309,14 @@ func (c *Client) Spawn(req Request, out *os.File, extra []*os.File) (pid, pidfd 
 	answers, theirs := os.NewFile(uintptr(fds[0]), "spawn-reply"), fds[1]
 	defer answers.Close()
 	pass := []int{theirs, int(out.Fd())}
-	for _, f := range extra {
+	for _, f := range append(extra, join...) {
 		pass = append(pass, int(f.Fd()))
 	}
 	err = c.send(b, unix.UnixRights(pass...))
 	unix.Close(theirs)
 	goruntime.KeepAlive(out)
 	goruntime.KeepAlive(extra)
+	goruntime.KeepAlive(join)
 	if err != nil {
 		return 0, -1, err
 	}

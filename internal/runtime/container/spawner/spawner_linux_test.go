@@ -4,9 +4,12 @@ package spawner
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +17,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/cgroup"
+	"warren/internal/wait"
 )
 
 // The test binary is its own spawner: started as Arg0, it serves.
@@ -56,7 +62,7 @@ func spawnShell(t *testing.T, c *Client, script string) string {
 		Path: "/bin/sh", Args: []string{"sh", "-c", script},
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID, HostID: hostID, Size: 65536,
 	}
-	pid, pidfd, err := c.Spawn(req, out, nil)
+	pid, pidfd, err := c.Spawn(req, out, nil, nil)
 	if err != nil {
 		t.Fatalf("Spawn: %v", err)
 	}
@@ -91,23 +97,88 @@ func TestSpawnRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	if _, _, err := c.Spawn(Request{Path: "/bin/true", Args: []string{"true"}}, out, nil); err == nil {
+	if _, _, err := c.Spawn(Request{Path: "/bin/true", Args: []string{"true"}}, out, nil, nil); err == nil {
 		t.Error("a child without a user namespace of its own was spawned")
 	}
 	missing := Request{Path: "/nonexistent", Args: []string{"x"}, Cloneflags: syscall.CLONE_NEWUSER, HostID: hostID, Size: 1}
-	if _, _, err := c.Spawn(missing, out, nil); err == nil || !strings.Contains(err.Error(), "nonexistent") {
+	if _, _, err := c.Spawn(missing, out, nil, nil); err == nil || !strings.Contains(err.Error(), "nonexistent") {
 		t.Errorf("spawning a missing binary: %v; want the exec's error", err)
 	}
 	many := make([]*os.File, maxFiles)
 	for i := range many {
 		many[i] = out
 	}
-	if _, _, err := c.Spawn(Request{Path: "/bin/true", Cloneflags: syscall.CLONE_NEWUSER}, out, many); err == nil {
+	if _, _, err := c.Spawn(Request{Path: "/bin/true", Cloneflags: syscall.CLONE_NEWUSER}, out, many, nil); err == nil {
 		t.Error("a request over the file bound was sent")
 	}
 	// The spawner still serves after refusals.
 	if got := spawnShell(t, c, "echo ok"); got != "ok\n" {
 		t.Errorf("after the refusals the child printed %q", got)
+	}
+}
+
+// TestSpawnBornInItsCgroup: a child spawned with a cgroup's tasks files is
+// born in that cgroup (no process was moved: the spawner's cloning thread
+// joined it), with CLONE_NEWCGROUP its cgroup namespace is rooted there,
+// and once Spawn returns no thread of the spawner is in the group: the one
+// that joined it has ended.
+func TestSpawnBornInItsCgroup(t *testing.T) {
+	c := newClient(t)
+	h, err := cgroup.Detect(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Skipf("no cgroups: %v", err)
+	}
+	if h.Version() != 1 {
+		t.Skip("cgroup v2: the runtime moves its inits instead")
+	}
+	g, err := h.Create(fmt.Sprintf("spawner-test-%d", os.Getpid()), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Destroy(context.Background()); err != nil {
+			t.Errorf("destroy the test's cgroup: %v", err)
+		}
+	})
+	join, err := g.Tasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, f := range join {
+			f.Close()
+		}
+	}()
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	req := Request{
+		Path: "/bin/sh", Args: []string{"sh", "-c", "cat /proc/self/cgroup; exec sleep 30"},
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP, HostID: hostID, Size: 1,
+	}
+	pid, pidfd, err := c.Spawn(req, out, nil, join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	defer unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+	procs, err := g.Procs()
+	if err != nil || !slices.Contains(procs, pid) || slices.Contains(procs, spawnerPid(t)) {
+		t.Errorf("the group holds %v (%v); want the child %d and no thread of the spawner %d", procs, err, pid, spawnerPid(t))
+	}
+	var seen string
+	wait.For(t, 10*time.Second, "the child's /proc/self/cgroup", func() bool {
+		b, _ := os.ReadFile(out.Name())
+		seen = string(b)
+		return strings.Contains(seen, ":memory:")
+	})
+	for line := range strings.Lines(seen) {
+		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(f) == 3 && (f[1] == "memory" || f[1] == "pids") && f[2] != "/" {
+			t.Errorf("the child sees its %s cgroup as %q; want / (its namespace's root)", f[1], f[2])
+		}
 	}
 }
 
@@ -121,7 +192,7 @@ func TestSpawnerComesBack(t *testing.T) {
 	}
 	defer out.Close()
 	req := Request{Path: "/bin/sleep", Args: []string{"sleep", "30"}, Cloneflags: syscall.CLONE_NEWUSER, HostID: hostID, Size: 1}
-	_, pidfd, err := c.Spawn(req, out, nil)
+	_, pidfd, err := c.Spawn(req, out, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
