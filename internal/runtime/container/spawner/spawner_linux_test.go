@@ -49,15 +49,23 @@ func newClient(t *testing.T) *Client {
 	return c
 }
 
-// spawnShell runs script in sh in a new user and pid namespace through c,
-// and returns its output once it has exited.
-func spawnShell(t *testing.T, c *Client, script string) string {
+// outFile makes the file a child's stdout and stderr go to; it is closed
+// when the test ends.
+func outFile(t *testing.T) *os.File {
 	t.Helper()
 	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer out.Close()
+	t.Cleanup(func() { out.Close() })
+	return out
+}
+
+// spawnShell runs script in sh in a new user and pid namespace through c,
+// and returns its output once it has exited.
+func spawnShell(t *testing.T, c *Client, script string) string {
+	t.Helper()
+	out := outFile(t)
 	req := Request{
 		Path: "/bin/sh", Args: []string{"sh", "-c", script},
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID, HostID: hostID, Size: 65536,
@@ -92,11 +100,7 @@ func TestSpawnInItsOwnUserNamespace(t *testing.T) {
 
 func TestSpawnRefusals(t *testing.T) {
 	c := newClient(t)
-	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	out := outFile(t)
 	if _, _, err := c.Spawn(Request{Path: "/bin/true", Args: []string{"true"}}, out, nil, nil); err == nil {
 		t.Error("a child without a user namespace of its own was spawned")
 	}
@@ -149,11 +153,7 @@ func TestSpawnBornInItsCgroup(t *testing.T) {
 			f.Close()
 		}
 	}()
-	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	out := outFile(t)
 	req := Request{
 		Path: "/bin/sh", Args: []string{"sh", "-c", "cat /proc/self/cgroup; exec sleep 30"},
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP, HostID: hostID, Size: 1,
@@ -186,11 +186,7 @@ func TestSpawnBornInItsCgroup(t *testing.T) {
 // Spawn; its children outlive it.
 func TestSpawnerComesBack(t *testing.T) {
 	c := newClient(t)
-	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	out := outFile(t)
 	req := Request{Path: "/bin/sleep", Args: []string{"sleep", "30"}, Cloneflags: syscall.CLONE_NEWUSER, HostID: hostID, Size: 1}
 	_, pidfd, err := c.Spawn(req, out, nil, nil)
 	if err != nil {
