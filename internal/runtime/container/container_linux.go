@@ -375,7 +375,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	cfg, _ := json.Marshal(containerinit.Config{
 		Hostname: spec.Hostname, Workspace: spec.Workspace != "", Network: spec.Network != nil, Work: len(work),
-		CgroupNamespaced: r.cgroups.Version() == 1, // spawn's: born in its cgroup
+		CgroupNamespaced: p.cgroupNS,
 	})
 	if err := unix.Sendmsg(int(p.sync.Fd()), cfg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return nil, fmt.Errorf("hand disks to init: %w", err)

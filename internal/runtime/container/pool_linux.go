@@ -28,22 +28,24 @@ import (
 // An init is started in two halves. spawn starts the agent binary in fresh
 // namespaces under a uid range of its own (on cgroup v1, in a cgroup of its
 // own); it pages itself in and waits for its root. Start then gives it the
-// sandbox's cgroup (v1: its own, renamed and limited), disk and hostname. Warm inits are spawned ahead of time, so a create pays only the
-// second half; when none is ready, Start spawns one on the spot.
+// sandbox's cgroup (v1: its own, renamed and limited), disk and hostname.
+// Warm inits are spawned ahead of time, so a create pays only the second
+// half; when none is ready, Start spawns one on the spot.
 
 // initProc is a spawned init waiting for its root.
 type initProc struct {
-	r       *Runtime
-	proc    *process
-	pid     int
-	slot    int
-	cg      *cgroup.Group // its cgroup (v1, from its spawn on; v2, from Start on); nil when none yet
-	sync    *os.File      // our end of the socketpair
-	sock    string        // where its listening socket is bound
-	fifo    string        // its console FIFO, which console drains into log
-	log     string        // its console log
-	console *consolelog.Drain
-	warm    bool // spawned ahead of time
+	r        *Runtime
+	proc     *process
+	pid      int
+	slot     int
+	cg       *cgroup.Group // its cgroup (v1, from its spawn on; v2, from Start on); nil when none yet
+	cgroupNS bool          // born in cg with a cgroup namespace rooted there (v1)
+	sync     *os.File      // our end of the socketpair
+	sock     string        // where its listening socket is bound
+	fifo     string        // its console FIFO, which console drains into log
+	log      string        // its console log
+	console  *consolelog.Drain
+	warm     bool // spawned ahead of time
 }
 
 func (p *initProc) hostUID() int { return uidBase + p.slot*uidsPerSandbox }
@@ -166,6 +168,7 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 			}
 		}()
 		req.Cloneflags |= unix.CLONE_NEWCGROUP
+		p.cgroupNS = true
 	}
 	pid, pidfd, err := r.spawner.Spawn(req, out, []*os.File{lnFile, childSync, r.agent, claim}, join) // containerinit.Fd*: 3, 4, 5, 6
 	if err != nil {

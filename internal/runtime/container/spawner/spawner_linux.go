@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -309,7 +310,7 @@ func (c *Client) Spawn(req Request, out *os.File, extra, join []*os.File) (pid, 
 	answers, theirs := os.NewFile(uintptr(fds[0]), "spawn-reply"), fds[1]
 	defer answers.Close()
 	pass := []int{theirs, int(out.Fd())}
-	for _, f := range append(extra, join...) {
+	for _, f := range slices.Concat(extra, join) {
 		pass = append(pass, int(f.Fd()))
 	}
 	err = c.send(b, unix.UnixRights(pass...))
