@@ -184,7 +184,7 @@ func TestEventsStream(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	_, newest, err := w.Deps.Store.EventBounds(ctx)
+	_, newest, err := w.Deps.Store.EventBounds(ctx, tenant)
 	if err != nil || newest < 4 {
 		t.Fatalf("event bounds: %d, %v", newest, err)
 	}
@@ -251,7 +251,7 @@ func BenchmarkEventsFanout(b *testing.B) {
 			cl := client.New(w.url, w.key)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			_, newest, err := w.Deps.Store.EventBounds(ctx)
+			_, newest, err := w.Deps.Store.EventBounds(ctx, tenant)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -58,8 +58,8 @@ func (e storeEvents) Events(ctx context.Context, f server.EventFilter) ([]api.Ev
 	return e.st.Events(ctx, store.EventQuery{After: f.After, Tenant: f.Tenant, Sandbox: f.Sandbox, Snapshot: f.Snapshot, Kinds: f.Kinds, Limit: f.Limit})
 }
 
-func (e storeEvents) Bounds(ctx context.Context) (oldest, newest int64, err error) {
-	return e.st.EventBounds(ctx)
+func (e storeEvents) Bounds(ctx context.Context, tenant string) (oldest, newest int64, err error) {
+	return e.st.EventBounds(ctx, tenant)
 }
 
 func (e storeEvents) Changed() <-chan struct{} { return e.st.EventsChanged() }

@@ -45,7 +45,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer release()
 	ctx := r.Context()
-	oldest, newest, err := s.opts.Events.Bounds(ctx)
+	oldest, newest, err := s.opts.Events.Bounds(ctx, tenant)
 	if err != nil {
 		return err
 	}

@@ -155,10 +155,14 @@ type Fleet interface {
 type Events interface {
 	// Events returns up to limit events after after, in order: tenant's
 	// (listing.AnyTenant: every one, and the nodes'), about sandbox and
-	// snapshot when set, of kinds when given.
+	// snapshot when set, of kinds when given. A tenant's events are
+	// numbered in a sequence of its own; listing.AnyTenant's by node-wide
+	// IDs.
 	Events(ctx context.Context, f EventFilter) ([]api.Event, error)
-	// Bounds returns the IDs of the oldest and the newest event kept.
-	Bounds(ctx context.Context) (oldest, newest int64, err error)
+	// Bounds returns the IDs, in tenant's sequence, of its oldest event
+	// kept (when none is, the one its next event takes) and of the newest
+	// it was given.
+	Bounds(ctx context.Context, tenant string) (oldest, newest int64, err error)
 	// Changed is closed when this process records events after the call;
 	// events other processes record are seen by reading again.
 	Changed() <-chan struct{}

@@ -21,6 +21,12 @@ import (
 // (an advisory lock held to its commit) just before it inserts them, so a
 // reader that has seen event N never sees an event below N appear later.
 // Events older than the replay window are trimmed (TrimEvents).
+//
+// A tenant sees its events numbered in a sequence of its own (seq, 1, 2,
+// 3…, kept in event_seqs and counted up in the same transaction, under
+// the same order): the gaps between its IDs are its own events that a
+// filter left out, never another tenant's activity. The node-wide ID
+// orders every tenant's events for an admin's all_tenants stream.
 
 // eventsLockKey names the PostgreSQL advisory lock of event inserts
 // ("events" in ASCII).
@@ -74,9 +80,14 @@ func (s *Store) write(ctx context.Context, f func(r runner) ([]api.Event, error)
 			if e.At.IsZero() {
 				e.At = time.Now()
 			}
-			if _, err := r.ExecContext(ctx, `INSERT INTO events (at, kind, tenant, sandbox, snapshot, node, state, reason)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-				e.At.UnixNano(), e.Kind, e.Tenant, e.Sandbox, e.Snapshot, e.Node, e.State, e.Reason); err != nil {
+			var seq int64
+			if err := r.QueryRowContext(ctx, `INSERT INTO event_seqs (tenant, seq) VALUES (?, 1)
+				ON CONFLICT (tenant) DO UPDATE SET seq = event_seqs.seq + 1 RETURNING seq`, e.Tenant).Scan(&seq); err != nil {
+				return fmt.Errorf("record event %s: number it: %w", e.Kind, err)
+			}
+			if _, err := r.ExecContext(ctx, `INSERT INTO events (at, kind, tenant, sandbox, snapshot, node, state, reason, seq)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				e.At.UnixNano(), e.Kind, e.Tenant, e.Sandbox, e.Snapshot, e.Node, e.State, e.Reason, seq); err != nil {
 				return fmt.Errorf("record event %s: %w", e.Kind, err)
 			}
 		}
@@ -122,7 +133,9 @@ func (b *bell) ring() {
 
 // EventQuery selects events: those after After, of Tenant
 // (listing.AnyTenant: every tenant's, and the nodes'), about Sandbox and
-// Snapshot when set, of Kinds when given; at most Limit, in order.
+// Snapshot when set, of Kinds when given; at most Limit, in order. After
+// and the IDs of the events answered are positions in the tenant's own
+// sequence, or node-wide IDs for listing.AnyTenant.
 type EventQuery struct {
 	After             int64
 	Tenant            string
@@ -131,15 +144,18 @@ type EventQuery struct {
 	Limit             int
 }
 
-const eventColumns = `id, at, kind, tenant, sandbox, snapshot, node, state, reason`
+const eventColumns = `at, kind, tenant, sandbox, snapshot, node, state, reason`
 
 // Events returns the events q selects.
 func (s *Store) Events(ctx context.Context, q EventQuery) ([]api.Event, error) {
 	var f filter
-	f.add("id > ?", q.After)
-	if q.Tenant != listing.AnyTenant {
+	pos := "seq"
+	if q.Tenant == listing.AnyTenant {
+		pos = "id"
+	} else {
 		f.add("tenant = ?", q.Tenant)
 	}
+	f.add(pos+" > ?", q.After)
 	if q.Sandbox != "" {
 		f.add("sandbox = ?", q.Sandbox)
 	}
@@ -147,8 +163,8 @@ func (s *Store) Events(ctx context.Context, q EventQuery) ([]api.Event, error) {
 		f.add("snapshot = ?", q.Snapshot)
 	}
 	f.in("kind", q.Kinds)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+eventColumns+` FROM events WHERE `+strings.Join(f.conds, " AND ")+
-		` ORDER BY id LIMIT ?`, append(f.args, q.Limit)...)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+pos+`, `+eventColumns+` FROM events WHERE `+strings.Join(f.conds, " AND ")+
+		` ORDER BY `+pos+` LIMIT ?`, append(f.args, q.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
@@ -169,10 +185,21 @@ func (s *Store) Events(ctx context.Context, q EventQuery) ([]api.Event, error) {
 	return out, nil
 }
 
-// EventBounds returns the IDs of the oldest and the newest event kept
-// (0 and 0 when there is none).
-func (s *Store) EventBounds(ctx context.Context) (oldest, newest int64, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0) FROM events`).Scan(&oldest, &newest)
+// EventBounds returns the positions of tenant's oldest event kept and of
+// the newest it was given; when it has none kept, oldest is the position
+// its next event will take (newest+1). For listing.AnyTenant, the
+// node-wide IDs of the oldest and the newest event kept (0 and 0 when
+// there is none).
+func (s *Store) EventBounds(ctx context.Context, tenant string) (oldest, newest int64, err error) {
+	if tenant == listing.AnyTenant {
+		err = s.db.QueryRowContext(ctx, `SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0) FROM events`).Scan(&oldest, &newest)
+	} else {
+		err = s.db.QueryRowContext(ctx, `SELECT COALESCE((SELECT MIN(seq) FROM events WHERE tenant = ?), 0),
+			COALESCE((SELECT seq FROM event_seqs WHERE tenant = ?), 0)`, tenant, tenant).Scan(&oldest, &newest)
+		if oldest == 0 {
+			oldest = newest + 1
+		}
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("event bounds: %w", err)
 	}

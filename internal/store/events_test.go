@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,10 @@ func TestEvents(t *testing.T) {
 			}
 			return kinds
 		}
+		acme, err := s.Events(ctx, EventQuery{Tenant: "acme", Limit: 100})
+		if err != nil || len(acme) != 13 {
+			t.Fatalf("acme's events: %d, %v; want 13", len(acme), err)
+		}
 		for _, c := range []struct {
 			q    EventQuery
 			want []string
@@ -167,7 +172,7 @@ func TestEvents(t *testing.T) {
 			{EventQuery{Tenant: "acme", Snapshot: "sn-2"}, []string{"sb-1 sn-2 snapshot.pending", "sb-1 sn-2 snapshot.failed"}},
 			{EventQuery{Tenant: "acme", Kinds: []string{api.EventSandboxFailed, api.EventSnapshotDeleted}}, []string{"sb-2  sandbox.failed", "sb-1 sn-1 snapshot.deleted"}},
 			{EventQuery{Tenant: "nobody"}, nil},
-			{EventQuery{Tenant: "acme", After: all[14].ID}, []string{"sb-1 sn-1 snapshot.deleted"}},
+			{EventQuery{Tenant: "acme", After: acme[11].ID}, []string{"sb-1 sn-1 snapshot.deleted"}},
 			{EventQuery{Tenant: listing.AnyTenant, After: all[1].ID, Limit: 2}, []string{"sb-1  sandbox.paused", "sb-1  sandbox.resumed"}},
 		} {
 			if got := query(c.q); !slices.Equal(got, c.want) {
@@ -176,14 +181,14 @@ func TestEvents(t *testing.T) {
 		}
 
 		// Trimming keeps the newest, and the IDs go on counting up.
-		oldest, newest, err := s.EventBounds(ctx)
+		oldest, newest, err := s.EventBounds(ctx, listing.AnyTenant)
 		if err != nil || oldest != all[0].ID || newest != all[len(all)-1].ID {
 			t.Errorf("bounds %d, %d (%v); want %d, %d", oldest, newest, err, all[0].ID, all[len(all)-1].ID)
 		}
 		if n, err := s.TrimEvents(ctx, time.Now().Add(-time.Hour), 3); err != nil || n != int64(len(all)-3) {
 			t.Errorf("trim to 3: %d, %v", n, err)
 		}
-		if oldest, _, _ := s.EventBounds(ctx); oldest != all[len(all)-3].ID {
+		if oldest, _, _ := s.EventBounds(ctx, listing.AnyTenant); oldest != all[len(all)-3].ID {
 			t.Errorf("oldest after the trim: %d, want %d", oldest, all[len(all)-3].ID)
 		}
 		if n, err := s.TrimEvents(ctx, time.Now().Add(time.Second), 100); err != nil || n != 3 {
@@ -192,7 +197,7 @@ func TestEvents(t *testing.T) {
 		if err := s.InsertSandbox(ctx, newSandbox("sb-4", "acme")); err != nil {
 			t.Fatal(err)
 		}
-		if oldest, newest, _ := s.EventBounds(ctx); oldest != newest || newest <= all[len(all)-1].ID {
+		if oldest, newest, _ := s.EventBounds(ctx, listing.AnyTenant); oldest != newest || newest <= all[len(all)-1].ID {
 			t.Errorf("after trimming everything, the next event is %d..%d; want one above %d", oldest, newest, all[len(all)-1].ID)
 		}
 	})
@@ -257,6 +262,124 @@ func TestEventsCommitOrder(t *testing.T) {
 		for _, e := range all {
 			if !seen[e.ID] {
 				t.Errorf("the reader missed event %d (%s of %s): it committed below one it had read", e.ID, e.Kind, e.Sandbox)
+			}
+		}
+	})
+}
+
+// TestEventIDsPerTenant (issue 35, row 12): a tenant's event IDs count its
+// own events alone, so the gaps between them say nothing of another
+// tenant's activity; the stream's bounds are the tenant's too.
+func TestEventIDsPerTenant(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := openTest(t, b)
+		ctx := context.Background()
+		insert := func(id, tenant string) {
+			t.Helper()
+			if err := s.InsertSandbox(ctx, newSandbox(id, tenant)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		insert("sb-a1", "acme")
+		for i := range 5 {
+			insert(fmt.Sprintf("sb-o%d", i), "other")
+		}
+		insert("sb-a2", "acme")
+		evs, err := s.Events(ctx, EventQuery{Tenant: "acme", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+		if !slices.Equal(ids, []int64{1, 2}) {
+			t.Errorf("acme's event IDs %v around five of another tenant's; want [1 2]", ids)
+		}
+		if after, err := s.Events(ctx, EventQuery{Tenant: "acme", After: 1, Limit: 100}); err != nil || len(after) != 1 || after[0].Sandbox != "sb-a2" {
+			t.Errorf("acme's events after 1: %+v, %v; want sb-a2's", after, err)
+		}
+		if oldest, newest, err := s.EventBounds(ctx, "acme"); err != nil || oldest != 1 || newest != 2 {
+			t.Errorf("acme's bounds %d, %d (%v); want 1, 2", oldest, newest, err)
+		}
+		// The node-wide view (an admin's all_tenants) keeps one order.
+		all, err := s.Events(ctx, EventQuery{Tenant: listing.AnyTenant, Limit: 100})
+		if err != nil || len(all) != 7 {
+			t.Fatalf("every tenant's events: %d, %v; want 7", len(all), err)
+		}
+		if oldest, newest, err := s.EventBounds(ctx, listing.AnyTenant); err != nil || oldest != all[0].ID || newest != all[6].ID {
+			t.Errorf("node-wide bounds %d, %d (%v); want %d, %d", oldest, newest, err, all[0].ID, all[6].ID)
+		}
+		// Once a tenant's events are all trimmed, its IDs go on from where
+		// they were, and the bounds say nothing older is held.
+		if _, err := s.TrimEvents(ctx, time.Now().Add(time.Second), 100); err != nil {
+			t.Fatal(err)
+		}
+		if oldest, newest, err := s.EventBounds(ctx, "acme"); err != nil || oldest != 3 || newest != 2 {
+			t.Errorf("acme's bounds with nothing kept %d, %d (%v); want 3, 2", oldest, newest, err)
+		}
+		insert("sb-a3", "acme")
+		if evs, err := s.Events(ctx, EventQuery{Tenant: "acme", After: 2, Limit: 100}); err != nil || len(evs) != 1 || evs[0].ID != 3 {
+			t.Errorf("acme's event after the trim: %+v, %v; want ID 3", evs, err)
+		}
+	})
+}
+
+// TestEventSeqMigration: the events recorded before events were numbered
+// per tenant keep their IDs as their positions, and a tenant's next event
+// comes above every ID given before, so a client resuming from a position
+// it got before the upgrade misses nothing and sees nothing twice.
+func TestEventSeqMigration(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		dsn := b.dsn(t)
+		old, _, err := connect(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := slices.IndexFunc(migrations, func(m migration) bool { return strings.Contains(m.sqlite, "CREATE TABLE event_seqs") })
+		if before < 0 {
+			t.Fatal("no migration numbers events per tenant")
+		}
+		if err := old.migrateTo(ctx, before); err != nil {
+			t.Fatal(err)
+		}
+		for i, tenant := range []string{"acme", "other", "other", "acme", "other"} {
+			if _, err := old.db.ExecContext(ctx, `INSERT INTO events (at, kind, tenant, sandbox, snapshot, node, state, reason)
+				VALUES (?, ?, ?, ?, '', '', ?, '')`, time.Now().UnixNano(), api.EventSandboxCreated, tenant,
+				fmt.Sprintf("sb-old%d", i), api.StateStarting); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A tenant with a key and no event yet may hold a position too
+		// (a stream's first message gives the newest ID).
+		if _, err := old.db.ExecContext(ctx, `INSERT INTO api_keys (id, hash, tenant, admin, created_at) VALUES ('key-1', ?, 'quiet', ?, 0)`,
+			[]byte("hash"), false); err != nil {
+			t.Fatal(err)
+		}
+		old.Close()
+
+		s, err := Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		evs, err := s.Events(ctx, EventQuery{Tenant: "acme", Limit: 100})
+		if err != nil || len(evs) != 2 || evs[0].ID != 1 || evs[1].ID != 4 {
+			t.Fatalf("acme's old events %+v, %v; want IDs 1 and 4", evs, err)
+		}
+		for _, tenant := range []string{"acme", "quiet", "new"} {
+			if err := s.InsertSandbox(ctx, newSandbox("sb-"+tenant, tenant)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for tenant, want := range map[string]int64{"acme": 6, "quiet": 6, "new": 1} {
+			evs, err := s.Events(ctx, EventQuery{Tenant: tenant, After: 4, Limit: 100})
+			if tenant == "new" {
+				evs, err = s.Events(ctx, EventQuery{Tenant: tenant, Limit: 100})
+			}
+			if err != nil || len(evs) != 1 || evs[0].ID != want {
+				t.Errorf("%s's first event after the upgrade: %+v, %v; want ID %d", tenant, evs, err, want)
 			}
 		}
 	})

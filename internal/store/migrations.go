@@ -414,6 +414,36 @@ var migrations = []migration{
 		sqlite:   `ALTER TABLE sandboxes ADD COLUMN persistence TEXT NOT NULL DEFAULT ''`,
 		postgres: `ALTER TABLE sandboxes ADD COLUMN persistence TEXT NOT NULL DEFAULT ''`,
 	},
+	// Events numbered per tenant (events.go): seq is an event's position
+	// in its tenant's sequence, event_seqs the last one each tenant was
+	// given. The events recorded before keep their node-wide ID as their
+	// position, and every tenant that may have followed a stream (it has
+	// events or a key) goes on above the last ID given, so a position a
+	// client holds from before stays valid.
+	{
+		sqlite: `ALTER TABLE events ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+	UPDATE events SET seq = id;
+	DROP INDEX events_tenant;
+	CREATE INDEX events_tenant_seq ON events (tenant, seq);
+	CREATE TABLE event_seqs (
+		tenant TEXT PRIMARY KEY,
+		seq    INTEGER NOT NULL
+	);
+	INSERT INTO event_seqs (tenant, seq)
+		SELECT tenant, COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)
+		FROM (SELECT tenant FROM events UNION SELECT tenant FROM api_keys);`,
+		postgres: `ALTER TABLE events ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;
+	UPDATE events SET seq = id;
+	DROP INDEX events_tenant;
+	CREATE INDEX events_tenant_seq ON events (tenant, seq);
+	CREATE TABLE event_seqs (
+		tenant TEXT PRIMARY KEY,
+		seq    BIGINT NOT NULL
+	);
+	INSERT INTO event_seqs (tenant, seq)
+		SELECT tenant, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_id_seq)
+		FROM (SELECT tenant FROM events UNION SELECT tenant FROM api_keys) AS t;`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold
