@@ -41,7 +41,7 @@ GOOS=darwin go vet ./cmd/warren ./client ./api
 # disktest's xfs image, the end-to-end suite) and run after, once, without
 # -race; so does a new package until it is listed here.
 race=(
-	./client ./cmd/warren ./internal/atomicfile ./internal/backoff ./internal/blob
+	./client ./cmd/warren ./internal/archive ./internal/atomicfile ./internal/backoff ./internal/blob
 	./internal/blob/file ./internal/blob/s3 ./internal/blockdev ./internal/blockdev/nbd ./internal/chunkstore ./internal/cleanup ./internal/consolelog
 	./internal/buildspec ./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
