@@ -58,7 +58,7 @@ var ErrSparse = errors.New("archive: sparse entries are not accepted")
 // limitError is an ErrLimit that names the limit.
 type limitError struct{ what string }
 
-func (e *limitError) Error() string { return "archive: " + e.what }
+func (e *limitError) Error() string        { return "archive: " + e.what }
 func (e *limitError) Is(target error) bool { return target == ErrLimit }
 
 // Reader is a tar.Reader within Limits. It is not safe for concurrent use.
