@@ -24,7 +24,7 @@ func BenchmarkWriteBackLag(b *testing.B) {
 		b.StopTimer()
 		cluster, _ := tierOf(b)
 		object, _ := tierOf(b)
-		v, err := Create(ctx, filepath.Join(b.TempDir(), "v"), Config{ID: "lag", Namespace: "acme", Size: 256 << 20},
+		v, err := Create(ctx, filepath.Join(b.TempDir(), "v"), Config{ID: "lag", Size: 256 << 20},
 			Tiers{Cluster: &cluster, Object: object}, Options{WritebackEvery: -1})
 		if err != nil {
 			b.Fatal(err)

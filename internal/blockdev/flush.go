@@ -25,20 +25,73 @@ func (v *Volume) Flush() error { return v.flush(v.ctx) }
 func (v *Volume) flush(ctx context.Context) error {
 	v.flushMu.Lock()
 	defer v.flushMu.Unlock()
-	v.mu.Lock()
-	if v.closed {
+	var (
+		taken   map[int64]dirtied
+		present bitset
+		seq     int64
+		full    bool
+	)
+	// A flush over the volume's durable bound waits, up to fullWait, for
+	// reclaiming (or replication, which lets a prune go) to make room,
+	// compacting first if that frees anything.
+	deadline := time.Now().Add(fullWait)
+	for {
+		v.mu.Lock()
+		if v.closed {
+			v.mu.Unlock()
+			return errClosed
+		}
+		if len(v.dirty) == 0 {
+			v.mu.Unlock()
+			return nil
+		}
+		taken = maps.Clone(v.dirty)
+		present = v.present.clone()
+		seq = v.seq + 1
+		data := 0
+		for _, d := range taken {
+			if !d.zero {
+				data++
+			}
+		}
+		var compact bool
+		var err error
+		full, compact, err = v.admit(seq, data)
+		moved := v.moved
+		if err != nil && time.Now().After(deadline) {
+			v.refused = err
+		}
 		v.mu.Unlock()
-		return errClosed
+		if err == nil && !compact {
+			break
+		}
+		if compact {
+			if err := v.compact(ctx, seq, present); err != nil {
+				return err
+			}
+			continue
+		}
+		v.nudgeReclaim()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("volume %s: flush: %w", v.cfg.ID, err)
+		}
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-moved:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("volume %s: flush: %w", v.cfg.ID, ctx.Err())
+		}
+		t.Stop()
 	}
-	if len(v.dirty) == 0 {
+	// Whatever happens, the flush's puts are over when it returns: the
+	// chunks it named are held by then, or named by no layer.
+	defer func() {
+		v.mu.Lock()
+		clear(v.putting)
 		v.mu.Unlock()
-		return nil
-	}
-	taken := maps.Clone(v.dirty)
-	present := v.present.clone()
-	seq := v.seq + 1
-	full := seq-v.full >= int64(v.opts.CompactEvery)
-	v.mu.Unlock()
+	}()
 
 	// What the cells hold now is synced before the state says they are
 	// present (see state).
@@ -52,7 +105,7 @@ func (v *Volume) flush(ctx context.Context) error {
 		ranges[i] = layer.Range{Off: off, Len: n, Zero: taken[c].zero}
 	}
 	durable := v.tiers.durable()
-	extents, _, err := layer.Write(ctx, filepath.Join(v.dir, cacheFile), ranges, v.cfg.Namespace, durable, v.opts.Parallel)
+	extents, _, err := layer.Write(ctx, filepath.Join(v.dir, cacheFile), ranges, v.ns, guarded{durable, v}, v.opts.Parallel)
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", v.cfg.ID, err)
 	}
@@ -65,7 +118,7 @@ func (v *Volume) flush(ctx context.Context) error {
 	// The cells are dirty until the layer is stored, so no fault reads
 	// their entries: they may change before it is.
 	for _, w := range written {
-		v.own[w.cell] = w.chunkRef
+		v.setOwn(w.cell, w.chunkRef)
 	}
 	var m layer.Manifest
 	if full {
@@ -77,6 +130,7 @@ func (v *Volume) flush(ctx context.Context) error {
 	} else {
 		m = v.manifest(seq, layerID(v.cfg.ID, seq-1), written)
 	}
+	v.addLayer(seq, refsOf(m))
 	v.mu.Unlock()
 	if err := durable.PutManifest(ctx, m); err != nil {
 		return fmt.Errorf("volume %s: store layer %d: %w", v.cfg.ID, seq, err)
@@ -118,6 +172,48 @@ func (v *Volume) flush(ctx context.Context) error {
 	})
 }
 
+// fullWait is how long a flush over the volume's durable bound waits for
+// room before it is refused.
+const fullWait = 10 * time.Second
+
+// compact writes layer seq as a full layer of the volume's cells as they
+// were last flushed, adding nothing: the layers it supersedes go, and the
+// chunks only they named with them. The caller holds flushMu.
+func (v *Volume) compact(ctx context.Context, seq int64, present bitset) error {
+	v.mu.Lock()
+	all := make([]ownCell, 0, len(v.own))
+	for _, c := range slices.Sorted(maps.Keys(v.own)) {
+		all = append(all, ownCell{cell: c, chunkRef: v.own[c]})
+	}
+	m := v.manifest(seq, v.cfg.Base, all)
+	v.addLayer(seq, refsOf(m))
+	v.mu.Unlock()
+	durable := v.tiers.durable()
+	if err := durable.PutManifest(ctx, m); err != nil {
+		return fmt.Errorf("volume %s: store layer %d: %w", v.cfg.ID, seq, err)
+	}
+	v.mu.Lock()
+	v.seq, v.full = seq, seq
+	v.written[seq] = time.Now()
+	if v.tiers.Cluster == nil {
+		v.replicatedTo(seq)
+	}
+	dirty := maps.Clone(v.dirty)
+	v.mu.Unlock()
+	if err := v.save(present, dirty, true); err != nil {
+		return err
+	}
+	if v.tiers.Cluster == nil {
+		v.prune(ctx, seq, durable)
+	} else {
+		select {
+		case v.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
 // replicatedTo records that object storage holds layer seq and every one
 // before it. The caller holds mu.
 func (v *Volume) replicatedTo(seq int64) {
@@ -127,6 +223,7 @@ func (v *Volume) replicatedTo(seq int64) {
 	v.replicated = seq
 	close(v.lagged)
 	v.lagged = make(chan struct{})
+	v.move()
 }
 
 // waitReplicated waits until cond, which is called under mu, holds.
@@ -146,14 +243,20 @@ func (v *Volume) waitReplicated(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// prune deletes from the tiers the layers a full layer seq supersedes. A
-// failure leaves them for the next full layer.
+// prune deletes from the tiers the layers a full layer seq supersedes, and
+// has the reclaimer delete the chunks only they named. A failure leaves
+// them for the next full layer.
 func (v *Volume) prune(ctx context.Context, seq int64, tiers ...chunkstore.Store) {
 	for _, t := range tiers {
 		if err := deleteLayers(ctx, t, v.cfg.ID, seq); err != nil {
 			v.log.Warn("prune layers", "err", err)
+			return
 		}
 	}
+	v.mu.Lock()
+	v.dropLayers(seq)
+	v.mu.Unlock()
+	v.nudgeReclaim()
 }
 
 // DeleteLayers deletes every layer of volume id from t: the volume is gone.
@@ -188,6 +291,10 @@ func (v *Volume) start() {
 	if v.tiers.Cluster != nil {
 		v.loops.Go(v.replicate)
 		v.wake <- struct{}{}
+	}
+	if v.exclusive() {
+		v.loops.Go(v.reclaimer)
+		v.nudgeReclaim()
 	}
 }
 

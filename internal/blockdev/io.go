@@ -88,6 +88,9 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	if err := v.room(); err != nil {
+		return 0, err
+	}
 	err := v.overwrite(off, n, func() error {
 		_, err := v.cache.WriteAt(p, off)
 		return err
@@ -236,6 +239,9 @@ func (v *Volume) fault(ctx context.Context, claim []int64, ch chan struct{}) err
 		v.mu.Unlock()
 		close(ch)
 	}()
+	if err := v.room(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	own := make(map[int64]string)
 	var fromBase []int64
@@ -252,7 +258,7 @@ func (v *Volume) fault(ctx context.Context, claim []int64, ch chan struct{}) err
 	for c, name := range own {
 		if name != "" {
 			off, n := v.cellRange(c)
-			chunks[layer.Extent{Offset: off, Length: n, Chunk: name}] = fetched{ns: v.cfg.Namespace}
+			chunks[layer.Extent{Offset: off, Length: n, Chunk: name}] = fetched{ns: v.ns}
 		}
 	}
 	for _, c := range fromBase {

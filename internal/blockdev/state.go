@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,9 @@ type state struct {
 	Present    []byte  `json:"present"`
 	Dirty      []int64 `json:"dirty,omitempty"`
 	Zeroed     []int64 `json:"zeroed,omitempty"`
+	// Pending is the chunks no layer names any more, waiting to be
+	// reclaimed, with their stored sizes (reclaim.go).
+	Pending map[string]int64 `json:"pending,omitempty"`
 }
 
 const stateVersion = 1
@@ -51,8 +55,9 @@ const stateVersion = 1
 func (v *Volume) save(present bitset, dirty map[int64]dirtied, open bool) error {
 	v.mu.Lock()
 	st := state{
-		Version: stateVersion, ID: v.cfg.ID, Namespace: v.cfg.Namespace, Base: v.cfg.Base, Size: v.cfg.Size,
+		Version: stateVersion, ID: v.cfg.ID, Namespace: v.ns, Base: v.cfg.Base, Size: v.cfg.Size,
 		Seq: v.seq, Full: v.full, Replicated: v.replicated, Open: open, Present: present.bytes(),
+		Pending: maps.Clone(v.pending),
 	}
 	v.mu.Unlock()
 	for c, d := range dirty {
@@ -95,10 +100,15 @@ func Open(ctx context.Context, dir string, tiers Tiers, opts Options) (*Volume, 
 	if newest != st.Seq {
 		return nil, fmt.Errorf("open volume %s: %w: the durable tier's newest layer is %d, this node wrote %d", st.ID, ErrConflict, newest, st.Seq)
 	}
-	cfg := Config{ID: st.ID, Namespace: st.Namespace, Base: st.Base, Size: st.Size}
-	v, err := load(ctx, dir, cfg, tiers, opts, st.Seq)
+	cfg := Config{ID: st.ID, Base: st.Base, Size: st.Size}
+	v, err := load(ctx, dir, cfg, st.Namespace, tiers, opts, st.Seq)
 	if err != nil {
 		return nil, err
+	}
+	for name, stored := range st.Pending {
+		if v.held[name].refs == 0 {
+			v.pending[name] = stored
+		}
 	}
 	v.replicated = st.Replicated
 	for s := st.Replicated + 1; s <= st.Seq; s++ {
@@ -147,8 +157,8 @@ func Recover(ctx context.Context, dir, id string, tiers Tiers, opts Options) (*V
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("recover volume: %w", err)
 	}
-	cfg := Config{ID: id, Namespace: top.Namespace, Size: top.DiskSize}
-	v, err := load(ctx, dir, cfg, tiers, opts, seq)
+	cfg := Config{ID: id, Size: top.DiskSize}
+	v, err := load(ctx, dir, cfg, top.Namespace, tiers, opts, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -180,9 +190,11 @@ func newestLayer(ctx context.Context, t chunkstore.Store, id string) (int64, err
 	return slices.Max(seqs), nil
 }
 
-// load makes the volume whose newest layer is seq: its base lineage folded
-// and its own cells from its layers down to the base. Nothing is present.
-func load(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options, seq int64) (*Volume, error) {
+// load makes the volume whose newest layer is seq, its chunks named in ns:
+// its base lineage folded, its own cells from its layers down to the base,
+// and the chunks of every layer of its in the durable tier. Nothing is
+// present.
+func load(ctx context.Context, dir string, cfg Config, ns string, tiers Tiers, opts Options, seq int64) (*Volume, error) {
 	chain, err := resolve(ctx, tiers, layerID(cfg.ID, seq))
 	if err != nil {
 		return nil, err
@@ -200,7 +212,7 @@ func load(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options
 	if first > 0 {
 		cfg.Base = chain[first-1].ID
 	}
-	v, err := newVolume(dir, cfg, tiers, opts, fold(chain[:first]))
+	v, err := newVolume(dir, cfg, ns, tiers, opts, fold(chain[:first]))
 	if err != nil {
 		return nil, err
 	}
@@ -214,9 +226,29 @@ func load(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options
 			v.cache.Close()
 			return nil, err
 		}
+		n, _ := layerSeq(cfg.ID, m.ID)
 		if m.Parent == cfg.Base {
-			v.full, _ = layerSeq(cfg.ID, m.ID)
+			v.full = n
 		}
+		v.addLayer(n, refsOf(m))
+	}
+	// Layers a full one superseded and no prune deleted yet still name
+	// their chunks.
+	seqs, err := layers(ctx, tiers.durable(), cfg.ID)
+	if err != nil {
+		v.cache.Close()
+		return nil, err
+	}
+	for _, n := range seqs {
+		if n >= v.full {
+			continue
+		}
+		m, err := manifestOf(ctx, tiers, layerID(cfg.ID, n))
+		if err != nil {
+			v.cache.Close()
+			return nil, err
+		}
+		v.addLayer(n, refsOf(m))
 	}
 	return v, nil
 }
@@ -226,13 +258,14 @@ func load(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options
 func (v *Volume) apply(m layer.Manifest) error {
 	if m.Parent == v.cfg.Base {
 		clear(v.own)
+		v.ownSize = 0
 	}
 	for _, e := range m.Extents {
 		c := e.Offset / CellSize
 		if off, n := v.cellRange(c); e.Offset != off || e.Length != n {
 			return fmt.Errorf("volume %s: layer %s: extent at %d of %d bytes is not a cell", v.cfg.ID, m.ID, e.Offset, e.Length)
 		}
-		v.own[c] = chunkRef{chunk: e.Chunk, stored: e.Stored}
+		v.setOwn(c, chunkRef{chunk: e.Chunk, stored: e.Stored})
 	}
 	return nil
 }

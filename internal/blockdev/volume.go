@@ -65,8 +65,25 @@ type Options struct {
 	// CompactEvery is how many layers the volume writes between two full
 	// ones (default 64). A full layer lists every cell of the volume's
 	// own over the base, so that recovery reads a short chain; the layers
-	// it supersedes are deleted once it reached object storage.
+	// it supersedes are deleted once it reached object storage, and their
+	// chunks that nothing else names with them (see reclaim.go). A volume
+	// also compacts as soon as its layers hold as many bytes of chunks no
+	// longer its disk's as of its disk's: so they hold at most about twice
+	// what its disk uses.
 	CompactEvery int
+	// DurableLimit bounds the bytes of chunks a volume holds in the
+	// durable tier (its layers' and those waiting to be reclaimed), as a
+	// multiple of its disk's size (default 3). A flush that could take it
+	// past the bound is refused with ErrFull. Reclaimed bytes let the next
+	// flush through.
+	DurableLimit float64
+	// Reserve is the free space kept on the file system of the volume's
+	// cache (default 512 MiB; negative: none). A write or fault that would
+	// take it lower fails with ENOSPC.
+	Reserve int64
+	// ReclaimBatch bounds the chunks one reclaim pass deletes (default
+	// 1024: 64 MiB of cells).
+	ReclaimBatch int
 }
 
 func (o Options) withDefaults() Options {
@@ -85,6 +102,15 @@ func (o Options) withDefaults() Options {
 	if o.CompactEvery <= 0 {
 		o.CompactEvery = 64
 	}
+	if o.DurableLimit <= 0 {
+		o.DurableLimit = 3
+	}
+	if o.Reserve == 0 {
+		o.Reserve = 512 << 20
+	}
+	if o.ReclaimBatch <= 0 {
+		o.ReclaimBatch = 1024
+	}
 	return o
 }
 
@@ -93,9 +119,6 @@ type Config struct {
 	// ID names the volume's layers, "v-<ID>-<seq>": lowercase letters,
 	// digits and '-', at most 100 bytes. It must be unique in the tiers.
 	ID string
-	// Namespace is what the volume's chunks are named in (the tenant),
-	// as for a snapshot's layer.
-	Namespace string
 	// Base is the layer the disk starts as (a snapshot or template base
 	// layer in the tiers), or empty for a disk of zeros.
 	Base string
@@ -114,6 +137,7 @@ var ErrConflict = errors.New("the volume was written elsewhere")
 // Lock order: flushMu, then mu. No I/O is done under mu.
 type Volume struct {
 	cfg   Config
+	ns    string // what the volume's chunks are named in (volumeNamespace)
 	dir   string
 	cache *os.File
 	tiers Tiers
@@ -135,6 +159,20 @@ type Volume struct {
 	replicated int64               // the newest layer in object storage
 	written    map[int64]time.Time // when each layer not yet replicated was written
 	closed     bool
+	// What the volume holds in the tiers (reclaim.go): the chunks its
+	// layers there name, each layer's, the bytes of its disk's own cells,
+	// the chunks waiting to be reclaimed and those being deleted or put.
+	held     map[string]chunkUse
+	layered  map[int64][]chunkRef
+	heldSize int64
+	ownSize  int64
+	pending  map[string]int64
+	dying    map[string]chan struct{}
+	putting  map[string]bool
+	refused  error // why the last flush was refused; nil once one is not
+
+	free func(dir string) (int64, error) // the free space of dir's file system
+
 	// Read-ahead of sequential reads: where the last read ended, the
 	// window (cells) the next sequential read fetches beyond itself, the
 	// newest range of cells it wants and not yet taken by the fetcher
@@ -144,13 +182,15 @@ type Volume struct {
 	raWant   *[2]int64
 	raBusy   bool
 
-	wake  chan struct{} // nudges the replicator
-	stop  context.CancelFunc
-	ctx   context.Context
-	loops sync.WaitGroup
+	wake    chan struct{} // nudges the replicator
+	reclaim chan struct{} // nudges the reclaimer
+	stop    context.CancelFunc
+	ctx     context.Context
+	loops   sync.WaitGroup
 	// aheads are the read-ahead fetches; none starts once closed is set.
 	aheads sync.WaitGroup
 	lagged chan struct{} // closed and replaced whenever replication moves
+	moved  chan struct{} // closed and replaced whenever replication or reclaiming moves
 }
 
 // dirtied is a cell written since its last flush.
@@ -233,12 +273,13 @@ func Create(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Optio
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create volume: %w", err)
 	}
-	v, err := newVolume(dir, cfg, tiers, opts, fold(lineage))
+	v, err := newVolume(dir, cfg, volumeNamespace(cfg.ID), tiers, opts, fold(lineage))
 	if err == nil {
 		if err = tiers.durable().PutManifest(ctx, v.manifest(0, cfg.Base, nil)); err != nil {
 			err = fmt.Errorf("create volume: first layer: %w", err)
 		} else {
 			v.written[0] = time.Now()
+			v.addLayer(0, nil)
 			if tiers.Cluster == nil {
 				v.replicated = 0
 			}
@@ -259,7 +300,7 @@ func Create(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Optio
 
 // newVolume sets up a volume's memory and cache file, empty: nothing
 // present, nothing its own, no layer written.
-func newVolume(dir string, cfg Config, tiers Tiers, opts Options, base baseMap) (*Volume, error) {
+func newVolume(dir string, cfg Config, ns string, tiers Tiers, opts Options, base baseMap) (*Volume, error) {
 	cache, err := os.OpenFile(filepath.Join(dir, cacheFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("volume cache: %w", err)
@@ -271,11 +312,14 @@ func newVolume(dir string, cfg Config, tiers Tiers, opts Options, base baseMap) 
 	opts = opts.withDefaults()
 	cells := (cfg.Size + CellSize - 1) / CellSize
 	return &Volume{
-		cfg: cfg, dir: dir, cache: cache, tiers: tiers, opts: opts, base: base, cells: cells,
+		cfg: cfg, ns: ns, dir: dir, cache: cache, tiers: tiers, opts: opts, base: base, cells: cells,
 		log:     opts.Log.With("volume", cfg.ID),
 		present: newBitset(cells), own: map[int64]chunkRef{}, dirty: map[int64]dirtied{},
 		faults: map[int64]chan struct{}{}, written: map[int64]time.Time{},
-		replicated: -1, wake: make(chan struct{}, 1), lagged: make(chan struct{}),
+		held: map[string]chunkUse{}, layered: map[int64][]chunkRef{}, pending: map[string]int64{},
+		dying: map[string]chan struct{}{}, putting: map[string]bool{}, free: freeSpace,
+		replicated: -1, wake: make(chan struct{}, 1), reclaim: make(chan struct{}, 1), lagged: make(chan struct{}),
+		moved: make(chan struct{}),
 	}, nil
 }
 
@@ -317,7 +361,7 @@ func manifestOf(ctx context.Context, tiers Tiers, id string) (layer.Manifest, er
 // chunks.
 func (v *Volume) manifest(seq int64, parent string, cells []ownCell) layer.Manifest {
 	m := layer.Manifest{
-		Version: layer.Version(v.cfg.Namespace), ID: layerID(v.cfg.ID, seq), Namespace: v.cfg.Namespace,
+		Version: layer.Version(v.ns), ID: layerID(v.cfg.ID, seq), Namespace: v.ns,
 		Parent: parent, DiskSize: v.cfg.Size, Extents: []layer.Extent{},
 	}
 	for _, c := range cells {
@@ -359,13 +403,25 @@ type Status struct {
 	RecoveryPoint time.Time
 	Dirty         int // cells written and not yet flushed
 	Present       int // cells held in the node's cache
+	// Durable is the bytes of chunks the volume holds in the durable tier:
+	// its layers' and those waiting to be reclaimed. Limit is its bound,
+	// and Used what the disk's own cells take of it, stored.
+	Durable, Limit, Used int64
+	// Refused says why the last flush was refused ("" when it was not).
+	Refused string
 }
 
 // Status reports the volume's write-back state.
 func (v *Volume) Status() Status {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	st := Status{Layer: layerID(v.cfg.ID, v.seq), Dirty: len(v.dirty), Present: v.present.count()}
+	st := Status{
+		Layer: layerID(v.cfg.ID, v.seq), Dirty: len(v.dirty), Present: v.present.count(),
+		Durable: v.heldSize + sum(v.pending), Limit: v.limit(), Used: v.ownSize,
+	}
+	if v.refused != nil {
+		st.Refused = v.refused.Error()
+	}
 	if v.replicated >= 0 {
 		st.Replicated = layerID(v.cfg.ID, v.replicated)
 	}

@@ -123,7 +123,7 @@ func TestVolumeReadsItsBaseLazily(t *testing.T) {
 	object, counted := tierOf(t)
 	img := randomImage(r, 8<<20)
 	putBase(t, object, "tb-base", img, 1<<20)
-	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "lazy", Namespace: "acme", Base: "tb-base"}, Tiers{Object: object}, noLoops)
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "lazy", Base: "tb-base"}, Tiers{Object: object}, noLoops)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestVolumeFlushedWritesSurvive(t *testing.T) {
 	putBase(t, object, "tb-base", img, 512<<10)
 	tiers := Tiers{Object: object}
 	// Grown past the base: the rest reads as zeros.
-	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "vol-1", Namespace: "acme", Base: "tb-base", Size: 5 << 20}, tiers, Options{WritebackEvery: -1, CompactEvery: 3})
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "vol-1", Base: "tb-base", Size: 5 << 20}, tiers, Options{WritebackEvery: -1, CompactEvery: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestVolumeClusterTier(t *testing.T) {
 	cluster, _ := tierOf(t)
 	object, _ := tierOf(t)
 	tiers := Tiers{Cluster: &cluster, Object: object}
-	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "tiered", Namespace: "acme", Size: 1 << 20}, tiers, Options{WritebackEvery: -1, CompactEvery: 2})
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "tiered", Size: 1 << 20}, tiers, Options{WritebackEvery: -1, CompactEvery: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestVolumeConcurrentIO(t *testing.T) {
 	object, _ := tierOf(t)
 	img := randomImage(r, 4<<20)
 	putBase(t, object, "tb-base", img, 256<<10)
-	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "busy", Namespace: "acme", Base: "tb-base"}, Tiers{Object: object}, Options{WritebackEvery: 5 * time.Millisecond})
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "busy", Base: "tb-base"}, Tiers{Object: object}, Options{WritebackEvery: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestVolumeSnapshot(t *testing.T) {
 	object, _ := tierOf(t)
 	img := randomImage(r, 2<<20)
 	putBase(t, object, "tb-base", img, 256<<10)
-	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "snappy", Namespace: "acme", Base: "tb-base"}, Tiers{Cluster: &cluster, Object: object}, Options{WritebackEvery: -1, CompactEvery: 2})
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "snappy", Base: "tb-base"}, Tiers{Cluster: &cluster, Object: object}, Options{WritebackEvery: -1, CompactEvery: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ func TestVolumeSnapshot(t *testing.T) {
 	}
 	mustEqual(t, "snapshot", got, want)
 	// And a volume over it, lazily.
-	child, err := Create(ctx, filepath.Join(t.TempDir(), "child"), Config{ID: "child", Namespace: "acme", Base: "snap-1"}, Tiers{Object: object}, noLoops)
+	child, err := Create(ctx, filepath.Join(t.TempDir(), "child"), Config{ID: "child", Base: "snap-1"}, Tiers{Object: object}, noLoops)
 	if err != nil {
 		t.Fatal(err)
 	}
