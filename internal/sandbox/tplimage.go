@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agent"
+	"warren/internal/network/addrclass"
 	"warren/internal/oci"
 	"warren/internal/snapshot"
 	"warren/internal/store"
@@ -261,13 +261,9 @@ func (m *Manager) registryAddr(ctx context.Context, addr string) (string, error)
 		return "", fmt.Errorf("registry %s has no address", host)
 	}
 	for _, ip := range ips {
-		ip = ip.Unmap()
-		if !ip.IsGlobalUnicast() || ip.IsPrivate() || sharedAddressSpace.Contains(ip) {
-			return "", fmt.Errorf("registry %s is at %s, not a public address: the node pulls only from public registries and those its operator allows (--registry-allow)", host, ip)
+		if addrclass.Internal(ip) {
+			return "", fmt.Errorf("registry %s is at %s, not a public address: the node pulls only from public registries and those its operator allows (--registry-allow)", host, ip.Unmap())
 		}
 	}
 	return net.JoinHostPort(ips[0].Unmap().String(), port), nil
 }
-
-// sharedAddressSpace is RFC 6598's, carriers' and clouds' private range.
-var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"warren/internal/network/addrclass"
 	"warren/internal/network/policy"
 )
 
@@ -343,7 +344,7 @@ func withoutInternal(rrs []dns.RR) (_ []dns.RR, dropped bool) {
 			out = append(out, rr)
 			continue
 		}
-		if a, ok := netip.AddrFromSlice(ip); !ok || internal(a) {
+		if a, ok := netip.AddrFromSlice(ip); !ok || addrclass.Internal(a) {
 			dropped = true
 			continue
 		}

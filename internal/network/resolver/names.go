@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"warren/internal/network/addrclass"
 )
 
 // What a sandbox could learn about the node's networks through its
@@ -32,38 +34,6 @@ import (
 // (RFC 6761, 6762, 7686, 8375, 9462, and ICANN's "internal").
 var localZones = []string{"localhost", "local", "internal", "home.arpa", "onion", "invalid", "resolver.arpa"}
 
-// internalNets are the IPv4 ranges no public name should resolve to: this
-// network, private, shared (CGN), loopback, link-local (the cloud metadata
-// service), IETF protocol assignments, benchmarking, multicast and
-// reserved.
-var internalNets = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("224.0.0.0/3"),
-}
-
-// internal reports whether a is an address of internalNets, or an IPv6
-// address that is not global unicast or is unique-local.
-func internal(a netip.Addr) bool {
-	a = a.Unmap()
-	if a.Is4() {
-		for _, p := range internalNets {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	return !a.IsGlobalUnicast() || a.IsPrivate()
-}
-
 // zoneTypes are asked of a zone rather than a host; a validating stub
 // asks them of top-level domains, which are single labels.
 var zoneTypes = map[uint16]bool{
@@ -88,12 +58,12 @@ func localOnly(name string, qtype uint16) string {
 		}
 	}
 	if rest, ok := cutZone(name, "in-addr.arpa"); ok {
-		if a, ok := reverse4(rest); !ok || internal(a) {
+		if a, ok := reverse4(rest); !ok || addrclass.Internal(a) {
 			return "reverse names of internal addresses are not resolved"
 		}
 	}
 	if rest, ok := cutZone(name, "ip6.arpa"); ok {
-		if a, ok := reverse6(rest); !ok || internal(a) {
+		if a, ok := reverse6(rest); !ok || addrclass.Internal(a) {
 			return "reverse names of internal addresses are not resolved"
 		}
 	}
