@@ -46,9 +46,16 @@ type Admission struct {
 	// ReservePids are pids kept for the host: no sandbox may have more
 	// than pid_max less these, nor all of them together.
 	ReservePids int64
-	// Tenant bounds one tenant's share of the node; zero fields: none
-	// beyond the node's.
+	// Tenant bounds one tenant's share of the node; a zero field takes
+	// TenantShare of the node's capacity.
 	Tenant TenantLimits
+	// TenantShare is the part of the node's capacity (each of its vCPUs,
+	// memory and disk, after the reserves and overcommit) that one tenant
+	// may hold where Tenant sets no bound, so that one tenant cannot
+	// starve the others; 1 lets a tenant take the whole node. The operator
+	// (api.AdminTenant) is bounded by the node's capacity only. 0 takes
+	// the default.
+	TenantShare float64
 }
 
 // TenantLimits bound what one tenant holds on the node at once.
@@ -64,6 +71,7 @@ var DefaultAdmission = Admission{
 	CPUOvercommit: 32, MemoryOvercommit: 1.5, DiskOvercommit: 4,
 	ReservePids: 2048,
 	Tenant:      TenantLimits{Sandboxes: 256},
+	TenantShare: 0.5,
 }
 
 // vmOverheadMB is what a VM sandbox's QEMU holds beyond its guest's memory
@@ -110,15 +118,30 @@ func newCapacity(h HostCapacity, a Admission) (capacity, Admission) {
 	if a.Tenant.Sandboxes <= 0 {
 		a.Tenant.Sandboxes = d.Tenant.Sandboxes
 	}
+	if a.TenantShare <= 0 || a.TenantShare > 1 {
+		a.TenantShare = d.TenantShare
+	}
 	hostMem := max(0, h.MemoryMB-a.ReserveMemoryMB)
-	return capacity{
+	c := capacity{
 		cpus:          float64(h.CPUs) * a.CPUOvercommit,
 		memoryMB:      int64(float64(hostMem) * a.MemoryOvercommit),
 		diskMB:        int64(float64(h.DiskMB) * a.DiskOvercommit),
 		hostMemoryMB:  hostMem,
 		maxPids:       max(0, h.PidMax-a.ReservePids),
 		reserveDiskMB: a.ReserveDiskMB,
-	}, a
+	}
+	if a.TenantShare < 1 {
+		if a.Tenant.CPUs <= 0 {
+			a.Tenant.CPUs = c.cpus * a.TenantShare
+		}
+		if a.Tenant.MemoryMB <= 0 {
+			a.Tenant.MemoryMB = int64(float64(c.memoryMB) * a.TenantShare)
+		}
+		if a.Tenant.DiskMB <= 0 {
+			a.Tenant.DiskMB = int64(float64(c.diskMB) * a.TenantShare)
+		}
+	}
+	return c, a
 }
 
 // HostShare is what all sandboxes together may really use of the host,
@@ -137,6 +160,9 @@ type ledger struct {
 
 	mu     sync.Mutex
 	claims map[string]claim // by sandbox ID; guarded by mu
+	// scratchMB is the free disk that builds and imports hold for their
+	// scratch files (reserveScratch); guarded by mu.
+	scratchMB int64
 }
 
 func newLedger(cap capacity, tenant TenantLimits) *ledger {
@@ -174,7 +200,7 @@ func (l *ledger) admit(ids []string, c claim) error {
 	if n > 1 {
 		sandboxes = fmt.Sprintf("%d sandboxes", n)
 	}
-	if c.tenant != pooled {
+	if c.tenant != pooled && c.tenant != api.AdminTenant {
 		if err := l.overTenant(c.tenant, want, n); err != nil {
 			return err
 		}
@@ -246,8 +272,10 @@ func (l *ledger) assign(id, tenant string) error {
 	if !ok || c.tenant != pooled {
 		return fmt.Errorf("sandbox %s is no pool member of the ledger", id)
 	}
-	if err := l.overTenant(tenant, c, 1); err != nil {
-		return err
+	if tenant != api.AdminTenant {
+		if err := l.overTenant(tenant, c, 1); err != nil {
+			return err
+		}
 	}
 	c.tenant = tenant
 	l.claims[id] = c
@@ -270,12 +298,42 @@ func (l *ledger) restore(id string, c claim) {
 	l.claims[id] = c
 }
 
-// diskFree checks the free disk of the node against its reserve.
+// diskFree checks the free disk of the node, less what scratch files may
+// still take, against its reserve.
 func (l *ledger) diskFree(freeMB int64, what string) error {
-	if freeMB < l.cap.reserveDiskMB {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.diskFreeLocked(freeMB, 0, what)
+}
+
+func (l *ledger) diskFreeLocked(freeMB, wantMB int64, what string) error {
+	if left := freeMB - l.scratchMB - wantMB; left < l.cap.reserveDiskMB {
+		if l.scratchMB+wantMB > 0 {
+			return api.Errorf(api.CodeInsufficientStorage, "this node's disk has %d MiB free, of which builds and imports may still take %d MiB: %s refused below its reserve of %d MiB, until space is freed", freeMB, l.scratchMB+wantMB, what, l.cap.reserveDiskMB)
+		}
 		return api.Errorf(api.CodeInsufficientStorage, "this node's disk has %d MiB free, below its reserve of %d MiB: %s refused until space is freed", freeMB, l.cap.reserveDiskMB, what)
 	}
 	return nil
+}
+
+// holdScratch holds wantMB of the node's free disk (freeMB now) for a
+// build's or an import's scratch files, if that leaves the reserve free
+// beside every other hold; the returned func gives it back, once.
+func (l *ledger) holdScratch(freeMB, wantMB int64, what string) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.diskFreeLocked(freeMB, wantMB, what); err != nil {
+		return nil, err
+	}
+	l.scratchMB += wantMB
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.scratchMB -= wantMB
+			l.mu.Unlock()
+		})
+	}, nil
 }
 
 // Usage is what the node may promise in all (Capacity, its host's less

@@ -49,13 +49,13 @@ func TestAdmission(t *testing.T) {
 		code   string
 		msg    string
 	}{
-		{"256 GiB disks", Admission{}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 64, diskMB: 256 << 10}, 30), 1, 3,
+		{"256 GiB disks", Admission{TenantShare: 1}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 64, diskMB: 256 << 10}, 30), 1, 3,
 			api.CodeInsufficientStorage, "cannot hold a sandbox of 262144 MiB disk"},
-		{"memory", Admission{}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 4,
+		{"memory", Admission{TenantShare: 1}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 4,
 			api.CodeConflict, "MiB memory"},
-		{"cpus", Admission{CPUOvercommit: 4}, repeat(claim{tenant: "t", cpus: 2, memoryMB: 64, diskMB: 1}, 10), 1, 4,
+		{"cpus", Admission{CPUOvercommit: 4, TenantShare: 1}, repeat(claim{tenant: "t", cpus: 2, memoryMB: 64, diskMB: 1}, 10), 1, 4,
 			api.CodeConflict, "of 2 vCPUs: 8 of its 8 are promised"},
-		{"a restore of 256 at once", Admission{}, []claim{{tenant: "t", cpus: 1, memoryMB: 512, diskMB: 2048}}, 256, 0,
+		{"a restore of 256 at once", Admission{TenantShare: 1}, []claim{{tenant: "t", cpus: 1, memoryMB: 512, diskMB: 2048}}, 256, 0,
 			api.CodeConflict, "cannot hold 256 sandboxes"},
 		{"tenant sandboxes", Admission{Tenant: TenantLimits{Sandboxes: 3}}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 64, diskMB: 1}, 5), 1, 3,
 			api.CodeTooMany, "at most 3 sandboxes"},
@@ -65,6 +65,12 @@ func TestAdmission(t *testing.T) {
 			api.CodeTooMany, "at most 1 vCPUs"},
 		{"tenant disk", Admission{Tenant: TenantLimits{DiskMB: 5000}}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 64, diskMB: 2048}, 5), 1, 2,
 			api.CodeTooMany, "at most 5000 MiB of disk"},
+		{"tenant share of memory", Admission{}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 2,
+			api.CodeTooMany, "at most 16589 MiB of memory"},
+		{"tenant share of cpus", Admission{CPUOvercommit: 4}, repeat(claim{tenant: "t", cpus: 2, memoryMB: 64, diskMB: 1}, 10), 1, 2,
+			api.CodeTooMany, "at most 4 vCPUs"},
+		{"the operator bounded by the node only", Admission{}, repeat(claim{tenant: api.AdminTenant, cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 4,
+			api.CodeConflict, "MiB memory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -99,6 +105,68 @@ func repeat(c claim, n int) []claim {
 		out[i] = c
 	}
 	return out
+}
+
+// TestTenantShare replays issue 35, row 8: tenant A's five large
+// sandboxes took the whole node and B's default create was refused (409,
+// node memory promised). A tenant now holds at most half the node unless
+// the operator says otherwise.
+func TestTenantShare(t *testing.T) {
+	cap, adm := newCapacity(host, Admission{})
+	l := newLedger(cap, adm.Tenant)
+	large := claim{tenant: "a", cpus: 4, memoryMB: 6600, diskMB: 10 << 10}
+	admitted := 0
+	for i := range 5 {
+		if err := l.admit([]string{fmt.Sprint("a", i)}, large); err != nil {
+			if !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "tenant quota") {
+				t.Fatalf("a's sandbox %d: %v, want the tenant's quota", i, err)
+			}
+			break
+		}
+		admitted++
+	}
+	if admitted != 2 {
+		t.Errorf("a got %d sandboxes of 6600 MiB, want 2 (half of %d MiB)", admitted, cap.memoryMB)
+	}
+	if err := l.admit([]string{"b1"}, claim{tenant: "b", cpus: 1, memoryMB: 512 + 64, diskMB: 2 << 10}); err != nil {
+		t.Errorf("b's default create beside a at its share: %v", err)
+	}
+	if _, a := newCapacity(host, Admission{TenantShare: 1}); a.Tenant.MemoryMB != 0 || a.Tenant.CPUs != 0 || a.Tenant.DiskMB != 0 {
+		t.Errorf("share 1: a tenant is bounded by %+v, want the node only", a.Tenant)
+	}
+	if _, a := newCapacity(host, Admission{Tenant: TenantLimits{MemoryMB: 1000}}); a.Tenant.MemoryMB != 1000 || a.Tenant.CPUs != 32 {
+		t.Errorf("an explicit bound: %+v", a.Tenant)
+	}
+}
+
+// TestScratchHolds: builds and imports hold the free disk their scratch
+// may take, so that all of them at once still leave the reserve (issue
+// 35, row 6: four OCI imports of 16 GiB each could run beyond the host's
+// free space).
+func TestScratchHolds(t *testing.T) {
+	cap, adm := newCapacity(host, Admission{})
+	l := newLedger(cap, adm.Tenant)
+	const free = 20 << 10 // MiB; the reserve is 10 GiB
+	r1, err := l.holdScratch(free, 6<<10, "imports are")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.holdScratch(free, 6<<10, "imports are"); !api.IsCode(err, api.CodeInsufficientStorage) || !strings.Contains(err.Error(), "may still take 12288 MiB") {
+		t.Errorf("a second hold of 6 GiB with 20 GiB free: %v", err)
+	}
+	if err := l.diskFree(free-6<<10+100, "creates are"); !api.IsCode(err, api.CodeInsufficientStorage) {
+		t.Errorf("a create once scratch may take the room above the reserve: %v", err)
+	}
+	r1()
+	r1()
+	r2, err := l.holdScratch(free, 6<<10, "imports are")
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	r2()
+	if l.scratchMB != 0 {
+		t.Errorf("%d MiB held after every release", l.scratchMB)
+	}
 }
 
 // TestAdmissionOthersUnaffected: one tenant at its quota leaves room for

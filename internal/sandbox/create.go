@@ -126,11 +126,33 @@ func claimOf(rec store.Sandbox) claim {
 // checkDiskFree refuses what would write to the node's disk once its free
 // space is below the reserve; what says what is refused.
 func (m *Manager) checkDiskFree(what string) error {
+	free, err := m.freeDiskMB()
+	if err != nil {
+		return err
+	}
+	return m.ledger.diskFree(free, what)
+}
+
+// holdScratch holds n bytes of the node's free disk for scratch files of
+// a build or an import that write at most that much, until release: the
+// node's disk keeps its reserve whatever every build and import running
+// at once writes (507 otherwise, naming what).
+func (m *Manager) holdScratch(n int64, what string) (release func(), err error) {
+	free, err := m.freeDiskMB()
+	if err != nil {
+		return nil, err
+	}
+	return m.ledger.holdScratch(free, (n+1<<20-1)>>20, what)
+}
+
+// freeDiskMB is the free space of the filesystem holding the data
+// directory, which the disk pool's images take their blocks from.
+func (m *Manager) freeDiskMB() (int64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(m.deps.StateDir, &st); err != nil {
-		return fmt.Errorf("free disk: %w", err)
+		return 0, fmt.Errorf("free disk: %w", err)
 	}
-	return m.ledger.diskFree(int64(st.Bavail)*st.Bsize>>20, what)
+	return int64(st.Bavail) * st.Bsize >> 20, nil
 }
 
 // source is the disk a new sandbox starts from: its template's image, or a
