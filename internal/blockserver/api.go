@@ -16,8 +16,6 @@ const (
 // serves already, or the one whose state it kept, or, with Recover, the
 // newest the tiers hold, or else a new one.
 type VolumeRequest struct {
-	// Namespace names the volume's chunks: its tenant.
-	Namespace string `json:"namespace,omitempty"`
 	// Base is the snapshot or template layer a new volume starts as.
 	Base string `json:"base,omitempty"`
 	// SizeBytes is a new volume's size; 0 takes the base's.
@@ -46,6 +44,15 @@ type VolumeInfo struct {
 	RecoveryPoint *time.Time `json:"recovery_point,omitempty"`
 	DirtyBytes    int64      `json:"dirty_bytes"`
 	CachedBytes   int64      `json:"cached_bytes"`
+	// DurableBytes is what the volume holds in the durable tier (its
+	// layers' chunks and those waiting to be reclaimed), at most
+	// DurableLimitBytes; UsedBytes is what its disk's cells take of it.
+	DurableBytes      int64 `json:"durable_bytes"`
+	DurableLimitBytes int64 `json:"durable_limit_bytes"`
+	UsedBytes         int64 `json:"used_bytes"`
+	// Refused says why the volume's last flush was refused (its durable
+	// bound); absent when it was not.
+	Refused string `json:"refused,omitempty"`
 }
 
 // SnapshotRequest takes a snapshot of a volume (POST

@@ -114,7 +114,7 @@ func crashTest(t *testing.T, blobStore string) {
 	node1, node2 := t.TempDir(), t.TempDir()
 	start := func(dataDir string) *Client { return startServer(ctx, t, dataDir, blobStore) }
 	c1 := start(node1)
-	in, err := c1.Serve(ctx, "crash", VolumeRequest{Namespace: "acme", SizeBytes: 64 << 20, Front: FrontFile})
+	in, err := c1.Serve(ctx, "crash", VolumeRequest{SizeBytes: 64 << 20, Front: FrontFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func crashTestNBD(t *testing.T, blobs string) {
 	defer cancel()
 	node1, node2 := t.TempDir(), t.TempDir()
 	start := func(dataDir string) *Client { return startServer(ctx, t, dataDir, blobs) }
-	in, err := start(node1).Serve(ctx, "crashnbd", VolumeRequest{Namespace: "acme", SizeBytes: 16 << 20, Front: FrontNBD})
+	in, err := start(node1).Serve(ctx, "crashnbd", VolumeRequest{SizeBytes: 16 << 20, Front: FrontNBD})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,12 +43,18 @@ type Options struct {
 	// MaxLag bounds how far object storage may be behind the cluster tier
 	// (0: blockdev's default).
 	MaxLag time.Duration
-	Log    *slog.Logger
+	// DurableLimit bounds each volume's bytes in the durable tier, as a
+	// multiple of its disk's size; Reserve is the free space kept on the
+	// node's disk (0: blockdev's defaults; blockdev.Options).
+	DurableLimit float64
+	Reserve      int64
+	Log          *slog.Logger
 }
 
 func (o Options) args() []string {
 	return []string{Command, "--data-dir", o.DataDir, "--blob-store", o.BlobStore,
-		"--cluster-store", o.ClusterStore, "--max-lag", o.MaxLag.String()}
+		"--cluster-store", o.ClusterStore, "--max-lag", o.MaxLag.String(),
+		"--durable-limit", strconv.FormatFloat(o.DurableLimit, 'g', -1, 64), "--reserve", strconv.FormatInt(o.Reserve, 10)}
 }
 
 // startFlusher starts the block server as an I/O flusher, so that its
@@ -115,6 +122,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&opts.BlobStore, "blob-store", "", "the object tier (as warren server's --blob-store)")
 	fs.StringVar(&opts.ClusterStore, "cluster-store", "", "the in-cluster tier; empty: none")
 	fs.DurationVar(&opts.MaxLag, "max-lag", 0, "how far object storage may be behind the cluster tier")
+	fs.Float64Var(&opts.DurableLimit, "durable-limit", 0, "each volume's bytes in the durable tier, at most, as a multiple of its disk's size (0: 3)")
+	fs.Int64Var(&opts.Reserve, "reserve", 0, "bytes kept free on the node's disk: writes past it fail with ENOSPC (0: 512 MiB; negative: none)")
 	readyFD := fs.Int("ready-fd", -1, "descriptor to write a byte to, and close, once serving")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -138,16 +147,21 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer object.Close()
-	tiers := blockdev.Tiers{Object: chunkstore.Store{B: object}}
+	// A chunk a flush finds present but older than refreshAfter is written
+	// again, so that the snapshot engine's collector (on any node), which
+	// spares what is younger than its grace, never deletes a chunk a
+	// flush just named (chunkstore.Store.RefreshAfter).
+	tiers := blockdev.Tiers{Object: chunkstore.Store{B: object, RefreshAfter: refreshAfter}}
 	if opts.ClusterStore != "" {
 		cluster, err := blobspec.Open(ctx, opts.ClusterStore, "", log)
 		if err != nil {
 			return fmt.Errorf("cluster store: %w", err)
 		}
 		defer cluster.Close()
-		tiers.Cluster = &chunkstore.Store{B: cluster}
+		tiers.Cluster = &chunkstore.Store{B: cluster, RefreshAfter: refreshAfter}
 	}
-	s := New(Config{DataDir: opts.DataDir, Tiers: tiers, Volume: blockdev.Options{MaxLag: opts.MaxLag}, Log: log})
+	vopts := blockdev.Options{MaxLag: opts.MaxLag, DurableLimit: opts.DurableLimit, Reserve: opts.Reserve}
+	s := New(Config{DataDir: opts.DataDir, Tiers: tiers, Volume: vopts, Log: log})
 	s.Resume(ctx)
 	err = s.Serve(ctx, detached.Ready(*readyFD))
 	if err != nil {
@@ -155,6 +169,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return err
 }
+
+// refreshAfter is half the snapshot engine's default collector grace
+// (snapshot.DefaultConfig), as the engine's own uploads use.
+const refreshAfter = 30 * time.Minute
 
 // lockDataDir takes the data directory's block server lock, held while
 // the file returned is open; it records this process, for Stop and Kill.

@@ -179,7 +179,7 @@ func (s *Server) serve(ctx context.Context, id string, req VolumeRequest) (Volum
 	case req.Recover:
 		vol, err = blockdev.Recover(ctx, state, id, s.cfg.Tiers, s.cfg.Volume)
 	default:
-		vol, err = blockdev.Create(ctx, state, blockdev.Config{ID: id, Namespace: req.Namespace, Base: req.Base, Size: req.SizeBytes}, s.cfg.Tiers, s.cfg.Volume)
+		vol, err = blockdev.Create(ctx, state, blockdev.Config{ID: id, Base: req.Base, Size: req.SizeBytes}, s.cfg.Tiers, s.cfg.Volume)
 	}
 	if err != nil {
 		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, err)
@@ -236,6 +236,7 @@ func info(id string, sv *served) VolumeInfo {
 	in := VolumeInfo{
 		ID: id, Front: sv.front, Path: sv.path, SizeBytes: sv.vol.Size(), Layer: st.Layer, Replicated: st.Replicated,
 		DirtyBytes: int64(st.Dirty) * blockdev.CellSize, CachedBytes: int64(st.Present) * blockdev.CellSize,
+		DurableBytes: st.Durable, DurableLimitBytes: st.Limit, UsedBytes: st.Used, Refused: st.Refused,
 	}
 	if !st.RecoveryPoint.IsZero() {
 		in.RecoveryPoint = &st.RecoveryPoint

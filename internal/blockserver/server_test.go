@@ -60,7 +60,7 @@ func qemuIO(t *testing.T, sock string, cmds ...string) string {
 func TestServeOverNBD(t *testing.T) {
 	ctx := context.Background()
 	c, object := serveInProcess(t)
-	in, err := c.Serve(ctx, "vol-a", VolumeRequest{Namespace: "acme", SizeBytes: 8 << 20, Front: FrontNBD})
+	in, err := c.Serve(ctx, "vol-a", VolumeRequest{SizeBytes: 8 << 20, Front: FrontNBD})
 	if err != nil {
 		t.Fatal(err)
 	}

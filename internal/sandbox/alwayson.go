@@ -39,7 +39,7 @@ func (m *Manager) volumeDisk(ctx context.Context, rec *store.Sandbox, src source
 	if rec.Runtime == vmRuntime {
 		front = blockserver.FrontNBD
 	}
-	req := blockserver.VolumeRequest{Namespace: rec.Tenant, SizeBytes: rec.DiskMB << 20, Front: front, Recover: src.recover}
+	req := blockserver.VolumeRequest{SizeBytes: rec.DiskMB << 20, Front: front, Recover: src.recover}
 	if !src.recover {
 		var err error
 		if req.Base, err = m.baseOf(ctx, src); err != nil {

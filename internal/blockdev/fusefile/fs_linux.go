@@ -3,6 +3,7 @@
 package fusefile
 
 import (
+	"errors"
 	"log/slog"
 	"syscall"
 	"time"
@@ -252,9 +253,14 @@ func (fs *fileSystem) within(off, n uint64) bool {
 }
 
 // fail logs a device error and answers EIO, which is what a disk's
-// failure looks like to the loop device and the file system above it.
+// failure looks like to the loop device and the file system above it, or
+// ENOSPC for a volume past a bound (its durable bytes, the node's reserve),
+// which the loop device passes up as a lack of space.
 func (fs *fileSystem) fail(op string, off, n int64, err error) fuse.Status {
 	fs.log.Error("device "+op+" failed", "offset", off, "bytes", n, "err", err)
+	if errors.Is(err, syscall.ENOSPC) {
+		return fuse.Status(syscall.ENOSPC)
+	}
 	return fuse.EIO
 }
 
