@@ -49,17 +49,29 @@ const StreamOverhead = 8 << 10
 
 // ErrLimit is matched (errors.Is) by every error that says a limit was
 // passed; the error's text names the limit and is safe to show a tenant.
+// Each also matches the one of ErrEntries, ErrBytes and ErrStream that
+// says which.
 var ErrLimit = errors.New("archive: over a limit")
+
+// The limits, one each: Limits.Entries, Limits.Bytes, Limits.Stream.
+var (
+	ErrEntries = errors.New("archive: too many entries")
+	ErrBytes   = errors.New("archive: contents too large")
+	ErrStream  = errors.New("archive: stream too long")
+)
 
 // ErrSparse is matched by the error for a sparse entry that Limits did not
 // admit.
 var ErrSparse = errors.New("archive: sparse entries are not accepted")
 
 // limitError is an ErrLimit that names the limit.
-type limitError struct{ what string }
+type limitError struct {
+	kind error // ErrEntries, ErrBytes or ErrStream
+	what string
+}
 
 func (e *limitError) Error() string        { return "archive: " + e.what }
-func (e *limitError) Is(target error) bool { return target == ErrLimit }
+func (e *limitError) Is(target error) bool { return target == ErrLimit || target == e.kind }
 
 // Reader is a tar.Reader within Limits. It is not safe for concurrent use.
 type Reader struct {
@@ -93,14 +105,14 @@ func (r *Reader) Next() (*tar.Header, error) {
 		return nil, err
 	}
 	if r.entries >= r.lim.Entries {
-		return nil, &limitError{fmt.Sprintf("more than %d entries", r.lim.Entries)}
+		return nil, &limitError{ErrEntries, fmt.Sprintf("more than %d entries", r.lim.Entries)}
 	}
 	r.entries++
 	if isSparse(h) && !r.lim.Sparse {
 		return nil, fmt.Errorf("%w (%q)", ErrSparse, h.Name)
 	}
 	if h.Size < 0 || h.Size > r.lim.Bytes-r.charged {
-		return nil, &limitError{fmt.Sprintf("%q: contents beyond %s in all", h.Name, Size(r.lim.Bytes))}
+		return nil, &limitError{ErrBytes, fmt.Sprintf("%q: contents beyond %s in all", h.Name, Size(r.lim.Bytes))}
 	}
 	r.charged += h.Size
 	return h, nil
@@ -160,7 +172,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func (c *countingReader) err() error {
-	return &limitError{fmt.Sprintf("the archive is longer than %s", Size(c.limit))}
+	return &limitError{ErrStream, fmt.Sprintf("the archive is longer than %s", Size(c.limit))}
 }
 
 // Decompress returns r's bytes, gunzipped if they start with gzip's magic.

@@ -5,10 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
+
+	"warren/internal/archive/archivetest"
 )
 
 type entry struct {
@@ -32,64 +33,6 @@ func tarOf(t testing.TB, entries ...entry) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-// rawHeader is one ustar header block, checksummed.
-func rawHeader(name string, typ byte, size int64) []byte {
-	b := make([]byte, 512)
-	copy(b[0:100], name)
-	copy(b[100:108], "0000644\x00")
-	copy(b[108:116], "0000000\x00")
-	copy(b[116:124], "0000000\x00")
-	copy(b[124:136], fmt.Sprintf("%011o\x00", size))
-	copy(b[136:148], "00000000000\x00")
-	b[156] = typ
-	copy(b[257:263], "ustar\x00")
-	copy(b[263:265], "00")
-	for i := 148; i < 156; i++ {
-		b[i] = ' '
-	}
-	var sum int64
-	for _, c := range b {
-		sum += int64(c)
-	}
-	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
-	return b
-}
-
-func padded(b []byte) []byte {
-	if n := len(b) % 512; n != 0 {
-		b = append(b, make([]byte, 512-n)...)
-	}
-	return b
-}
-
-func paxRecord(k, v string) string {
-	rec := " " + k + "=" + v + "\n"
-	n := len(rec)
-	for {
-		s := fmt.Sprint(n) + rec
-		if len(s) == n {
-			return s
-		}
-		n = len(s)
-	}
-}
-
-// sparseTar is a PAX archive (GNU sparse format 1.0) of one file that
-// expands to realSize bytes from a few hundred bytes: one hole, and the
-// last byte of data.
-func sparseTar(realSize int64) []byte {
-	recs := paxRecord("GNU.sparse.major", "1") + paxRecord("GNU.sparse.minor", "0") +
-		paxRecord("GNU.sparse.name", "big") + paxRecord("GNU.sparse.realsize", fmt.Sprint(realSize))
-	var out []byte
-	out = append(out, rawHeader("PaxHeaders/big", 'x', int64(len(recs)))...)
-	out = append(out, padded([]byte(recs))...)
-	data := padded([]byte(fmt.Sprintf("1\n%d\n1\n", realSize-1)))
-	data = append(data, 'x')
-	out = append(out, rawHeader("GNUSparseFile.0/big", '0', int64(len(data)))...)
-	out = append(out, padded(data)...)
-	return append(out, make([]byte, 1024)...)
 }
 
 func readAll(r *Reader) (names []string, err error) {
@@ -118,12 +61,12 @@ func TestReader(t *testing.T) {
 		read    int // entries read before the end or the error
 	}{
 		{"within", three, Limits{Bytes: 12, Entries: 3}, nil, 3},
-		{"too many entries", three, Limits{Bytes: 100, Entries: 2}, ErrLimit, 2},
-		{"too many bytes", three, Limits{Bytes: 11, Entries: 10}, ErrLimit, 2},
-		{"stream too long", three, Limits{Bytes: 100, Entries: 10, Stream: 2048}, ErrLimit, 2},
-		{"sparse refused", sparseTar(1 << 40), Limits{Bytes: 1 << 50, Entries: 10}, ErrSparse, 0},
-		{"sparse charged what it expands to", sparseTar(1 << 40), Limits{Bytes: 1 << 30, Entries: 10, Sparse: true}, ErrLimit, 0},
-		{"sparse within", sparseTar(4096), Limits{Bytes: 4096, Entries: 10, Sparse: true}, nil, 1},
+		{"too many entries", three, Limits{Bytes: 100, Entries: 2}, ErrEntries, 2},
+		{"too many bytes", three, Limits{Bytes: 11, Entries: 10}, ErrBytes, 2},
+		{"stream too long", three, Limits{Bytes: 100, Entries: 10, Stream: 2048}, ErrStream, 2},
+		{"sparse refused", archivetest.SparseTar(1 << 40), Limits{Bytes: 1 << 50, Entries: 10}, ErrSparse, 0},
+		{"sparse charged what it expands to", archivetest.SparseTar(1 << 40), Limits{Bytes: 1 << 30, Entries: 10, Sparse: true}, ErrBytes, 0},
+		{"sparse within", archivetest.SparseTar(4096), Limits{Bytes: 4096, Entries: 10, Sparse: true}, nil, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,7 +89,7 @@ func TestReader(t *testing.T) {
 // expands its few hundred bytes to the size it declares, so the Reader's
 // refusal above is of a real bomb.
 func TestSparseExpands(t *testing.T) {
-	a := sparseTar(1 << 20)
+	a := archivetest.SparseTar(1 << 20)
 	tr := tar.NewReader(bytes.NewReader(a))
 	h, err := tr.Next()
 	if err != nil {
@@ -185,10 +128,10 @@ func TestDecompressBomb(t *testing.T) {
 func TestStreamOfHeaders(t *testing.T) {
 	// Endless PAX headers with no entry: the stream's bound ends it.
 	var a []byte
-	recs := paxRecord("comment", strings.Repeat("c", 400))
+	recs := archivetest.PAXRecord("comment", strings.Repeat("c", 400))
 	for len(a) < 4<<20 {
-		a = append(a, rawHeader("PaxHeaders/x", 'x', int64(len(recs)))...)
-		a = append(a, padded([]byte(recs))...)
+		a = append(a, archivetest.RawHeader("PaxHeaders/x", 'x', int64(len(recs)))...)
+		a = append(a, archivetest.Padded([]byte(recs))...)
 	}
 	r := NewReader(bytes.NewReader(a), Limits{Bytes: 1 << 10, Entries: 4})
 	if _, err := readAll(r); !errors.Is(err, ErrLimit) {

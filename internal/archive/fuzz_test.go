@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"testing"
+
+	"warren/internal/archive/archivetest"
 )
 
 // FuzzReader feeds the Reader any bytes: whatever they are, it never
@@ -11,9 +13,9 @@ import (
 // more of its input than its Stream.
 func FuzzReader(f *testing.F) {
 	f.Add(tarOf(f, entry{"a", "aaaa"}, entry{"b/c", "bb"}), false)
-	f.Add(sparseTar(1<<30), true)
-	f.Add(sparseTar(1<<30), false)
-	f.Add(rawHeader("x", 'S', 0), true)
+	f.Add(archivetest.SparseTar(1<<30), true)
+	f.Add(archivetest.SparseTar(1<<30), false)
+	f.Add(archivetest.RawHeader("x", 'S', 0), true)
 	f.Fuzz(func(t *testing.T, b []byte, sparse bool) {
 		lim := Limits{Bytes: 64 << 10, Entries: 16, Sparse: sparse}
 		in := bytes.NewReader(b)

@@ -12,6 +12,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"warren/internal/archive"
 )
 
 // Limits bound what Unpack writes. A zero field takes its default.
@@ -20,6 +22,10 @@ type Limits struct {
 	// MaxFiles bounds the tar entries acted on: created, skipped or
 	// whiteouts (default DefaultMaxFiles).
 	MaxFiles int64
+	// Room, if set, is asked for the bytes of each file's content before
+	// the file is written; its error stops the unpack and is returned
+	// as it is. The node holds its free disk this way.
+	Room func(n int64) error
 }
 
 // Unpack's default limits.
@@ -124,7 +130,10 @@ func (u *unpacker) apply(ctx context.Context, l v1.Layer) error {
 	}
 	defer rc.Close()
 	r := ctxReader{ctx: ctx, r: rc}
-	tr := tar.NewReader(r)
+	// The layer is charged what its entries expand to against what the
+	// image has left; image builders never write sparse entries, and a
+	// layer that holds one is refused rather than expanded.
+	tr := archive.NewReader(r, archive.Limits{Bytes: u.lim.MaxBytes - u.st.Bytes, Entries: int(u.lim.MaxFiles - u.st.entries())})
 	u.w.startLayer()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -133,6 +142,9 @@ func (u *unpacker) apply(ctx context.Context, l v1.Layer) error {
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			break
+		}
+		if errors.Is(err, archive.ErrLimit) || errors.Is(err, archive.ErrSparse) {
+			return u.limitError(err)
 		}
 		if err != nil {
 			return u.readError(err)
@@ -166,6 +178,20 @@ func (u *unpacker) readError(err error) error {
 	return userError(ErrImage, err, "layer %d: not a readable tar", u.layer)
 }
 
+// limitError says which of the bounded reader's limits a layer passed,
+// in the terms of Limits.
+func (u *unpacker) limitError(err error) error {
+	switch {
+	case errors.Is(err, archive.ErrSparse):
+		return userError(ErrImage, err, "layer %d: a sparse file: image layers with sparse files are not accepted", u.layer)
+	case errors.Is(err, archive.ErrEntries):
+		return userError(ErrLimit, err, "layer %d: more than %d entries (Limits.MaxFiles)", u.layer, u.lim.MaxFiles)
+	case errors.Is(err, archive.ErrBytes):
+		return userError(ErrLimit, err, "layer %d: more than %d bytes of file content (Limits.MaxBytes)", u.layer, u.lim.MaxBytes)
+	}
+	return userError(ErrImage, err, "layer %d: %v", u.layer, err)
+}
+
 func (u *unpacker) fail(name string, err error) error {
 	return fmt.Errorf("layer %d: entry %q: %w", u.layer, name, err)
 }
@@ -177,9 +203,6 @@ func (u *unpacker) entry(hdr *tar.Header, content io.Reader) error {
 	rel, err := cleanPath(hdr.Name)
 	if err != nil {
 		return u.fail(hdr.Name, err)
-	}
-	if u.st.entries() >= u.lim.MaxFiles {
-		return u.fail(hdr.Name, fmt.Errorf("%w: more than %d entries (Limits.MaxFiles)", ErrLimit, u.lim.MaxFiles))
 	}
 	dir, base := path.Split(rel)
 	if strings.HasPrefix(base, whiteoutPrefix) {
@@ -208,9 +231,11 @@ func (u *unpacker) entry(hdr *tar.Header, content io.Reader) error {
 	}
 	e := entry{hdr: hdr, rel: rel, content: content}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeGNUSparse:
-		if hdr.Size > u.lim.MaxBytes-u.st.Bytes {
-			return u.fail(hdr.Name, fmt.Errorf("%w: more than %d bytes of file content (Limits.MaxBytes)", ErrLimit, u.lim.MaxBytes))
+	case tar.TypeReg:
+		if u.lim.Room != nil {
+			if err := u.lim.Room(hdr.Size); err != nil {
+				return err
+			}
 		}
 	case tar.TypeLink:
 		if e.link, err = cleanPath(hdr.Linkname); err != nil {
@@ -230,7 +255,7 @@ func (u *unpacker) entry(hdr *tar.Header, content io.Reader) error {
 		return nil
 	}
 	u.st.Files++
-	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeGNUSparse {
+	if hdr.Typeflag == tar.TypeReg {
 		u.st.Bytes += hdr.Size
 	}
 	return nil

@@ -194,7 +194,7 @@ func (w *writer) create(e entry) (bool, error) {
 	case tar.TypeDir:
 		return true, w.createDir(pfd, base, e, exists && st.Mode&unix.S_IFMT == unix.S_IFDIR)
 
-	case tar.TypeReg, tar.TypeGNUSparse:
+	case tar.TypeReg:
 		if exists {
 			if err := w.removeAll(pfd, base); err != nil {
 				return false, err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
+
+	"warren/internal/archive/archivetest"
 )
 
 func TestUnpackWhiteouts(t *testing.T) {
@@ -269,6 +272,67 @@ func TestUnpackLimits(t *testing.T) {
 	if st, err := Unpack(context.Background(), localImage(img), root, Limits{MaxBytes: 1200, MaxFiles: 4}); err != nil || st.Bytes != 1200 || st.Files != 4 {
 		t.Errorf("at the limits: %+v, %v", st, err)
 	}
+}
+
+// TestUnpackRefusesSparse replays issue 35, row 6: a 30 KiB archive wrote
+// 1.1 GB during its import, a layer's sparse file expanded on the node's
+// disk. A layer with a sparse file is refused now, before a byte of it is
+// written, whatever its size; Limits.MaxBytes bounded its logical size
+// only.
+func TestUnpackRefusesSparse(t *testing.T) {
+	bomb := archivetest.SparseTar(1 << 30)
+	img, err := mutate.AppendLayers(empty.Image, layerOf(t, bomb, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := unpackDir(t)
+	st, err := Unpack(context.Background(), localImage(img), root, Limits{})
+	if !errors.Is(err, ErrImage) || !strings.Contains(err.Error(), "sparse") {
+		t.Fatalf("Unpack of a %d-byte layer expanding to 1 GiB: %+v, %v; want ErrImage naming the sparse file", len(bomb), st, err)
+	}
+	if du := diskUsage(t, root); du > 1<<20 {
+		t.Errorf("%d bytes written under the root", du)
+	}
+}
+
+// TestUnpackAsksRoom: Limits.Room is asked for each file's bytes before
+// they are written, and its error stops the unpack there.
+func TestUnpackAsksRoom(t *testing.T) {
+	img := imageOf(t, []ent{file("a", strings.Repeat("x", 600)), file("b", strings.Repeat("y", 700)), file("c", "z")})
+	var asked []int64
+	full := errors.New("the node's disk is full")
+	root, _ := unpackDir(t)
+	_, err := Unpack(context.Background(), localImage(img), root, Limits{Room: func(n int64) error {
+		asked = append(asked, n)
+		if len(asked) == 2 {
+			return full
+		}
+		return nil
+	}})
+	if !errors.Is(err, full) || len(asked) != 2 || asked[0] != 600 || asked[1] != 700 {
+		t.Errorf("Unpack: %v after asking %v; want the room's error after asking 600 and 700", err, asked)
+	}
+	if _, err := os.Stat(filepath.Join(root, "b")); !os.IsNotExist(err) {
+		t.Errorf("b, refused room, exists: %v", err)
+	}
+}
+
+// diskUsage is the bytes the files under root take on disk.
+func diskUsage(t *testing.T, root string) int64 {
+	t.Helper()
+	var n int64
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // cancelAfter is a layer's stream that cancels a context once n bytes have

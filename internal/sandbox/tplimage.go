@@ -56,7 +56,9 @@ func (m *Manager) planImage(src *api.ImageSource, cfg api.TemplateConfig) (build
 	}
 	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password, Dial: m.registryDial}
 	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		return m.importImage(ctx, tv, ref, ref, opts, cfg, progress)
+		sc := m.newScratch("image imports are")
+		defer sc.release()
+		return m.importImage(ctx, tv, ref, ref, opts, cfg, sc, progress)
 	}, "image " + ref, nil
 }
 
@@ -84,12 +86,19 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 		return api.Template{}, err
 	}
 	defer os.Remove(f.Name())
+	// The archive, its unpacked tree and its disk image hold the node's
+	// free disk as they are written, until the import ends.
+	sc := m.newScratch("image imports are")
+	defer sc.release()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, maxImageArchive+1))
+	n, err := io.Copy(io.MultiWriter(sc, f, h), io.LimitReader(body, maxImageArchive+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	switch {
+	case api.IsCode(err, api.CodeInsufficientStorage):
+		release()
+		return api.Template{}, err
 	case err != nil:
 		release()
 		return api.Template{}, api.Errorf(api.CodeBadRequest, "read the image archive: %v", err)
@@ -103,14 +112,16 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 	label := fmt.Sprintf("archive sha256:%x", h.Sum(nil))
 	progress(api.TemplateBuildEvent{Step: "upload", Progress: fmt.Sprintf("%s: %d MiB", label, n>>20)})
 	build := func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		return m.importImage(ctx, tv, f.Name(), label, oci.Options{}, api.TemplateConfig{}, progress)
+		return m.importImage(ctx, tv, f.Name(), label, oci.Options{}, api.TemplateConfig{}, sc, progress)
 	}
 	return m.makeVersion(ctx, tenant, name, label, build, false, release, progress)
 }
 
 // importImage is the build of an image's version: src is its reference,
-// or an archive's path on the node, and what names it to its tenant.
-func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, src, ref string, opts oci.Options, cfg api.TemplateConfig, progress Progress) error {
+// or an archive's path on the node, and what names it to its tenant. What
+// it writes on the node's disk (the unpacked tree, the disk image) is
+// added to sc as it goes.
+func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, src, ref string, opts oci.Options, cfg api.TemplateConfig, sc *scratch, progress Progress) error {
 	ctx, cancel := context.WithTimeout(ctx, maxImageImport)
 	defer cancel()
 	say := func(step, format string, args ...any) {
@@ -140,7 +151,7 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, sr
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return err
 	}
-	st, err := oci.Unpack(ctx, im, rootfs, oci.Limits{MaxBytes: maxImageBytes, MaxFiles: maxImageFiles})
+	st, err := oci.Unpack(ctx, im, rootfs, oci.Limits{MaxBytes: maxImageBytes, MaxFiles: maxImageFiles, Room: sc.add})
 	if err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
@@ -161,6 +172,10 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, sr
 	root.Close()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	// The disk image holds the tree's bytes again, and its filesystem's.
+	if err := sc.add(st.Bytes + st.Bytes/16 + 64<<20); err != nil {
+		return fmt.Errorf("image: %w", err)
 	}
 	img := filepath.Join(work, "disk.img")
 	if err := m.deps.Templates.ImageFromTree(ctx, rootfs, img, progressWriter("image", progress)); err != nil {
