@@ -691,6 +691,15 @@ type Key struct {
 	Scope  string `json:"scope,omitempty"`
 }
 
+// RotateAgentTokensResult answers POST
+// /v1/tenants/{tenant}/rotate-agent-tokens (admin key only): the
+// sandboxes of the tenant that got a new agent token. Their old tokens
+// open nothing from then on, and what they opened has ended.
+type RotateAgentTokensResult struct {
+	Tenant    string   `json:"tenant"`
+	Sandboxes []string `json:"sandboxes"`
+}
+
 // KeyInfo is one API key as GET /v1/keys lists it: never the key itself.
 type KeyInfo struct {
 	ID        string    `json:"id"`

@@ -141,6 +141,15 @@ func (c *Client) DeleteKey(ctx context.Context, id string) error {
 	return c.do(ctx, cl, nil)
 }
 
+// RotateAgentTokens gives every sandbox of tenant a new agent token
+// (needs the admin key): the old ones open nothing from then on, and the
+// calls they had open end. It answers the sandboxes that got one.
+func (c *Client) RotateAgentTokens(ctx context.Context, tenant string) (api.RotateAgentTokensResult, error) {
+	var res api.RotateAgentTokensResult
+	cl := &call{op: "rotate agent tokens", method: http.MethodPost, path: idPath("tenants", tenant, "rotate-agent-tokens"), retry: retryIdempotent}
+	return res, c.do(ctx, cl, &res)
+}
+
 // ListNodes lists the fleet's nodes (needs the admin key); none on a
 // single machine.
 func (c *Client) ListNodes(ctx context.Context) ([]api.FleetNode, error) {

@@ -56,15 +56,38 @@ func runKeyList(ctx context.Context, c *cli, args []string) error {
 }
 
 func runKeyRemove(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("key rm", "ID...", "Revoke API keys by ID (needs the admin key): each authenticates nothing from\nthe next request on. The admin key is replaced by removing the data\ndirectory's admin.key and restarting the server.")
+	fs := c.newFlags("key rm", "[flags] ID...", "Revoke API keys by ID (needs the admin key): each authenticates nothing from\nthe next request on, and what it opened (streams, terminals, proxied\nconnections) ends. With --rotate-agent-tokens, every sandbox of each key's\ntenant also gets a new agent token (E2B's envd access token), which a holder\nof the key could have read. The admin key is replaced by removing the data\ndirectory's admin.key and restarting the server.")
+	rotate := fs.Bool("rotate-agent-tokens", false, "also give every sandbox of each key's tenant a new agent token")
 	cl, rest, err := connect(fs, args, 1, -1)
 	if err != nil {
 		return err
+	}
+	tenants := map[string]string{} // by key ID
+	if *rotate {
+		keys, err := cl.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			tenants[k.ID] = k.Tenant
+		}
 	}
 	for _, id := range rest {
 		if err := cl.DeleteKey(ctx, id); err != nil {
 			return err
 		}
+		if !*rotate {
+			continue
+		}
+		tenant, ok := tenants[id]
+		if !ok {
+			return fmt.Errorf("key %s was removed, but its tenant is unknown: rotate its agent tokens with the API (POST /v1/tenants/TENANT/rotate-agent-tokens)", id)
+		}
+		res, err := cl.RotateAgentTokens(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "%s: new agent tokens for %d sandboxes of %s\n", id, len(res.Sandboxes), tenant)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -53,5 +54,45 @@ func TestKeyCommands(t *testing.T) {
 	t.Setenv(client.EnvAPIKey, key)
 	if code, _, stderr := runCLI(t, nil, "ls"); code != 1 || stderr == "" {
 		t.Errorf("ls with a revoked key: exit %d stderr %q, want a refusal", code, stderr)
+	}
+}
+
+// TestKeyRemoveRotatesAgentTokens (issue 35, row 9): key rm
+// --rotate-agent-tokens also gives every sandbox of the key's tenant a new
+// agent token, and the old one opens nothing.
+func TestKeyRemoveRotatesAgentTokens(t *testing.T) {
+	w := newWarren(t)
+	sb := w.sandbox(api.CreateSandboxRequest{})
+	w.asAdmin()
+	if code, _, stderr := runCLI(t, nil, "key", "create", tenant); code != 0 {
+		t.Fatalf("key create: exit %d stderr %q", code, stderr)
+	}
+	var id string
+	var keys []api.KeyInfo
+	if _, stdout, _ := runCLI(t, nil, "key", "ls", "--json"); json.Unmarshal([]byte(stdout), &keys) == nil {
+		for _, k := range keys {
+			if k.Tenant == tenant && id == "" {
+				id = k.ID
+			}
+		}
+	}
+	if code, stdout, stderr := runCLI(t, nil, "key", "rm", "--rotate-agent-tokens", id); code != 0 || !strings.Contains(stdout, "new agent tokens for 1 sandboxes of "+tenant) {
+		t.Fatalf("key rm --rotate-agent-tokens: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	after := w.get(sb.ID)
+	if after.AgentToken == "" || after.AgentToken == sb.AgentToken {
+		t.Errorf("agent token %q after the rotation; want a new one (was %q)", after.AgentToken, sb.AgentToken)
+	}
+	for token, want := range map[string]int{sb.AgentToken: http.StatusUnauthorized, after.AgentToken: http.StatusNoContent} {
+		req, _ := http.NewRequest("GET", w.url+"/v1/sandboxes/"+sb.ID+"/agent/health", nil)
+		req.Header.Set("X-Access-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("health with token %.8s…: %d, want %d", token, resp.StatusCode, want)
+		}
 	}
 }

@@ -43,6 +43,16 @@ func (k storeKeys) DeleteKey(ctx context.Context, id string) error {
 	return keyErr(k.st.DeleteKey(ctx, id))
 }
 
+func (k storeKeys) MissingKeys(ctx context.Context, ids []string) ([]string, error) {
+	return k.st.MissingKeys(ctx, ids)
+}
+
+func (k storeKeys) RotateAgentTokens(ctx context.Context, tenant string) ([]string, error) {
+	return k.st.RotateAgentTokens(ctx, tenant)
+}
+
+func (k storeKeys) Revocations(ctx context.Context) (int64, error) { return k.st.Revocations(ctx) }
+
 func serverKey(rec store.Key) server.Key {
 	return server.Key{ID: rec.ID, Tenant: rec.Tenant, Admin: rec.Admin, Scope: rec.Scope, CreatedAt: rec.CreatedAt}
 }

@@ -50,10 +50,13 @@ func (s *Server) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	tenant, err := s.authenticateAgent(r, id)
+	counted := s.sessions.counted()
+	tenant, sess, err := s.authenticateAgent(r, id)
 	if err != nil {
 		return err
 	}
+	r = s.sessions.begin(r, sess, counted)
+	defer s.sessions.end(sess)
 	// The sandbox first: another tenant's is not found, whatever the path.
 	conn, err := s.sb.Agent(r.Context(), tenant, id)
 	if err != nil {
@@ -76,31 +79,32 @@ func (s *Server) agentCall(w http.ResponseWriter, r *http.Request) error {
 }
 
 // authenticateAgent returns the tenant a call of sandbox id's agent routes
-// acts for: the sandbox's own, when it carries the agent token; else that
-// of its API key. With the token, a Basic Authorization names the sandbox
-// user; with a key, Authorization is the key's as on every route. An
-// unknown sandbox and a wrong token are the same 401.
-func (s *Server) authenticateAgent(r *http.Request, id string) (string, error) {
+// acts for, and the session of its credential (revoke.go): the sandbox's
+// own, when it carries the agent token; else that of its API key. With
+// the token, a Basic Authorization names the sandbox user; with a key,
+// Authorization is the key's as on every route. An unknown sandbox and a
+// wrong token are the same 401.
+func (s *Server) authenticateAgent(r *http.Request, id string) (string, *session, error) {
 	if token := r.Header.Get("X-Access-Token"); token != "" {
 		owner, want, err := s.sb.AgentAccess(r.Context(), id)
 		if err != nil && !api.IsCode(err, api.CodeNotFound) {
-			return "", err
+			return "", nil, err
 		}
 		if err != nil || want == "" || subtle.ConstantTimeCompare([]byte(token), []byte(want)) != 1 {
-			return "", api.Errorf(api.CodeUnauthorized, "invalid access token for sandbox %s", id)
+			return "", nil, api.Errorf(api.CodeUnauthorized, "invalid access token for sandbox %s", id)
 		}
 		meta(r.Context()).key = Key{ID: "agent-token", Tenant: owner}
-		return owner, nil
+		return owner, &session{sandbox: id, token: token}, nil
 	}
 	key, err := s.Authenticate(r)
 	if err == nil {
 		err = allowed(tenant, key)
 	}
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	meta(r.Context()).key = key
-	return key.Tenant, nil
+	return key.Tenant, &session{keyID: key.ID}, nil
 }
 
 // basicUser reports whether h's Authorization names a user (Basic), as

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log"
@@ -66,7 +67,11 @@ const (
 // wrapped) with s's timeouts.
 func (s *Server) HTTPServer(h http.Handler, errorLog *log.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler: h,
+		// Revocation closes a revoked credential's connections (revoke.go).
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 		ReadHeaderTimeout: s.opts.Timeouts.Header,
 		IdleTimeout:       s.opts.Timeouts.Idle,
 		MaxHeaderBytes:    64 << 10,

@@ -91,6 +91,22 @@ func (f *fakeSandboxes) Create(ctx context.Context, tenant string, req api.Creat
 	return sb, nil
 }
 
+// rotateAgentTokens gives each of tenant's sandboxes a new agent token
+// and returns their IDs.
+func (f *fakeSandboxes) rotateAgentTokens(tenant string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id, b := range f.boxes {
+		if b.tenant == tenant {
+			b.sb.AgentToken = fakeToken()
+			f.boxes[id] = b
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 func (f *fakeSandboxes) lookup(tenant, id string) (api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -292,6 +308,7 @@ type testEnv struct {
 	fake              *fakeSandboxes
 	url               string
 	keyA, keyB, admin string
+	keys              *memKeys
 	logs              *syncBuffer
 }
 
@@ -313,7 +330,8 @@ func newTestEnv(t *testing.T, conn *agentconn.Conn, opts Options) *testEnv {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
-	keys := &memKeys{}
+	keys := &memKeys{rotate: e.fake.rotateAgentTokens}
+	e.keys = keys
 	keys.add(e.keyA, Key{Tenant: "a"})
 	keys.add(e.keyB, Key{Tenant: "b"})
 	keys.add(e.admin, Key{Tenant: api.AdminTenant, Admin: true})
@@ -554,10 +572,14 @@ func (f *fakeSandboxes) GCSnapshots(ctx context.Context, grace time.Duration) (a
 }
 
 // memKeys is an in-memory Keys: its keys are the names tests give them.
+// Its agent tokens are rotate's (none when it is nil).
 type memKeys struct {
-	mu   sync.Mutex
-	recs map[string]Key // by key
-	n    int
+	rotate func(tenant string) []string
+
+	mu      sync.Mutex
+	recs    map[string]Key // by key
+	n       int
+	revoked int64 // the revocation count
 }
 
 var _ Keys = (*memKeys)(nil)
@@ -604,10 +626,53 @@ func (k *memKeys) DeleteKey(ctx context.Context, id string) error {
 	for key, rec := range k.recs {
 		if rec.ID == id {
 			delete(k.recs, key)
+			k.revoked++
 			return nil
 		}
 	}
 	return ErrUnknownKey
+}
+
+// deleteTenant revokes every key of tenant, as another process of a fleet
+// would: the server that serves its requests is not told.
+func (k *memKeys) deleteTenant(tenant string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key, rec := range k.recs {
+		if rec.Tenant == tenant {
+			delete(k.recs, key)
+		}
+	}
+	k.revoked++
+}
+
+func (k *memKeys) MissingKeys(ctx context.Context, ids []string) ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(k.recs)), func(rec Key) bool { return rec.ID == id }) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (k *memKeys) RotateAgentTokens(ctx context.Context, tenant string) ([]string, error) {
+	var ids []string
+	if k.rotate != nil {
+		ids = k.rotate(tenant)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.revoked++
+	return ids, nil
+}
+
+func (k *memKeys) Revocations(ctx context.Context) (int64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.revoked, nil
 }
 
 // memQuotas is an in-memory Quotas.

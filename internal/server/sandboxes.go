@@ -233,6 +233,7 @@ func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 		} else if err != nil {
 			return err
 		}
+		s.sessions.revokeKey(id)
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}

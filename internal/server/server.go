@@ -211,6 +211,15 @@ type Keys interface {
 	ListKeys(ctx context.Context, page listing.Page) ([]Key, error)
 	// DeleteKey revokes the key named id; ErrUnknownKey when there is none.
 	DeleteKey(ctx context.Context, id string) error
+	// MissingKeys returns those of the key IDs ids that name no key any
+	// more, as the store has them now (never a cache): the revoked ones.
+	MissingKeys(ctx context.Context, ids []string) ([]string, error)
+	// RotateAgentTokens gives every sandbox of tenant a new agent token
+	// and returns their IDs; the old tokens open nothing from then on.
+	RotateAgentTokens(ctx context.Context, tenant string) ([]string, error)
+	// Revocations is a count that every DeleteKey and RotateAgentTokens of
+	// any process on the store moves on (revoke.go).
+	Revocations(ctx context.Context) (int64, error)
 }
 
 // Key is an API key's record, as Keys keeps it: never the key itself.
@@ -303,6 +312,8 @@ type Server struct {
 	output *budget
 	// listings holds a token for each directory listing being served.
 	listings chan struct{}
+	// sessions are the requests open under a credential (revoke.go).
+	sessions *sessions
 }
 
 // access says who may call a route.
@@ -345,7 +356,8 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 	opts.Limits = opts.Limits.withDefaults()
 	s := &Server{sb: sb, node: node, keys: keys, log: log, opts: opts, mux: http.NewServeMux(),
 		output:   &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode},
-		listings: make(chan struct{}, opts.Limits.ListingsOnNode)}
+		listings: make(chan struct{}, opts.Limits.ListingsOnNode),
+		sessions: &sessions{keys: keys, sb: sb, log: log, poll: revocationPoll}}
 	if opts.PreviewDomain != "" {
 		site, err := parsePreviewDomain(opts.PreviewDomain)
 		if err != nil && log != nil {
@@ -413,6 +425,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"GET", "/v1/nodes", admin, s.listNodes},
 		{"GET", "/v1/tenants/{tenant}/quota", admin, s.getQuota},
 		{"PUT", "/v1/tenants/{tenant}/quota", admin, s.setQuota},
+		{"POST", "/v1/tenants/{tenant}/rotate-agent-tokens", admin, s.rotateAgentTokens},
 		{"POST", "/v1/nodes/{id}/cordon", admin, s.nodeAction},
 		{"POST", "/v1/nodes/{id}/uncordon", admin, s.nodeAction},
 		{"POST", "/v1/nodes/{id}/drain", admin, s.nodeAction},
@@ -510,6 +523,7 @@ func (s *Server) endpoint(rt route) http.Handler {
 			if rt.access == socket {
 				authenticate = s.authenticateSocket
 			}
+			counted := s.sessions.counted()
 			key, err := authenticate(r)
 			if err == nil {
 				err = allowed(rt.access, key)
@@ -519,6 +533,9 @@ func (s *Server) endpoint(rt route) http.Handler {
 				return
 			}
 			meta(r.Context()).key = key
+			sess := &session{keyID: key.ID}
+			r = s.sessions.begin(r, sess, counted)
+			defer s.sessions.end(sess)
 		}
 		handle := rt.handle
 		if pattern := rt.method + " " + rt.path; idempotent[pattern] && r.Header.Get(api.IdempotencyKeyHeader) != "" {

@@ -107,19 +107,122 @@ func (s *Store) ListKeys(ctx context.Context, page listing.Page) ([]Key, error) 
 }
 
 // DeleteKey revokes the key named id: from now on it authenticates
-// nothing. ErrNotFound when there is no such key.
+// nothing, and the revocation count moves on (Revocations). ErrNotFound
+// when there is no such key.
 func (s *Store) DeleteKey(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+	err := s.revoke(ctx, func(r runner) error {
+		res, err := r.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	// After the commit: a lookup that read the key before it cannot put
+	// it back (keyCache.gen).
 	s.keys.clear()
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("delete key: %w", err)
+	}
+	return err
+}
+
+// MissingKeys returns those of the key IDs ids that name no key (any
+// more): the revoked ones. It reads the database, never the cache.
+func (s *Store) MissingKeys(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var f filter
+	f.in("id", ids)
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM api_keys WHERE `+f.conds[0], f.args...)
 	if err != nil {
-		return fmt.Errorf("delete key: %w", err)
+		return nil, fmt.Errorf("missing keys: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("delete key: %w", err)
-	} else if n == 0 {
-		return ErrNotFound
+	defer rows.Close()
+	known := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("missing keys: %w", err)
+		}
+		known[id] = true
 	}
-	return nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("missing keys: %w", err)
+	}
+	var out []string
+	for _, id := range ids {
+		if !known[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// RotateAgentTokens gives every sandbox of tenant that has an agent token
+// a new one (32 random bytes in hex, made by the database as the
+// migration that added them made them), moves the revocation count on,
+// and returns the sandboxes' IDs. The old tokens open nothing from the
+// next request on.
+func (s *Store) RotateAgentTokens(ctx context.Context, tenant string) ([]string, error) {
+	token := `lower(hex(randomblob(32)))`
+	if s.db.postgres {
+		token = `encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')), 'hex')`
+	}
+	var ids []string
+	err := s.revoke(ctx, func(r runner) error {
+		rows, err := r.QueryContext(ctx, `UPDATE sandboxes SET agent_token = `+token+`
+			WHERE tenant = ? AND agent_token != '' RETURNING id`, tenant)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rotate agent tokens: %w", err)
+	}
+	return ids, nil
+}
+
+// Revocations is the revocation count: it moves on with every DeleteKey
+// and RotateAgentTokens, of any process on the database, so a process
+// that holds what a credential opened learns to check them again.
+func (s *Store) Revocations(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT n FROM revocations WHERE id = 1`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("revocations: %w", err)
+	}
+	return n, nil
+}
+
+// revoke runs f and moves the revocation count on, in one transaction.
+func (s *Store) revoke(ctx context.Context, f func(r runner) error) error {
+	tx, err := s.db.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	r := txRunner{tx: tx, d: s.db}
+	if err := f(r); err != nil {
+		return err
+	}
+	if _, err := r.ExecContext(ctx, `UPDATE revocations SET n = n + 1 WHERE id = 1`); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // EnsureAdminKey returns the admin key kept in the file at path. When the

@@ -444,6 +444,14 @@ var migrations = []migration{
 		SELECT tenant, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_id_seq)
 		FROM (SELECT tenant FROM events UNION SELECT tenant FROM api_keys) AS t;`,
 	},
+	// Revocations (keys.go): a count that each revocation of an API key
+	// and each rotation of agent tokens moves on, in the same transaction;
+	// every node polls it to end what the revoked credentials opened.
+	same(`CREATE TABLE revocations (
+		id INTEGER PRIMARY KEY CHECK (id = 1),
+		n  BIGINT NOT NULL
+	);
+	INSERT INTO revocations (id, n) VALUES (1, 0);`),
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold
