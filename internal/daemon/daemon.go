@@ -477,5 +477,8 @@ func front(srv *server.Server, f control.Fleet, maxBody int64, log *slog.Logger)
 		WriteError: srv.WriteError,
 		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),
 		Local:      srv.Routes(),
-	}), e2b.Options{Domain: srv.PreviewHost(), Log: log}))
+	}), e2b.Options{Domain: srv.PreviewHost(), Log: log, Tenant: func(r *http.Request) (string, error) {
+		k, err := srv.Authenticate(r)
+		return k.Tenant, err
+	}}))
 }

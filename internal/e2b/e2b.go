@@ -56,6 +56,12 @@ type Options struct {
 	// Log takes the detail of internal errors, which callers see only as
 	// "internal error"; nil: none is kept.
 	Log *slog.Logger
+	// Tenant names the tenant of a request's API key: a tenant's template
+	// builds share its bounds (uploads.go). nil: each key is a tenant.
+	Tenant func(*http.Request) (string, error)
+	// Dir is where template builds' uploaded files wait, in files removed
+	// as soon as they are made; "" is os.TempDir().
+	Dir string
 }
 
 // Handler serves E2B's APIs and hands every other request to next.
@@ -72,7 +78,7 @@ type Handler struct {
 // New returns the translation in front of next, warren's API.
 func New(next http.Handler, opts Options) *Handler {
 	host, _, _ := strings.Cut(strings.ToLower(opts.Domain), ":")
-	return &Handler{next: next, opts: opts, host: host}
+	return &Handler{next: next, opts: opts, host: host, builds: pending{dir: opts.Dir}}
 }
 
 // ServeHTTP implements http.Handler.

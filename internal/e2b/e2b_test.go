@@ -9,6 +9,7 @@ import (
 	pathpkg "path"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"warren/api"
@@ -17,6 +18,7 @@ import (
 // fakeAPI records the warren calls the translation makes and answers them
 // from a table: "METHOD PATH" → status and body.
 type fakeAPI struct {
+	mu      sync.Mutex // guards every field: the translation may call from its goroutines
 	calls   []string
 	headers []http.Header
 	bodies  []string
@@ -28,6 +30,8 @@ type fakeAPI struct {
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.calls = append(f.calls, r.Method+" "+r.URL.RequestURI()+" @"+r.Host)
 	f.headers = append(f.headers, r.Header.Clone())
 	f.bodies = append(f.bodies, string(b))
@@ -41,6 +45,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fakeAPI) answer(route string, status int, body any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.answers == nil {
 		f.answers = map[string]struct {
 			status int

@@ -2,24 +2,20 @@ package e2b
 
 import (
 	"archive/tar"
-	"bytes"
 	"cmp"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
-	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"warren/api"
+	"warren/internal/archive"
 	"warren/internal/backoff"
 	"warren/internal/ident"
 	wtemplate "warren/internal/template"
@@ -33,80 +29,6 @@ import (
 // build's context, and sends POST /v1/templates; the build's status is the
 // version's state. An image with steps becomes two versions: the image's,
 // then the steps' on it.
-
-// Bounds of the builds this handler holds between a request and its
-// trigger: their number, an hour each, and the files uploaded for them.
-const (
-	maxPendingBuilds = 64
-	maxBuildsPerKey  = 8
-	pendingFor       = time.Hour
-	maxPendingFiles  = 256 << 20
-)
-
-// pendingBuild is an E2B build requested and not yet done.
-type pendingBuild struct {
-	key      [32]byte // sha256 of the caller's API key: only it goes on
-	name     string
-	made     time.Time
-	files    map[string][]byte // uploaded, by E2B's files hash
-	uploads  map[string]string // upload token → files hash
-	ref      string            // the warren version, NAME@VERSION, once one is made
-	building bool              // the trigger came: the build is the version's
-	err      string            // why it failed before a version was
-}
-
-// pending are the builds in between: guarded by mu.
-type pending struct {
-	mu     sync.Mutex
-	builds map[string]*pendingBuild // by build ID
-	bytes  int64                    // of every build's files
-}
-
-func keyHash(r *http.Request) [32]byte {
-	k := r.Header.Get("X-API-Key")
-	if k == "" {
-		k = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-	}
-	return sha256.Sum256([]byte(k))
-}
-
-// sweepLocked forgets builds older than pendingFor.
-func (p *pending) sweepLocked(now time.Time) {
-	for id, b := range p.builds {
-		if now.Sub(b.made) > pendingFor {
-			for _, f := range b.files {
-				p.bytes -= int64(len(f))
-			}
-			delete(p.builds, id)
-		}
-	}
-}
-
-// build returns the caller's build id of template name (any build of the
-// caller's of name, the newest, when id is "").
-func (p *pending) build(r *http.Request, name, id string) (*pendingBuild, string, error) {
-	k := keyHash(r)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.sweepLocked(time.Now())
-	if id != "" {
-		b := p.builds[id]
-		if b == nil || subtle.ConstantTimeCompare(b.key[:], k[:]) != 1 || b.name != name {
-			return nil, "", errorf(http.StatusNotFound, "build %s of template %s not found", id, name)
-		}
-		return b, id, nil
-	}
-	var newest *pendingBuild
-	for bid, b := range p.builds {
-		if b.name == name && subtle.ConstantTimeCompare(b.key[:], k[:]) == 1 && !b.building && (newest == nil || b.made.After(newest.made)) {
-			newest, id = b, bid
-		}
-	}
-	if newest == nil {
-		return nil, "", errorf(http.StatusNotFound, "no build of template %s is waiting for its files", name)
-	}
-	return newest, id, nil
-}
 
 // requestBuild answers POST /v3/templates: a build of the caller's
 // template name, waiting for its files and its trigger.
@@ -136,24 +58,22 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) error {
 	if err := validTemplateName(name); err != nil {
 		return err
 	}
+	tenant, err := h.tenant(r)
+	if err != nil {
+		return err
+	}
 	id := ident.New("bld-")
-	k := keyHash(r)
+	now := time.Now()
 	h.builds.mu.Lock()
 	defer h.builds.mu.Unlock()
-	h.builds.sweepLocked(time.Now())
-	mine := 0
-	for _, b := range h.builds.builds {
-		if b.key == k {
-			mine++
-		}
-	}
-	if len(h.builds.builds) >= maxPendingBuilds || mine >= maxBuildsPerKey {
-		return errorf(http.StatusTooManyRequests, "too many template builds waiting for their files: finish or wait for one")
+	h.builds.sweepLocked(now)
+	if err := h.builds.admitLocked(tenant); err != nil {
+		return err
 	}
 	if h.builds.builds == nil {
 		h.builds.builds = map[string]*pendingBuild{}
 	}
-	h.builds.builds[id] = &pendingBuild{key: k, name: name, made: time.Now(), files: map[string][]byte{}, uploads: map[string]string{}}
+	h.builds.builds[id] = &pendingBuild{key: keyHash(r), tenant: tenant, name: name, made: now, last: now, files: map[string]*spooled{}, tokens: map[string]string{}}
 	writeJSON(w, http.StatusAccepted, map[string]any{
 		"templateID": name, "buildID": id, "tags": []string{}, "aliases": []string{name}, "names": []string{name}, "public": false,
 	})
@@ -166,79 +86,6 @@ func validTemplateName(name string) error {
 	if err := wtemplate.ValidName(name); err != nil {
 		return errorf(http.StatusBadRequest, "template name: %v", err)
 	}
-	return nil
-}
-
-// fileLink answers GET /templates/{id}/files/{hash}: where to upload a
-// COPY step's files, unless they are there.
-func (h *Handler) fileLink(w http.ResponseWriter, r *http.Request, name, hash string) error {
-	if !validHash(hash) {
-		return errorf(http.StatusBadRequest, "files hash %q: want hex", hash)
-	}
-	b, _, err := h.builds.build(r, name, "")
-	if err != nil {
-		return err
-	}
-	h.builds.mu.Lock()
-	_, present := b.files[hash]
-	token := ident.New("up-")
-	b.uploads[token] = hash
-	h.builds.mu.Unlock()
-	if present {
-		writeJSON(w, http.StatusOK, map[string]any{"present": true})
-		return nil
-	}
-	u := url.URL{Scheme: "http", Host: r.Host, Path: strings.TrimSuffix(r.URL.Path, "/"), RawQuery: "token=" + token}
-	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
-		u.Scheme = "https"
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"present": false, "url": u.String()})
-	return nil
-}
-
-func validHash(h string) bool {
-	return h != "" && len(h) <= 128 && strings.Trim(h, "0123456789abcdef") == ""
-}
-
-// upload answers PUT /templates/{id}/files/{hash}?token=T: the files of a
-// COPY step, a tar (gzipped or not), with the token fileLink gave.
-func (h *Handler) upload(w http.ResponseWriter, r *http.Request, name, hash string) error {
-	token := r.URL.Query().Get("token")
-	h.builds.mu.Lock()
-	var b *pendingBuild
-	for _, c := range h.builds.builds {
-		if got, ok := c.uploads[token]; ok && got == hash && c.name == name {
-			b = c
-		}
-	}
-	room := int64(maxPendingFiles) - h.builds.bytes
-	if b != nil {
-		used := 0
-		for _, f := range b.files {
-			used += len(f)
-		}
-		room = min(room, int64(api.MaxTemplateContext-used))
-	}
-	h.builds.mu.Unlock()
-	if b == nil || token == "" {
-		return errorf(http.StatusForbidden, "no upload of these files was asked for with this token")
-	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, room+1))
-	if err != nil {
-		return errorf(http.StatusBadRequest, "read the upload: %v", err)
-	}
-	if int64(len(data)) > room {
-		return errorf(http.StatusRequestEntityTooLarge, "a build's files are at most %d MiB (%d MiB on the server at once)", api.MaxTemplateContext>>20, maxPendingFiles>>20)
-	}
-	h.builds.mu.Lock()
-	defer h.builds.mu.Unlock()
-	if old, ok := b.files[hash]; ok {
-		h.builds.bytes -= int64(len(old))
-	}
-	b.files[hash] = data
-	h.builds.bytes += int64(len(data))
-	delete(b.uploads, token)
-	w.WriteHeader(http.StatusOK)
 	return nil
 }
 
@@ -274,15 +121,24 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	if t.FromImageRegistry != nil {
 		return errorf(http.StatusBadRequest, "registry credentials of an image are not taken from E2B's SDK yet: make the template with warren's API (docs/TEMPLATES.md)")
 	}
-	h.builds.mu.Lock()
-	if b.building {
-		h.builds.mu.Unlock()
-		return errorf(http.StatusConflict, "build %s was started already", id)
+	p := &h.builds
+	p.mu.Lock()
+	switch {
+	case b.building:
+		err = errorf(http.StatusConflict, "build %s was started already", id)
+	case b.uploading > 0:
+		err = errorf(http.StatusConflict, "build %s has files still being uploaded", id)
+	}
+	if err != nil {
+		p.mu.Unlock()
+		return err
 	}
 	b.building = true
+	b.last = time.Now()
 	files := b.files
-	h.builds.mu.Unlock()
-	steps, tarball, err := translate(t, files)
+	b.files, b.tokens = nil, nil
+	p.mu.Unlock()
+	steps, ctx, err := h.context(b, t, files)
 	if err != nil {
 		h.setFailed(b, err)
 		return err
@@ -290,9 +146,64 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	// The build outlives this request: it goes on under the caller's key,
 	// and its status answers where it is.
 	bg := r.Clone(context.WithoutCancel(r.Context()))
-	go h.runBuild(bg, b, name, t, steps, tarball)
+	go h.runBuild(bg, b, name, t, steps, ctx)
 	w.WriteHeader(http.StatusAccepted)
 	return nil
+}
+
+// context translates t, joining its COPY steps' files into the build's
+// context, spooled (nil when it has none); the files are given back.
+func (h *Handler) context(b *pendingBuild, t e2bTemplate, files map[string]*spooled) (string, *spooled, error) {
+	p := &h.builds
+	readers := map[string]*io.SectionReader{}
+	for hash, f := range files {
+		readers[hash] = f.reader()
+	}
+	defer func() {
+		for _, f := range files {
+			p.release(b, f)
+		}
+	}()
+	ctx, err := p.spool()
+	if err != nil {
+		return "", nil, err
+	}
+	cw := &contextWriter{p: p, b: b, f: ctx}
+	steps, has, err := translate(t, readers, cw)
+	if err != nil || !has {
+		p.release(b, ctx)
+		return steps, nil, err
+	}
+	return steps, ctx, nil
+}
+
+// contextWriter writes a build's context to its spooled file, at most
+// api.MaxTemplateContext bytes, charging them to the build (by minCharge
+// at a time) before they are written.
+type contextWriter struct {
+	p *pending
+	b *pendingBuild
+	f *spooled
+}
+
+func (w *contextWriter) Write(d []byte) (int, error) {
+	end := w.f.size + int64(len(d))
+	if end > api.MaxTemplateContext {
+		return 0, errorf(http.StatusBadRequest, "the build's context (its COPY steps' files together, unpacked) is more than %s", archive.Size(api.MaxTemplateContext))
+	}
+	if end > w.f.charged {
+		more := (end - w.f.charged + minCharge - 1) / minCharge * minCharge
+		w.p.mu.Lock()
+		err := w.p.chargeLocked(w.b, more)
+		w.p.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		w.f.charged += more
+	}
+	n, err := w.f.f.Write(d)
+	w.f.size += int64(n)
+	return n, err
 }
 
 func (h *Handler) setFailed(b *pendingBuild, err error) {
@@ -306,8 +217,12 @@ func (h *Handler) setFailed(b *pendingBuild, err error) {
 }
 
 // runBuild makes the version: an image's first when the build starts from
-// one, then the steps' (the spec's body, translate's) on it.
-func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bTemplate, steps string, tarball []byte) {
+// one, then the steps' (the spec's body, translate's) on it, with ctx, the
+// context, given back once the build has it.
+func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bTemplate, steps string, ctx *spooled) {
+	if ctx != nil {
+		defer h.builds.release(b, ctx)
+	}
 	var out api.Template
 	from := template(t.FromTemplate)
 	if t.FromImage != "" {
@@ -330,7 +245,15 @@ func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bT
 		}
 		from = out.Ref
 	}
-	req := api.CreateTemplateRequest{Name: name, Spec: "from: " + from + "\n" + steps, Context: tarball, Background: true}
+	req := api.CreateTemplateRequest{Name: name, Spec: "from: " + from + "\n" + steps, Background: true}
+	if ctx != nil {
+		// warren's API takes the context whole: it is read in only now.
+		req.Context = make([]byte, ctx.size)
+		if _, err := ctx.f.ReadAt(req.Context, 0); err != nil {
+			h.setFailed(b, fmt.Errorf("read the context: %w", err))
+			return
+		}
+	}
 	if err := h.call(r, http.MethodPost, "/v1/templates", req, &out); err != nil {
 		h.setFailed(b, err)
 		return
@@ -403,23 +326,30 @@ func (h *Handler) alias(w http.ResponseWriter, r *http.Request, name string) err
 	return nil
 }
 
+// Bounds of a build's context beyond its size: its entries, and the tar
+// streams read for it (headers and padding included, gzip undone).
+const (
+	maxContextEntries = 1 << 16
+	maxContextStream  = 2 * api.MaxTemplateContext
+)
+
 // translate turns E2B's template into the body of a warren build spec (its
-// steps and start, the from line left to the caller), and the files its
-// COPY steps name into one context tar. An image's template with no steps
-// has no body ("").
-func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
+// steps and start, the from line left to the caller), and writes the files
+// its COPY steps name, as one context tar, to ctx; it reports whether the
+// context has any entry. An image's template with no steps has no body
+// ("").
+func translate(t e2bTemplate, files map[string]*io.SectionReader, ctx io.Writer) (string, bool, error) {
 	switch {
 	case t.FromTemplate != "" && t.FromImage != "":
-		return "", nil, errorf(http.StatusBadRequest, "a template is from a template or from an image, not both")
+		return "", false, errorf(http.StatusBadRequest, "a template is from a template or from an image, not both")
 	case t.FromTemplate == "" && t.FromImage == "":
-		return "", nil, errorf(http.StatusBadRequest, "a template needs fromTemplate or fromImage")
+		return "", false, errorf(http.StatusBadRequest, "a template needs fromTemplate or fromImage")
 	case t.FromImage != "" && len(t.Steps) == 0:
-		return "", nil, nil
+		return "", false, nil
 	}
 	var steps []map[string]any
-	var ctxTar bytes.Buffer
-	tw := tar.NewWriter(&ctxTar)
-	seen := map[string]bool{}
+	tw := tar.NewWriter(ctx)
+	c := &contextTar{tw: tw, seen: map[[32]byte]bool{}, stream: maxContextStream}
 	user := ""
 	for i, s := range t.Steps {
 		bad := func(format string, args ...any) error {
@@ -428,7 +358,7 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 		switch s.Type {
 		case "RUN":
 			if len(s.Args) < 1 || len(s.Args) > 2 {
-				return "", nil, bad("want a command and an optional user")
+				return "", false, bad("want a command and an optional user")
 			}
 			as := ""
 			if len(s.Args) == 2 {
@@ -443,14 +373,17 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 			}
 		case "COPY":
 			if len(s.Args) < 2 {
-				return "", nil, bad("want a source and a destination")
+				return "", false, bad("want a source and a destination")
 			}
 			data, ok := files[s.FilesHash]
 			if !ok {
-				return "", nil, bad("its files (hash %s) were not uploaded", s.FilesHash)
+				return "", false, bad("its files (hash %s) were not uploaded", s.FilesHash)
 			}
-			if err := addTar(tw, data, seen); err != nil {
-				return "", nil, bad("its files: %v", err)
+			if err := c.add(io.NewSectionReader(data, 0, data.Size())); err != nil {
+				if ae := (*apiError)(nil); errors.As(err, &ae) {
+					return "", false, err
+				}
+				return "", false, bad("its files: %v", err)
 			}
 			cp := map[string]any{"src": s.Args[0], "dest": s.Args[1]}
 			if len(s.Args) > 2 && s.Args[2] != "" {
@@ -462,7 +395,7 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 			steps = append(steps, map[string]any{"copy": cp})
 		case "ENV":
 			if len(s.Args)%2 != 0 || len(s.Args) == 0 {
-				return "", nil, bad("want names and values")
+				return "", false, bad("want names and values")
 			}
 			env := map[string]string{}
 			for j := 0; j < len(s.Args); j += 2 {
@@ -471,21 +404,21 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 			steps = append(steps, map[string]any{"env": env})
 		case "WORKDIR":
 			if len(s.Args) != 1 {
-				return "", nil, bad("want a directory")
+				return "", false, bad("want a directory")
 			}
 			steps = append(steps, map[string]any{"workdir": s.Args[0]})
 		case "USER":
 			if len(s.Args) != 1 {
-				return "", nil, bad("want a user")
+				return "", false, bad("want a user")
 			}
 			user = s.Args[0]
 			steps = append(steps, map[string]any{"user": user})
 		default:
-			return "", nil, bad("warren's builds have no such step")
+			return "", false, bad("warren's builds have no such step")
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return "", nil, err
+		return "", false, err
 	}
 	doc := map[string]any{"steps": steps}
 	if t.StartCmd != "" {
@@ -497,26 +430,32 @@ func translate(t e2bTemplate, files map[string][]byte) (string, []byte, error) {
 	}
 	body, err := yaml.Marshal(doc)
 	if err != nil {
-		return "", nil, err
+		return "", false, err
 	}
-	if len(seen) == 0 {
-		return string(body), nil, nil
-	}
-	return string(body), ctxTar.Bytes(), nil
+	return string(body), len(c.seen) > 0, nil
 }
 
-// addTar copies the entries of data, a tar (gzipped or not), into tw,
-// each name once.
-func addTar(tw *tar.Writer, data []byte, seen map[string]bool) error {
-	var rd io.Reader = bytes.NewReader(data)
-	if len(data) > 2 && data[0] == 0x1f && data[1] == 0x8b {
-		zr, err := gzip.NewReader(rd)
-		if err != nil {
-			return err
-		}
-		rd = io.LimitReader(zr, api.MaxTemplateContext+1)
+// contextTar joins uploaded tars into one, each name once (the first
+// upload's), within the context's bounds.
+type contextTar struct {
+	tw     *tar.Writer
+	seen   map[[32]byte]bool // sha256 of the names written
+	stream int64             // of maxContextStream, left to read
+}
+
+// add copies the entries of src, a tar (gzipped or not), read through
+// archive's bounded reader: sparse entries are refused.
+func (c *contextTar) add(src io.Reader) error {
+	if c.stream <= 0 {
+		return errorf(http.StatusBadRequest, "the build's files are more than %s of tar streams", archive.Size(maxContextStream))
 	}
-	tr := tar.NewReader(rd)
+	rd, err := archive.Decompress(src)
+	if err != nil {
+		return err
+	}
+	in := &counter{r: rd}
+	defer func() { c.stream -= in.n }()
+	tr := archive.NewReader(in, archive.Limits{Bytes: api.MaxTemplateContext, Entries: maxContextEntries, Stream: c.stream})
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -525,15 +464,31 @@ func addTar(tw *tar.Writer, data []byte, seen map[string]bool) error {
 		if err != nil {
 			return err
 		}
-		if seen[h.Name] {
+		name := sha256.Sum256([]byte(h.Name))
+		if c.seen[name] {
 			continue
 		}
-		seen[h.Name] = true
-		if err := tw.WriteHeader(h); err != nil {
+		if len(c.seen) >= maxContextEntries {
+			return errorf(http.StatusBadRequest, "the build's context has more than %d entries", maxContextEntries)
+		}
+		c.seen[name] = true
+		if err := c.tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if _, err := io.Copy(tw, tr); err != nil {
+		if _, err := io.Copy(c.tw, tr); err != nil {
 			return err
 		}
 	}
+}
+
+// counter counts the bytes read through it.
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

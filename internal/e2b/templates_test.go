@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"io"
 	"strings"
 	"testing"
 
@@ -34,9 +35,10 @@ func TestTranslate(t *testing.T) {
 		StartCmd: "python3 -m http.server 8000",
 		ReadyCmd: "curl -sf localhost:8000",
 	}
-	body, ctx, err := translate(tpl, map[string][]byte{"ab12": gz.Bytes()})
-	if err != nil {
-		t.Fatal(err)
+	var ctx bytes.Buffer
+	body, has, err := translate(tpl, map[string]*io.SectionReader{"ab12": io.NewSectionReader(bytes.NewReader(gz.Bytes()), 0, int64(gz.Len()))}, &ctx)
+	if err != nil || !has {
+		t.Fatal(has, err)
 	}
 	spec := "from: " + template(tpl.FromTemplate) + "\n" + body
 	s, err := buildspec.Parse([]byte(spec))
@@ -51,7 +53,7 @@ func TestTranslate(t *testing.T) {
 	if got := strings.Join(kinds, " "); got != want || s.From != "default" || s.Start == nil || s.Start.Ready == "" {
 		t.Errorf("steps %q (from %q, start %+v), want %q from default with the start", got, s.From, s.Start, want)
 	}
-	tr := tar.NewReader(bytes.NewReader(ctx))
+	tr := tar.NewReader(&ctx)
 	h, err := tr.Next()
 	if err != nil || h.Name != "app/hello.txt" {
 		t.Errorf("context: %v, %v", h, err)
@@ -63,11 +65,11 @@ func TestTranslate(t *testing.T) {
 		"missing files": {FromTemplate: "base", Steps: []e2bStep{{Type: "COPY", Args: []string{"a", "/a"}, FilesHash: "ff"}}},
 		"odd env":       {FromTemplate: "base", Steps: []e2bStep{{Type: "ENV", Args: []string{"A"}}}},
 	} {
-		if _, _, err := translate(bad, nil); err == nil {
+		if _, _, err := translate(bad, nil, io.Discard); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if spec, ctx, err := translate(e2bTemplate{FromImage: "python:3.12"}, nil); err != nil || spec != "" || ctx != nil {
-		t.Errorf("an image alone: %q, %d bytes, %v; want no spec", spec, len(ctx), err)
+	if spec, has, err := translate(e2bTemplate{FromImage: "python:3.12"}, nil, io.Discard); err != nil || spec != "" || has {
+		t.Errorf("an image alone: %q, context %v, %v; want no spec", spec, has, err)
 	}
 }
