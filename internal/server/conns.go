@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,9 @@ import (
 //     Timeouts.WriteIdle, so a reader that stops reading is cut, while a
 //     stream that is quiet for hours (exec, process, file and port
 //     streams) lives on;
-//   - Limit bounds connections in total and per client address;
+//   - Limit bounds connections in total and per client (an IPv4 address,
+//     an IPv6 /64), and keeps a share of them for authenticated callers
+//     (limitedListener);
 //   - an answer 401 closes its connection.
 
 // Timeouts are the server's connection timeouts; zero fields take the
@@ -84,9 +87,15 @@ type ListenerLimits struct {
 	// Total is how many connections may be open at once; Accept waits for
 	// one to close beyond it. Default DefaultMaxConns.
 	Total int
-	// PerIP is how many one client address may hold; a connection beyond
-	// it is closed at once. Default DefaultMaxConnsPerIP.
+	// PerIP is how many connections that no valid key has authenticated
+	// yet one client (an IPv4 address, an IPv6 /64) may hold in the open
+	// share, and as many again in the reserve; a connection beyond both is
+	// closed at once. Default DefaultMaxConnsPerIP.
 	PerIP int
+	// Reserved is the share of Total that connections without a valid key
+	// hold only on probation: their first request must authenticate.
+	// Default a quarter of Total.
+	Reserved int
 }
 
 // Limit bounds l's connections by Options.Conns.
@@ -100,16 +109,33 @@ func limitListener(l net.Listener, lim ListenerLimits) net.Listener {
 	if lim.PerIP <= 0 {
 		lim.PerIP = DefaultMaxConnsPerIP
 	}
-	return &limitedListener{Listener: l, lim: lim, slots: make(chan struct{}, lim.Total), perIP: map[string]int{}}
+	if lim.Reserved <= 0 || lim.Reserved >= lim.Total {
+		lim.Reserved = lim.Total / 4
+	}
+	return &limitedListener{Listener: l, lim: lim, slots: make(chan struct{}, lim.Total),
+		open: map[string]int{}, probation: map[string]int{}}
 }
 
+// limitedListener bounds its connections (docs/API.md, "Limits"). A
+// connection is anonymous until a request on it presents a valid API key
+// (Server.serve tells it, limitConn.request), and from then on
+// authenticated. Anonymous connections hold at most Total-Reserved slots
+// together (the open share), and PerIP of them per client. One accepted
+// beyond either is on probation, in the reserve: its first request must
+// authenticate, or it is answered 503 and closed; a client holds at most
+// PerIP such too. Authenticated connections count only against Total. So
+// callers without a key, from however many addresses, cannot keep one
+// with a key from connecting, and clients behind one proxy share a bucket
+// only for what they do without a key.
 type limitedListener struct {
 	net.Listener
 	lim   ListenerLimits
 	slots chan struct{} // one token per open connection
 
-	mu    sync.Mutex
-	perIP map[string]int // open connections by client address; guarded by mu
+	mu        sync.Mutex     // guards the fields below and each limitConn's state
+	open      map[string]int // anonymous connections in the open share, by client
+	anonymous int            // the sum of open
+	probation map[string]int // connections on probation, by client
 }
 
 func (l *limitedListener) Accept() (net.Conn, error) {
@@ -120,51 +146,117 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 			<-l.slots
 			return nil, err
 		}
-		ip := clientIP(c.RemoteAddr())
+		client := clientOf(c.RemoteAddr())
 		l.mu.Lock()
-		over := l.perIP[ip] >= l.lim.PerIP
-		if !over {
-			l.perIP[ip]++
+		state := connClosed
+		switch {
+		case l.open[client] < l.lim.PerIP && l.anonymous < l.lim.Total-l.lim.Reserved:
+			state = connAnonymous
+			l.open[client]++
+			l.anonymous++
+		case l.probation[client] < l.lim.PerIP:
+			state = connProbation
+			l.probation[client]++
 		}
 		l.mu.Unlock()
-		if over {
+		if state == connClosed {
 			c.Close()
 			<-l.slots
 			continue
 		}
-		return &limitConn{Conn: c, l: l, ip: ip}, nil
+		return &limitConn{Conn: c, l: l, client: client, state: state}, nil
 	}
 }
 
-// clientIP is the host part of a remote address.
-func clientIP(a net.Addr) string {
+// clientOf is the client a remote address counts as: an IPv4 address
+// (IPv4-mapped IPv6 included), or an IPv6 address's /64, which one host
+// or one customer usually holds whole.
+func clientOf(a net.Addr) string {
+	var ip netip.Addr
 	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
+		ip, _ = netip.AddrFromSlice(ta.IP)
+	} else if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		ip = ap.Addr()
+	} else {
 		return a.String()
 	}
-	return host
+	ip = ip.Unmap().WithZone("")
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
 }
+
+// The states of a limitConn.
+type connState int
+
+const (
+	connAnonymous     connState = iota // in the open share: no valid key yet
+	connProbation                      // in the reserve: its first request must authenticate
+	connAuthenticated                  // a request presented a valid key
+	connClosed
+)
 
 type limitConn struct {
 	net.Conn
-	l    *limitedListener
-	ip   string
-	once sync.Once
+	l      *limitedListener
+	client string
+	state  connState // guarded by l.mu
+}
+
+// proven reports whether a request on c has presented a valid key.
+func (c *limitConn) proven() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.state == connAuthenticated
+}
+
+// request records whether a request on c presented a valid key, and
+// reports whether it may be served: not a request without one on a
+// connection on probation.
+func (c *limitConn) request(authenticated bool) bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	switch {
+	case c.state == connProbation && !authenticated:
+		return false
+	case c.state == connAuthenticated || !authenticated:
+		return true
+	}
+	c.leaveLocked()
+	c.state = connAuthenticated
+	return true
+}
+
+// leaveLocked takes c out of its share's counts.
+func (c *limitConn) leaveLocked() {
+	l := c.l
+	switch c.state {
+	case connAnonymous:
+		l.anonymous--
+		if l.open[c.client]--; l.open[c.client] <= 0 {
+			delete(l.open, c.client)
+		}
+	case connProbation:
+		if l.probation[c.client]--; l.probation[c.client] <= 0 {
+			delete(l.probation, c.client)
+		}
+	}
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.l.mu.Lock()
-		if c.l.perIP[c.ip]--; c.l.perIP[c.ip] <= 0 {
-			delete(c.l.perIP, c.ip)
-		}
-		c.l.mu.Unlock()
+	c.l.mu.Lock()
+	closing := c.state != connClosed
+	if closing {
+		c.leaveLocked()
+		c.state = connClosed
+	}
+	c.l.mu.Unlock()
+	if closing {
 		<-c.l.slots
-	})
+	}
 	return err
 }
 

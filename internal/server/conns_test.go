@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,9 +135,14 @@ func TestConnectionsPerClientBounded(t *testing.T) {
 			t.Fatalf("a connection within the limit: %v", err)
 		}
 	}
+	// As many again wait on probation for a request with a key; one more
+	// is closed at once.
+	for range 3 {
+		e.dialRaw()
+	}
 	extra := e.dialRaw()
 	if !closedWithin(extra, 3*time.Second) {
-		t.Error("a fourth connection from one address was kept")
+		t.Error("a seventh connection from one address was kept")
 	}
 	// Once the server has seen one close, a new connection is served.
 	open[0].Close()
@@ -146,4 +153,108 @@ func TestConnectionsPerClientBounded(t *testing.T) {
 		_, err := http.ReadResponse(bufio.NewReader(again), nil)
 		return err == nil
 	})
+}
+
+// addrListener accepts one connection (a pipe) from each address sent to
+// it, until addrs is closed.
+type addrListener struct{ addrs chan net.Addr }
+
+type remoteConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c remoteConn) RemoteAddr() net.Addr { return c.remote }
+
+func (l addrListener) Accept() (net.Conn, error) {
+	a, ok := <-l.addrs
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	c, _ := net.Pipe()
+	return remoteConn{Conn: c, remote: a}, nil
+}
+func (l addrListener) Close() error   { return nil }
+func (l addrListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// TestConnectionsPerIPv6Net (issue 35, row 14): the per-client cap counts
+// an IPv6 /64 as one client, so one host's many source addresses do not
+// take every slot; an IPv4-mapped address is its IPv4 address.
+func TestConnectionsPerIPv6Net(t *testing.T) {
+	addrs := make(chan net.Addr, 16)
+	ln := limitListener(addrListener{addrs}, ListenerLimits{Total: 100, PerIP: 3})
+	tcp := func(s string) net.Addr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+	for i := 1; i <= 7; i++ {
+		addrs <- tcp(fmt.Sprintf("[2001:db8::%x]:4000", i))
+	}
+	addrs <- tcp("[2001:db8:0:1::1]:4000")
+	addrs <- tcp("[::ffff:192.0.2.1]:4000")
+	close(addrs)
+	type got struct {
+		remote string
+		state  connState
+	}
+	var conns []got
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			break
+		}
+		lc := c.(*limitConn)
+		conns = append(conns, got{c.RemoteAddr().String(), lc.state})
+	}
+	want := []got{
+		{"[2001:db8::1]:4000", connAnonymous}, {"[2001:db8::2]:4000", connAnonymous}, {"[2001:db8::3]:4000", connAnonymous},
+		{"[2001:db8::4]:4000", connProbation}, {"[2001:db8::5]:4000", connProbation}, {"[2001:db8::6]:4000", connProbation},
+		// 2001:db8::7 is closed at once: its /64 holds all it may.
+		{"[2001:db8:0:1::1]:4000", connAnonymous},
+		{"192.0.2.1:4000", connAnonymous},
+	}
+	if !slices.Equal(conns, want) {
+		t.Errorf("accepted:\n got %v\nwant %v", conns, want)
+	}
+	if c := clientOf(tcp("[::ffff:192.0.2.1]:4000")); c != "192.0.2.1" {
+		t.Errorf("an IPv4-mapped address counts as %q, want 192.0.2.1", c)
+	}
+}
+
+// TestConnectionsReservedForKeys (issue 35, row 14): once connections
+// without a key hold the open share (here one client's whole allowance),
+// a connection whose request presents a valid key is still served, and
+// one without a key is answered 503 and closed.
+func TestConnectionsReservedForKeys(t *testing.T) {
+	e := newTestEnv(t, nil, Options{Conns: ListenerLimits{Total: 4, Reserved: 2, PerIP: 2}})
+	get := func(c net.Conn, path, key string) (*http.Response, error) {
+		auth := ""
+		if key != "" {
+			auth = "Authorization: Bearer " + key + "\r\n"
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", path, auth)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	for range 2 {
+		if resp, err := get(e.dialRaw(), "/healthz", ""); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("a connection without a key in the open share: %v, %v", resp, err)
+		}
+	}
+	keyless := e.dialRaw()
+	if resp, err := get(keyless, "/healthz", ""); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a connection without a key beyond the open share: %v, %v; want 503", resp, err)
+	}
+	if !closedWithin(keyless, 3*time.Second) {
+		t.Error("a refused connection on probation was left open")
+	}
+	for i := range 2 {
+		c := e.dialRaw()
+		for j := range 2 {
+			if resp, err := get(c, "/v1/info", e.keyA); err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d on keyed connection %d in the reserve: %v, %v; want 200", j, i, resp, err)
+			}
+		}
+	}
 }

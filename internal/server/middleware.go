@@ -107,8 +107,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 	case r.RequestURI == "*":
 		s.WriteError(rw, r, api.Errorf(api.CodeBadRequest, "request target * is not supported"))
 		return
+	case !s.admitConn(r):
+		rw.Header().Set("Connection", "close")
+		s.WriteError(rw, r, api.Errorf(api.CodeUnavailable,
+			"the server's connections left are kept for callers with an API key: send one, or retry later"))
+		return
 	}
 	h.ServeHTTP(rw, r)
+}
+
+// admitConn tells r's connection, until one of its requests has, whether
+// r presents a valid API key (limitedListener), and reports whether r may
+// be served: a connection on probation must authenticate at once.
+func (s *Server) admitConn(r *http.Request) bool {
+	c, ok := r.Context().Value(connKey{}).(*limitConn)
+	if !ok || c.proven() {
+		return true
+	}
+	_, err := s.authenticateSocket(r)
+	return c.request(err == nil)
 }
 
 // newRequestID returns 16 random hex digits.
