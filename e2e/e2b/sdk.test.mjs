@@ -212,6 +212,16 @@ test('template build: copy, env, run, workdir, then a sandbox of it', { skip: !p
   await assert.rejects(Template.build(broken, name), (e) => /no luck/.test(e.message) && /exit code 7/.test(e.message))
 })
 
+test('template build: files beyond a build\'s 64 MiB are refused, and the build is not started', { skip: !process.env.E2B_SANDBOX_URL && 'once, in single-URL mode' }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'e2b-template-'))
+  // Random bytes: the SDK's gzip cannot shrink them under the bound.
+  writeFileSync(join(dir, 'big'), randomBytes(65 << 20))
+  const name = `e2b-${randomBytes(4).toString('hex')}`
+  const template = Template({ fileContextPath: dir }).fromTemplate('base').copy('big', '/opt/big')
+  await assert.rejects(Template.build(template, name), (e) => /Too Large/.test(e.message))
+  assert.equal(await Template.exists(name), false)
+})
+
 test('a port on its host name', { skip: process.env.E2B_SANDBOX_URL ? 'single-URL mode has no host names' : false }, async () => {
   const sbx = await newSandbox()
   await sbx.commands.run('echo served > /tmp/index.html; cd /tmp && python3 -m http.server 8000 >/dev/null 2>&1', { background: true })
