@@ -73,7 +73,8 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) error {
 	if h.builds.builds == nil {
 		h.builds.builds = map[string]*pendingBuild{}
 	}
-	h.builds.builds[id] = &pendingBuild{key: keyHash(r), tenant: tenant, name: name, made: now, last: now, files: map[string]*spooled{}, tokens: map[string]string{}}
+	h.builds.builds[id] = &pendingBuild{key: keyHash(r), tenant: tenant, name: name, made: now, last: now, files: map[string]*spooled{}, tokens: map[string]string{},
+		timer: time.AfterFunc(waitFor+time.Second, func() { h.builds.expire(id) })}
 	writeJSON(w, http.StatusAccepted, map[string]any{
 		"templateID": name, "buildID": id, "tags": []string{}, "aliases": []string{name}, "names": []string{name}, "public": false,
 	})
@@ -135,6 +136,7 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	}
 	b.building = true
 	b.last = time.Now()
+	b.timer.Stop()
 	files := b.files
 	b.files, b.tokens = nil, nil
 	p.mu.Unlock()

@@ -37,9 +37,6 @@ const (
 	// triggered: a triggered build is kept, without its files, to answer
 	// its status; a new build forgets the tenant's oldest triggered one.
 	maxRecordsPerTenant = 64
-	// waitFor is how long a build waits, idle (no request, no upload in
-	// flight), for its trigger; then it is forgotten with its files.
-	waitFor = 10 * time.Minute
 	// keepFor is how long a triggered build's status is answered.
 	keepFor = time.Hour
 	// maxFilesPerBuild bounds a build's COPY files: each has one upload
@@ -58,6 +55,11 @@ const (
 	uploadTimeout = 10 * time.Minute
 )
 
+// waitFor is how long a build waits, idle (no request, no upload in
+// flight), for its trigger; then it is forgotten with its files. A
+// variable for tests.
+var waitFor = 10 * time.Minute
+
 // pendingBuild is an E2B build requested and not yet done. Its fields are
 // guarded by pending.mu.
 type pendingBuild struct {
@@ -66,6 +68,7 @@ type pendingBuild struct {
 	name      string
 	made      time.Time
 	last      time.Time           // of its last request, upload or trigger
+	timer     *time.Timer         // drops it once idle past waitFor, before its trigger
 	files     map[string]*spooled // uploaded, by E2B's files hash
 	tokens    map[string]string   // files hash → its upload token
 	uploading int                 // uploads in flight
@@ -153,14 +156,38 @@ func (p *pending) sweepLocked(now time.Time) {
 	for id, b := range p.builds {
 		switch {
 		case !b.building && b.uploading == 0 && now.Sub(b.last) > waitFor:
-			for _, f := range b.files {
-				p.releaseLocked(b, f)
-			}
-			delete(p.builds, id)
+			p.dropLocked(id, b)
 		case b.building && b.held == 0 && now.Sub(b.last) > keepFor:
 			delete(p.builds, id)
 		}
 	}
+}
+
+// expire is build id's timer: it drops the build if it is still waiting
+// and idle past waitFor, and looks again when it would be otherwise.
+func (p *pending) expire(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.builds[id]
+	if b == nil || b.building {
+		return
+	}
+	idle := time.Since(b.last)
+	if b.uploading == 0 && idle > waitFor {
+		p.dropLocked(id, b)
+		return
+	}
+	b.timer.Reset(max(waitFor-idle, 0) + time.Second)
+}
+
+// dropLocked forgets build id, waiting for its trigger, and its files.
+func (p *pending) dropLocked(id string, b *pendingBuild) {
+	b.timer.Stop()
+	for _, f := range b.files {
+		p.releaseLocked(b, f)
+	}
+	b.files = nil
+	delete(p.builds, id)
 }
 
 // admitLocked makes room for a new build of tenant's: it counts the
@@ -202,8 +229,8 @@ func (h *Handler) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, b := range p.builds {
-		for _, f := range b.files {
-			p.releaseLocked(b, f)
+		if !b.building {
+			p.dropLocked(id, b)
 		}
 		delete(p.builds, id)
 	}

@@ -358,3 +358,26 @@ func TestBuildsOfATenant(t *testing.T) {
 	}
 	s.requestBuild("b1", "app")
 }
+
+// TestUntriggeredBuildDropped: a build that waits, idle, past waitFor for
+// its trigger is dropped with its files, without another request coming.
+func TestUntriggeredBuildDropped(t *testing.T) {
+	defer func(d time.Duration) { waitFor = d }(waitFor)
+	waitFor = 500 * time.Millisecond
+	data := tarOf(t, "app/data", 1<<20, false)
+	s := newBuildServer(t, Options{})
+	s.requestBuild("k1", "app")
+	if code, msg := s.do("PUT", s.mustLink("k1", "app", "aa"), "", bytes.NewReader(data), int64(len(data))); code != http.StatusOK {
+		t.Fatalf("upload: %d %s", code, msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var all int64
+	err := backoff.Poll(ctx, backoff.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}, func() (bool, error) {
+		all, _ = s.held()
+		return all == 0, nil
+	})
+	if err != nil {
+		t.Errorf("%d bytes held by an idle build, want it dropped", all)
+	}
+}
