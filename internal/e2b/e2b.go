@@ -20,7 +20,8 @@
 // hosts, E2B's traffic access token standing for the preview token.
 //
 //   - E2B's template builds become builds of the caller's templates
-//     (templates.go).
+//     (templates.go), their uploads held on disk within bounds
+//     (uploads.go).
 //
 // Not for: E2B's volumes, secrets and its Jupyter code interpreter
 // (docs/E2B.md says why).

@@ -140,7 +140,7 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	files := b.files
 	b.files, b.tokens = nil, nil
 	p.mu.Unlock()
-	steps, ctx, err := h.context(b, t, files)
+	steps, tarball, err := h.buildContext(b, t, files)
 	if err != nil {
 		h.setFailed(b, err)
 		return err
@@ -148,14 +148,15 @@ func (h *Handler) trigger(w http.ResponseWriter, r *http.Request, name, id strin
 	// The build outlives this request: it goes on under the caller's key,
 	// and its status answers where it is.
 	bg := r.Clone(context.WithoutCancel(r.Context()))
-	go h.runBuild(bg, b, name, t, steps, ctx)
+	go h.runBuild(bg, b, name, t, steps, tarball)
 	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
 
-// context translates t, joining its COPY steps' files into the build's
-// context, spooled (nil when it has none); the files are given back.
-func (h *Handler) context(b *pendingBuild, t e2bTemplate, files map[string]*spooled) (string, *spooled, error) {
+// buildContext translates t, joining its COPY steps' files into the
+// build's context, spooled (nil when it has none); the files are given
+// back.
+func (h *Handler) buildContext(b *pendingBuild, t e2bTemplate, files map[string]*spooled) (string, *spooled, error) {
 	p := &h.builds
 	readers := map[string]*io.SectionReader{}
 	for hash, f := range files {
@@ -166,17 +167,16 @@ func (h *Handler) context(b *pendingBuild, t e2bTemplate, files map[string]*spoo
 			p.release(b, f)
 		}
 	}()
-	ctx, err := p.spool()
+	tarball, err := p.spool()
 	if err != nil {
 		return "", nil, err
 	}
-	cw := &contextWriter{p: p, b: b, f: ctx}
-	steps, has, err := translate(t, readers, cw)
+	steps, has, err := translate(t, readers, &contextWriter{p: p, b: b, f: tarball})
 	if err != nil || !has {
-		p.release(b, ctx)
+		p.release(b, tarball)
 		return steps, nil, err
 	}
-	return steps, ctx, nil
+	return steps, tarball, nil
 }
 
 // contextWriter writes a build's context to its spooled file, at most
@@ -219,11 +219,11 @@ func (h *Handler) setFailed(b *pendingBuild, err error) {
 }
 
 // runBuild makes the version: an image's first when the build starts from
-// one, then the steps' (the spec's body, translate's) on it, with ctx, the
-// context, given back once the build has it.
-func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bTemplate, steps string, ctx *spooled) {
-	if ctx != nil {
-		defer h.builds.release(b, ctx)
+// one, then the steps' (the spec's body, translate's) on it, with
+// tarball, its context, given back once the build has it.
+func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bTemplate, steps string, tarball *spooled) {
+	if tarball != nil {
+		defer h.builds.release(b, tarball)
 	}
 	var out api.Template
 	from := template(t.FromTemplate)
@@ -248,10 +248,10 @@ func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bT
 		from = out.Ref
 	}
 	req := api.CreateTemplateRequest{Name: name, Spec: "from: " + from + "\n" + steps, Background: true}
-	if ctx != nil {
+	if tarball != nil {
 		// warren's API takes the context whole: it is read in only now.
-		req.Context = make([]byte, ctx.size)
-		if _, err := ctx.f.ReadAt(req.Context, 0); err != nil {
+		req.Context = make([]byte, tarball.size)
+		if _, err := tarball.f.ReadAt(req.Context, 0); err != nil {
 			h.setFailed(b, fmt.Errorf("read the context: %w", err))
 			return
 		}
@@ -337,10 +337,10 @@ const (
 
 // translate turns E2B's template into the body of a warren build spec (its
 // steps and start, the from line left to the caller), and writes the files
-// its COPY steps name, as one context tar, to ctx; it reports whether the
+// its COPY steps name, as one context tar, to out; it reports whether the
 // context has any entry. An image's template with no steps has no body
 // ("").
-func translate(t e2bTemplate, files map[string]*io.SectionReader, ctx io.Writer) (string, bool, error) {
+func translate(t e2bTemplate, files map[string]*io.SectionReader, out io.Writer) (string, bool, error) {
 	switch {
 	case t.FromTemplate != "" && t.FromImage != "":
 		return "", false, errorf(http.StatusBadRequest, "a template is from a template or from an image, not both")
@@ -350,7 +350,7 @@ func translate(t e2bTemplate, files map[string]*io.SectionReader, ctx io.Writer)
 		return "", false, nil
 	}
 	var steps []map[string]any
-	tw := tar.NewWriter(ctx)
+	tw := tar.NewWriter(out)
 	c := &contextTar{tw: tw, seen: map[[32]byte]bool{}, stream: maxContextStream}
 	user := ""
 	for i, s := range t.Steps {
