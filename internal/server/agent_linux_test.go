@@ -21,9 +21,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"warren/api"
 	"warren/internal/agent"
 	"warren/internal/agent/agenttest"
+	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agentconn"
 	"warren/internal/wait"
 )
@@ -46,7 +49,16 @@ func startAgent(t *testing.T) *agentconn.Conn {
 // with one sandbox of tenant "a" created; it returns the sandbox's path.
 func newAgentEnv(t *testing.T, opts Options) (*testEnv, string) {
 	t.Helper()
-	e := newTestEnv(t, startAgent(t), opts)
+	conn := startAgent(t)
+	// The agent runs on the host here: a HOME of the test's own keeps a
+	// login shell (the terminal's) from running the host user's profile,
+	// which may hang (a stale pyenv rehash lock on a build machine did, for
+	// 60 s each time, and a shell the test killed mid-rehash left it).
+	init := &controlpb.InitRequest{Envs: map[string]string{"HOME": t.TempDir()}}
+	if _, err := conn.Control.Init(context.Background(), connect.NewRequest(init)); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnv(t, conn, opts)
 	var sb api.Sandbox
 	e.call("POST", "/v1/sandboxes", e.keyA, "{}", http.StatusCreated, &sb)
 	return e, "/v1/sandboxes/" + sb.ID
