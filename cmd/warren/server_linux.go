@@ -65,7 +65,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (wildcard DNS to this server):\na domain (https preview URLs) or a URL such as http://localhost:7777 (default: none)")
 	execOut := fs.Int64("exec-output-max", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a non-streaming exec keeps (the rest is dropped, and the result says truncated)")
 	maxConns := fs.Int("max-conns", server.DefaultMaxConns, "API connections open at once (beyond it, new ones wait)")
-	maxConnsIP := fs.Int("max-conns-per-ip", server.DefaultMaxConnsPerIP, "API connections one client address may hold (beyond it, new ones are closed)")
+	maxConnsIP := fs.Int("max-conns-per-ip", server.DefaultMaxConnsPerIP, "API connections without a valid key one client (an IPv4 address, an IPv6 /64)\nmay hold, and as many again on probation in the quarter kept for keyed callers")
 	adm := sandbox.DefaultAdmission
 	fs.Float64Var(&adm.CPUOvercommit, "cpu-overcommit", adm.CPUOvercommit, "vCPUs the node may promise per CPU it has")
 	fs.Float64Var(&adm.MemoryOvercommit, "memory-overcommit", adm.MemoryOvercommit, "memory the node may promise per MiB it has (after the reserve);\nall sandboxes together still never get more than it has")
