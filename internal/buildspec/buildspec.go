@@ -32,7 +32,7 @@ const (
 	MaxPackages         = 1024     // packages of one apt or pip step
 	DefaultReadyTimeout = 30 * time.Second
 	MaxReadyTimeout     = 600 * time.Second
-	MaxTimeout          = 24 * time.Hour // limits.timeout_seconds
+	MaxTimeout          = 2 * time.Hour // limits.timeout_seconds
 	MinDiskMB           = 64
 	MaxDiskMB           = 256 << 10
 )

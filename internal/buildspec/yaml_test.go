@@ -161,8 +161,10 @@ func TestParseErrors(t *testing.T) {
 		{"start ready 0", "from: x\nstart:\n  command: x\n  ready_timeout_seconds: 0\n", "line 4: start.ready_timeout_seconds: 0: want 1 to 600 seconds"},
 		{"start ready 601", "from: x\nstart:\n  command: x\n  ready_timeout_seconds: 601\n", "line 4: start.ready_timeout_seconds: 601: want 1 to 600 seconds"},
 		{"start unknown", "from: x\nstart:\n  command: x\n  port: 8000\n", `line 4: unknown key "port" (known: command, ready, ready_timeout_seconds)`},
-		{"timeout 0", "from: x\nlimits: {timeout_seconds: 0}\n", "line 2: limits.timeout_seconds: 0: want 1 to 86400 seconds"},
-		{"timeout 86401", "from: x\nlimits: {timeout_seconds: 86401}\n", "line 2: limits.timeout_seconds: 86401: want 1 to 86400 seconds"},
+		{"timeout 0", "from: x\nlimits: {timeout_seconds: 0}\n", "line 2: limits.timeout_seconds: 0: want 1 to 7200 seconds"},
+		// Issue 35, row 11: a build could ask for a day, holding a build
+		// place that long.
+		{"timeout a day", "from: x\nlimits: {timeout_seconds: 86400}\n", "line 2: limits.timeout_seconds: 86400: want 1 to 7200 seconds"},
 		{"disk 0", "from: x\nlimits: {disk_mb: 0}\n", "line 2: limits.disk_mb: 0: want 64 to 262144"},
 		{"disk 63", "from: x\nlimits:\n  disk_mb: 63\n", "line 3: limits.disk_mb: 63: want 64 to 262144"},
 		{"disk 262145", "from: x\nlimits: {disk_mb: 262145}\n", "line 2: limits.disk_mb: 262145: want 64 to 262144"},
@@ -230,7 +232,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"ready timeout unset", Spec{From: "x", Start: &Start{Command: "x"}}, "start.ready_timeout_seconds: 0s: want 1 to 600 seconds"},
 		{"ready too long", Spec{From: "x", Start: &Start{Command: "x", Ready: strings.Repeat("x", MaxCommand+1), ReadyTimeout: time.Second}}, "start.ready: the check is 65537 bytes, at most 65536"},
-		{"negative timeout", Spec{From: "x", Limits: Limits{Timeout: -time.Second}}, "limits.timeout_seconds: -1s: want 1 to 86400 seconds"},
+		{"negative timeout", Spec{From: "x", Limits: Limits{Timeout: -time.Second}}, "limits.timeout_seconds: -1s: want 1 to 7200 seconds"},
 		{"negative disk", Spec{From: "x", Limits: Limits{DiskMB: -1}}, "limits.disk_mb: -1: want 64 to 262144"},
 		{"network deny", Spec{From: "x", Network: &api.NetworkPolicy{Deny: []string{"10.0.0.0/33"}}}, `network: deny: "10.0.0.0/33": netip.ParsePrefix("10.0.0.0/33"): prefix length out of range`},
 	} {

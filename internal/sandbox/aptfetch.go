@@ -4,112 +4,626 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math/rand/v2"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/archive"
 	"warren/internal/template"
 )
 
-// listsMaxAge is how long fetched package lists serve builds before they
-// are fetched again.
-const listsMaxAge = time.Hour
+// An apt step's packages are resolved and fetched by the host's apt-get,
+// with the host's mirror and Debian archive keys, and installed by the
+// sandbox's own apt (docs/TEMPLATES.md). What of the sandbox's reaches the
+// host on that path, and what guards it:
+//
+//   - nothing the sandbox wrote names a host path, a URL or an apt
+//     option: the suite is warren's record of the build sandbox's built-in
+//     template (aptSuite), a name template.Suite vouches for;
+//   - its dpkg status, copied into a file (at most maxAptStatus bytes),
+//     is parsed by apt-get running as a uid of its own (aptUIDBase plus a
+//     random one, never root), in a 0700 directory that uid owns, in a
+//     mount namespace that shows it the node's apt directory alone at
+//     aptMount, under rlimits (prlimit) and a timeout, with no
+//     capabilities and a minimal environment; its processes are killed
+//     when it ends;
+//   - the package files apt fetched are read by the daemon only as
+//     regular files of that uid, named and sized as apt's plan said,
+//     through an os.Root of their directory;
+//   - apt's output reaches the tenant filtered (aptLog): what it says of
+//     the packages and its errors, never a mirror's address or a node's
+//     path.
+//
+// The node's apt directory, templates/.apt in the disk pool (root's,
+// 0711):
+//
+//	SUITE/          root's, 0755: sources.list, parts/ (empty), status
+//	                (empty), lock, updated (when the lists were fetched)
+//	SUITE/lists/    the lists' owner's (aptUIDBase), 0755: apt-get update's
+//	SUITE/cache/    its too, and SUITE/tmp/ (0700)
+//	run/XXXX/       one fetch's, 0700, its uid's: status, cache/,
+//	                archives/, tmp/
+//
+// Root makes each directory, fills it and then gives it to its uid: root
+// never writes in a directory an apt uid may change.
 
-// fetchDebs resolves pkgs for the Debian release codename against status
-// (a dpkg status file: what is installed), with the host's apt, mirror and
-// keys, and downloads into work the package files that installing them
-// takes; shared keeps each release's package lists between builds. It
-// returns the files' paths.
-func fetchDebs(ctx context.Context, shared, work, codename string, status []byte, pkgs []string, out func(string)) ([]string, error) {
-	if len(pkgs) == 0 {
-		return nil, nil
-	}
-	rel := filepath.Join(shared, codename)
-	lists, parts := filepath.Join(rel, "lists"), filepath.Join(rel, "parts")
-	for _, d := range []string{filepath.Join(lists, "partial"), parts, filepath.Join(work, "archives", "partial"), filepath.Join(work, "cache")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	mirror := template.AptMirror(codename)
-	sources := fmt.Sprintf("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n", mirror, codename)
-	sources += fmt.Sprintf("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s-updates main\n", mirror, codename)
-	if sec := template.AptMirror(codename + "-security"); sec != mirror {
-		sources += fmt.Sprintf("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s-security main\n", sec, codename)
-	}
-	sourceList := filepath.Join(rel, "sources.list")
-	statusFile := filepath.Join(work, "status")
-	if err := os.WriteFile(statusFile, status, 0o644); err != nil {
-		return nil, err
-	}
-	opts := []string{
-		"-o", "Dir::Etc::SourceList=" + sourceList, "-o", "Dir::Etc::SourceParts=" + parts,
-		"-o", "Dir::State::Lists=" + lists, "-o", "Dir::State::status=" + statusFile,
-		"-o", "Dir::Cache=" + filepath.Join(work, "cache"), "-o", "Dir::Cache::archives=" + filepath.Join(work, "archives"),
-		"-o", "Debug::NoLocking=true", "-o", "APT::Sandbox::User=root", "-o", "APT::Install-Recommends=false", "-o", "Acquire::Languages=none",
-		"-o", "APT::Get::List-Cleanup=false", "-o", "Dir::Etc::Preferences=/dev/null", "-o", "Dir::Etc::PreferencesParts=" + parts,
-	}
-	if err := updateLists(ctx, rel, sourceList, sources, opts, out); err != nil {
-		return nil, err
-	}
-	args := append(append([]string(nil), opts...), "install", "--download-only", "-y", "-q")
-	if err := apt(ctx, "install", append(args, pkgs...), out); err != nil {
-		return nil, err
-	}
-	debs, err := filepath.Glob(filepath.Join(work, "archives", "*.deb"))
-	sort.Strings(debs)
-	return debs, err
+// Bounds of the host's apt for one apt step.
+const (
+	// listsMaxAge is how long fetched package lists serve builds before
+	// they are fetched again.
+	listsMaxAge = time.Hour
+	// maxAptStatus bounds the sandbox's dpkg status the host's apt reads.
+	maxAptStatus = 64 << 20
+	// maxAptFetch bounds the package files one apt step fetches.
+	maxAptFetch = 2 << 30
+	// aptListsSpace is what fetching a suite's lists may take of the
+	// node's disk.
+	aptListsSpace = 512 << 20
+	// aptTimeout bounds each run of apt-get.
+	aptTimeout = 20 * time.Minute
+)
+
+// The host uids apt-get runs as: aptUIDBase owns the package lists and
+// fetches them; each fetch (which parses a sandbox's dpkg status) runs as
+// one of the aptUIDs above it, drawn at random and used by nothing else,
+// so that a fetch can neither change the lists other builds trust nor
+// touch another fetch's files. They are used as gids too.
+const (
+	aptUIDBase = 2_900_000_000
+	aptUIDs    = 1 << 20
+)
+
+// fetchUIDs are the uids of the fetches running in this process.
+var fetchUIDs struct {
+	mu   sync.Mutex // guards used
+	used map[int]bool
 }
 
-// updateLists fetches the release's package lists when they are older
-// than listsMaxAge or come from other sources, one build at a time.
-func updateLists(ctx context.Context, rel, sourceList, sources string, opts []string, out func(string)) error {
-	lock, err := os.OpenFile(filepath.Join(rel, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+// aptSuite is the Debian suite an apt step in a sandbox of built-in
+// template tpl resolves against: the template's recipe's. A sandbox of a
+// tenant's template has the built-in template its lineage started from;
+// one of an imported image has none warren knows.
+func aptSuite(tpl string) (string, error) {
+	suite, ok := template.Suite(tpl)
+	if !ok {
+		return "", fmt.Errorf("the build's base (%s) has no Debian suite warren knows: apt steps need a base made from one (a built-in template, debian:SUITE, or a template built from them); install with a run step and the network instead", tpl)
+	}
+	return suite, nil
+}
+
+// aptFetch is one apt step's resolution and download on the host.
+type aptFetch struct {
+	dir   string   // the node's apt directory, templates/.apt
+	suite string   // from aptSuite
+	pkgs  []string // the step's, as buildspec validated them
+	// hold holds n bytes of the node's free disk for what, until release.
+	hold func(n int64, what string) (release func(), err error)
+	log  *aptLog
+}
+
+// aptDeb is a package file a fetch's plan names.
+type aptDeb struct {
+	name          string // NAME_VERSION_ARCH.deb
+	size          int64
+	pkg, version  string
+	uri, checksum string
+}
+
+// run resolves the packages against status (the sandbox's dpkg status,
+// read to its end or maxAptStatus), downloads the package files that
+// installing them takes, and gives each to each, in the plan's order, as
+// a reader of its bytes. Everything it wrote on the node is gone when it
+// returns.
+func (f *aptFetch) run(ctx context.Context, status io.Reader, each func(d aptDeb, r io.Reader) error) error {
+	if len(f.pkgs) == 0 {
+		return nil
+	}
+	if err := ensureDir(f.dir, 0o711, 0); err != nil {
+		return err
+	}
+	unlock, err := f.updateLists(ctx)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+	defer unlock()
+	release, err := f.hold(maxAptStatus, "apt steps are")
+	if err != nil {
 		return err
 	}
+	defer func() { release() }()
+	uid, done := fetchUID()
+	defer done()
+	if err := ensureDir(filepath.Join(f.dir, "run"), 0o711, 0); err != nil {
+		return err
+	}
+	// Made root's, filled, then given to uid, its contents first: apt
+	// never shares a directory with root's writes.
+	work, err := os.MkdirTemp(filepath.Join(f.dir, "run"), "")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		killUID(uid)
+		os.RemoveAll(work)
+	}()
+	if err := writeStatus(filepath.Join(work, "status"), status); err != nil {
+		return err
+	}
+	for _, d := range []string{"cache", "archives", "archives/partial", "tmp"} {
+		if err := os.Mkdir(filepath.Join(work, d), 0o700); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"archives/partial", "archives", "cache", "tmp", "status", "."} {
+		if err := os.Lchown(filepath.Join(work, d), uid, uid); err != nil {
+			return err
+		}
+	}
+	run := "run/" + filepath.Base(work)
+	suite, here := aptMount+"/"+f.suite+"/", aptMount+"/"+run+"/"
+	opts := []string{
+		"-o", "Dir::Etc::SourceList=" + suite + "sources.list", "-o", "Dir::Etc::SourceParts=" + suite + "parts/",
+		"-o", "Dir::Etc::Preferences=/dev/null", "-o", "Dir::Etc::PreferencesParts=" + suite + "parts/",
+		"-o", "Dir::State::Lists=" + suite + "lists/", "-o", "Dir::State::status=" + here + "status",
+		"-o", "Dir::State::extended_states=" + here + "extended_states",
+		"-o", "Dir::Cache=" + here + "cache/", "-o", "Dir::Cache::archives=" + here + "archives/",
+		"-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=",
+		"-o", "Debug::NoLocking=true", "-o", "APT::Install-Recommends=false", "-o", "Acquire::Languages=none",
+		"-o", "APT::Get::List-Cleanup=false",
+		"install", "--download-only", "-y", "-q",
+	}
+	// The plan first: what would be fetched, and how much.
+	var plan []aptDeb
+	planLog := &aptLog{out: f.log.out, scrub: f.log.scrub, keep: func(s string) bool {
+		d, ok := parsePrintURI(s)
+		if ok {
+			plan = append(plan, d)
+		}
+		return !ok
+	}}
+	if err := aptGet(ctx, f.dir, run, uid, "install", append(append(opts[:len(opts):len(opts)], "--print-uris", "-qq"), f.pkgs...), planLog); err != nil {
+		return err
+	}
+	var total int64
+	for _, d := range plan {
+		total += d.size
+	}
+	if total > maxAptFetch {
+		return fmt.Errorf("the packages take %d MiB, more than the %s an apt step may fetch: split the step", total>>20, archive.Size(maxAptFetch))
+	}
+	if len(plan) > 0 {
+		f.log.emit(fmt.Sprintf("fetching %d package files, %s", len(plan), sizeText(total)))
+		for _, d := range plan {
+			f.log.emit(fmt.Sprintf("  %s %s (%s)", d.pkg, d.version, sizeText(d.size)))
+		}
+	}
+	// The status file is read: its space goes to the package files.
+	release()
+	release = func() {}
+	r, err := f.hold(total, "apt steps are")
+	if err != nil {
+		return err
+	}
+	release = r
+	if len(plan) > 0 {
+		if err := aptGet(ctx, f.dir, run, uid, "install", append(opts, f.pkgs...), f.log); err != nil {
+			return err
+		}
+	}
+	killUID(uid)
+	archives, err := os.OpenRoot(filepath.Join(work, "archives"))
+	if err != nil {
+		return err
+	}
+	defer archives.Close()
+	for _, d := range plan {
+		if err := eachDeb(archives, uid, d, each); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachDeb gives d's file to each once it is what the plan said: a
+// regular file of the fetch's uid, with one link, of d's size.
+func eachDeb(archives *os.Root, uid int, d aptDeb, each func(aptDeb, io.Reader) error) error {
+	fh, err := archives.OpenFile(d.name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("%s was not fetched: %w", d.name, err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || st.Uid != uint32(uid) || st.Nlink != 1 || fi.Size() != d.size {
+		return fmt.Errorf("%s is not the file apt said it would fetch", d.name)
+	}
+	return each(d, io.LimitReader(fh, d.size))
+}
+
+// updateLists fetches the suite's package lists (as aptUIDBase) when they
+// are older than listsMaxAge or come from other sources, one update at a
+// time, and returns holding a shared lock on them that keeps the next
+// update out until unlock.
+func (f *aptFetch) updateLists(ctx context.Context) (unlock func(), err error) {
+	rel := filepath.Join(f.dir, f.suite)
+	if err := ensureDir(rel, 0o755, 0); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(rel, "lock"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	sources := aptSources(f.suite)
 	stamp := filepath.Join(rel, "updated")
-	old, _ := os.ReadFile(sourceList)
-	if fi, err := os.Stat(stamp); err == nil && string(old) == sources && time.Since(fi.ModTime()) < listsMaxAge {
-		return nil
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	fresh := func() bool {
+		old, _ := os.ReadFile(filepath.Join(rel, "sources.list"))
+		fi, err := os.Stat(stamp)
+		return err == nil && string(old) == sources && time.Since(fi.ModTime()) < listsMaxAge && ownedBy(filepath.Join(rel, "lists"), aptUIDBase)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
+		return nil, err
+	}
+	unlock = func() { lock.Close() }
+	if fresh() {
+		return unlock, nil
+	}
+	// Fetches reading the lists end first; another update may come first.
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, err
+	}
+	if !fresh() {
+		if err := f.fetchLists(ctx, rel, sources, stamp); err != nil {
+			return nil, err
+		}
+	}
+	return unlock, unix.Flock(int(lock.Fd()), unix.LOCK_SH)
+}
+
+// fetchLists runs apt-get update for the suite in rel, under its lock.
+func (f *aptFetch) fetchLists(ctx context.Context, rel, sources, stamp string) error {
+	release, err := f.hold(aptListsSpace, "apt steps are")
+	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(sourceList, []byte(sources), 0o644); err != nil {
+	defer release()
+	if err := os.Remove(stamp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	out("fetching the package lists")
-	if err := apt(ctx, "update", append(append([]string(nil), opts...), "update", "-q"), out); err != nil {
+	lists := filepath.Join(rel, "lists")
+	if !ownedBy(lists, aptUIDBase) {
+		// Made root's with its partial/, then given to aptUIDBase: root
+		// never writes in a directory of apt's.
+		if err := os.RemoveAll(lists); err != nil {
+			return err
+		}
+		if err := os.Mkdir(lists, 0o755); err != nil {
+			return err
+		}
+		if err := os.Mkdir(filepath.Join(lists, "partial"), 0o700); err != nil {
+			return err
+		}
+		for _, d := range []string{filepath.Join(lists, "partial"), lists} {
+			if err := os.Lchown(d, aptUIDBase, aptUIDBase); err != nil {
+				return err
+			}
+		}
+	}
+	if err := ensureDir(filepath.Join(rel, "parts"), 0o755, 0); err != nil {
+		return err
+	}
+	if err := ensureDir(filepath.Join(rel, "cache"), 0o755, aptUIDBase); err != nil {
+		return err
+	}
+	if err := ensureDir(filepath.Join(rel, "tmp"), 0o700, aptUIDBase); err != nil {
+		return err
+	}
+	for name, b := range map[string]string{"sources.list": sources, "status": ""} {
+		if err := os.WriteFile(filepath.Join(rel, name), []byte(b), 0o644); err != nil {
+			return err
+		}
+	}
+	f.log.emit("fetching the package lists of " + f.suite)
+	here := aptMount + "/" + f.suite + "/"
+	opts := []string{
+		"-o", "Dir::Etc::SourceList=" + here + "sources.list", "-o", "Dir::Etc::SourceParts=" + here + "parts/",
+		"-o", "Dir::State::Lists=" + here + "lists/", "-o", "Dir::State::status=" + here + "status",
+		"-o", "Dir::Cache=" + here + "cache/", "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=",
+		"-o", "Debug::NoLocking=true", "-o", "Acquire::Languages=none", "-o", "APT::Get::List-Cleanup=false",
+		"update", "-q",
+	}
+	if err := aptGet(ctx, f.dir, f.suite, aptUIDBase, "update", opts, f.log); err != nil {
 		return err
 	}
 	return os.WriteFile(stamp, nil, 0o644)
 }
 
-// apt runs the host's apt-get for verb, its output to out; an error
-// carries its last lines.
-func apt(ctx context.Context, verb string, args []string, out func(string)) error {
-	cmd := exec.CommandContext(ctx, "apt-get", args...)
-	w := &lines{emit: out}
+// aptSources is the sources.list of suite: the host's mirrors of it, its
+// updates and its security updates.
+func aptSources(suite string) string {
+	mirror := template.AptMirror(suite)
+	line := "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n"
+	s := fmt.Sprintf(line, mirror, suite) + fmt.Sprintf(line, mirror, suite+"-updates")
+	if sec := template.AptMirror(suite + "-security"); sec != mirror {
+		s += fmt.Sprintf(line, sec, suite+"-security")
+	}
+	return s
+}
+
+// aptMirrors are the addresses apt's output must not show a tenant: the
+// hosts of the suite's mirrors.
+func aptMirrors(suite string) []string {
+	var hosts []string
+	for _, s := range []string{suite, suite + "-security"} {
+		if u, err := url.Parse(template.AptMirror(s)); err == nil && u.Host != "" {
+			hosts = append(hosts, u.Host, u.Hostname())
+		}
+	}
+	return hosts
+}
+
+// aptMount is where apt-get sees the node's apt directory: a bind mount
+// in a mount namespace of its own, so that every directory on its paths
+// is one it may search (the pool's ancestors are root's alone) and its
+// temporary files are its own. Nothing of the host's /tmp is in its view.
+const aptMount = "/tmp"
+
+// aptGet runs the host's apt-get with args as uid, in dir (a directory of
+// aptDir, the node's apt directory; the paths in args are under aptMount),
+// within aptTimeout and rlimits, without capabilities, its output to log.
+// An error carries the last lines log kept.
+func aptGet(ctx context.Context, aptDir, dir string, uid int, verb string, args []string, log *aptLog) error {
+	ctx, cancel := context.WithTimeout(ctx, aptTimeout)
+	defer cancel()
+	id, cwd := strconv.Itoa(uid), aptMount+"/"+dir
+	argv := []string{
+		"--as=" + strconv.Itoa(4<<30), "--fsize=" + strconv.Itoa(maxAptFetch), "--nofile=1024", "--nproc=64",
+		"--cpu=" + strconv.Itoa(int(aptTimeout/time.Second)), "--core=0",
+		"unshare", "--mount", "--propagation", "private",
+		"sh", "-c", `mount --bind "$1" "$2" && cd "$3" && shift 3 && exec "$@"`, "warren-apt", aptDir, aptMount, cwd,
+		"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+		"--", "apt-get",
+	}
+	cmd := exec.CommandContext(ctx, "prlimit", append(argv, args...)...)
+	w := &lines{emit: log.line}
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive", "TMPDIR=" + cwd + "/tmp"}
+	for _, k := range []string{"http_proxy", "https_proxy", "no_proxy"} {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
 	w.flush()
-	if err != nil {
-		return fmt.Errorf("apt-get %s: %v%s", verb, err, suffix(", after:\n", strings.TrimSpace(w.tail())))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("apt-get %s took longer than %v", verb, aptTimeout)
 	}
-	return nil
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		err = errors.New(ee.ProcessState.String())
+	}
+	return fmt.Errorf("apt-get %s: %v%s", verb, err, suffix(", after:\n", log.tail()))
+}
+
+// fetchUID draws a fetch's uid, one no other fetch of this process uses,
+// and returns its release.
+func fetchUID() (int, func()) {
+	fetchUIDs.mu.Lock()
+	defer fetchUIDs.mu.Unlock()
+	if fetchUIDs.used == nil {
+		fetchUIDs.used = map[int]bool{}
+	}
+	uid := aptUIDBase + 1 + rand.IntN(aptUIDs)
+	for fetchUIDs.used[uid] {
+		uid = aptUIDBase + 1 + rand.IntN(aptUIDs)
+	}
+	fetchUIDs.used[uid] = true
+	return uid, func() {
+		fetchUIDs.mu.Lock()
+		defer fetchUIDs.mu.Unlock()
+		delete(fetchUIDs.used, uid)
+	}
+}
+
+// killUID kills every process of uid, a fetch's: what its apt-get left.
+func killUID(uid int) {
+	id := strconv.Itoa(uid)
+	// kill(-1) as uid reaches exactly uid's processes; none left is an
+	// error of kill's, and nothing to do.
+	exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups", "kill", "-KILL", "-1").Run()
+}
+
+// ensureDir makes dir with perm, owned by uid, or fixes an existing one;
+// what is in its place and is not a directory of uid (an older layout's)
+// goes first. dir's parent is root's: nobody else can change the entry
+// between the checks and the changes.
+func ensureDir(dir string, perm os.FileMode, uid int) error {
+	if !ownedBy(dir, uid) {
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		if err := os.Mkdir(dir, perm); err != nil {
+			return err
+		}
+		if err := os.Lchown(dir, uid, uid); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(dir, perm)
+}
+
+// ownedBy reports whether path is a directory of uid.
+func ownedBy(path string, uid int) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.IsDir() && fi.Sys().(*syscall.Stat_t).Uid == uint32(uid)
+}
+
+// writeStatus copies a sandbox's dpkg status into the file name, at most
+// maxAptStatus bytes.
+func writeStatus(name string, status io.Reader) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, io.LimitReader(status, maxAptStatus+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > maxAptStatus {
+		err = fmt.Errorf("/var/lib/dpkg/status is larger than %s", archive.Size(maxAptStatus))
+	}
+	return err
+}
+
+// printURI is a line of apt-get --print-uris: 'URI' FILE SIZE CHECKSUM.
+var printURI = regexp.MustCompile(`^'([^']+)' ([A-Za-z0-9][A-Za-z0-9+.~%-]*_[A-Za-z0-9+.~%-]+_[a-z0-9-]+\.deb) ([0-9]{1,15}) (\S+)$`)
+
+// parsePrintURI parses a line of apt-get --print-uris.
+func parsePrintURI(s string) (aptDeb, bool) {
+	m := printURI.FindStringSubmatch(s)
+	if m == nil {
+		return aptDeb{}, false
+	}
+	size, err := strconv.ParseInt(m[3], 10, 64)
+	if err != nil {
+		return aptDeb{}, false
+	}
+	parts := strings.Split(strings.TrimSuffix(m[2], ".deb"), "_")
+	version, err := url.PathUnescape(parts[1])
+	if err != nil {
+		version = parts[1]
+	}
+	return aptDeb{name: m[2], size: size, pkg: parts[0], version: version, uri: m[1], checksum: m[4]}, true
+}
+
+// aptLog filters the host's apt output for the tenant: lines about its
+// packages (fetched, not found, their dependencies) and apt's errors and
+// warnings, with every address and node path taken out; apt's progress,
+// its sources and its mirrors are not the tenant's.
+type aptLog struct {
+	out func(string) // the build's progress; nil for none
+	// scrub are the mirrors' host names and host:ports.
+	scrub []string
+	// keep, when set, sees each line first and says whether to go on
+	// with it.
+	keep func(string) bool
+	last []string // the last tailLines lines given out
+	deps bool     // within apt's list of unmet dependencies
+}
+
+var aptFetched = regexp.MustCompile(`^(Get|Err):\d+ \S+ \S+ \S+ (\S+) (\S+) (\S+)(?: \[([^\]]+)\])?`)
+
+// line takes one line of apt's output.
+func (l *aptLog) line(s string) {
+	if l.keep != nil && !l.keep(s) {
+		return
+	}
+	if m := aptFetched.FindStringSubmatch(s); m != nil {
+		if m[1] == "Get" {
+			l.emit(fmt.Sprintf("fetched %s %s (%s)", m[2], m[4], m[5]))
+		} else {
+			l.emit(fmt.Sprintf("could not fetch %s %s", m[2], m[4]))
+		}
+		return
+	}
+	switch {
+	case strings.HasPrefix(s, "The following packages have unmet dependencies"):
+		l.deps = true
+	case l.deps && strings.HasPrefix(s, " "):
+	case strings.HasPrefix(s, "E: "), strings.HasPrefix(s, "W: "), strings.HasPrefix(s, "  ") && len(l.last) > 0 && strings.HasPrefix(l.last[len(l.last)-1], "could not fetch"):
+		l.deps = false
+	default:
+		l.deps = false
+		return
+	}
+	l.emit(l.clean(s))
+}
+
+// aptIP is how apt names the address it fetched from.
+var aptIP = regexp.MustCompile(`\[IP: [^\]]*\]`)
+
+// clean takes addresses, URLs and paths out of s.
+func (l *aptLog) clean(s string) string {
+	f := strings.Fields(aptIP.ReplaceAllString(s, ""))
+	for i, w := range f {
+		bare := strings.Trim(w, `()[]'",;:.`)
+		switch {
+		case strings.Contains(w, "://"):
+			f[i] = "(the mirror)"
+		case strings.Contains(bare, "/"):
+			f[i] = "(a file)"
+		case bare == "IP" || isAddr(bare):
+			f[i] = ""
+		}
+		for _, h := range l.scrub {
+			if bare == h {
+				f[i] = "(the mirror)"
+			}
+		}
+	}
+	out := strings.Join(strings.Fields(strings.Join(f, " ")), " ")
+	if strings.HasPrefix(s, " ") {
+		out = "  " + out
+	}
+	return out
+}
+
+// isAddr reports whether s is an IP address, with a port or not.
+func isAddr(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	_, err := netip.ParseAddrPort(s)
+	return err == nil
+}
+
+// emit gives s out and keeps it for the tail.
+func (l *aptLog) emit(s string) {
+	if l.out != nil {
+		l.out(s)
+	}
+	if l.last = append(l.last, s); len(l.last) > tailLines {
+		l.last = l.last[1:]
+	}
+}
+
+func (l *aptLog) tail() string { return strings.Join(l.last, "\n") }
+
+// sizeText is n bytes for a person: 56 KiB, 12.3 MiB.
+func sizeText(n int64) string {
+	switch {
+	case n >= 10<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

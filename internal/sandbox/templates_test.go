@@ -39,37 +39,31 @@ func TestTemplateRef(t *testing.T) {
 }
 
 // TestBuilders: at most maxBuildsPerTenant of a tenant and maxBuilds in
-// all run at once; a release frees the place once, however often called.
+// all run at once, the others wait; a release frees the place once,
+// however often called.
 func TestBuilders(t *testing.T) {
 	var b builders
-	var rel []func()
-	for range maxBuildsPerTenant {
-		r, err := b.acquire("a")
+	var tickets []*buildTicket
+	for _, tenant := range []string{"a", "a", "a", "b", "c", "d"} {
+		tk, err := b.enqueue(tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rel = append(rel, r)
+		tickets = append(tickets, tk)
 	}
-	if _, err := b.acquire("a"); !api.IsCode(err, api.CodeTooMany) {
-		t.Fatalf("a tenant's build past its most: %v", err)
-	}
-	for i := maxBuildsPerTenant; i < maxBuilds; i++ {
-		r, err := b.acquire(string(rune('b' + i)))
-		if err != nil {
-			t.Fatal(err)
+	for i, want := range []bool{true, true, false, true, true, false} {
+		if got := tickets[i].started(); got != want {
+			t.Errorf("build %d (of %s) started: %v, want %v", i, tickets[i].tenant, got, want)
 		}
-		rel = append(rel, r)
 	}
-	if _, err := b.acquire("z"); !api.IsCode(err, api.CodeTooMany) {
-		t.Fatalf("a build past the node's most: %v", err)
+	tickets[0].cancel()
+	tickets[0].cancel()
+	// d has none running, a has one: d's goes first.
+	if !tickets[5].started() || tickets[2].started() {
+		t.Errorf("after a release: d's started %v, a's third %v; want d's only", tickets[5].started(), tickets[2].started())
 	}
-	rel[0]()
-	rel[0]()
-	if _, err := b.acquire("z"); err != nil {
-		t.Fatalf("after a release: %v", err)
-	}
-	if _, err := b.acquire("y"); !api.IsCode(err, api.CodeTooMany) {
-		t.Errorf("a release counted twice: %v", err)
+	if got := b.running(); got != maxBuilds {
+		t.Errorf("a release counted twice: %d running, want %d", got, maxBuilds)
 	}
 }
 
@@ -85,16 +79,18 @@ func TestTrustPlainIndexes(t *testing.T) {
 	}
 }
 
-func TestOSReleaseField(t *testing.T) {
-	b := []byte("PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n")
-	if got := osReleaseField(b, "VERSION_CODENAME"); got != "bookworm" {
-		t.Errorf("VERSION_CODENAME = %q", got)
+// TestAptSuite: an apt step's suite is its built-in template's recipe's;
+// a base no recipe made (an imported image's) has none.
+func TestAptSuite(t *testing.T) {
+	for tpl, want := range map[string]string{"default": "bookworm", "debian-trixie": "trixie", "debian-bookworm": "bookworm"} {
+		if got, err := aptSuite(tpl); err != nil || got != want {
+			t.Errorf("aptSuite(%q) = %q, %v; want %q", tpl, got, err, want)
+		}
 	}
-	if got := osReleaseField(b, "PRETTY_NAME"); got != "Debian GNU/Linux 12 (bookworm)" {
-		t.Errorf("PRETTY_NAME = %q", got)
-	}
-	if got := osReleaseField(b, "NOPE"); got != "" {
-		t.Errorf("NOPE = %q", got)
+	for _, tpl := range []string{"oci-0123456789abcdef", "debian-../../x", ""} {
+		if got, err := aptSuite(tpl); err == nil {
+			t.Errorf("aptSuite(%q) = %q, want an error", tpl, got)
+		}
 	}
 }
 

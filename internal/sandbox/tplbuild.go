@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"warren/internal/agent"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/buildspec"
 	"warren/internal/store"
 	"warren/internal/template"
 )
@@ -27,8 +29,13 @@ import (
 // buildMetadata marks a build's sandboxes.
 const buildMetadata = "warren.template_build"
 
-// maxBuildTimeout bounds a whole build.
-const maxBuildTimeout = 2 * time.Hour
+// How long a build may run once it has its slot: a spec's
+// limits.timeout_seconds, or the default; an import or a promotion takes
+// the default. Waiting for a slot is not counted.
+const (
+	defaultBuildTimeout = 30 * time.Minute
+	maxBuildTimeout     = buildspec.MaxTimeout
+)
 
 // Progress gets a build's events as they happen.
 type Progress = func(api.TemplateBuildEvent)
@@ -44,15 +51,15 @@ func (m *Manager) CreateTemplate(ctx context.Context, tenant string, req api.Cre
 	if err := m.checkName(req.Name); err != nil {
 		return api.Template{}, err
 	}
-	build, source, err := m.planBuild(ctx, tenant, req)
+	build, source, timeout, err := m.planBuild(ctx, tenant, req)
 	if err != nil {
 		return api.Template{}, err
 	}
-	release, err := m.buildSlot(tenant)
+	slot, err := m.buildSlot(tenant)
 	if err != nil {
 		return api.Template{}, err
 	}
-	return m.makeVersion(ctx, tenant, req.Name, source, build, req.Background, release, progress)
+	return m.makeVersion(ctx, tenant, req.Name, source, build, timeout, req.Background, slot, progress)
 }
 
 // checkName refuses what cannot name a tenant's template.
@@ -66,27 +73,33 @@ func (m *Manager) checkName(name string) error {
 	return nil
 }
 
-// buildSlot takes a build's place on the node (builders), once its disk
-// is above the reserve, and returns its release.
-func (m *Manager) buildSlot(tenant string) (func(), error) {
+// buildSlot puts a build in line for a place on the node (builders), once
+// its disk is above the reserve, and returns its ticket.
+func (m *Manager) buildSlot(tenant string) (*buildTicket, error) {
 	if err := m.checkDiskFree("template builds are"); err != nil {
 		return nil, err
 	}
-	return m.builders.acquire(tenant)
+	return m.builders.enqueue(tenant)
 }
 
-// makeVersion records a version of tenant's template name and runs build
-// to make it, in the background when asked (reporting nothing then), and
-// releases its build slot when done.
-func (m *Manager) makeVersion(ctx context.Context, tenant, name, source string, build buildFunc, background bool, release func(), progress Progress) (api.Template, error) {
+// makeVersion records a version of tenant's template name and, once slot
+// has a place, runs build to make it within timeout, in the background
+// when asked (reporting nothing then), and gives the place up when done.
+func (m *Manager) makeVersion(ctx context.Context, tenant, name, source string, build buildFunc, timeout time.Duration, background bool, slot *buildTicket, progress Progress) (api.Template, error) {
 	tv, err := m.newVersion(ctx, tenant, name, source)
 	if err != nil {
-		release()
+		slot.cancel()
 		return api.Template{}, err
 	}
 	run := func(ctx context.Context) (api.Template, error) {
-		defer release()
-		err := build(ctx, &tv, progress)
+		defer slot.cancel()
+		if !slot.started() {
+			progress(api.TemplateBuildEvent{Step: "queue", Progress: "waiting for a build slot on the node"})
+		}
+		_, err := slot.wait(ctx)
+		if err == nil {
+			err = runBounded(ctx, timeout, func(ctx context.Context) error { return build(ctx, &tv, progress) })
+		}
 		if ferr := m.deps.Store.FinishTemplateVersion(context.WithoutCancel(ctx), &tv, err); ferr != nil {
 			return api.Template{}, errors.Join(err, ferr)
 		}
@@ -112,8 +125,23 @@ func (m *Manager) makeVersion(ctx context.Context, tenant, name, source string, 
 // buildFunc makes the version: it sets tv's Snapshot, Digest and Config.
 type buildFunc func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error
 
-// planBuild checks req and returns the build it asks for and its source.
-func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, error) {
+// runBounded runs build within timeout; a build that runs out of it
+// fails with an error that says so first.
+func runBounded(ctx context.Context, timeout time.Duration, build func(context.Context) error) error {
+	over := fmt.Errorf("the build ran out of its time, %v (a spec's limits.timeout_seconds: by default %v, at most %v)",
+		timeout, defaultBuildTimeout, maxBuildTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, over)
+	defer cancel()
+	err := build(ctx)
+	if err != nil && context.Cause(ctx) == over {
+		return fmt.Errorf("%w: %v", over, err)
+	}
+	return err
+}
+
+// planBuild checks req and returns the build it asks for, its source and
+// how long it may take.
+func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, time.Duration, error) {
 	n := 0
 	for _, set := range []bool{req.FromSnapshot != "", req.FromImage != nil, req.Spec != ""} {
 		if set {
@@ -121,44 +149,45 @@ func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTe
 		}
 	}
 	if n != 1 {
-		return nil, "", api.Errorf(api.CodeBadRequest, "a template is made from exactly one of from_snapshot, from_image and spec")
+		return nil, "", 0, api.Errorf(api.CodeBadRequest, "a template is made from exactly one of from_snapshot, from_image and spec")
 	}
 	if len(req.Context) > api.MaxTemplateContext {
-		return nil, "", api.Errorf(api.CodeTooLarge, "the build context is %d bytes, more than %d", len(req.Context), api.MaxTemplateContext)
+		return nil, "", 0, api.Errorf(api.CodeTooLarge, "the build context is %d bytes, more than %d", len(req.Context), api.MaxTemplateContext)
 	}
 	if req.Spec == "" && (len(req.Context) > 0 || req.SpecFormat != "") {
-		return nil, "", api.Errorf(api.CodeBadRequest, "context and spec_format are for a spec build")
+		return nil, "", 0, api.Errorf(api.CodeBadRequest, "context and spec_format are for a spec build")
 	}
 	if req.Spec != "" && req.Config != nil {
-		return nil, "", api.Errorf(api.CodeBadRequest, "a spec sets the template's config itself: config is for a snapshot or an image")
+		return nil, "", 0, api.Errorf(api.CodeBadRequest, "a spec sets the template's config itself: config is for a snapshot or an image")
 	}
 	cfg := api.TemplateConfig{}
 	if req.Config != nil {
 		cfg = *req.Config
 		if _, err := agentConfig(cfg); err != nil {
-			return nil, "", err
+			return nil, "", 0, err
 		}
 		if cfg.ReadyTimeoutSeconds < 0 || time.Duration(cfg.ReadyTimeoutSeconds)*time.Second > maxReadyTimeout {
-			return nil, "", api.Errorf(api.CodeBadRequest, "config.ready_timeout_seconds must be between 0 and %d", int64(maxReadyTimeout/time.Second))
+			return nil, "", 0, api.Errorf(api.CodeBadRequest, "config.ready_timeout_seconds must be between 0 and %d", int64(maxReadyTimeout/time.Second))
 		}
 	}
 	switch {
 	case req.FromSnapshot != "":
 		sn, err := m.deps.Snapshots.Lookup(ctx, tenant, req.FromSnapshot)
 		if err != nil {
-			return nil, "", err
+			return nil, "", 0, err
 		}
 		if sn.State == api.SnapshotFailed {
-			return nil, "", api.Errorf(api.CodeConflict, "snapshot %s failed: %s", sn.ID, sn.Error)
+			return nil, "", 0, api.Errorf(api.CodeConflict, "snapshot %s failed: %s", sn.ID, sn.Error)
 		}
 		if sn.Scope != api.ScopeRoot {
-			return nil, "", api.Errorf(api.CodeBadRequest, "snapshot %s is of a workspace disk: a template is a root disk", sn.ID)
+			return nil, "", 0, api.Errorf(api.CodeBadRequest, "snapshot %s is of a workspace disk: a template is a root disk", sn.ID)
 		}
 		return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
 			return m.fromSnapshot(ctx, tv, sn.ID, cfg, progress)
-		}, "snapshot " + sn.ID, nil
+		}, "snapshot " + sn.ID, defaultBuildTimeout, nil
 	case req.FromImage != nil:
-		return m.planImage(req.FromImage, cfg)
+		build, source, err := m.planImage(req.FromImage, cfg)
+		return build, source, defaultBuildTimeout, err
 	default:
 		return m.planSpec(ctx, tenant, req)
 	}
@@ -328,45 +357,133 @@ func (l *lines) flush() {
 
 func (l *lines) tail() string { return strings.Join(l.last, "\n") }
 
-// Builds running at once: on the node, and of one tenant on it. Each holds
-// a sandbox or an unpacked image and its disk while it runs.
+// Builds on the node: running at once, of one tenant at once, and waiting
+// for a place (of one tenant, and in all). Each running build holds a
+// sandbox or an unpacked image and its disk.
 const (
-	maxBuilds          = 4
-	maxBuildsPerTenant = 2
+	maxBuilds                 = 4
+	maxBuildsPerTenant        = 2
+	maxBuildsWaiting          = 16
+	maxBuildsWaitingPerTenant = 4
 )
 
-// builders counts the builds running on the node.
+// builders shares the node's build places among tenants. A build waits in
+// line for one; a place that frees goes to the waiting build whose tenant
+// has the fewest builds running (of those, the one that came first), so
+// that a tenant's second build waits behind another tenant's first, and a
+// tenant's builds never take more than maxBuildsPerTenant.
 type builders struct {
-	mu       sync.Mutex // guards the fields below
+	mu       sync.Mutex // guards the fields below and the tickets' state
 	all      int
-	byTenant map[string]int
+	byTenant map[string]int // running builds
+	queue    []*buildTicket // waiting, in the order they came
 }
 
-// acquire takes a build's place, or says why there is none (429), and
-// returns its release.
-func (b *builders) acquire(tenant string) (func(), error) {
+// A buildTicket is a build's place in line, then its place on the node.
+type buildTicket struct {
+	b       *builders
+	tenant  string
+	granted chan struct{} // closed once it has a place
+	state   ticketState   // guarded by b.mu
+}
+
+type ticketState int
+
+const (
+	ticketWaiting ticketState = iota
+	ticketRunning
+	ticketDone
+)
+
+// enqueue puts a build of tenant in line, or says why the line is full
+// (429).
+func (b *builders) enqueue(tenant string) (*buildTicket, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	mine := 0
+	for _, t := range b.queue {
+		if t.tenant == tenant {
+			mine++
+		}
+	}
 	switch {
-	case b.byTenant[tenant] >= maxBuildsPerTenant:
-		return nil, api.Errorf(api.CodeTooMany, "%d template builds of yours are running on the node, its most: wait for one to end", maxBuildsPerTenant)
-	case b.all >= maxBuilds:
-		return nil, api.Errorf(api.CodeTooMany, "%d template builds are running on the node, its most: try again later", maxBuilds)
+	case mine >= maxBuildsWaitingPerTenant:
+		return nil, api.Errorf(api.CodeTooMany, "%d template builds of yours are waiting for a place on the node, its most: wait for one to start", maxBuildsWaitingPerTenant)
+	case len(b.queue) >= maxBuildsWaiting:
+		return nil, api.Errorf(api.CodeTooMany, "%d template builds are waiting for a place on the node, its most: try again later", maxBuildsWaiting)
 	}
-	if b.byTenant == nil {
-		b.byTenant = map[string]int{}
-	}
-	b.all++
-	b.byTenant[tenant]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.all--
-			if b.byTenant[tenant]--; b.byTenant[tenant] == 0 {
-				delete(b.byTenant, tenant)
+	t := &buildTicket{b: b, tenant: tenant, granted: make(chan struct{})}
+	b.queue = append(b.queue, t)
+	b.dispatch()
+	return t, nil
+}
+
+// dispatch gives the free places to the builds in line that come first.
+func (b *builders) dispatch() {
+	for b.all < maxBuilds {
+		best := -1
+		for i, t := range b.queue {
+			n := b.byTenant[t.tenant]
+			if n < maxBuildsPerTenant && (best < 0 || n < b.byTenant[b.queue[best].tenant]) {
+				best = i
 			}
-		})
-	}, nil
+		}
+		if best < 0 {
+			return
+		}
+		t := b.queue[best]
+		b.queue = slices.Delete(b.queue, best, best+1)
+		if b.byTenant == nil {
+			b.byTenant = map[string]int{}
+		}
+		b.all++
+		b.byTenant[t.tenant]++
+		t.state = ticketRunning
+		close(t.granted)
+	}
+}
+
+// started reports whether the build has its place.
+func (t *buildTicket) started() bool {
+	t.b.mu.Lock()
+	defer t.b.mu.Unlock()
+	return t.state == ticketRunning
+}
+
+// wait waits until the build has its place, and returns its release (the
+// same as cancel); a ctx done first takes it out of line.
+func (t *buildTicket) wait(ctx context.Context) (func(), error) {
+	select {
+	case <-t.granted:
+		return t.cancel, nil
+	case <-ctx.Done():
+		t.cancel()
+		return nil, fmt.Errorf("no build slot freed on the node while the build waited: %w", context.Cause(ctx))
+	}
+}
+
+// cancel takes the build out of line, or gives its place up; calls after
+// the first do nothing.
+func (t *buildTicket) cancel() {
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch t.state {
+	case ticketWaiting:
+		b.queue = slices.DeleteFunc(b.queue, func(o *buildTicket) bool { return o == t })
+	case ticketRunning:
+		b.all--
+		if b.byTenant[t.tenant]--; b.byTenant[t.tenant] == 0 {
+			delete(b.byTenant, t.tenant)
+		}
+	}
+	t.state = ticketDone
+	b.dispatch()
+}
+
+// running is how many builds have a place.
+func (b *builders) running() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.all
 }

@@ -76,13 +76,13 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 	if err := m.checkName(name); err != nil {
 		return api.Template{}, err
 	}
-	release, err := m.buildSlot(tenant)
+	slot, err := m.buildSlot(tenant)
 	if err != nil {
 		return api.Template{}, err
 	}
 	f, err := os.CreateTemp(m.deps.Pool.Dir(), ".archive-")
 	if err != nil {
-		release()
+		slot.cancel()
 		return api.Template{}, err
 	}
 	defer os.Remove(f.Name())
@@ -97,16 +97,16 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 	}
 	switch {
 	case api.IsCode(err, api.CodeInsufficientStorage):
-		release()
+		slot.cancel()
 		return api.Template{}, err
 	case err != nil:
-		release()
+		slot.cancel()
 		return api.Template{}, api.Errorf(api.CodeBadRequest, "read the image archive: %v", err)
 	case n > maxImageArchive:
-		release()
+		slot.cancel()
 		return api.Template{}, api.Errorf(api.CodeTooLarge, "an image archive is at most %d GiB", maxImageArchive>>30)
 	case n == 0:
-		release()
+		slot.cancel()
 		return api.Template{}, api.Errorf(api.CodeBadRequest, "the image archive is empty")
 	}
 	label := fmt.Sprintf("archive sha256:%x", h.Sum(nil))
@@ -114,7 +114,7 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 	build := func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
 		return m.importImage(ctx, tv, f.Name(), label, oci.Options{}, api.TemplateConfig{}, sc, progress)
 	}
-	return m.makeVersion(ctx, tenant, name, label, build, false, release, progress)
+	return m.makeVersion(ctx, tenant, name, label, build, defaultBuildTimeout, false, slot, progress)
 }
 
 // importImage is the build of an image's version: src is its reference,

@@ -20,6 +20,7 @@ import (
 	"warren/api"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/archive"
 	"warren/internal/buildspec"
 	"warren/internal/store"
 	"warren/internal/template"
@@ -32,14 +33,14 @@ import (
 // starts from the last step of the cached prefix: changing only the last
 // step runs only it.
 
-// defaultBuildTimeout bounds a spec build that sets no timeout.
-const defaultBuildTimeout = 30 * time.Minute
-
-// maxContextEntries bounds the files of a build context.
-const maxContextEntries = 100_000
+// Bounds of a build context: its files, and what they hold, together.
+const (
+	maxContextEntries = 100_000
+	maxContextBytes   = api.MaxTemplateContext
+)
 
 // planSpec parses req's spec and resolves what it builds from.
-func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, error) {
+func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, time.Duration, error) {
 	var spec *buildspec.Spec
 	var err error
 	switch req.SpecFormat {
@@ -48,28 +49,22 @@ func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTem
 	case "dockerfile":
 		spec, err = buildspec.ParseDockerfile([]byte(req.Spec))
 	default:
-		return nil, "", api.Errorf(api.CodeBadRequest, "spec_format must be yaml or dockerfile, got %q", req.SpecFormat)
+		return nil, "", 0, api.Errorf(api.CodeBadRequest, "spec_format must be yaml or dockerfile, got %q", req.SpecFormat)
 	}
 	if err != nil {
-		return nil, "", api.Errorf(api.CodeBadRequest, "spec: %v", err)
+		return nil, "", 0, api.Errorf(api.CodeBadRequest, "spec: %v", err)
 	}
 	from, err := m.buildBase(ctx, tenant, spec.From)
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	timeout := defaultBuildTimeout
 	if spec.Limits.Timeout > 0 {
-		timeout = min(spec.Limits.Timeout, maxBuildTimeout)
+		timeout = spec.Limits.Timeout
 	}
 	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the build took longer than its %v", timeout))
-		defer cancel()
-		err := m.buildSpec(ctx, tv, spec, from, req.Context, progress)
-		if cause := context.Cause(ctx); err != nil && ctx.Err() != nil && cause != nil {
-			err = fmt.Errorf("%w (%v)", err, cause)
-		}
-		return err
-	}, "spec", nil
+		return m.buildSpec(ctx, tv, spec, from, req.Context, progress)
+	}, "spec", timeout, nil
 }
 
 // buildFrom is where a build starts: a built-in template, or a snapshot
@@ -106,6 +101,13 @@ func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom,
 func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec *buildspec.Spec, from buildFrom, tarball []byte, progress Progress) error {
 	var bctx buildspec.Context
 	if len(tarball) > 0 {
+		// What the context's files may take (archive.Reader counts it),
+		// held of the node's disk until they are gone.
+		release, err := m.holdScratch(min(int64(len(tarball)), maxContextBytes), "template builds are")
+		if err != nil {
+			return err
+		}
+		defer release()
 		dir, err := os.MkdirTemp(m.deps.Pool.Dir(), ".context-"+tv.ID+"-")
 		if err != nil {
 			return err
@@ -179,7 +181,7 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 		out := func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }
 		err := boot(spec.Network)
 		if err == nil {
-			err = m.runStep(ctx, conn, st, each[i], bctx, out)
+			err = m.runStep(ctx, conn, tv.Tenant, sb, st, each[i], bctx, out)
 		}
 		if err != nil {
 			return fmt.Errorf("step %s (line %d) failed: %w", step, st.Line, err)
@@ -235,11 +237,12 @@ func (m *Manager) suiteTemplate(ctx context.Context, name string, progress Progr
 	return tpl, nil
 }
 
-// runStep runs one step that changes the disk, in the state st runs in.
-func (m *Manager) runStep(ctx context.Context, conn *agentconn.Conn, st buildspec.Step, state buildspec.State, bctx buildspec.Context, out func(string)) error {
+// runStep runs one step that changes the disk, in the state st runs in,
+// in tenant's build sandbox sb.
+func (m *Manager) runStep(ctx context.Context, conn *agentconn.Conn, tenant, sb string, st buildspec.Step, state buildspec.State, bctx buildspec.Context, out func(string)) error {
 	switch st.Kind {
 	case buildspec.KindApt:
-		return m.aptInstall(ctx, conn, st.Packages, out)
+		return m.aptInstall(ctx, conn, tenant, sb, st.Packages, out)
 	case buildspec.KindCopy:
 		d, ok := bctx.(*buildspec.Dir)
 		if !ok {
@@ -284,48 +287,28 @@ func trustPlainIndexes(argv []string, urls ...string) []string {
 // files are only ever written from inside it. A directory's content goes
 // into Dest; a file goes to Dest, or into it when Dest ends with "/".
 func copyIn(ctx context.Context, conn *agentconn.Conn, d *buildspec.Dir, st buildspec.Step) error {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
 	into, target := st.Dest, st.Dest
-	err := d.Walk(st.Src, func(e buildspec.Entry, r io.Reader) error {
-		name := e.Path
-		if name == "." {
-			if e.Mode.IsDir() {
-				return nil
-			}
-			// A file: named for where it goes.
-			name = path.Base(st.Src)
-			if !strings.HasSuffix(st.Dest, "/") {
-				into, name = path.Dir(st.Dest), path.Base(st.Dest)
-			}
-			target = path.Join(into, name)
-		}
-		h := &tar.Header{Name: name, Mode: int64(e.Mode.Perm() | e.Mode&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)), ModTime: time.Unix(0, 0)}
-		switch {
-		case e.Mode.IsDir():
-			h.Typeflag, h.Name = tar.TypeDir, name+"/"
-		case e.Mode&os.ModeSymlink != 0:
-			h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
-		default:
-			h.Typeflag, h.Size = tar.TypeReg, e.Size
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if r != nil {
-			_, err := io.Copy(tw, r)
-			return err
-		}
-		return nil
-	})
-	if err == nil {
-		err = tw.Close()
-	}
+	root, err := os.OpenRoot(d.Root)
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", st.Src, err)
 	}
+	fi, err := root.Lstat(st.Src)
+	root.Close()
+	if err == nil && !fi.IsDir() {
+		// A file: named for where it goes.
+		if strings.HasSuffix(st.Dest, "/") {
+			target = path.Join(into, path.Base(st.Src))
+		} else {
+			into = path.Dir(st.Dest)
+		}
+	}
+	// The tar is streamed to the sandbox as it is written: never held whole.
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeCopyTar(pw, d, st)) }()
 	tmp := fmt.Sprintf("/tmp/.warren-copy-%d.tar", time.Now().UnixNano())
-	if _, err := conn.WriteFile(ctx, tmp, 0o600, "root", &buf); err != nil {
+	_, err = conn.WriteFile(ctx, tmp, 0o600, "root", pr)
+	pr.CloseWithError(errors.New("the copy ended"))
+	if err != nil {
 		return fmt.Errorf("copy %s: %w", st.Src, err)
 	}
 	env := map[string]string{"INTO": into, "TAR": tmp, "TARGET": target, "OWNER": st.Owner, "MODE": ""}
@@ -341,26 +324,64 @@ if [ -n "$MODE" ]; then chmod -R "$MODE" "$TARGET"; fi`
 	return runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env}, nil)
 }
 
+// writeCopyTar writes the tar of a copy step's source to w: a directory's
+// contents, or a file named for where it goes. Each file is read as Walk
+// gives it, at most the size it had, in pieces.
+func writeCopyTar(w io.Writer, d *buildspec.Dir, st buildspec.Step) error {
+	tw := tar.NewWriter(w)
+	err := d.Walk(st.Src, func(e buildspec.Entry, r io.Reader) error {
+		name := e.Path
+		if name == "." {
+			if e.Mode.IsDir() {
+				return nil
+			}
+			name = path.Base(st.Src)
+			if !strings.HasSuffix(st.Dest, "/") {
+				name = path.Base(st.Dest)
+			}
+		}
+		h := &tar.Header{Name: name, Mode: int64(e.Mode.Perm() | e.Mode&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)), ModTime: time.Unix(0, 0)}
+		switch {
+		case e.Mode.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, name+"/"
+		case e.Mode&os.ModeSymlink != 0:
+			h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, e.Size
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if r != nil {
+			_, err := io.Copy(tw, io.LimitReader(r, e.Size))
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", st.Src, err)
+	}
+	return tw.Close()
+}
+
 // extractContext unpacks a build context tar into dir: directories,
 // regular files and symlinks (kept as they are, never followed), nothing
-// outside dir.
+// outside dir, through archive.Reader: at most maxContextEntries entries
+// holding maxContextBytes, no sparse file.
 func extractContext(b []byte, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	tr := tar.NewReader(bytes.NewReader(b))
-	for n := 0; ; n++ {
+	tr := archive.NewReader(bytes.NewReader(b), archive.Limits{Bytes: maxContextBytes, Entries: maxContextEntries})
+	for {
 		h, err := tr.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
-		}
-		if n >= maxContextEntries {
-			return fmt.Errorf("more than %d entries", maxContextEntries)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." {
@@ -398,81 +419,50 @@ func extractContext(b []byte, dir string) error {
 	}
 }
 
-// aptInstall installs Debian packages in the sandbox from package files
-// the node fetched: the node resolves them against the sandbox's own
-// package database, with apt and the host's mirror and keys, and the
-// sandbox installs them with its own apt, with no network of its own.
-func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, pkgs []string, out func(string)) error {
-	suite, err := readSandboxFile(ctx, conn, "/etc/os-release", 64<<10)
+// aptInstall installs Debian packages in tenant's build sandbox sb from
+// package files the node fetched (aptFetch): the node resolves them
+// against the sandbox's own package database for the suite of the
+// sandbox's built-in template (warren's record, never the sandbox's
+// /etc/os-release), and the sandbox installs them with its own apt, with
+// no network of its own.
+func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, sb string, pkgs []string, out func(string)) error {
+	rec, err := m.record(ctx, tenant, sb)
 	if err != nil {
 		return err
 	}
-	codename := osReleaseField(suite, "VERSION_CODENAME")
-	if codename == "" {
-		return errors.New("apt: /etc/os-release names no VERSION_CODENAME: not a Debian release apt steps know")
-	}
-	status, err := readSandboxFile(ctx, conn, "/var/lib/dpkg/status", 64<<20)
+	suite, err := aptSuite(rec.Template)
 	if err != nil {
 		return fmt.Errorf("apt: %w", err)
 	}
-	work, err := os.MkdirTemp(m.deps.Pool.Dir(), ".apt-")
+	status, _, err := conn.ReadFile(ctx, "/var/lib/dpkg/status", "root")
 	if err != nil {
-		return err
+		return fmt.Errorf("apt: read /var/lib/dpkg/status: %w", err)
 	}
-	defer os.RemoveAll(work)
-	debs, err := fetchDebs(ctx, filepath.Join(m.deps.Pool.Dir(), "templates", ".apt"), work, codename, status, pkgs, out)
-	if err != nil {
-		return fmt.Errorf("apt: %w", err)
-	}
+	defer status.Close()
 	const into = "/var/cache/warren-apt"
 	if err := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", into}}, nil); err != nil {
 		return err
 	}
 	args := []string{"install", "-y", "--no-install-recommends"}
-	for _, p := range debs {
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		_, err = conn.WriteFile(ctx, into+"/"+filepath.Base(p), 0o644, "root", f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("apt: upload %s: %w", filepath.Base(p), err)
-		}
-		args = append(args, into+"/"+filepath.Base(p))
+	fetch := &aptFetch{
+		dir: filepath.Join(m.deps.Pool.Dir(), "templates", ".apt"), suite: suite, pkgs: pkgs, hold: m.holdScratch,
+		log: &aptLog{out: out, scrub: aptMirrors(suite)},
 	}
-	out(fmt.Sprintf("installing %d package files", len(debs)))
-	if len(debs) > 0 {
+	err = fetch.run(ctx, status, func(d aptDeb, r io.Reader) error {
+		if _, err := conn.WriteFile(ctx, into+"/"+d.name, 0o644, "root", r); err != nil {
+			return fmt.Errorf("upload %s: %w", d.name, err)
+		}
+		args = append(args, into+"/"+d.name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("apt: %w", err)
+	}
+	if n := len(args) - 3; n > 0 {
+		out(fmt.Sprintf("installing %d package files", n))
 		err = runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "apt-get", Args: args,
 			Envs: map[string]string{"DEBIAN_FRONTEND": "noninteractive"}}, out)
 	}
 	rerr := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "rm", Args: []string{"-rf", into}}, nil)
 	return errors.Join(err, rerr)
-}
-
-// readSandboxFile reads a file of the sandbox, at most max bytes.
-func readSandboxFile(ctx context.Context, conn *agentconn.Conn, name string, max int64) ([]byte, error) {
-	rc, _, err := conn.ReadFile(ctx, name, "root")
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, max+1))
-	if err == nil && int64(len(b)) > max {
-		err = fmt.Errorf("larger than %d bytes", max)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	return b, nil
-}
-
-// osReleaseField is a field of an os-release file, unquoted.
-func osReleaseField(b []byte, key string) string {
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
-			return strings.Trim(v, `"'`)
-		}
-	}
-	return ""
 }

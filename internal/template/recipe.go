@@ -42,6 +42,20 @@ func SuiteTemplate(suite string) (string, error) {
 	return suitePrefix + suite, nil
 }
 
+// Suite is the Debian suite that built-in template name is made of (its
+// recipe's): bookworm for default, SUITE for debian-SUITE; false for a
+// name no recipe makes. Template builds take an apt step's suite from
+// here, never from the sandbox's /etc/os-release.
+func Suite(name string) (string, bool) {
+	if suite, ok := strings.CutPrefix(name, suitePrefix); ok && suitePattern.MatchString(suite) {
+		return suite, true
+	}
+	if r, ok := recipes[name]; ok {
+		return r.suite, true
+	}
+	return "", false
+}
+
 func suiteRecipe(suite string) recipe {
 	r := recipes["default"]
 	r.name, r.suite = suitePrefix+suite, suite
