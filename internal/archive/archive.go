@@ -83,14 +83,27 @@ type Reader struct {
 	produced int64 // content bytes read so far
 }
 
-// NewReader reads the tar stream r within lim.
+// NewReader reads the tar stream r within lim. If r is an io.Seeker (a
+// file), the contents that the caller does not read are skipped by
+// seeking, never read: Limits.Stream counts what is read.
 func NewReader(r io.Reader, lim Limits) *Reader {
 	if lim.Stream <= 0 {
 		lim.Stream = lim.Bytes + int64(lim.Entries)*StreamOverhead
 	}
 	in := &countingReader{r: r, left: lim.Stream, limit: lim.Stream}
+	if s, ok := r.(io.Seeker); ok {
+		return &Reader{lim: lim, in: in, tr: tar.NewReader(seekingReader{in, s})}
+	}
 	return &Reader{lim: lim, in: in, tr: tar.NewReader(in)}
 }
+
+// seekingReader is a countingReader whose source seeks.
+type seekingReader struct {
+	*countingReader
+	s io.Seeker
+}
+
+func (r seekingReader) Seek(offset int64, whence int) (int64, error) { return r.s.Seek(offset, whence) }
 
 // Next advances to the next entry, as tar.Reader.Next does, and charges
 // its size. It returns io.EOF at the archive's end, an error matching

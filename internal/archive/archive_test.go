@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -144,5 +145,29 @@ func TestSize(t *testing.T) {
 		if got := Size(n); got != want {
 			t.Errorf("Size(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestSeekingSkips: over a file, contents the caller does not read are
+// skipped by seeking, and Limits.Stream counts only what is read.
+func TestSeekingSkips(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	f, err := os.CreateTemp(t.TempDir(), "a.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(tarOf(t, entry{"a", big}, entry{"b", big}))
+	f.Seek(0, io.SeekStart)
+	r := NewReader(f, Limits{Bytes: 2 << 20, Entries: 2, Stream: 16 << 10})
+	for range 2 {
+		if _, err := r.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("after two entries: %v, want EOF", err)
+	}
+	if r.Produced() != 0 {
+		t.Errorf("produced %d bytes of contents nobody read", r.Produced())
 	}
 }

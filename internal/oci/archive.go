@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"warren/internal/archive"
 )
 
 // maxArchiveEntries bounds the entries of an archive Open indexes: a docker
@@ -93,18 +95,25 @@ func indexTar(src string) (*tarIndex, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, userError(ErrFormat, err, "archive %q: cannot read it", src)
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, userError(ErrFormat, err, "archive %q: cannot read it", src)
+	}
 	idx := &tarIndex{path: src, files: map[string]tarFile{}}
-	tr := tar.NewReader(f)
-	for n := 0; ; n++ {
+	// A blob is never a sparse file: one is refused, never read as a
+	// stretch of the archive longer than what it holds; and no archive
+	// holds more than its own size.
+	tr := archive.NewReader(f, archive.Limits{Bytes: fi.Size(), Entries: maxArchiveEntries})
+	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			break
 		}
-		if err != nil {
-			return nil, userError(ErrFormat, err, "archive %q: %v", src, ErrFormat)
+		if errors.Is(err, archive.ErrEntries) {
+			return nil, userError(ErrFormat, err, "archive %q: more than %d entries", src, maxArchiveEntries)
 		}
-		if n == maxArchiveEntries {
-			return nil, userError(ErrFormat, nil, "archive %q: more than %d entries", src, maxArchiveEntries)
+		if err != nil {
+			return nil, userError(ErrFormat, err, "archive %q: %v (%v)", src, ErrFormat, err)
 		}
 		name := path.Clean(hdr.Name)
 		if _, dup := idx.files[name]; dup {

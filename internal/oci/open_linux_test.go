@@ -31,6 +31,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"warren/internal/archive/archivetest"
 )
 
 // testRegistry serves a registry on loopback; wrap, if given, sees every
@@ -383,6 +385,13 @@ func TestArchiveRefused(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), gz, Options{}); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "decompress") {
 		t.Errorf("gzip: err = %v", err)
+	}
+	// An archive whose entry is a sparse file (a blob read as a stretch of
+	// the archive longer than what it holds) is refused.
+	sparse := filepath.Join(tmp, "sparse.tar")
+	os.WriteFile(sparse, archivetest.SparseTar(1<<30), 0o644)
+	if _, err := Open(context.Background(), sparse, Options{}); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "sparse") {
+		t.Errorf("sparse: err = %v", err)
 	}
 }
 
