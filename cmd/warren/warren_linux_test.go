@@ -57,7 +57,7 @@ func newWarrenWith(t testing.TB, h *sandboxtest.Harness, opts server.Options) *w
 	opts.Requests, opts.Quotas, opts.Pools, opts.Templates = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store), h.Manager, h.Manager
 	opts.Events = daemon.Events(h.Deps.Store)
 	w.srv = server.New(h.Manager, nd, daemon.Keys(h.Deps.Store), log, opts)
-	w.hs = httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes, nil))
+	w.hs = httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes, t.TempDir(), nil))
 	t.Cleanup(w.hs.Close)
 	w.url = w.hs.URL
 	t.Setenv(client.EnvURL, w.url)

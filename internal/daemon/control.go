@@ -90,7 +90,11 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	}
 	dir.RegisterMetrics(reg)
 	go dir.Run(ctx)
-	hs := srv.HTTPServer(front(srv, dir, o.Server.MaxBodyBytes, subsystem(log, "e2b")), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	uploads, err := uploadDir(o.DataDir)
+	if err != nil {
+		return err
+	}
+	hs := srv.HTTPServer(front(srv, dir, o.Server.MaxBodyBytes, uploads, subsystem(log, "e2b")), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

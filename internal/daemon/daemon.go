@@ -300,7 +300,11 @@ func Run(ctx context.Context, o Options) error {
 	o.Server.Pools, o.Server.Templates, o.Server.Metrics, o.Server.NodeID = mgr, mgr, reg, o.NodeID
 	o.Server.Console = console.New()
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
-	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes, subsystem(log, "e2b")), o.Listen, "http"
+	uploads, err := uploadDir(o.DataDir)
+	if err != nil {
+		return err
+	}
+	handler, listen, scheme := FleetOfOne(srv, o.Server.MaxBodyBytes, uploads, subsystem(log, "e2b")), o.Listen, "http"
 	if o.Fleet != nil {
 		// A fleet's node: its API is for the fleet's control replicas
 		// only, which the TLS handshake checks; they authenticate tenants.
@@ -460,14 +464,25 @@ func subsystem(log *slog.Logger, name string) *slog.Logger {
 
 // FleetOfOne is the API of a single machine: the fleet's front over the
 // one node of srv, in this process; maxBody is srv's bound on a JSON body
-// (0: the default); log takes E2B's API's internal errors.
-func FleetOfOne(srv *server.Server, maxBody int64, log *slog.Logger) http.Handler {
-	return front(srv, control.One(srv.Routes()), maxBody, log)
+// (0: the default); uploads is where E2B's template uploads wait ("": the
+// temporary directory); log takes E2B's API's internal errors.
+func FleetOfOne(srv *server.Server, maxBody int64, uploads string, log *slog.Logger) http.Handler {
+	return front(srv, control.One(srv.Routes()), maxBody, uploads, log)
+}
+
+// uploadDir is where E2B's template uploads wait under dataDir: on its
+// disk, never in a tmpfs /tmp, which is memory.
+func uploadDir(dataDir string) (string, error) {
+	dir := filepath.Join(dataDir, "e2b-uploads")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("e2b uploads: %w", err)
+	}
+	return dir, nil
 }
 
 // front is the API served through the front of f, with E2B's APIs in
 // front of it (package e2b), srv's middleware around both.
-func front(srv *server.Server, f control.Fleet, maxBody int64, log *slog.Logger) http.Handler {
+func front(srv *server.Server, f control.Fleet, maxBody int64, uploads string, log *slog.Logger) http.Handler {
 	return srv.Wrap(e2b.New(control.NewFront(f, control.Options{
 		Preview: srv.PreviewSandbox,
 		Authenticate: func(r *http.Request) error {
@@ -477,7 +492,7 @@ func front(srv *server.Server, f control.Fleet, maxBody int64, log *slog.Logger)
 		WriteError: srv.WriteError,
 		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),
 		Local:      srv.Routes(),
-	}), e2b.Options{Domain: srv.PreviewHost(), Log: log, Tenant: func(r *http.Request) (string, error) {
+	}), e2b.Options{Domain: srv.PreviewHost(), Log: log, Dir: uploads, Tenant: func(r *http.Request) (string, error) {
 		k, err := srv.Authenticate(r)
 		return k.Tenant, err
 	}}))
