@@ -68,6 +68,13 @@ steps:
 	if res := shellIn(t, c, sb.ID, "hello"); res.Stdout != "Hello, world!\n" {
 		t.Errorf("hello in a sandbox of %s: %+v", tpl.Ref, res)
 	}
+	// A package apt cannot find is named in the error, and nothing of
+	// the host's with it.
+	log.Reset()
+	_, err = c.CreateTemplate(ctx, api.CreateTemplateRequest{Name: "nope", Spec: "from: default\nsteps:\n  - apt: [warren-no-such-package]\n"}, &log)
+	if err == nil || !strings.Contains(err.Error(), "Unable to locate package warren-no-such-package") || strings.Contains(err.Error()+log.String(), "http") {
+		t.Errorf("an apt step of a package apt cannot find: %v\n%s", err, log.String())
+	}
 	// What the node keeps for apt is its own: no directory of it is
 	// root's but root's, and none is anyone else's to write.
 	dir := filepath.Join(shared.dataDir, "disks", "templates", ".apt")

@@ -116,18 +116,18 @@ type aptFetch struct {
 
 // aptDeb is a package file a fetch's plan names.
 type aptDeb struct {
-	name          string // NAME_VERSION_ARCH.deb
-	size          int64
-	pkg, version  string
-	uri, checksum string
+	name         string // NAME_VERSION_ARCH.deb
+	size         int64
+	pkg, version string
 }
 
-// run resolves the packages against status (the sandbox's dpkg status,
-// read to its end or maxAptStatus), downloads the package files that
+// run resolves the packages against the sandbox's dpkg status (opened
+// with status once the lists are fetched, read to its end or
+// maxAptStatus), downloads the package files that
 // installing them takes, and gives each to each, in the plan's order, as
 // a reader of its bytes. Everything it wrote on the node is gone when it
 // returns.
-func (f *aptFetch) run(ctx context.Context, status io.Reader, each func(d aptDeb, r io.Reader) error) error {
+func (f *aptFetch) run(ctx context.Context, status func() (io.ReadCloser, error), each func(d aptDeb, r io.Reader) error) error {
 	if len(f.pkgs) == 0 {
 		return nil
 	}
@@ -187,16 +187,18 @@ func (f *aptFetch) run(ctx context.Context, status io.Reader, each func(d aptDeb
 	}
 	// The plan first: what would be fetched, and how much.
 	var plan []aptDeb
-	planLog := &aptLog{out: f.log.out, scrub: f.log.scrub, keep: func(s string) bool {
+	keep := f.log.keep
+	f.log.keep = func(s string) bool {
 		d, ok := parsePrintURI(s)
 		if ok {
 			plan = append(plan, d)
 		}
 		return !ok
-	}}
-	if err := aptGet(ctx, f.dir, run, uid, "install", append(append(opts[:len(opts):len(opts)], "--print-uris", "-qq"), f.pkgs...), planLog); err != nil {
+	}
+	if err := aptGet(ctx, f.dir, run, uid, "install", append(append(opts[:len(opts):len(opts)], "--print-uris", "-qq"), f.pkgs...), f.log); err != nil {
 		return err
 	}
+	f.log.keep = keep
 	var total int64
 	for _, d := range plan {
 		total += d.size
@@ -413,7 +415,7 @@ func aptGet(ctx context.Context, aptDir, dir string, uid int, verb string, args 
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
@@ -486,7 +488,12 @@ func ownedBy(path string, uid int) bool {
 
 // writeStatus copies a sandbox's dpkg status into the file name, at most
 // maxAptStatus bytes.
-func writeStatus(name string, status io.Reader) error {
+func writeStatus(name string, open func() (io.ReadCloser, error)) error {
+	status, err := open()
+	if err != nil {
+		return err
+	}
+	defer status.Close()
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
@@ -502,7 +509,9 @@ func writeStatus(name string, status io.Reader) error {
 }
 
 // printURI is a line of apt-get --print-uris: 'URI' FILE SIZE CHECKSUM.
-var printURI = regexp.MustCompile(`^'([^']+)' ([A-Za-z0-9][A-Za-z0-9+.~%-]*_[A-Za-z0-9+.~%-]+_[a-z0-9-]+\.deb) ([0-9]{1,15}) (\S+)$`)
+// apt checks the checksum as it fetches; the URI is the mirror's, never
+// shown.
+var printURI = regexp.MustCompile(`^'[^']+' ([A-Za-z0-9][A-Za-z0-9+.~%-]*_[A-Za-z0-9+.~%-]+_[a-z0-9-]+\.deb) ([0-9]{1,15}) \S+$`)
 
 // parsePrintURI parses a line of apt-get --print-uris.
 func parsePrintURI(s string) (aptDeb, bool) {
@@ -510,16 +519,16 @@ func parsePrintURI(s string) (aptDeb, bool) {
 	if m == nil {
 		return aptDeb{}, false
 	}
-	size, err := strconv.ParseInt(m[3], 10, 64)
+	size, err := strconv.ParseInt(m[2], 10, 64)
 	if err != nil {
 		return aptDeb{}, false
 	}
-	parts := strings.Split(strings.TrimSuffix(m[2], ".deb"), "_")
+	parts := strings.Split(strings.TrimSuffix(m[1], ".deb"), "_")
 	version, err := url.PathUnescape(parts[1])
 	if err != nil {
 		version = parts[1]
 	}
-	return aptDeb{name: m[2], size: size, pkg: parts[0], version: version, uri: m[1], checksum: m[4]}, true
+	return aptDeb{name: m[1], size: size, pkg: parts[0], version: version}, true
 }
 
 // aptLog filters the host's apt output for the tenant: lines about its
@@ -534,7 +543,10 @@ type aptLog struct {
 	// with it.
 	keep func(string) bool
 	last []string // the last tailLines lines given out
-	deps bool     // within apt's list of unmet dependencies
+	// raw are the last tailLines lines as apt wrote them, for the node's
+	// log, never the tenant's.
+	raw  []string
+	deps bool // within apt's list of unmet dependencies
 }
 
 var aptFetched = regexp.MustCompile(`^(Get|Err):\d+ \S+ \S+ \S+ (\S+) (\S+) (\S+)(?: \[([^\]]+)\])?`)
@@ -543,6 +555,9 @@ var aptFetched = regexp.MustCompile(`^(Get|Err):\d+ \S+ \S+ \S+ (\S+) (\S+) (\S+
 func (l *aptLog) line(s string) {
 	if l.keep != nil && !l.keep(s) {
 		return
+	}
+	if l.raw = append(l.raw, s); len(l.raw) > tailLines {
+		l.raw = l.raw[1:]
 	}
 	if m := aptFetched.FindStringSubmatch(s); m != nil {
 		if m[1] == "Get" {

@@ -434,20 +434,20 @@ func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, 
 	if err != nil {
 		return fmt.Errorf("apt: %w", err)
 	}
-	status, _, err := conn.ReadFile(ctx, "/var/lib/dpkg/status", "root")
-	if err != nil {
-		return fmt.Errorf("apt: read /var/lib/dpkg/status: %w", err)
+	status := func() (io.ReadCloser, error) {
+		rc, _, err := conn.ReadFile(ctx, "/var/lib/dpkg/status", "root")
+		if err != nil {
+			return nil, fmt.Errorf("read /var/lib/dpkg/status: %w", err)
+		}
+		return rc, nil
 	}
-	defer status.Close()
 	const into = "/var/cache/warren-apt"
 	if err := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", into}}, nil); err != nil {
 		return err
 	}
 	args := []string{"install", "-y", "--no-install-recommends"}
-	fetch := &aptFetch{
-		dir: filepath.Join(m.deps.Pool.Dir(), "templates", ".apt"), suite: suite, pkgs: pkgs, hold: m.holdScratch,
-		log: &aptLog{out: out, scrub: aptMirrors(suite)},
-	}
+	log := &aptLog{out: out, scrub: aptMirrors(suite)}
+	fetch := &aptFetch{dir: filepath.Join(m.deps.Pool.Dir(), "templates", ".apt"), suite: suite, pkgs: pkgs, hold: m.holdScratch, log: log}
 	err = fetch.run(ctx, status, func(d aptDeb, r io.Reader) error {
 		if _, err := conn.WriteFile(ctx, into+"/"+d.name, 0o644, "root", r); err != nil {
 			return fmt.Errorf("upload %s: %w", d.name, err)
@@ -456,6 +456,7 @@ func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, 
 		return nil
 	})
 	if err != nil {
+		m.log.Warn("template build: the host's apt failed", "tenant", tenant, "sandbox", sb, "suite", suite, "err", err, "apt", strings.Join(log.raw, "\n"))
 		return fmt.Errorf("apt: %w", err)
 	}
 	if n := len(args) - 3; n > 0 {
