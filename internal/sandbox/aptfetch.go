@@ -74,6 +74,8 @@ const (
 	aptListsSpace = 512 << 20
 	// aptTimeout bounds each run of apt-get.
 	aptTimeout = 20 * time.Minute
+	// maxAptLines bounds the lines of apt's a step shows the tenant.
+	maxAptLines = 1000
 )
 
 // The host uids apt-get runs as: aptUIDBase owns the package lists and
@@ -541,8 +543,9 @@ type aptLog struct {
 	scrub []string
 	// keep, when set, sees each line first and says whether to go on
 	// with it.
-	keep func(string) bool
-	last []string // the last tailLines lines given out
+	keep  func(string) bool
+	last  []string // the last tailLines lines given out
+	shown int      // lines given out
 	// raw are the last tailLines lines as apt wrote them, for the node's
 	// log, never the tenant's.
 	raw  []string
@@ -618,10 +621,12 @@ func isAddr(s string) bool {
 	return err == nil
 }
 
-// emit gives s out and keeps it for the tail.
+// emit gives s out (the first maxAptLines) and keeps it for the tail.
 func (l *aptLog) emit(s string) {
-	if l.out != nil {
+	if l.shown++; l.out != nil && l.shown <= maxAptLines {
 		l.out(s)
+	} else if l.out != nil && l.shown == maxAptLines+1 {
+		l.out(fmt.Sprintf("(apt's lines after the first %d are not shown)", maxAptLines))
 	}
 	if l.last = append(l.last, s); len(l.last) > tailLines {
 		l.last = l.last[1:]

@@ -43,6 +43,15 @@ func TestAptLog(t *testing.T) {
 	if !strings.Contains(l.tail(), "Unable to locate package nope") {
 		t.Errorf("the error's tail: %q", l.tail())
 	}
+	// What a sandbox's status can make apt say is bounded.
+	n := 0
+	many := &aptLog{out: func(string) { n++ }}
+	for range 3 * maxAptLines {
+		many.line("W: a warning")
+	}
+	if n != maxAptLines+1 {
+		t.Errorf("%d lines shown, want %d and a line saying the rest are not", n, maxAptLines+1)
+	}
 }
 
 // TestParsePrintURI: a fetch's plan is apt's --print-uris lines; a file
