@@ -62,6 +62,18 @@ type Volume struct {
 	// of the disk the node holds.
 	DirtyBytes  int64 `json:"dirty_bytes"`
 	CachedBytes int64 `json:"cached_bytes"`
+	// DurableBytes is what the disk holds in the durable tier: the chunks
+	// of its layers and those superseded and not yet reclaimed. It stays
+	// within DurableLimitBytes (the node's --durable-limit times the
+	// disk's size): a flush that could pass it waits up to 10 s for
+	// reclaiming, then fails, and the sandbox's fsync with it (ENOSPC).
+	// UsedBytes is what the disk's own blocks take of it, compressed.
+	DurableBytes      int64 `json:"durable_bytes"`
+	DurableLimitBytes int64 `json:"durable_limit_bytes"`
+	UsedBytes         int64 `json:"used_bytes"`
+	// Refused says why the disk's last flush was refused; absent when it
+	// was not.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Node actions: POST /v1/nodes/{id}/{action}.

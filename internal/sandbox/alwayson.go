@@ -134,5 +134,8 @@ func (m *Manager) volumeState(ctx context.Context, id string) *api.Volume {
 		m.log.Warn("always-on disk's state", "sandbox", id, "err", err)
 		return nil
 	}
-	return &api.Volume{Layer: in.Layer, RecoveryPoint: in.RecoveryPoint, DirtyBytes: in.DirtyBytes, CachedBytes: in.CachedBytes}
+	return &api.Volume{
+		Layer: in.Layer, RecoveryPoint: in.RecoveryPoint, DirtyBytes: in.DirtyBytes, CachedBytes: in.CachedBytes,
+		DurableBytes: in.DurableBytes, DurableLimitBytes: in.DurableLimitBytes, UsedBytes: in.UsedBytes, Refused: in.Refused,
+	}
 }

@@ -958,11 +958,13 @@ class ModelTest(unittest.TestCase):
         self.assertEqual(warren.SandboxInfo.from_json(SANDBOX).persistence, "snapshot")
         self.assertIsNone(warren.SandboxInfo.from_json(SANDBOX).volume)
         info = warren.SandboxInfo.from_json(dict(SANDBOX, persistence="always", volume={
-            "layer": "v-sb-1-000000000003", "recovery_point": "2026-12-06T08:00:00Z", "dirty_bytes": 65536, "cached_bytes": 4096}))
+            "layer": "v-sb-1-000000000003", "recovery_point": "2026-12-06T08:00:00Z", "dirty_bytes": 65536, "cached_bytes": 4096,
+            "durable_bytes": 8192, "durable_limit_bytes": 3 << 30, "used_bytes": 4096, "refused": "past its bound"}))
         self.assertEqual(info.persistence, "always")
         self.assertEqual(info.volume, warren.Volume(
             layer="v-sb-1-000000000003", recovery_point=datetime(2026, 12, 6, 8, 0, tzinfo=timezone.utc),
-            dirty_bytes=65536, cached_bytes=4096))
+            dirty_bytes=65536, cached_bytes=4096, durable_bytes=8192, durable_limit_bytes=3 << 30, used_bytes=4096,
+            refused="past its bound"))
 
     def test_checkpoint_and_restored(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)

@@ -341,12 +341,21 @@ class Volume:
     durable tier (every flushed write is in it or below it);
     ``recovery_point``, the time up to which object storage holds every
     flushed write (None when it holds them all); ``dirty_bytes`` written
-    and not yet flushed; ``cached_bytes`` of the disk the node holds."""
+    and not yet flushed; ``cached_bytes`` of the disk the node holds;
+    ``durable_bytes`` what the disk holds in the durable tier (its layers'
+    chunks and those not yet reclaimed), at most ``durable_limit_bytes``
+    (past it a flush, and the sandbox's fsync, fails with ENOSPC);
+    ``used_bytes`` what its own blocks take of it; ``refused`` why its last
+    flush was refused ("" when it was not)."""
 
     layer: str
     recovery_point: Optional[datetime]
     dirty_bytes: int
     cached_bytes: int
+    durable_bytes: int = 0
+    durable_limit_bytes: int = 0
+    used_bytes: int = 0
+    refused: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Volume":
@@ -356,6 +365,10 @@ class Volume:
             recovery_point=parse_time(d.get("recovery_point")),
             dirty_bytes=int(d.get("dirty_bytes") or 0),
             cached_bytes=int(d.get("cached_bytes") or 0),
+            durable_bytes=int(d.get("durable_bytes") or 0),
+            durable_limit_bytes=int(d.get("durable_limit_bytes") or 0),
+            used_bytes=int(d.get("used_bytes") or 0),
+            refused=str(d.get("refused") or ""),
         )
 
 

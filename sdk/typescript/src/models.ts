@@ -86,6 +86,13 @@ export interface Volume {
   recovery_point?: string;
   dirty_bytes: number;
   cached_bytes: number;
+  /** What the disk holds in the durable tier (its layers' chunks and those not yet reclaimed), at most durable_limit_bytes: past it a flush, and the sandbox's fsync, fails with ENOSPC. */
+  durable_bytes: number;
+  durable_limit_bytes: number;
+  /** What the disk's own blocks take of durable_bytes. */
+  used_bytes: number;
+  /** Why the disk's last flush was refused; absent when it was not. */
+  refused?: string;
 }
 
 /** How a root disk persists: "snapshot" keeps what explicit snapshots
