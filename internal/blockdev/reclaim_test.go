@@ -256,3 +256,101 @@ func TestVolumeKeepsTheNodesReserve(t *testing.T) {
 	copy(img, make([]byte, BlockSize))
 	mustEqual(t, "the disk", readAll(t, v), img)
 }
+
+// A volume restored from a snapshot of another reads the snapshot's chunks,
+// which are named in the other volume's namespace, through the snapshot's
+// manifest alone: its own layers name only chunks of its own namespace. So
+// neither the other volume's reclaiming, however much it rewrites, nor
+// its deletion (its layers gone from the tiers) takes a chunk the restored
+// volume needs; nor do those of a volume restored in turn from a snapshot
+// of the restored one.
+func TestRestoredVolumeOutlivesItsOrigin(t *testing.T) {
+	for _, withCluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "object", true: "cluster"}[withCluster], func(t *testing.T) {
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(35, 8))
+			object, _ := tierOf(t)
+			img := randomImage(r, 2<<20)
+			putBase(t, object, "tb-base", img, 256<<10)
+			tiers := Tiers{Object: object}
+			if withCluster {
+				cluster, _ := tierOf(t)
+				tiers.Cluster = &cluster
+			}
+			opts := Options{WritebackEvery: -1, CompactEvery: 2, ReclaimBatch: 5}
+			// origin over the template; restored over a snapshot of it;
+			// grandchild over a snapshot of restored.
+			origin, err := Create(ctx, filepath.Join(t.TempDir(), "origin"), Config{ID: "origin", Base: "tb-base"}, tiers, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mo := &model{t: t, d: origin, want: append([]byte(nil), img...)}
+			mo.scribble(r, 40)
+			if _, err := origin.Snapshot(ctx, "snap-origin", nil); err != nil {
+				t.Fatal(err)
+			}
+			atOrigin := append([]byte(nil), mo.want...)
+			restored, err := Create(ctx, filepath.Join(t.TempDir(), "restored"), Config{ID: "restored", Base: "snap-origin"}, tiers, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer restored.Close(ctx)
+			mr := &model{t: t, d: restored, want: append([]byte(nil), atOrigin...)}
+			mr.scribble(r, 10) // most cells still read through the snapshot
+			if _, err := restored.Snapshot(ctx, "snap-restored", nil); err != nil {
+				t.Fatal(err)
+			}
+			atRestored := append([]byte(nil), mr.want...)
+			// The origin rewrites every cell, the restored volume its second
+			// half (its first still reads through the snapshot), over and
+			// over: compactions prune their layers, and their reclaimers
+			// take what only those named.
+			for range 6 {
+				for _, m := range []*model{mo, mr} {
+					from := 0
+					if m == mr {
+						from = len(m.want) / 2
+					}
+					p := make([]byte, len(m.want)-from)
+					fill(r, p)
+					m.write(int64(from), p)
+					if err := m.d.(*Volume).Flush(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, v := range []*Volume{origin, restored} {
+				wait.For(t, 10*time.Second, "the pending chunks to be reclaimed", func() bool {
+					v.mu.Lock()
+					defer v.mu.Unlock()
+					return len(v.pending) == 0
+				})
+			}
+			// The origin is deleted as a sandbox's volume is (the block
+			// server's drop): abandoned, its layers gone from every tier.
+			origin.Abandon()
+			for _, tier := range tiers.order() {
+				if err := DeleteLayers(ctx, tier, "origin"); err != nil {
+					t.Fatal(err)
+				}
+				namedChunksExist(t, tier)
+			}
+			// What the restored volume never read comes from the snapshot.
+			mustEqual(t, "the restored volume", readScattered(t, r, restored), mr.want)
+			again, err := Recover(ctx, filepath.Join(t.TempDir(), "again"), "restored", tiers, noLoops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustEqual(t, "the restored volume, recovered", readScattered(t, r, again), mr.want)
+			again.Abandon()
+			for id, want := range map[string][]byte{"snap-origin": atOrigin, "snap-restored": atRestored} {
+				child, err := Create(ctx, filepath.Join(t.TempDir(), "child-"+id), Config{ID: "child-" + id, Base: id}, Tiers{Object: object}, noLoops)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mustEqual(t, "a restore of "+id, readScattered(t, r, child), want)
+				child.Abandon()
+			}
+		})
+	}
+}
