@@ -354,3 +354,38 @@ func TestRestoredVolumeOutlivesItsOrigin(t *testing.T) {
 		})
 	}
 }
+
+// slowManifests is a blob store whose puts of volumes' layer manifests
+// take a while, as object storage's may.
+type slowManifests struct{ blob.Store }
+
+func (s slowManifests) Put(ctx context.Context, key string, data []byte) error {
+	if strings.HasPrefix(key, "manifests/v-") {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return s.Store.Put(ctx, key, data)
+}
+
+// With a cluster tier, a new volume's first layer was in the cluster tier
+// alone until the replicator copied it: meanwhile no manifest in object
+// storage named its base as parent, and the snapshot engine's collector,
+// which reads object storage only, could take a deleted snapshot a volume
+// had just been restored from. Object storage holds it when Create
+// returns.
+func TestCreatedVolumeNamesItsBaseInObjectStorage(t *testing.T) {
+	ctx := context.Background()
+	inner, _ := tierOf(t)
+	object := chunkstore.Store{B: slowManifests{inner.B}}
+	cluster, _ := tierOf(t)
+	putBase(t, object, "snap-1", randomImage(rand.New(rand.NewPCG(35, 9)), 1<<20), 256<<10)
+	v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "restored", Base: "snap-1"},
+		Tiers{Cluster: &cluster, Object: object}, noLoops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close(ctx)
+	m, err := object.Manifest(ctx, layerID("restored", 0))
+	if err != nil || m.Parent != "snap-1" {
+		t.Fatalf("object storage's first layer of the new volume: %+v, %v; want one over snap-1", m, err)
+	}
+}

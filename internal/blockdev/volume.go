@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,7 +246,7 @@ func ValidID(id string) error {
 
 // Create makes a new volume whose disk starts as cfg.Base, with its local
 // state in dir (which must not exist), and writes its first layer (empty,
-// over the base) to the durable tier.
+// over the base) to every tier, object storage first.
 func Create(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Options) (*Volume, error) {
 	if err := ValidID(cfg.ID); err != nil {
 		return nil, err
@@ -275,14 +276,19 @@ func Create(ctx context.Context, dir string, cfg Config, tiers Tiers, opts Optio
 	}
 	v, err := newVolume(dir, cfg, volumeNamespace(cfg.ID), tiers, opts, fold(lineage))
 	if err == nil {
-		if err = tiers.durable().PutManifest(ctx, v.manifest(0, cfg.Base, nil)); err != nil {
-			err = fmt.Errorf("create volume: first layer: %w", err)
-		} else {
-			v.written[0] = time.Now()
-			v.addLayer(0, nil)
-			if tiers.Cluster == nil {
-				v.replicated = 0
+		// The first layer goes to object storage first, even with a
+		// cluster tier: from the moment the volume exists, a manifest there
+		// names its base as parent, which keeps the base (the snapshot it
+		// is restored from) from the snapshot engine's collector.
+		for _, t := range slices.Backward(tiers.order()) {
+			if err = t.PutManifest(ctx, v.manifest(0, cfg.Base, nil)); err != nil {
+				err = fmt.Errorf("create volume: first layer: %w", err)
+				break
 			}
+		}
+		if err == nil {
+			v.addLayer(0, nil)
+			v.replicated = 0
 			err = v.save(v.present.clone(), nil, true)
 		}
 		if err != nil {
