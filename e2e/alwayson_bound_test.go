@@ -73,7 +73,9 @@ type rewrites struct {
 // alwaysOnRewrites writes a file of size random bytes n times over in a
 // new always-on sandbox of the shared daemon, each time synced (a flush of
 // its volume), then waits until the volume is idle: nothing dirty, and the
-// blob store's chunks unchanged for 3 s (the reclaimer done). The blob
+// blob store's chunks unchanged for 12 s (more than two of the block
+// server's 5 s write-backs, the first of which compacts an idle volume,
+// and the reclaimer done). The blob
 // store's growth counts the chunks it did not hold before the first write;
 // the sandbox is the only writer meanwhile (the suite runs its tests one
 // at a time).
@@ -115,7 +117,7 @@ func alwaysOnRewrites(t testing.TB, size int64, n int) rewrites {
 		if g := grown(); g != last {
 			last, stable = g, time.Now()
 		}
-		return time.Since(stable) >= 3*time.Second
+		return time.Since(stable) >= 12*time.Second
 	})
 	t.Logf("idle: blob store +%d MiB, volume %+v, the guest's df: %s", last>>20, *got.Volume,
 		shared.sh(t, sb.ID, "df -B1M --output=used / | tail -1"))

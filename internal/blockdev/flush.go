@@ -42,8 +42,21 @@ func (v *Volume) flush(ctx context.Context) error {
 			return errClosed
 		}
 		if len(v.dirty) == 0 {
+			// Nothing to flush: an idle volume compacts once its layers
+			// hold half as many bytes of chunks no longer its disk's as of
+			// its disk's, so that at rest it holds at most 1.5 times what
+			// its disk uses (a busy one compacts at twice).
+			garbage := v.heldSize - v.ownSize
+			idle := v.full < v.seq && garbage > 0 && 2*garbage >= v.ownSize
+			seq, present := v.seq+1, v.present.clone()
 			v.mu.Unlock()
-			return nil
+			if !idle {
+				return nil
+			}
+			if err := v.compact(ctx, seq, present); err != nil {
+				return err
+			}
+			continue
 		}
 		taken = maps.Clone(v.dirty)
 		present = v.present.clone()
