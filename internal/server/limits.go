@@ -20,7 +20,14 @@ const (
 	DefaultOutputOnNode          = 1 << 30
 	DefaultListingsOnNode        = 4
 	DefaultEventStreamsPerTenant = 16
+	DefaultLargeTemplatesOnNode  = 2
 )
+
+// largeTemplateBody is the body of POST /v1/templates past which the
+// request holds a turn (Limits.LargeTemplatesOnNode) while it is read and
+// its build runs: a context of up to api.MaxTemplateContext is held in
+// memory, base64 and decoded, until the build has it on disk.
+const largeTemplateBody = 1 << 20
 
 // Limits bound concurrent calls; zero fields take the defaults above.
 type Limits struct {
@@ -37,6 +44,11 @@ type Limits struct {
 	// EventStreamsPerTenant bounds the events streams a tenant holds open
 	// on the node.
 	EventStreamsPerTenant int
+	// LargeTemplatesOnNode bounds the template requests with a body over
+	// largeTemplateBody (a build context) read and built at once; more
+	// wait their turn, holding their connection and nothing else, and a
+	// tenant has one such request at a time (429 for another).
+	LargeTemplatesOnNode int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -54,6 +66,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.EventStreamsPerTenant <= 0 {
 		l.EventStreamsPerTenant = DefaultEventStreamsPerTenant
+	}
+	if l.LargeTemplatesOnNode <= 0 {
+		l.LargeTemplatesOnNode = DefaultLargeTemplatesOnNode
 	}
 	return l
 }

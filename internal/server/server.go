@@ -312,6 +312,11 @@ type Server struct {
 	output *budget
 	// listings holds a token for each directory listing being served.
 	listings chan struct{}
+	// largeTemplates holds a token for each template request with a large
+	// body being read or built; largeTemplateTenants counts them by
+	// tenant (one each).
+	largeTemplates       chan struct{}
+	largeTemplateTenants counter
 	// sessions are the requests open under a credential (revoke.go).
 	sessions *sessions
 }
@@ -355,9 +360,10 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 	opts.Timeouts = opts.Timeouts.withDefaults()
 	opts.Limits = opts.Limits.withDefaults()
 	s := &Server{sb: sb, node: node, keys: keys, log: log, opts: opts, mux: http.NewServeMux(),
-		output:   &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode},
-		listings: make(chan struct{}, opts.Limits.ListingsOnNode),
-		sessions: &sessions{keys: keys, sb: sb, log: log, poll: revocationPoll}}
+		output:         &budget{perTenant: opts.Limits.OutputPerTenant, onNode: opts.Limits.OutputOnNode},
+		listings:       make(chan struct{}, opts.Limits.ListingsOnNode),
+		largeTemplates: make(chan struct{}, opts.Limits.LargeTemplatesOnNode),
+		sessions:       &sessions{keys: keys, sb: sb, log: log, poll: revocationPoll}}
 	if opts.PreviewDomain != "" {
 		site, err := parsePreviewDomain(opts.PreviewDomain)
 		if err != nil && log != nil {

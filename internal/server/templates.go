@@ -169,11 +169,18 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	tenant := caller(r).Tenant
+	if r.ContentLength < 0 || r.ContentLength > largeTemplateBody {
+		release, err := s.largeTemplateTurn(r, tenant)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	var req api.CreateTemplateRequest
 	if err := s.decodeJSONUpTo(w, r, &req, false, maxTemplateBody); err != nil {
 		return err
 	}
-	tenant := caller(r).Tenant
 	if req.Background {
 		t, err := tpls.CreateTemplate(r.Context(), tenant, req, nil)
 		if err != nil {
@@ -184,6 +191,24 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	nd := newNDJSON(w)
 	t, err := tpls.CreateTemplate(r.Context(), tenant, req, func(ev api.TemplateBuildEvent) { nd.send(ev) })
 	return s.endBuild(r, nd, t, err, req.Name)
+}
+
+// largeTemplateTurn waits for a turn to read and build a template request
+// with a large body (Limits.LargeTemplatesOnNode), one of tenant's at a
+// time, so that contexts held in memory are bounded on the node however
+// many are sent at once.
+func (s *Server) largeTemplateTurn(r *http.Request, tenant string) (release func(), err error) {
+	mine, err := s.largeTemplateTenants.acquire(tenant, 1, "template requests with a body over 1 MiB (a build context)")
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case s.largeTemplates <- struct{}{}:
+		return func() { <-s.largeTemplates; mine() }, nil
+	case <-r.Context().Done():
+		mine()
+		return nil, api.Errorf(api.CodeTimeout, "gave up waiting for a turn to build: %v", r.Context().Err())
+	}
 }
 
 // importArchive answers POST /v1/templates/{ref}/image: a version of the
