@@ -125,6 +125,22 @@ func namedChunksExist(t *testing.T, tier chunkstore.Store) {
 	}
 }
 
+// baseTiers are tiers of their own (object storage, and a cluster tier
+// when withCluster) holding a base layer "tb-base" of a 2 MiB image drawn
+// from r, which it returns.
+func baseTiers(t *testing.T, r *rand.Rand, withCluster bool) (Tiers, []byte) {
+	t.Helper()
+	object, _ := tierOf(t)
+	img := randomImage(r, 2<<20)
+	putBase(t, object, "tb-base", img, 256<<10)
+	tiers := Tiers{Object: object}
+	if withCluster {
+		cluster, _ := tierOf(t)
+		tiers.Cluster = &cluster
+	}
+	return tiers, img
+}
+
 // Reclaiming never deletes a chunk that a layer, a snapshot or a flush
 // still names: cells written back to bytes they held before (a flush that
 // finds their chunk pending), snapshots taken between compactions, and
@@ -134,14 +150,8 @@ func TestReclaimKeepsWhatIsNamed(t *testing.T) {
 		t.Run(map[bool]string{false: "object", true: "cluster"}[withCluster], func(t *testing.T) {
 			ctx := context.Background()
 			r := rand.New(rand.NewPCG(35, 5))
-			object, _ := tierOf(t)
-			img := randomImage(r, 2<<20)
-			putBase(t, object, "tb-base", img, 256<<10)
-			tiers := Tiers{Object: object}
-			if withCluster {
-				cluster, _ := tierOf(t)
-				tiers.Cluster = &cluster
-			}
+			tiers, img := baseTiers(t, r, withCluster)
+			object := tiers.Object
 			v, err := Create(ctx, filepath.Join(t.TempDir(), "v"), Config{ID: "kept", Base: "tb-base"}, tiers,
 				Options{WritebackEvery: -1, CompactEvery: 3, ReclaimBatch: 7})
 			if err != nil {
@@ -304,14 +314,8 @@ func TestRestoredVolumeOutlivesItsOrigin(t *testing.T) {
 		t.Run(map[bool]string{false: "object", true: "cluster"}[withCluster], func(t *testing.T) {
 			ctx := context.Background()
 			r := rand.New(rand.NewPCG(35, 8))
-			object, _ := tierOf(t)
-			img := randomImage(r, 2<<20)
-			putBase(t, object, "tb-base", img, 256<<10)
-			tiers := Tiers{Object: object}
-			if withCluster {
-				cluster, _ := tierOf(t)
-				tiers.Cluster = &cluster
-			}
+			tiers, img := baseTiers(t, r, withCluster)
+			object := tiers.Object
 			opts := Options{WritebackEvery: -1, CompactEvery: 2, ReclaimBatch: 5}
 			// origin over the template; restored over a snapshot of it;
 			// grandchild over a snapshot of restored.
