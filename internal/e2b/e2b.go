@@ -74,12 +74,21 @@ type Handler struct {
 	// builds are E2B template builds between their request and their
 	// trigger (templates.go).
 	builds pending
+	// handoffs holds a token for each build whose context is in memory,
+	// on its way to POST /v1/templates (runBuild).
+	handoffs chan struct{}
 }
+
+// maxHandoffs bounds the contexts (each up to api.MaxTemplateContext,
+// then its JSON) held in memory at once to hand to warren's API, which
+// takes a context whole; the other triggered builds wait, their contexts
+// on disk.
+const maxHandoffs = 2
 
 // New returns the translation in front of next, warren's API.
 func New(next http.Handler, opts Options) *Handler {
 	host, _, _ := strings.Cut(strings.ToLower(opts.Domain), ":")
-	return &Handler{next: next, opts: opts, host: host, builds: pending{dir: opts.Dir}}
+	return &Handler{next: next, opts: opts, host: host, builds: pending{dir: opts.Dir}, handoffs: make(chan struct{}, maxHandoffs)}
 }
 
 // ServeHTTP implements http.Handler.

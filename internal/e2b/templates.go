@@ -249,7 +249,10 @@ func (h *Handler) runBuild(r *http.Request, b *pendingBuild, name string, t e2bT
 	}
 	req := api.CreateTemplateRequest{Name: name, Spec: "from: " + from + "\n" + steps, Background: true}
 	if tarball != nil {
-		// warren's API takes the context whole: it is read in only now.
+		// warren's API takes the context whole: it is read in only now,
+		// maxHandoffs at a time.
+		h.handoffs <- struct{}{}
+		defer func() { <-h.handoffs }()
 		req.Context = make([]byte, tarball.size)
 		if _, err := tarball.f.ReadAt(req.Context, 0); err != nil {
 			h.setFailed(b, fmt.Errorf("read the context: %w", err))

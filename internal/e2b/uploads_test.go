@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,11 +32,17 @@ type buildServer struct {
 }
 
 func newBuildServer(t *testing.T, opts Options) *buildServer {
+	return newBuildServerOver(t, opts, func(f *fakeAPI) http.Handler { return f })
+}
+
+// newBuildServerOver is newBuildServer with warren's API the handler
+// over makes of the fake.
+func newBuildServerOver(t *testing.T, opts Options, over func(*fakeAPI) http.Handler) *buildServer {
 	f := &fakeAPI{}
 	f.answer("GET /v1/templates", http.StatusOK, []api.Template{})
 	f.answer("POST /v1/templates", http.StatusAccepted, api.Template{Name: "app", Version: 1, Ref: "app@1", State: api.TemplateBuilding})
 	opts.Dir = t.TempDir()
-	h := New(f, opts)
+	h := New(over(f), opts)
 	s := httptest.NewServer(h)
 	t.Cleanup(s.Close)
 	t.Cleanup(h.Close)
@@ -321,6 +328,69 @@ func TestUploadsGivenBackAtTrigger(t *testing.T) {
 	tr := tar.NewReader(bytes.NewReader(sent.Context))
 	if h, err := tr.Next(); err != nil || h.Name != "app/data" || h.Size != 8<<20 {
 		t.Errorf("the build's context: %v, %v; want app/data of 8 MiB", h, err)
+	}
+}
+
+// TestContextsHandedOffInTurn: warren's API takes a build's context whole,
+// so a triggered build reads it into memory only with one of maxHandoffs
+// turns; other builds' contexts wait on disk, however many are triggered.
+func TestContextsHandedOffInTurn(t *testing.T) {
+	var in, most atomic.Int32
+	gate := make(chan struct{})
+	s := newBuildServerOver(t, Options{}, func(f *fakeAPI) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/templates" {
+				n := in.Add(1)
+				defer in.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				<-gate
+			}
+			f.ServeHTTP(w, r)
+		})
+	})
+	const builds = maxHandoffs + 2
+	data := tarOf(t, "app/data", 1<<20, false)
+	for i := range builds {
+		key := fmt.Sprint("k", i)
+		id := s.requestBuild(key, "app")
+		if code, msg := s.do("PUT", s.mustLink(key, "app", "aa"), "", bytes.NewReader(data), int64(len(data))); code != http.StatusOK {
+			t.Fatalf("upload: %d %s", code, msg)
+		}
+		if code, msg := s.trigger(key, "app", id, e2bTemplate{FromTemplate: "base", Steps: []e2bStep{copyStep("aa")}}); code != http.StatusAccepted {
+			t.Fatalf("trigger: %d %s", code, msg)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
+		return in.Load() == maxHandoffs, nil
+	}); err != nil {
+		t.Fatalf("%d contexts handed off, want %d", in.Load(), maxHandoffs)
+	}
+	// The others stay on disk while the first ones are handed off: give
+	// them time to show up, which they must not.
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	backoff.Poll(short, backoff.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond}, func() (bool, error) {
+		return in.Load() > maxHandoffs, nil
+	})
+	close(gate)
+	if err := backoff.Poll(ctx, backoff.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}, func() (bool, error) {
+		s.f.mu.Lock()
+		defer s.f.mu.Unlock()
+		n := 0
+		for _, c := range s.f.calls {
+			if strings.HasPrefix(c, "POST /v1/templates ") {
+				n++
+			}
+		}
+		return n == builds, nil
+	}); err != nil {
+		t.Fatalf("not every build was handed off: %v", err)
+	}
+	if m := most.Load(); m != maxHandoffs {
+		t.Errorf("%d contexts in memory at once, want %d", m, maxHandoffs)
 	}
 }
 

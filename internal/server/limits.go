@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"sync"
 
 	"warren/api"
@@ -46,8 +47,8 @@ type Limits struct {
 	EventStreamsPerTenant int
 	// LargeTemplatesOnNode bounds the template requests with a body over
 	// largeTemplateBody (a build context) read and built at once; more
-	// wait their turn, holding their connection and nothing else, and a
-	// tenant has one such request at a time (429 for another).
+	// wait their turn, holding their connection and nothing else, a
+	// tenant's behind its own earlier ones.
 	LargeTemplatesOnNode int
 }
 
@@ -138,5 +139,48 @@ func (b *budget) give(tenant string, n int64) {
 	b.node -= n
 	if b.tenant[tenant] -= n; b.tenant[tenant] <= 0 {
 		delete(b.tenant, tenant)
+	}
+}
+
+// turns lets one holder at a time go per key; the others wait. It is safe
+// for concurrent use, and keeps nothing for a key nobody holds or waits on.
+type turns struct {
+	mu   sync.Mutex
+	keys map[string]*turn // guarded by mu
+}
+
+type turn struct {
+	ch chan struct{} // holds a token while the turn is taken
+	n  int           // holders and waiters; guarded by turns.mu
+}
+
+// wait takes key's turn, waiting for it until ctx is done (ctx's error).
+// release gives it back, once.
+func (t *turns) wait(ctx context.Context, key string) (release func(), err error) {
+	t.mu.Lock()
+	if t.keys == nil {
+		t.keys = map[string]*turn{}
+	}
+	k := t.keys[key]
+	if k == nil {
+		k = &turn{ch: make(chan struct{}, 1)}
+		t.keys[key] = k
+	}
+	k.n++
+	t.mu.Unlock()
+	drop := func() {
+		t.mu.Lock()
+		if k.n--; k.n == 0 {
+			delete(t.keys, key)
+		}
+		t.mu.Unlock()
+	}
+	select {
+	case k.ch <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-k.ch; drop() }) }, nil
+	case <-ctx.Done():
+		drop()
+		return nil, ctx.Err()
 	}
 }

@@ -313,10 +313,10 @@ type Server struct {
 	// listings holds a token for each directory listing being served.
 	listings chan struct{}
 	// largeTemplates holds a token for each template request with a large
-	// body being read or built; largeTemplateTenants counts them by
-	// tenant (one each).
+	// body being read or built; largeTemplateTenants lets one of each
+	// tenant's wait for one.
 	largeTemplates       chan struct{}
-	largeTemplateTenants counter
+	largeTemplateTenants turns
 	// sessions are the requests open under a credential (revoke.go).
 	sessions *sessions
 }

@@ -194,13 +194,14 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 }
 
 // largeTemplateTurn waits for a turn to read and build a template request
-// with a large body (Limits.LargeTemplatesOnNode), one of tenant's at a
-// time, so that contexts held in memory are bounded on the node however
-// many are sent at once.
+// with a large body (Limits.LargeTemplatesOnNode), behind tenant's own
+// earlier ones, so that the contexts held in memory are bounded on the
+// node however many are sent at once, and each tenant holds one turn at
+// most while it waits.
 func (s *Server) largeTemplateTurn(r *http.Request, tenant string) (release func(), err error) {
-	mine, err := s.largeTemplateTenants.acquire(tenant, 1, "template requests with a body over 1 MiB (a build context)")
+	mine, err := s.largeTemplateTenants.wait(r.Context(), tenant)
 	if err != nil {
-		return nil, err
+		return nil, api.Errorf(api.CodeTimeout, "gave up waiting for a turn to build: %v", err)
 	}
 	select {
 	case s.largeTemplates <- struct{}{}:
