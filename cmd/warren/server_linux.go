@@ -73,7 +73,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	fs.Int64Var(&adm.ReserveMemoryMB, "reserve-memory-mb", 0, "memory kept for the host and the daemon (default: 1 GiB or a tenth of it, the larger)")
 	fs.Int64Var(&adm.ReserveDiskMB, "reserve-disk-mb", 0, "free disk below which creates, restores and snapshots are refused\n(default: a twentieth of the filesystem, between 2 and 10 GiB)")
 	fs.IntVar(&adm.Tenant.Sandboxes, "tenant-max-sandboxes", adm.Tenant.Sandboxes, "sandboxes one tenant may have at once on this node")
-	fs.Float64Var(&adm.TenantShare, "tenant-share", adm.TenantShare, "part of the node's vCPUs, memory and disk one tenant may hold where no\n--tenant-max-* bound is set (1: the whole node; the admin key's tenant is\nbounded by the node only)")
+	fs.Float64Var(&adm.TenantShare, "tenant-share", adm.TenantShare, "part of the node's vCPUs, memory and disk one tenant may hold where no\n--tenant-max-* bound is set (1: the whole node; the admin key's tenant is not bounded by it)")
 	fs.Float64Var(&adm.Tenant.CPUs, "tenant-max-cpus", 0, "vCPUs one tenant may hold on this node (0: --tenant-share of the node's)")
 	fs.Int64Var(&adm.Tenant.MemoryMB, "tenant-max-memory-mb", 0, "memory one tenant may hold on this node (0: --tenant-share of the node's)")
 	fs.Int64Var(&adm.Tenant.DiskMB, "tenant-max-disk-mb", 0, "disk one tenant may hold on this node (0: --tenant-share of the node's)")

@@ -46,15 +46,14 @@ type Admission struct {
 	// ReservePids are pids kept for the host: no sandbox may have more
 	// than pid_max less these, nor all of them together.
 	ReservePids int64
-	// Tenant bounds one tenant's share of the node; a zero field takes
-	// TenantShare of the node's capacity.
+	// Tenant bounds what one tenant, the operator too, holds of the
+	// node; zero fields: none beyond the node's and the share's.
 	Tenant TenantLimits
 	// TenantShare is the part of the node's capacity (each of its vCPUs,
 	// memory and disk, after the reserves and overcommit) that one tenant
-	// may hold where Tenant sets no bound, so that one tenant cannot
-	// starve the others; 1 lets a tenant take the whole node. The operator
-	// (api.AdminTenant) is bounded by the node's capacity only. 0 takes
-	// the default.
+	// may hold, so that one tenant cannot starve the others; 1 lets a
+	// tenant take the whole node. The operator (api.AdminTenant) is not
+	// bounded by it. 0 takes the default.
 	TenantShare float64
 }
 
@@ -94,6 +93,9 @@ type capacity struct {
 	hostMemoryMB  int64 // after the reserve: the most one sandbox may have
 	maxPids       int64
 	reserveDiskMB int64
+	// share is what one tenant but the operator may hold of it
+	// (Admission.TenantShare); zero fields: no bound.
+	share TenantLimits
 }
 
 // newCapacity works out the node's capacity from the host's and a.
@@ -131,15 +133,8 @@ func newCapacity(h HostCapacity, a Admission) (capacity, Admission) {
 		reserveDiskMB: a.ReserveDiskMB,
 	}
 	if a.TenantShare < 1 {
-		if a.Tenant.CPUs <= 0 {
-			a.Tenant.CPUs = c.cpus * a.TenantShare
-		}
-		if a.Tenant.MemoryMB <= 0 {
-			a.Tenant.MemoryMB = int64(float64(c.memoryMB) * a.TenantShare)
-		}
-		if a.Tenant.DiskMB <= 0 {
-			a.Tenant.DiskMB = int64(float64(c.diskMB) * a.TenantShare)
-		}
+		c.share = TenantLimits{CPUs: c.cpus * a.TenantShare, MemoryMB: int64(float64(c.memoryMB) * a.TenantShare),
+			DiskMB: int64(float64(c.diskMB) * a.TenantShare)}
 	}
 	return c, a
 }
@@ -200,7 +195,7 @@ func (l *ledger) admit(ids []string, c claim) error {
 	if n > 1 {
 		sandboxes = fmt.Sprintf("%d sandboxes", n)
 	}
-	if c.tenant != pooled && c.tenant != api.AdminTenant {
+	if c.tenant != pooled {
 		if err := l.overTenant(c.tenant, want, n); err != nil {
 			return err
 		}
@@ -236,15 +231,29 @@ func (l *ledger) overTenant(tenant string, want claim, n int) error {
 			held.diskMB += h.diskMB
 		}
 	}
-	switch t := l.tenant; {
-	case t.Sandboxes > 0 && count+n > t.Sandboxes:
+	t := l.tenant
+	if t.Sandboxes > 0 && count+n > t.Sandboxes {
 		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d sandboxes at once on this node (%d running)", t.Sandboxes, count)
+	}
+	if err := over(t, held, want, "tenant quota"); err != nil {
+		return err
+	}
+	if tenant == api.AdminTenant {
+		return nil
+	}
+	return over(l.cap.share, held, want, "tenant share (--tenant-share)")
+}
+
+// over says why a tenant holding held may not hold want more within t's
+// vCPUs, memory and disk (zero: no bound), naming the bound what.
+func over(t TenantLimits, held, want claim, what string) error {
+	switch {
 	case t.CPUs > 0 && held.cpus+want.cpus > t.CPUs:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %g vCPUs on this node (%g held, %g asked)", t.CPUs, held.cpus, want.cpus)
+		return api.Errorf(api.CodeTooMany, "%s: at most %g vCPUs on this node (%g held, %g asked)", what, t.CPUs, held.cpus, want.cpus)
 	case t.MemoryMB > 0 && held.memoryMB+want.memoryMB > t.MemoryMB:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of memory on this node (%d held, %d asked)", t.MemoryMB, held.memoryMB, want.memoryMB)
+		return api.Errorf(api.CodeTooMany, "%s: at most %d MiB of memory on this node (%d held, %d asked)", what, t.MemoryMB, held.memoryMB, want.memoryMB)
 	case t.DiskMB > 0 && held.diskMB+want.diskMB > t.DiskMB:
-		return api.Errorf(api.CodeTooMany, "tenant quota: at most %d MiB of disk on this node (%d held, %d asked)", t.DiskMB, held.diskMB, want.diskMB)
+		return api.Errorf(api.CodeTooMany, "%s: at most %d MiB of disk on this node (%d held, %d asked)", what, t.DiskMB, held.diskMB, want.diskMB)
 	}
 	return nil
 }
@@ -272,10 +281,8 @@ func (l *ledger) assign(id, tenant string) error {
 	if !ok || c.tenant != pooled {
 		return fmt.Errorf("sandbox %s is no pool member of the ledger", id)
 	}
-	if tenant != api.AdminTenant {
-		if err := l.overTenant(tenant, c, 1); err != nil {
-			return err
-		}
+	if err := l.overTenant(tenant, c, 1); err != nil {
+		return err
 	}
 	c.tenant = tenant
 	l.claims[id] = c

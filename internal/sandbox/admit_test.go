@@ -66,7 +66,7 @@ func TestAdmission(t *testing.T) {
 		{"tenant disk", Admission{Tenant: TenantLimits{DiskMB: 5000}}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 64, diskMB: 2048}, 5), 1, 2,
 			api.CodeTooMany, "at most 5000 MiB of disk"},
 		{"tenant share of memory", Admission{}, repeat(claim{tenant: "t", cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 2,
-			api.CodeTooMany, "at most 16589 MiB of memory"},
+			api.CodeTooMany, "tenant share (--tenant-share): at most 16589 MiB of memory"},
 		{"tenant share of cpus", Admission{CPUOvercommit: 4}, repeat(claim{tenant: "t", cpus: 2, memoryMB: 64, diskMB: 1}, 10), 1, 2,
 			api.CodeTooMany, "at most 4 vCPUs"},
 		{"the operator bounded by the node only", Admission{}, repeat(claim{tenant: api.AdminTenant, cpus: 0.1, memoryMB: 8 << 10, diskMB: 1}, 10), 1, 4,
@@ -118,8 +118,8 @@ func TestTenantShare(t *testing.T) {
 	admitted := 0
 	for i := range 5 {
 		if err := l.admit([]string{fmt.Sprint("a", i)}, large); err != nil {
-			if !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "tenant quota") {
-				t.Fatalf("a's sandbox %d: %v, want the tenant's quota", i, err)
+			if !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "tenant share") {
+				t.Fatalf("a's sandbox %d: %v, want the tenant's share", i, err)
 			}
 			break
 		}
@@ -131,11 +131,20 @@ func TestTenantShare(t *testing.T) {
 	if err := l.admit([]string{"b1"}, claim{tenant: "b", cpus: 1, memoryMB: 512 + 64, diskMB: 2 << 10}); err != nil {
 		t.Errorf("b's default create beside a at its share: %v", err)
 	}
-	if _, a := newCapacity(host, Admission{TenantShare: 1}); a.Tenant.MemoryMB != 0 || a.Tenant.CPUs != 0 || a.Tenant.DiskMB != 0 {
-		t.Errorf("share 1: a tenant is bounded by %+v, want the node only", a.Tenant)
+	if c, _ := newCapacity(host, Admission{TenantShare: 1}); c.share != (TenantLimits{}) {
+		t.Errorf("share 1: a tenant is bounded by %+v, want the node only", c.share)
 	}
-	if _, a := newCapacity(host, Admission{Tenant: TenantLimits{MemoryMB: 1000}}); a.Tenant.MemoryMB != 1000 || a.Tenant.CPUs != 32 {
-		t.Errorf("an explicit bound: %+v", a.Tenant)
+	// An explicit bound holds the operator too (e2e TestTenantQuota, with
+	// --tenant-max-sandboxes 2 and the admin key, took a third sandbox
+	// when the operator was exempt from every bound).
+	cap, adm = newCapacity(host, Admission{Tenant: TenantLimits{Sandboxes: 1}})
+	l = newLedger(cap, adm.Tenant)
+	op := claim{tenant: api.AdminTenant, cpus: 1, memoryMB: 64, diskMB: 1}
+	if err := l.admit([]string{"o1"}, op); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.admit([]string{"o2"}, op); !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "at most 1 sandboxes") {
+		t.Errorf("the operator's second past --tenant-max-sandboxes 1: %v", err)
 	}
 }
 
