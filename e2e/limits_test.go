@@ -317,7 +317,13 @@ func TestTenantQuota(t *testing.T) {
 	for _, sb := range two {
 		t.Cleanup(func() { admin.DeleteSandbox(context.Background(), sb.ID) })
 	}
-	if _, err := admin.Restore(ctx, snap, api.RestoreRequest{}); !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "at most 2 sandboxes") {
+	third, err := admin.Restore(ctx, snap, api.RestoreRequest{})
+	for _, sb := range third {
+		// Admitted by a bug: gone with the test, not left to fail the
+		// leak checks of the tests after it.
+		t.Cleanup(func() { admin.DeleteSandbox(context.Background(), sb.ID) })
+	}
+	if !api.IsCode(err, api.CodeTooMany) || !strings.Contains(err.Error(), "at most 2 sandboxes") {
 		t.Errorf("a third sandbox: %v, want too_many_requests naming the quota", err)
 	}
 	// The bound frees with a delete. (That another tenant is not held
