@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"net/netip"
 	"net/url"
 	"os"
@@ -15,13 +14,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"warren/internal/archive"
+	"warren/internal/hostclaim"
 	"warren/internal/template"
 )
 
@@ -34,12 +33,13 @@ import (
 //     option: the suite is warren's record of the build sandbox's built-in
 //     template (aptSuite), a name template.Suite vouches for;
 //   - its dpkg status, copied into a file (at most maxAptStatus bytes),
-//     is parsed by apt-get running as a uid of its own (aptUIDBase plus a
-//     random one, never root), in a 0700 directory that uid owns, in a
+//     is parsed by apt-get running as a uid of its own (above aptUIDBase,
+//     claimed on the host, never root), in a 0700 directory that uid owns, in a
 //     mount namespace that shows it the node's apt directory alone at
 //     aptMount, under rlimits (prlimit) and a timeout, with no
 //     capabilities and a minimal environment; its processes are killed
-//     when it ends;
+//     when it ends, and what a fetch of its uid left is swept before the
+//     uid's next one;
 //   - the package files apt fetched are read by the daemon only as
 //     regular files of that uid, named and sized as apt's plan said,
 //     through an os.Root of their directory;
@@ -80,19 +80,13 @@ const (
 
 // The host uids apt-get runs as: aptUIDBase owns the package lists and
 // fetches them; each fetch (which parses a sandbox's dpkg status) runs as
-// one of the aptUIDs above it, drawn at random and used by nothing else,
-// so that a fetch can neither change the lists other builds trust nor
+// one of the aptUIDs above it, claimed on the host (fetchUID) and used by
+// nothing else, so that a fetch can neither change the lists other builds trust nor
 // touch another fetch's files. They are used as gids too.
 const (
 	aptUIDBase = 2_900_000_000
 	aptUIDs    = 1 << 20
 )
-
-// fetchUIDs are the uids of the fetches running in this process.
-var fetchUIDs struct {
-	mu   sync.Mutex // guards used
-	used map[int]bool
-}
 
 // aptSuite is the Debian suite an apt step in a sandbox of built-in
 // template tpl resolves against: the template's recipe's. A sandbox of a
@@ -146,9 +140,16 @@ func (f *aptFetch) run(ctx context.Context, status func() (io.ReadCloser, error)
 		return err
 	}
 	defer func() { release() }()
-	uid, done := fetchUID()
+	uid, done, err := fetchUID()
+	if err != nil {
+		return err
+	}
 	defer done()
 	if err := ensureDir(filepath.Join(f.dir, "run"), 0o711, 0); err != nil {
+		return err
+	}
+	killUID(uid)
+	if err := sweepRuns(filepath.Join(f.dir, "run"), uid); err != nil {
 		return err
 	}
 	// Made root's, filled, then given to uid, its contents first: apt
@@ -435,24 +436,38 @@ func aptGet(ctx context.Context, aptDir, dir string, uid int, verb string, args 
 	return fmt.Errorf("apt-get %s: %v%s", verb, err, suffix(", after:\n", log.tail()))
 }
 
-// fetchUID draws a fetch's uid, one no other fetch of this process uses,
-// and returns its release.
-func fetchUID() (int, func()) {
-	fetchUIDs.mu.Lock()
-	defer fetchUIDs.mu.Unlock()
-	if fetchUIDs.used == nil {
-		fetchUIDs.used = map[int]bool{}
+// fetchUID claims a fetch's uid, one no other fetch on the host uses, of
+// this warren server or another's (a host-wide claim, hostclaim), and
+// returns its release.
+func fetchUID() (int, func(), error) {
+	claims, err := hostclaim.Open("apt-uids")
+	if err != nil {
+		return 0, nil, err
 	}
-	uid := aptUIDBase + 1 + rand.IntN(aptUIDs)
-	for fetchUIDs.used[uid] {
-		uid = aptUIDBase + 1 + rand.IntN(aptUIDs)
+	n, f, err := claims.Take(aptUIDs, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("apt: a uid for the fetch: %w", err)
 	}
-	fetchUIDs.used[uid] = true
-	return uid, func() {
-		fetchUIDs.mu.Lock()
-		defer fetchUIDs.mu.Unlock()
-		delete(fetchUIDs.used, uid)
+	return aptUIDBase + 1 + n, func() { f.Close() }, nil
+}
+
+// sweepRuns removes what a fetch of uid left in run (its directory, when a
+// daemon died during it), before uid's next fetch: one fetch never meets
+// another's files, a tenant's dpkg status among them. (The caller kills
+// what it left running first: killUID.)
+func sweepRuns(run string, uid int) error {
+	entries, err := os.ReadDir(run)
+	if err != nil {
+		return err
 	}
+	for _, e := range entries {
+		if ownedBy(filepath.Join(run, e.Name()), uid) {
+			if err := os.RemoveAll(filepath.Join(run, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // killUID kills every process of uid, a fetch's: what its apt-get left.

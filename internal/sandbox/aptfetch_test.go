@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -70,5 +72,34 @@ func TestParsePrintURI(t *testing.T) {
 		if d, ok := parsePrintURI(s); ok {
 			t.Errorf("parsePrintURI(%q) = %+v", s, d)
 		}
+	}
+}
+
+// TestSweepRuns: what a fetch of a uid left (its directory, when a daemon
+// died during it) is gone before the uid's next fetch; nothing else is.
+func TestSweepRuns(t *testing.T) {
+	run := t.TempDir()
+	for _, d := range []string{"left", "left2/cache"} {
+		if err := os.MkdirAll(filepath.Join(run, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(run, "lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Directories of the test's own uid stand for the fetch's (another
+	// uid's would need root to make).
+	if err := sweepRuns(run, os.Getuid()+1); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(run); len(entries) != 3 {
+		t.Fatalf("another uid's sweep took %d of 3 entries", 3-len(entries))
+	}
+	if err := sweepRuns(run, os.Getuid()); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(run)
+	if len(entries) != 1 || entries[0].Name() != "lock" {
+		t.Errorf("after the sweep: %v, want the lock file alone", entries)
 	}
 }
