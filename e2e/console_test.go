@@ -66,6 +66,8 @@ func TestConsole(t *testing.T) {
 	ctx, cancel = chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(chromium),
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium leaves its singleton socket's directory in TMPDIR.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.Flag("headless", true),
 		chromedp.Flag("no-sandbox", true),
 		chromedp.Flag("disable-gpu", true),

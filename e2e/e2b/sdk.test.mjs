@@ -4,7 +4,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes, createHash } from 'node:crypto'
-import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
@@ -186,8 +186,16 @@ test('snapshot, create from it, fork, kill twice', async () => {
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)
 })
 
-test('template build: copy, env, run, workdir, then a sandbox of it', { skip: !process.env.E2B_SANDBOX_URL && 'once, in single-URL mode' }, async () => {
+// contextDir is a template build's file context: a directory of the
+// test's own, removed when the test ends.
+function contextDir(t) {
   const dir = mkdtempSync(join(tmpdir(), 'e2b-template-'))
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+test('template build: copy, env, run, workdir, then a sandbox of it', { skip: !process.env.E2B_SANDBOX_URL && 'once, in single-URL mode' }, async (t) => {
+  const dir = contextDir(t)
   mkdirSync(join(dir, 'app'))
   writeFileSync(join(dir, 'app', 'hello.txt'), 'from the context\n')
   const name = `e2b-${randomBytes(4).toString('hex')}`
@@ -212,8 +220,8 @@ test('template build: copy, env, run, workdir, then a sandbox of it', { skip: !p
   await assert.rejects(Template.build(broken, name), (e) => /no luck/.test(e.message) && /exit code 7/.test(e.message))
 })
 
-test('template build: files beyond a build\'s 64 MiB are refused, and the build is not started', { skip: !process.env.E2B_SANDBOX_URL && 'once, in single-URL mode' }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'e2b-template-'))
+test('template build: files beyond a build\'s 64 MiB are refused, and the build is not started', { skip: !process.env.E2B_SANDBOX_URL && 'once, in single-URL mode' }, async (t) => {
+  const dir = contextDir(t)
   // Random bytes: the SDK's gzip cannot shrink them under the bound.
   writeFileSync(join(dir, 'big'), randomBytes(65 << 20))
   const name = `e2b-${randomBytes(4).toString('hex')}`
