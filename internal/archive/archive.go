@@ -144,6 +144,11 @@ func (r *Reader) Read(p []byte) (int, error) {
 // Produced is how many content bytes have been read, all entries together.
 func (r *Reader) Produced() int64 { return r.produced }
 
+// Consumed is how many bytes of the underlying stream have been read:
+// headers, padding and contents (skipped contents of a seeking source
+// aside), against Limits.Stream.
+func (r *Reader) Consumed() int64 { return r.in.limit - r.in.left }
+
 // isSparse says whether h is a sparse file in any of tar's encodings: old
 // GNU ('S'), or PAX records of GNU's sparse formats 0.0, 0.1 and 1.0.
 func isSparse(h *tar.Header) bool {

@@ -120,8 +120,8 @@ func TestDecompressBomb(t *testing.T) {
 		if _, err := readAll(r); err != nil {
 			t.Fatal(err)
 		}
-		if r.in.limit-r.in.left > 2<<20 {
-			t.Errorf("read %d bytes of the stream", r.in.limit-r.in.left)
+		if r.Consumed() > 2<<20 {
+			t.Errorf("read %d bytes of the stream", r.Consumed())
 		}
 	}
 }

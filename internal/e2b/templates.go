@@ -458,9 +458,8 @@ func (c *contextTar) add(src io.Reader) error {
 	if err != nil {
 		return err
 	}
-	in := &counter{r: rd}
-	defer func() { c.stream -= in.n }()
-	tr := archive.NewReader(in, archive.Limits{Bytes: api.MaxTemplateContext, Entries: maxContextEntries, Stream: c.stream})
+	tr := archive.NewReader(rd, archive.Limits{Bytes: api.MaxTemplateContext, Entries: maxContextEntries, Stream: c.stream})
+	defer func() { c.stream -= tr.Consumed() }()
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -484,16 +483,4 @@ func (c *contextTar) add(src io.Reader) error {
 			return err
 		}
 	}
-}
-
-// counter counts the bytes read through it.
-type counter struct {
-	r io.Reader
-	n int64
-}
-
-func (c *counter) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
