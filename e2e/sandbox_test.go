@@ -36,13 +36,8 @@ func TestTwoQuestions(t *testing.T) {
 	}
 }
 
-func TestExecContract(t *testing.T) {
-	need(t)
-	execContract(t, shared, shared.newSandbox(t))
-}
-
 // execContract checks the CLI's exec contract in sandbox id of daemon d,
-// whatever its runtime.
+// whatever its runtime (TestConformance runs it on each).
 func execContract(t *testing.T, d *daemon, id string) {
 	cases := []struct {
 		name             string
@@ -98,13 +93,8 @@ func TestExecStdin(t *testing.T) {
 	}
 }
 
-func TestFilesThroughCLI(t *testing.T) {
-	need(t)
-	filesContract(t, shared, shared.newSandbox(t))
-}
-
 // filesContract writes and reads back a file through the CLI in sandbox id
-// of daemon d, whatever its runtime.
+// of daemon d, whatever its runtime (TestConformance runs it on each).
 func filesContract(t *testing.T, d *daemon, id string) {
 	t.Helper()
 	data := make([]byte, 3<<20)
