@@ -14,6 +14,7 @@ import (
 // Isolation levels a runtime offers, weakest first.
 const (
 	IsolationContainer = "container" // namespaces, cgroups, seccomp: the host kernel is shared
+	IsolationGVisor    = "gvisor"    // a user-space kernel (gVisor's Sentry) between the sandbox and the host kernel
 	IsolationVM        = "vm"        // hardware virtualization: a guest kernel of its own
 )
 

@@ -43,6 +43,7 @@ import (
 	"warren/internal/agent"
 	"warren/internal/runtime/container/containerinit"
 	"warren/internal/runtime/container/spawner"
+	"warren/internal/runtime/gvisor/gvisorinit"
 	"warren/internal/runtime/vm/vminit"
 	"warren/internal/vmport"
 )
@@ -150,7 +151,14 @@ func run(args []string) int {
 			log.Error("vm setup", "err", err)
 			return 1
 		}
-		return serve(log, l, "vm", false)
+		return serve(log, "vm", false, func(*agent.Server) (net.Listener, error) { return l, nil })
+	}
+	if gvisorinit.Started() {
+		// The init of a gVisor sandbox: it exits when shut down, which
+		// ends the sandbox.
+		return serve(log, "container", true, func(srv *agent.Server) (net.Listener, error) {
+			return gvisorinit.Setup(srv.JoinWork)
+		})
 	}
 	flags := flag.NewFlagSet("warren-agent", flag.ContinueOnError)
 	listenFD := flags.Int("listen-fd", -1, "serve on this inherited listening socket")
@@ -168,24 +176,34 @@ func run(args []string) int {
 		log.Error("listen", "err", err)
 		return 2
 	}
-	return serve(log, l, *mode, containerinit.Started())
+	container := containerinit.Started()
+	return serve(log, *mode, container, func(srv *agent.Server) (net.Listener, error) {
+		if container {
+			// Started by the container runtime as a sandbox's init: page in
+			// the serving path while the runtime prepares the root (or,
+			// warm, before any sandbox exists), then set the sandbox up.
+			// Until Setup returns the root is the host's: nothing here may
+			// touch a file.
+			srv.Warm()
+			containerinit.Setup(srv.JoinWork)
+			go agent.Prefetch(agent.FirstExecFiles)
+		}
+		return l, nil
+	})
 }
 
-// serve runs the agent on l until it stops; container says the container
-// runtime started it, which must set the sandbox up first.
-func serve(log *slog.Logger, l net.Listener, mode string, container bool) int {
+// serve runs the agent until it stops, on the listener that setup returns
+// once it has set the sandbox up; ownsRoot says the root is the sandbox's
+// own (a container runtime's or gVisor runtime's init).
+func serve(log *slog.Logger, mode string, ownsRoot bool, setup func(*agent.Server) (net.Listener, error)) int {
 	reserveThreads(spareThreads)
 	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
-		OwnsRoot: container, Guest: mode == "vm" && os.Getpid() == 1}, log)
+		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1}, log)
 	defer srv.Close()
-	if container {
-		// Started by the container runtime as a sandbox's init: page in the
-		// serving path while the runtime prepares the root (or, warm, before
-		// any sandbox exists), then set the sandbox up. Until Setup returns
-		// the root is the host's: nothing here may touch a file.
-		srv.Warm()
-		containerinit.Setup(srv.JoinWork)
-		go agent.Prefetch(agent.FirstExecFiles)
+	l, err := setup(srv)
+	if err != nil {
+		log.Error("setup", "err", err)
+		return 1
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -54,7 +54,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
 	cluster := fs.String("cluster-store", "", "the in-cluster tier of always-on disks, like --blob-store: a flush in a sandbox returns\nonce its data is there, and object storage follows within --max-lag (default: none; the\nblob store then plays both roles)")
 	maxLag := fs.Duration("max-lag", 30*time.Second, "how far object storage may be behind the cluster store for always-on disks")
-	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm or container (default: none)")
+	require := fs.String("require-isolation", "", "refuse sandboxes weaker than this isolation: vm, gvisor or container (default: none)")
 	registries := fs.String("registry-allow", "", "comma-separated registries (HOST or HOST:PORT) templates' images may be pulled from\nalthough they are at a loopback or private address (default: public addresses only)")
 	noNet := fs.Bool("no-network", false, "give sandboxes loopback only (no router, no egress, no exposed ports)")
 	pool := fs.String("net-pool", network.DefaultPool.String(), "IPv4 pool of the sandboxes' router links, a /30 each; two servers on one host\nneed two pools. \"auto\": a free /16 of 10.202.0.0-10.250.0.0, recorded in the data dir")

@@ -36,6 +36,11 @@ type Group struct {
 // Name is the group's name, without the warren/ prefix.
 func (g *Group) Name() string { return g.name }
 
+// Path is the group's path under each controller's root, as an OCI
+// runtime's linux.cgroupsPath names it (the gVisor runtime's runsc joins
+// the group there).
+func (g *Group) Path() string { return "/" + parentDir + "/" + g.name }
+
 // dirs are the group's directories, one per distinct mount, in creation
 // order.
 func (g *Group) dirs() []string {

@@ -41,6 +41,7 @@ import (
 	"warren/internal/pki"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container"
+	"warren/internal/runtime/gvisor"
 	"warren/internal/runtime/vm"
 	"warren/internal/sandbox"
 	"warren/internal/server"
@@ -194,19 +195,24 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("container runtime: %w", err)
 	}
 	defer ctr.Close()
-	// The vm runtime is the stronger one; a node that cannot run it (no
-	// guest kernel, no QEMU) still serves containers.
-	runtimes := []runtime.Runtime{ctr}
+	// Runtimes strongest first: vm, gvisor, container. A node that cannot
+	// run one (no guest kernel or QEMU; no runsc) still serves the others;
+	// a runtime whose Available fails is listed with the reason.
+	gv, err := gvisor.New(subsystem(log, "gvisor"), cg, agentBin, gvisor.Options{Dir: filepath.Join(o.DataDir, "gvisor")})
+	if err != nil {
+		return fmt.Errorf("gvisor runtime: %w", err)
+	}
+	runtimes := []runtime.Runtime{gv, ctr}
 	vmRT, err := vm.New(subsystem(log, "vm"), cg, agentBin, vm.Options{Dir: filepath.Join(o.DataDir, "vm")})
 	if err != nil {
 		log.Warn("vm runtime disabled", "err", err)
 	} else {
-		runtimes = []runtime.Runtime{vmRT, ctr}
+		runtimes = []runtime.Runtime{vmRT, gv, ctr}
 	}
 	switch o.Sandbox.RequireIsolation {
-	case "", api.IsolationContainer, api.IsolationVM:
+	case "", api.IsolationContainer, api.IsolationGVisor, api.IsolationVM:
 	default:
-		return fmt.Errorf("require isolation: %q is neither %q nor %q", o.Sandbox.RequireIsolation, api.IsolationVM, api.IsolationContainer)
+		return fmt.Errorf("require isolation: %q is none of %q, %q and %q", o.Sandbox.RequireIsolation, api.IsolationVM, api.IsolationGVisor, api.IsolationContainer)
 	}
 	templates, err := template.NewCatalog(pool, subsystem(log, "template"), template.Options{AgentBinary: agentBin})
 	if err != nil {

@@ -78,8 +78,11 @@ func runtimesOf(info api.NodeInfo) []scheduler.Runtime {
 			continue
 		}
 		iso := scheduler.IsolationContainer
-		if strings.HasPrefix(ri.Isolation, "vm") {
+		switch {
+		case strings.HasPrefix(ri.Isolation, "vm"):
 			iso = scheduler.IsolationVM
+		case strings.HasPrefix(ri.Isolation, "gvisor"):
+			iso = scheduler.IsolationGVisor
 		}
 		out = append(out, scheduler.Runtime{Name: ri.Name, Isolation: iso, Accel: ri.Accel})
 	}

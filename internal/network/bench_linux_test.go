@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/internal/netnsfile"
 	"warren/internal/network/policy"
 	"warren/internal/wait"
 )
@@ -44,7 +45,7 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 				wait.For(b, 10*time.Second, "a warm router", func() bool { return len(n.pool.Ready()) > 0 })
 			}
 			target := filepath.Join(runDir, fmt.Sprintf("target-%d", i))
-			if err := newNetNS(target); err != nil {
+			if err := netnsfile.Make(target, routerSysctls); err != nil {
 				b.Fatal(err)
 			}
 			id := fmt.Sprintf("sb-bench%012d", i)
@@ -61,7 +62,7 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 			ds = append(ds, time.Since(t0))
 			b.StopTimer()
 			n.Detach(s)
-			removeNetNS(target)
+			netnsfile.Remove(target)
 			b.StartTimer()
 		}
 		reportP50(b, ds)
@@ -74,12 +75,12 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 		path := filepath.Join(runDir, "baseline")
 		for b.Loop() {
 			t0 := time.Now()
-			if err := newNetNS(path); err != nil {
+			if err := netnsfile.Make(path, routerSysctls); err != nil {
 				b.Fatal(err)
 			}
 			ds = append(ds, time.Since(t0))
 			b.StopTimer()
-			removeNetNS(path)
+			netnsfile.Remove(path)
 			b.StartTimer()
 		}
 		reportP50(b, ds)

@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/guestnet"
+	"warren/internal/netnsfile"
 	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
 	"warren/internal/network/resolver"
@@ -244,7 +245,7 @@ func (n *Node) takeWarm(id string) *Sandbox {
 		return nil
 	}
 	path := filepath.Join(n.dir, id)
-	if err := rebind(s.nsPath, path); err != nil {
+	if err := netnsfile.Rebind(s.nsPath, path); err != nil {
 		n.log.Warn("take warm router", "err", err)
 		s.destroy()
 		return nil
@@ -432,7 +433,7 @@ func (s *Sandbox) build(path string) (err error) {
 			s.destroy()
 		}
 	}()
-	if err := newNetNS(s.nsPath); err != nil {
+	if err := netnsfile.Make(s.nsPath, routerSysctls); err != nil {
 		return err
 	}
 	if err := s.openNS(); err != nil {
@@ -742,7 +743,7 @@ func (s *Sandbox) destroy() error {
 		errs = append(errs, delLink(link))
 	}
 	s.closeNS()
-	errs = append(errs, removeNetNS(s.nsPath))
+	errs = append(errs, netnsfile.Remove(s.nsPath))
 	s.n.unregister(s, c)
 	return errors.Join(errs...)
 }
@@ -801,7 +802,7 @@ func (n *Node) Sweep() error {
 			continue
 		}
 		n.log.Info("removing leftover sandbox router", "router", e.Name())
-		errs = append(errs, removeNetNS(path))
+		errs = append(errs, netnsfile.Remove(path))
 	}
 	links, err := consistent(netlink.LinkList)
 	if err != nil {

@@ -5,7 +5,8 @@
 // It is for state that outlives the process that recorded it (an earlier
 // daemon's sandbox inits and QEMUs) and for reaching a process through
 // /proc/PID paths. It does not signal or wait: callers do that through the
-// pidfd Open returns, which stays bound to the process it was opened on.
+// pidfd Open returns, which stays bound to the process it was opened on, or
+// through a Process watching it.
 package procid
 
 import (
@@ -15,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -100,5 +102,45 @@ func Exited(pidfd int) bool {
 		if err != unix.EINTR {
 			return err == nil && n > 0
 		}
+	}
+}
+
+// Process is a process watched through its pidfd (Watch). Done is closed
+// once it has exited; a Kill after that is a no-op, never a signal to a
+// process that reused its pid.
+type Process struct {
+	mu    sync.Mutex
+	pidfd int // -1 once the process has exited
+	done  chan struct{}
+}
+
+// Watch takes pidfd over and watches its process.
+func Watch(pidfd int) *Process {
+	p := &Process{pidfd: pidfd, done: make(chan struct{})}
+	go func() {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+				break
+			}
+		}
+		p.mu.Lock()
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p
+}
+
+// Done is closed once the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Kill sends the process SIGKILL if it has not exited.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pidfd >= 0 {
+		unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
 	}
 }

@@ -53,7 +53,7 @@ type Config struct {
 	ReapEvery time.Duration
 	// StartTimeout bounds a sandbox's start, agent readiness included.
 	StartTimeout time.Duration
-	// RequireIsolation, when set (api.IsolationVM or api.IsolationContainer),
+	// RequireIsolation, when set (api.IsolationVM, api.IsolationGVisor or api.IsolationContainer),
 	// refuses to create or restore a sandbox in a weaker runtime.
 	RequireIsolation string
 	// Admission bounds what the node promises (admit.go).

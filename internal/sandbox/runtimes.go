@@ -11,6 +11,8 @@ import (
 func isolationRank(name string) int {
 	switch name {
 	case api.IsolationVM:
+		return 3
+	case api.IsolationGVisor:
 		return 2
 	case api.IsolationContainer:
 		return 1

@@ -60,6 +60,7 @@ type Isolation int
 const (
 	IsolationAny       Isolation = iota // a request that does not care
 	IsolationContainer                  // namespaces, cgroups, seccomp: the host kernel is shared
+	IsolationGVisor                     // a user-space kernel between the sandbox and the host's
 	IsolationVM                         // hardware virtualization: a guest kernel of its own
 )
 
@@ -69,6 +70,8 @@ func (i Isolation) String() string {
 		return "any"
 	case IsolationContainer:
 		return "container"
+	case IsolationGVisor:
+		return "gvisor"
 	case IsolationVM:
 		return "vm"
 	}

@@ -226,7 +226,7 @@ type instance struct {
 	id      string
 	dir     string
 	st      state
-	done    chan struct{}
+	done    <-chan struct{}
 	console *consolelog.Drain // nil for an adopted sandbox of a daemon before consolelog
 
 	stopOnce sync.Once
@@ -391,7 +391,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	}
 	r.log.Debug("container started", "sandbox", spec.ID, "pid", p.pid, "host_uid", p.hostUID(), "warm", p.warm)
 	return &instance{
-		r: r, id: spec.ID, dir: spec.Dir, done: p.proc.done, console: p.console,
+		r: r, id: spec.ID, dir: spec.Dir, done: p.proc.Done(), console: p.console,
 		st: state{PID: p.pid, StartTime: start, Socket: p.sock, Slot: p.slot},
 	}, nil
 }
@@ -422,82 +422,16 @@ func (r *Runtime) sandboxCgroup(p *initProc, id string, l cgroup.Limits) (*cgrou
 	return cg, nil
 }
 
-// process is a process the runtime holds a pidfd of. done is closed once
-// it has exited; a kill after that is a no-op, never a signal to a process
-// that reused its pid.
-type process struct {
-	mu    sync.Mutex
-	pidfd int // -1 once the process has exited
-	done  chan struct{}
-}
-
-// watch takes pidfd over and watches its process.
-func watch(pidfd int) *process {
-	p := &process{pidfd: pidfd, done: make(chan struct{})}
-	go func() {
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-				break
-			}
-		}
-		p.mu.Lock()
-		unix.Close(p.pidfd)
-		p.pidfd = -1
-		p.mu.Unlock()
-		close(p.done)
-	}()
-	return p
-}
-
-// kill sends the process SIGKILL if it has not exited.
-func (p *process) kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.pidfd >= 0 {
-		unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
-	}
-}
-
-// diskMount is a detached mount of a sandbox disk, or why there is none.
+// diskMount is a detached mount of a sandbox disk (disk.MountImage), or
+// why there is none.
 type diskMount struct {
 	fd  int
 	err error
 }
 
-// mountDisk attaches the image to a loop device and mounts its ext4 as a
-// detached mount. The mount holds the device; our loop fd only bridges until
-// then, and with autoclear the device detaches itself once the mount is gone
-// (when the sandbox's mount namespace ends, or when the fd is closed
-// unattached).
 func mountDisk(image string) diskMount {
-	loop, err := disk.AttachLoop(image, disk.LoopOptions{DirectIO: true})
-	if err != nil {
-		return diskMount{err: fmt.Errorf("attach disk: %w", err)}
-	}
-	defer loop.Close()
-	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return diskMount{err: fmt.Errorf("fsopen ext4: %w", err)}
-	}
-	defer unix.Close(fsfd)
-	if err := unix.FsconfigSetString(fsfd, "source", loop.Path()); err != nil {
-		return diskMount{err: fmt.Errorf("mount disk: source: %w", err)}
-	}
-	// Online discard: what the sandbox frees becomes holes in its image, and
-	// the pool's trimmer hands those to the host (package disk says why
-	// online here and periodic for the pool).
-	if err := unix.FsconfigSetFlag(fsfd, "discard"); err != nil {
-		return diskMount{err: fmt.Errorf("mount disk: discard: %w", err)}
-	}
-	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return diskMount{err: fmt.Errorf("mount disk: %w", err)}
-	}
-	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
-	if err != nil {
-		return diskMount{err: fmt.Errorf("fsmount disk: %w", err)}
-	}
-	return diskMount{fd: mnt}
+	fd, err := disk.MountImage(image)
+	return diskMount{fd: fd, err: err}
 }
 
 // idmap makes the detached mount show ownership through the user namespace
@@ -555,7 +489,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		return nil, errors.Join(runtime.ErrGone, r.destroy(ctx, spec.ID, spec.Dir))
 	}
 	r.useSlot(st.Slot, pidfd)
-	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: watch(pidfd).done}
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, st: st, done: procid.Watch(pidfd).Done()}
 	// The console goes on into its log, from the FIFO the init still holds.
 	if fi, err := os.Lstat(filepath.Join(spec.Dir, consoleFIFO)); err == nil && fi.Mode().Type() == os.ModeNamedPipe {
 		if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {

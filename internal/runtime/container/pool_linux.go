@@ -20,6 +20,7 @@ import (
 
 	"warren/internal/cgroup"
 	"warren/internal/consolelog"
+	"warren/internal/procid"
 	"warren/internal/runtime/container/containerinit"
 	"warren/internal/runtime/container/spawner"
 	"warren/internal/warmpool"
@@ -35,7 +36,7 @@ import (
 // initProc is a spawned init waiting for its root.
 type initProc struct {
 	r        *Runtime
-	proc     *process
+	proc     *procid.Process
 	pid      int
 	slot     int
 	cg       *cgroup.Group // its cgroup (v1, from its spawn on; v2, from Start on); nil when none yet
@@ -52,8 +53,8 @@ func (p *initProc) hostUID() int { return uidBase + p.slot*uidsPerSandbox }
 
 // kill ends a spawned init that will not become a sandbox and frees its slot.
 func (p *initProc) kill() {
-	p.proc.kill()
-	<-p.proc.done
+	p.proc.Kill()
+	<-p.proc.Done()
 	if p.cg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := p.cg.Destroy(ctx); err != nil {
@@ -174,7 +175,7 @@ func (r *Runtime) spawn(dir, sockName, consoleName string, idle bool) (_ *initPr
 	if err != nil {
 		return fail(fmt.Errorf("start init: %w", err))
 	}
-	p.pid, p.proc, started = pid, watch(pidfd), true
+	p.pid, p.proc, started = pid, procid.Watch(pidfd), true
 	return p, nil
 }
 
@@ -260,7 +261,7 @@ func (r *Runtime) take(dir string) (*initProc, error) {
 			return r.spawn(dir, "agent.sock", "console", false)
 		}
 		select {
-		case <-p.proc.done: // died while waiting: take another
+		case <-p.proc.Done(): // died while waiting: take another
 			p.kill()
 			p.remove()
 			continue

@@ -86,3 +86,20 @@ func lastCap() (uintptr, error) {
 	}
 	return uintptr(n), nil
 }
+
+// DropPrivileges leaves every thread of the process with keptCaps only, in
+// its bounding set too, and sets no_new_privs: what a container sandbox's
+// init does before it serves, for an init that needs no more (the gVisor
+// runtime's, whose kernel is gVisor's own).
+func DropPrivileges() error {
+	if err := shrinkBoundingSet(); err != nil {
+		return err
+	}
+	if err := limitCapabilities(); err != nil {
+		return err
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,741 @@
+//go:build linux
+
+// Package gvisor is warren's gVisor runtime: each sandbox runs under runsc,
+// gVisor's OCI runtime, whose user-space kernel (the Sentry, on the systrap
+// platform, no KVM needed) serves the sandbox's system calls. Sandboxed
+// code never reaches the host kernel directly: an exploit lands in the
+// Sentry, a ring-3 process that is itself confined by namespaces, a
+// seccomp filter and the sandbox's cgroup, so an escape needs two steps.
+// It sits between the container runtime (one step: the host kernel) and a
+// microVM under real KVM.
+//
+// What a sandbox shares with the other runtimes: the guest agent is PID 1
+// (package gvisorinit is its half in the sandbox); the root is the
+// sandbox's own raw ext4 disk image, loop-mounted on the host in the
+// sandbox's private directory and given to runsc as its root with runsc's
+// overlay off, so writes reach the image and snapshots clone it as any
+// other; the workspace disk is mounted the same way and bound at
+// /workspace; the network is the sandbox's router, linked to a network
+// namespace of the sandbox's own whose interface runsc's network stack
+// takes over; the limits are the sandbox's cgroup, which runsc joins (CPU
+// and memory there, the Sentry sizing its memory from it), with pids
+// limited in the Sentry's own pids cgroup (gvisorinit).
+//
+// The agent dials the runtime (gvisorinit says why): the runtime listens on
+// a unix socket in a directory bound into the sandbox, and reaches the
+// agent over HTTP/2 on the connection it accepts (agentconn.NewH2C).
+//
+// Sandboxes survive a daemon restart: runsc's sandbox process does not
+// depend on the daemon, and Adopt finds it by pid and start time and
+// listens again for the agent, which dials the new socket.
+//
+// Memory checkpoints (runsc checkpoint and restore) make a sandbox pause
+// with its processes (runtime.Pauser), fork with its memory
+// (runtime.Forker) and start from a memory image (runtime.Imager):
+// checkpoint_linux.go.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/agentconn"
+	"warren/internal/cgroup"
+	"warren/internal/cleanup"
+	"warren/internal/consolelog"
+	"warren/internal/disk"
+	"warren/internal/fsfreeze"
+	"warren/internal/netnsfile"
+	"warren/internal/procid"
+	"warren/internal/runtime"
+	"warren/internal/runtime/container/containerinit"
+	"warren/internal/runtime/gvisor/gvisorinit"
+)
+
+// Platform is the Sentry's platform: systrap intercepts system calls with
+// seccomp traps and needs no hardware virtualization.
+const Platform = "systrap"
+
+// Isolation is how this runtime describes its boundary, everywhere.
+const Isolation = "gvisor (user-space kernel, " + Platform + ")"
+
+// minVersion is the oldest runsc release warren runs: Debian 13's. Debian
+// 12's (20221219) has no systrap platform and cannot checkpoint a sandbox
+// whose disk is bound from the host.
+const minVersion = 20240729
+
+// Names in a sandbox's private directory.
+const (
+	rootfsDir    = "rootfs"    // the root disk's mount point; the bundle is the directory itself
+	workspaceDir = "workspace" // the workspace disk's mount point
+	chanDir      = "chan"      // bound at gvisorinit.ChanDir; holds the agent's socket
+	netnsFile    = "netns"     // the sandbox's network namespace
+	consoleFIFO  = "console.fifo"
+	consoleLog   = "console.log"
+	runscLog     = "runsc.log"
+)
+
+// hostTasksPerPid is how many host tasks (the Sentry's threads and systrap
+// stubs) one task in the sandbox may take; hostTasksBase is the Sentry's
+// own. The host's pids limit of the sandbox's cgroup is set from them, so
+// that it never binds before the sandbox's own limit in the Sentry does:
+// a Sentry that cannot make a thread dies, and the sandbox with it.
+const (
+	hostTasksPerPid = 4
+	hostTasksBase   = 512
+)
+
+// Options configure the runtime.
+type Options struct {
+	// Dir holds the runtime's own files: runsc's state (its --root) and a
+	// copy of the agent binary. It must outlive daemon restarts. Required.
+	Dir string
+	// Runsc is the runsc binary; default: "runsc" on PATH.
+	Runsc string
+}
+
+// Runtime is the gVisor runtime. It is safe for concurrent use.
+type Runtime struct {
+	log     *slog.Logger
+	cgroups *cgroup.Hierarchy
+	opts    Options
+	runsc   string // the binary, or "" when none was found
+	version int    // its release date, YYYYMMDD; 0 when unknown
+	agent   string // the agent binary bound into every sandbox
+	state   string // runsc --root
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New makes the runtime. A host without a usable runsc still gets one,
+// whose Available says why.
+func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts Options) (*Runtime, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("gvisor runtime: a Dir is required")
+	}
+	r := &Runtime{log: log, cgroups: cgroups, opts: opts, state: filepath.Join(opts.Dir, "state"),
+		agent: filepath.Join(opts.Dir, "warren-agent")}
+	if err := os.MkdirAll(r.state, 0o700); err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %w", err)
+	}
+	// The agent is copied in, not bound from where it was built: a sandbox
+	// started now keeps its binary whatever the host later does to that
+	// path. A running sandbox holds the old file open; the new one is
+	// renamed over it.
+	if err := copyAgent(agentBinary, r.agent); err != nil {
+		return nil, fmt.Errorf("gvisor runtime: %w", err)
+	}
+	bin := opts.Runsc
+	if bin == "" {
+		bin = "runsc"
+	}
+	if path, err := exec.LookPath(bin); err == nil {
+		r.runsc = path
+		r.version = runscVersion(path)
+	}
+	return r, nil
+}
+
+// copyAgent copies the agent binary to path, read-only, replacing it.
+func copyAgent(from, path string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("agent binary: %w", err)
+	}
+	defer src.Close()
+	tmp := path + ".new"
+	os.Remove(tmp)
+	dst, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := dst.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// versionRE finds the release date in `runsc --version`: "runsc version
+// release-20240729.0" upstream, "runsc version 0.0~20240729.0" in Debian.
+var versionRE = regexp.MustCompile(`runsc version \S*?(20\d{6})`)
+
+func runscVersion(bin string) int {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return 0
+	}
+	return parseVersion(string(out))
+}
+
+func parseVersion(out string) int {
+	m := versionRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.Atoi(m[1])
+	return v
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "gvisor" }
+
+// Isolation implements runtime.Runtime.
+func (r *Runtime) Isolation() string { return Isolation }
+
+// Available implements runtime.Runtime: it needs root, a runsc of Debian
+// 13's release or later, and user namespaces (runsc confines its own
+// processes in them).
+func (r *Runtime) Available() error {
+	switch {
+	case os.Geteuid() != 0:
+		return errors.New("the gvisor runtime needs root")
+	case r.runsc == "":
+		return errors.New("runsc is not installed (Debian 13's package runsc; scripts/deps.sh installs it)")
+	case r.version < minVersion:
+		return fmt.Errorf("%s is release %d; warren needs %d or later (Debian 13's), with the systrap platform", r.runsc, r.version, minVersion)
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return errors.New("user namespaces are disabled (user.max_user_namespaces = 0)")
+	}
+	return nil
+}
+
+// state is what Adopt needs after a daemon restart.
+type state struct {
+	// PID and StartTime name the sandbox's runsc sandbox process (the
+	// Sentry); 0 while paused.
+	PID       int    `json:"pid,omitempty"`
+	StartTime uint64 `json:"start_time,omitempty"`
+	// Network says the sandbox has a router (runsc --network=sandbox).
+	Network bool `json:"network,omitempty"`
+	// Paused says the sandbox is checkpointed in its directory, with no
+	// process (checkpoint_linux.go).
+	Paused bool `json:"paused,omitempty"`
+}
+
+// instance is one gVisor sandbox.
+type instance struct {
+	r     *Runtime
+	id    string
+	dir   string
+	agent *channel
+
+	done     chan struct{} // closed when the sandbox ends, not when a pause ends its process
+	doneOnce sync.Once
+
+	// opMu serializes Pause, Resume, Hold and Stop; it guards the fields
+	// below, mu guards them for State.
+	opMu    sync.Mutex
+	mu      sync.Mutex
+	st      state
+	proc    *procid.Process // the running Sentry; nil while paused
+	console *consolelog.Drain
+	stopped bool
+	stopErr error
+}
+
+func (in *instance) State() []byte {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	b, _ := json.Marshal(in.st) // ints and bools always marshal
+	return b
+}
+
+func (in *instance) AgentSocket() string   { return in.agent.path }
+func (in *instance) Dial() *agentconn.Conn { return in.agent.conn }
+func (in *instance) Done() <-chan struct{} { return in.done }
+
+func (in *instance) closeDone() { in.doneOnce.Do(func() { close(in.done) }) }
+
+// follow ends the sandbox when p exits, unless a pause ended it.
+func (in *instance) follow(p *procid.Process) {
+	<-p.Done()
+	in.mu.Lock()
+	planned := in.proc != p
+	in.mu.Unlock()
+	if !planned {
+		in.closeDone()
+	}
+}
+
+// run makes p the instance's running Sentry.
+func (in *instance) run(p *procid.Process, pid int, start uint64) {
+	in.mu.Lock()
+	in.proc, in.st.PID, in.st.StartTime, in.st.Paused = p, pid, start, false
+	in.mu.Unlock()
+	go in.follow(p)
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, err error) {
+	if spec.DiskNBD {
+		return nil, errors.New("gvisor runtime: the root disk must be an image")
+	}
+	var undo cleanup.Stack
+	defer undo.RunIf(&err)
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, done: make(chan struct{}), st: state{Network: spec.Network != nil}}
+	undo.Add(func() { r.release(context.WithoutCancel(ctx), spec.ID, spec.Dir) })
+	if err := r.prepare(spec); err != nil {
+		return nil, err
+	}
+	if spec.Network != nil {
+		if err := spec.Network.PlugNetNS(filepath.Join(spec.Dir, netnsFile)); err != nil {
+			return nil, err
+		}
+	}
+	if in.agent, err = listen(spec.Dir); err != nil {
+		return nil, err
+	}
+	if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {
+		return nil, err
+	}
+	undo.Add(in.console.Stop)
+	args := []string{"run", "--detach", "--bundle", spec.Dir, spec.ID}
+	if spec.Memory != "" {
+		args = []string{"restore", "--detach", "--bundle", spec.Dir, "--image-path", spec.Memory, spec.ID}
+	}
+	if err := in.runsc(ctx, args...); err != nil {
+		return nil, err
+	}
+	if err := in.attach(ctx); err != nil {
+		return nil, err
+	}
+	r.log.Debug("gvisor sandbox started", "sandbox", spec.ID, "pid", in.st.PID, "from_memory", spec.Memory != "")
+	return in, nil
+}
+
+// prepare makes what a sandbox needs before runsc starts it: its mounts,
+// cgroup, network namespace and bundle.
+func (r *Runtime) prepare(spec runtime.Spec) error {
+	if err := mountImage(spec.Disk, filepath.Join(spec.Dir, rootfsDir)); err != nil {
+		return err
+	}
+	if spec.Workspace != "" {
+		if err := mountImage(spec.Workspace, filepath.Join(spec.Dir, workspaceDir)); err != nil {
+			return err
+		}
+	}
+	l := cgroup.Limits{CPUs: spec.Limits.CPUs, MemoryBytes: spec.Limits.MemoryBytes}
+	if l.MemoryBytes > 0 {
+		l.MemoryBytes += runtime.AgentMemoryMB << 20
+	}
+	if spec.Limits.Pids > 0 {
+		l.Pids = hostTasksBase + hostTasksPerPid*(spec.Limits.Pids+runtime.AgentPids)
+	}
+	cg, err := r.cgroups.Create(spec.ID, l)
+	if err != nil {
+		return fmt.Errorf("create cgroup: %w", err)
+	}
+	netns := filepath.Join(spec.Dir, netnsFile)
+	if err := netnsfile.Make(netns, nil); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(spec.Dir, chanDir), 0o755); err != nil {
+		return err
+	}
+	return r.bundle(spec.Dir, spec, cg.Path(), netns)
+}
+
+// mountImage mounts the ext4 image at dir (made if missing), nosuid and
+// nodev: only runsc's file server reaches it there.
+func mountImage(image, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fd, err := disk.MountImage(image)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("mount disk: %w", err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount disk at %s: %w", dir, err)
+	}
+	return nil
+}
+
+// runsc runs a runsc command for the sandbox, with the flags every command
+// of it takes. Its stdio is the sandbox's console; runsc itself logs to
+// runsc.log in the sandbox's directory.
+func (in *instance) runsc(ctx context.Context, args ...string) error {
+	network := "none"
+	if in.st.Network {
+		network = "sandbox"
+	}
+	flags := []string{
+		"--root", in.r.state, "--platform", Platform,
+		// Writes go to the disk, not to a memory overlay.
+		"--overlay2", "none",
+		// The agent may connect to the runtime's socket, bound into the
+		// sandbox, and to no other host socket: nothing else is bound in.
+		"--host-uds", "open",
+		"--network", network,
+		"--log", filepath.Join(in.dir, runscLog),
+	}
+	cmd := exec.CommandContext(ctx, in.r.runsc, append(flags, args...)...)
+	console, err := consolelog.Writer(filepath.Join(in.dir, consoleFIFO))
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	// Files, not pipes: the sandbox inherits them and outlives the command.
+	cmd.Stdout, cmd.Stderr = console, console
+	// The sandbox's processes must not die with the daemon, nor take its
+	// signals.
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = time.Second
+	err = startRunsc(cmd, in.dir)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, in.runscError())
+	}
+	return nil
+}
+
+// runscError is the error runsc logged last (it logs its fatal errors as
+// "FATAL ERROR: ..." in runsc.log), or "".
+func (in *instance) runscError() string {
+	b, err := os.ReadFile(filepath.Join(in.dir, runscLog))
+	if err != nil {
+		return ""
+	}
+	if i := bytes.LastIndex(b, []byte("FATAL ERROR: ")); i >= 0 {
+		b = b[i+len("FATAL ERROR: "):]
+	}
+	return tail(string(b))
+}
+
+// tail is the last line or so of runsc's error output.
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 500 {
+		s = "…" + s[len(s)-500:]
+	}
+	return s
+}
+
+// attach finds the sandbox's process after runsc started it and follows it.
+func (in *instance) attach(ctx context.Context) error {
+	pid, err := in.r.sandboxPID(ctx, in.id)
+	if err != nil {
+		return err
+	}
+	start, err := procid.StartTime(pid)
+	if err != nil {
+		return fmt.Errorf("sandbox process: %w", err)
+	}
+	pidfd, err := procid.Open(pid, start)
+	if err != nil {
+		return fmt.Errorf("sandbox process: %w", err)
+	}
+	in.run(procid.Watch(pidfd), pid, start)
+	return nil
+}
+
+// sandboxPID is the host pid of the sandbox process of container id, from
+// runsc's state.
+func (r *Runtime) sandboxPID(ctx context.Context, id string) (int, error) {
+	out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "state", id).Output()
+	if err != nil {
+		return 0, fmt.Errorf("runsc state: %w", err)
+	}
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, fmt.Errorf("runsc state: %w", err)
+	}
+	if st.Pid <= 0 || st.Status != "running" {
+		return 0, fmt.Errorf("runsc state: sandbox %s is %s", id, st.Status)
+	}
+	return st.Pid, nil
+}
+
+// Adopt implements runtime.Runtime.
+func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil || (st.PID <= 0 && !st.Paused) {
+		return nil, errors.Join(runtime.ErrGone, r.release(ctx, spec.ID, spec.Dir))
+	}
+	in := &instance{r: r, id: spec.ID, dir: spec.Dir, done: make(chan struct{}), st: st}
+	var err error
+	if in.agent, err = listen(spec.Dir); err != nil {
+		return nil, errors.Join(err, r.release(ctx, spec.ID, spec.Dir))
+	}
+	if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {
+		r.log.Warn("adopted sandbox's console not drained", "sandbox", spec.ID, "err", err)
+	}
+	if st.Paused {
+		return in, nil
+	}
+	pidfd, err := procid.Open(st.PID, st.StartTime)
+	if err != nil {
+		in.agent.close()
+		return nil, errors.Join(runtime.ErrGone, r.release(ctx, spec.ID, spec.Dir))
+	}
+	in.run(procid.Watch(pidfd), st.PID, st.StartTime)
+	// A daemon that died between a freeze and its thaw left a disk frozen.
+	for _, d := range []string{rootfsDir, workspaceDir} {
+		in.thawHost(filepath.Join(spec.Dir, d))
+	}
+	return in, nil
+}
+
+// Sweep implements runtime.Runtime: it deletes runsc's containers of every
+// known sandbox that is not kept, with their mounts and cgroups.
+func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
+	entries, err := os.ReadDir(r.state)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		id := containerID(e.Name())
+		if id == "" || !known[id] || keep[id] {
+			continue
+		}
+		r.log.Info("removing leftover gvisor sandbox", "sandbox", id)
+		errs = append(errs, r.release(ctx, id, r.bundleOf(ctx, id)))
+	}
+	return errors.Join(errs...)
+}
+
+// containerID is the container a file of runsc's state directory belongs
+// to ("ID_sandbox:ID.state", "ID_sandbox:ID.lock" and the like), or "".
+func containerID(name string) string {
+	id, _, ok := strings.Cut(name, "_sandbox:")
+	if !ok {
+		return ""
+	}
+	return id
+}
+
+// bundleOf is the bundle directory runsc recorded for container id, or ""
+// when it has none.
+func (r *Runtime) bundleOf(ctx context.Context, id string) string {
+	out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "state", id).Output()
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Bundle string `json:"bundle"`
+	}
+	if json.Unmarshal(out, &st) != nil {
+		return ""
+	}
+	return st.Bundle
+}
+
+// Stop implements runtime.Instance.
+func (in *instance) Stop(ctx context.Context) error {
+	in.opMu.Lock()
+	defer in.opMu.Unlock()
+	if in.stopped {
+		return in.stopErr
+	}
+	in.stopped = true
+	ctx = context.WithoutCancel(ctx)
+	in.agent.close()
+	in.stopErr = in.r.release(ctx, in.id, in.dir)
+	in.mu.Lock()
+	p := in.proc
+	in.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.Done():
+		case <-time.After(10 * time.Second):
+			in.stopErr = errors.Join(in.stopErr, fmt.Errorf("sandbox %s: its process did not exit after kill", in.id))
+		}
+	}
+	if in.console != nil {
+		in.console.Stop()
+	}
+	in.closeDone()
+	return in.stopErr
+}
+
+// release kills the sandbox of container id and removes what it held: its
+// runsc container, cgroup, mounts, network namespace and (when dir is not
+// "") its directory's contents. It is idempotent.
+func (r *Runtime) release(ctx context.Context, id, dir string) error {
+	var errs []error
+	if r.runsc != "" {
+		// delete --force kills the sandbox and forgets it; a container
+		// runsc does not know is not an error here.
+		out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "delete", "--force", id).CombinedOutput()
+		if err != nil && !bytes.Contains(out, []byte("does not exist")) && !bytes.Contains(out, []byte("not found")) {
+			errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, tail(string(out))))
+		}
+	}
+	cg, err := r.cgroups.Open(id)
+	switch {
+	case err == nil:
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs = append(errs, cg.Destroy(kctx))
+		cancel()
+	case !errors.Is(err, cgroup.ErrNotFound):
+		errs = append(errs, err)
+	}
+	if dir == "" {
+		return errors.Join(errs...)
+	}
+	for _, d := range []string{rootfsDir, workspaceDir} {
+		errs = append(errs, unmount(filepath.Join(dir, d)))
+	}
+	errs = append(errs, netnsfile.Remove(filepath.Join(dir, netnsFile)))
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// unmount unmounts the disk at dir, thawing it first should a dead daemon
+// have left it frozen; a directory that is no mount point is left alone.
+func unmount(dir string) error {
+	if err := unix.Unmount(dir, 0); err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if errors.Is(err, unix.EINVAL) {
+		return nil // not a mount point
+	}
+	if f, err := os.Open(dir); err == nil {
+		fsfreeze.Thaw(int(f.Fd()))
+		f.Close()
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}
+
+// diskDir is the host mount point of the sandbox's disk mounted at path
+// in it: "/" or "/workspace".
+func (in *instance) diskDir(path string) (string, error) {
+	switch path {
+	case "", "/":
+		return filepath.Join(in.dir, rootfsDir), nil
+	case "/" + containerinit.WorkspaceDir:
+		return filepath.Join(in.dir, workspaceDir), nil
+	}
+	return "", fmt.Errorf("no disk is mounted at %q", path)
+}
+
+// thawHost thaws the disk mounted at dir if it is frozen.
+func (in *instance) thawHost(dir string) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if err := fsfreeze.Thaw(int(f.Fd())); err != nil && !errors.Is(err, fsfreeze.ErrNotFrozen) {
+		in.r.log.Warn("thaw adopted sandbox's disk", "sandbox", in.id, "dir", dir, "err", err)
+	}
+}
+
+// channel is the host's end of the agent's channel: a listening socket in
+// the sandbox's chan directory, and the Conn that speaks HTTP/2 over the
+// connection the agent dials to it.
+type channel struct {
+	path string
+	conn *agentconn.Conn
+
+	mu  sync.Mutex
+	ln  *net.UnixListener // nil while closed (a pause)
+	cur net.Conn          // the agent's connection in use
+}
+
+// listen listens for the agent in dir's chan directory.
+func listen(dir string) (*channel, error) {
+	c := &channel{path: filepath.Join(dir, chanDir, gvisorinit.Socket)}
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	c.conn = agentconn.NewH2C(c.accept)
+	return c, nil
+}
+
+// open listens on the channel's socket, replacing a stale one.
+func (c *channel) open() error {
+	os.Remove(c.path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listen for agent: %w", err)
+	}
+	// The Sentry connects as the host's root; nothing else may.
+	if err := os.Chmod(c.path, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	c.mu.Lock()
+	c.ln = ln
+	c.mu.Unlock()
+	return nil
+}
+
+// accept takes the agent's next connection (agentconn.NewH2C's dial).
+func (c *channel) accept(ctx context.Context) (net.Conn, error) {
+	c.mu.Lock()
+	ln := c.ln
+	c.mu.Unlock()
+	if ln == nil {
+		return nil, errors.New("the sandbox is paused")
+	}
+	stop := context.AfterFunc(ctx, func() { ln.SetDeadline(time.Now()) })
+	defer stop()
+	ln.SetDeadline(time.Time{})
+	conn, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	c.mu.Lock()
+	c.cur = conn
+	c.mu.Unlock()
+	return conn, nil
+}
+
+// close stops listening and ends the agent's connection: the agent holds
+// no host descriptor of it once it has seen the end.
+func (c *channel) close() {
+	c.mu.Lock()
+	ln, cur := c.ln, c.cur
+	c.ln, c.cur = nil, nil
+	c.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	if cur != nil {
+		cur.Close()
+	}
+	c.conn.Close()
+}
