@@ -18,6 +18,25 @@ if ((${#missing[@]})); then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# gVisor's runsc, the gvisor runtime: Debian 13's build (20240729, with the
+# systrap platform and checkpoints), by name from Debian's own archive. On
+# Debian 12, whose own runsc is a 2022 build, trixie is added as a source
+# pinned at priority 100: nothing else is taken from it unless asked for.
+release_of() { grep -o '20[0-9]\{6\}' | head -1; }
+if [[ $(runsc --version 2>/dev/null | release_of) < 20240729 ]]; then
+	target=()
+	if [[ $(apt-cache policy runsc 2>/dev/null | awk '$1 == "Candidate:" { print $2 }' | release_of) < 20240729 ]]; then
+		if ! grep -qs trixie /etc/apt/sources.list /etc/apt/sources.list.d/*; then
+			echo "warren: adding Debian 13 (trixie) as an apt source pinned at priority 100, for runsc" >&2
+			printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >/etc/apt/sources.list.d/warren-trixie.sources
+			printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' >/etc/apt/preferences.d/warren-trixie
+		fi
+		apt-get update -qq
+		target=(-t trixie)
+	fi
+	echo "warren: installing runsc (gVisor) from Debian 13" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${target[@]}" runsc >/dev/null
+fi
 # npm, for the e2b SDK the E2B compatibility tests install: some nodejs
 # builds ship it, Debian's comes apart. chromium runs the web console's
 # end-to-end test (e2e/console_test.go), headless.
