@@ -157,7 +157,9 @@ func run(args []string) int {
 		// The init of a gVisor sandbox: it exits when shut down, which
 		// ends the sandbox.
 		return serve(log, "container", true, func(srv *agent.Server) (net.Listener, error) {
-			return gvisorinit.Setup(srv.JoinWork)
+			return gvisorinit.Setup(srv.JoinWork, func(pid int, rss int64) {
+				log.Warn("killed the largest process: the sandbox is out of memory", "pid", pid, "rss_bytes", rss)
+			})
 		})
 	}
 	flags := flag.NewFlagSet("warren-agent", flag.ContinueOnError)

@@ -487,16 +487,29 @@ func (h *Hierarchy) limitMemoryV1(dir string, bytes int64) error {
 	if bytes == 0 {
 		return nil
 	}
-	// The memory limit first: memsw may never be below it.
-	if err := writeFile(filepath.Join(dir, "memory.limit_in_bytes"), strconv.FormatInt(bytes, 10)); err != nil {
-		return fmt.Errorf("set memory limit: %w", err)
-	}
-	if memsw := filepath.Join(dir, "memory.memsw.limit_in_bytes"); fileExists(memsw) {
-		if err := writeFile(memsw, strconv.FormatInt(bytes, 10)); err != nil {
+	// memsw may never be below the memory limit: a limit that shrinks goes
+	// first, one that grows after memsw.
+	limit, memsw := filepath.Join(dir, "memory.limit_in_bytes"), filepath.Join(dir, "memory.memsw.limit_in_bytes")
+	v := strconv.FormatInt(bytes, 10)
+	if !fileExists(memsw) {
+		h.warnSwap()
+		if err := writeFile(limit, v); err != nil {
+			return fmt.Errorf("set memory limit: %w", err)
+		}
+	} else if cur, err := readInt(memsw); err == nil && bytes > cur {
+		if err := writeFile(memsw, v); err != nil {
 			return fmt.Errorf("set swap limit: %w", err)
 		}
+		if err := writeFile(limit, v); err != nil {
+			return fmt.Errorf("set memory limit: %w", err)
+		}
 	} else {
-		h.warnSwap()
+		if err := writeFile(limit, v); err != nil {
+			return fmt.Errorf("set memory limit: %w", err)
+		}
+		if err := writeFile(memsw, v); err != nil {
+			return fmt.Errorf("set swap limit: %w", err)
+		}
 	}
 	// Belt and braces against swapping; some kernels refuse it, and memsw
 	// above already stops the escape where swap is accounted.

@@ -33,6 +33,12 @@ const (
 	AgentPids     = 64
 )
 
+// SentryMemoryMB is what a gVisor sandbox's Sentry (its user-space kernel,
+// package runtime/gvisor) holds of the node beside the sandbox's memory and
+// the agent's reserve: its own heap and page tables, and the cache of the
+// sandbox's disk. The node's admission counts it.
+const SentryMemoryMB = 64
+
 // Spec is everything a runtime needs to start one sandbox.
 type Spec struct {
 	ID string
@@ -162,10 +168,12 @@ type Pauser interface {
 	Resume(ctx context.Context) error
 }
 
-// Clocked is an Instance with a kernel, and so a clock, of its own (a
-// VM's), which stands still while its machine is paused or held: the
-// manager steps it to the host's (the agent's Init) when it boots and
-// whenever it runs again. OwnClock says whether it is one.
+// Clocked is an Instance with a kernel, and so a clock and a random
+// generator, of its own (a VM's), whose clock stands still while its
+// machine is paused or held: the manager steps it to the host's (the
+// agent's Init) when it boots and whenever it runs again, and reseeds the
+// generator of one started from a memory image. OwnClock says whether it
+// is one. (gVisor's kernel takes both from the host's.)
 type Clocked interface {
 	OwnClock() bool
 }

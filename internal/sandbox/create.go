@@ -109,15 +109,22 @@ func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string,
 	}
 }
 
-// vmRuntime is the vm runtime's name (runtime/vm).
-const vmRuntime = "vm"
+// The names of the runtimes whose sandboxes hold more of the node than
+// the container runtime's (runtime/vm, runtime/gvisor).
+const (
+	vmRuntime     = "vm"
+	gvisorRuntime = "gvisor"
+)
 
 // claimOf is what sandbox rec holds of its node.
 func claimOf(rec store.Sandbox) claim {
 	c := claim{tenant: rec.Tenant, cpus: rec.CPUs, memoryMB: rec.MemoryMB, diskMB: rec.DiskMB + rec.WorkspaceMB}
-	if rec.Runtime == vmRuntime {
+	switch rec.Runtime {
+	case vmRuntime:
 		c.memoryMB += vmOverheadMB
-	} else {
+	case gvisorRuntime:
+		c.memoryMB += runtime.AgentMemoryMB + runtime.SentryMemoryMB
+	default:
 		c.memoryMB += runtime.AgentMemoryMB
 	}
 	return c
@@ -416,7 +423,8 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
 	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env, MachineId: newMachineID()}
-	if img != nil {
+	if img != nil && ownsClock(b.inst) {
+		// A kernel of its own woke with the image's generator state.
 		init.RandomSeed = newSeed()
 	}
 	if err := initAgent(ctx, b.inst, b.conn, init); err != nil {

@@ -61,7 +61,9 @@ import (
 	"warren/internal/consolelog"
 	"warren/internal/disk"
 	"warren/internal/fsfreeze"
+	"warren/internal/guestnet"
 	"warren/internal/netnsfile"
+	"warren/internal/osthread"
 	"warren/internal/procid"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
@@ -322,6 +324,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err := in.attach(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.raise(spec); err != nil {
+		return nil, err
+	}
 	r.log.Debug("gvisor sandbox started", "sandbox", spec.ID, "pid", in.st.PID, "from_memory", spec.Memory != "")
 	return in, nil
 }
@@ -337,6 +342,10 @@ func (r *Runtime) prepare(spec runtime.Spec) error {
 			return err
 		}
 	}
+	// The Sentry sizes its memory from the limit the cgroup has when it
+	// boots: the sandbox's and the agent's reserve (the agent holds the
+	// sandbox to it, gvisorinit). Once it runs, the limit grows by the
+	// Sentry's own (raise).
 	l := cgroup.Limits{CPUs: spec.Limits.CPUs, MemoryBytes: spec.Limits.MemoryBytes}
 	if l.MemoryBytes > 0 {
 		l.MemoryBytes += runtime.AgentMemoryMB << 20
@@ -348,14 +357,48 @@ func (r *Runtime) prepare(spec runtime.Spec) error {
 	if err != nil {
 		return fmt.Errorf("create cgroup: %w", err)
 	}
+	// runsc's network stack takes the namespace's interfaces that are up,
+	// loopback included.
 	netns := filepath.Join(spec.Dir, netnsFile)
 	if err := netnsfile.Make(netns, nil); err != nil {
 		return err
+	}
+	if err := inNetNS(netns, func() error { return guestnet.Up("lo") }); err != nil {
+		return fmt.Errorf("sandbox loopback: %w", err)
 	}
 	if err := os.Mkdir(filepath.Join(spec.Dir, chanDir), 0o755); err != nil {
 		return err
 	}
 	return r.bundle(spec.Dir, spec, cg.Path(), netns)
+}
+
+// raise makes room in the sandbox's cgroup for the Sentry's own memory,
+// beside what the Sentry gives the sandbox (prepare).
+func (r *Runtime) raise(spec runtime.Spec) error {
+	if spec.Limits.MemoryBytes == 0 {
+		return nil
+	}
+	cg, err := r.cgroups.Open(spec.ID)
+	if err != nil {
+		return err
+	}
+	return cg.Limit(cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes + (runtime.AgentMemoryMB+runtime.SentryMemoryMB)<<20})
+}
+
+// inNetNS runs f on a thread of its own in the network namespace at netns.
+func inNetNS(netns string, f func() error) (err error) {
+	osthread.Throwaway(func() {
+		var fd int
+		if fd, err = unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		if err = unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return
+		}
+		err = f()
+	})
+	return err
 }
 
 // mountImage mounts the ext4 image at dir (made if missing), nosuid and
@@ -682,8 +725,15 @@ func listen(dir string) (*channel, error) {
 	return c, nil
 }
 
-// open listens on the channel's socket, replacing a stale one.
+// open listens on the channel's socket, replacing a stale one (of a daemon
+// that died) or its own.
 func (c *channel) open() error {
+	c.mu.Lock()
+	if c.ln != nil {
+		c.ln.Close()
+		c.ln = nil
+	}
+	c.mu.Unlock()
 	os.Remove(c.path)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.path, Net: "unix"})
 	if err != nil {

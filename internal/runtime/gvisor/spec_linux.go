@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
@@ -66,17 +67,20 @@ type ociNamespace struct {
 	Path string `json:"path,omitempty"`
 }
 
-// initCaps is what the init starts with: the capabilities every sandbox
-// process keeps (containerinit.KeptCapabilities), and CAP_SYS_ADMIN, which
-// the init needs to make the sandbox's pids cgroup and then drops with the
-// rest (gvisorinit.Setup). All are capabilities in gVisor's kernel, not
-// the host's.
-var initCaps = []string{
+// keptCaps are the capabilities every sandbox process keeps, as the
+// container runtime's (containerinit.KeptCapabilities): the init's
+// inheritable set. The init also has CAP_SYS_ADMIN, to make the sandbox's
+// pids cgroup and to set a forked sandbox's hostname; it takes it out of
+// the bounding set of what it starts (gvisorinit.Setup). All are
+// capabilities in gVisor's kernel, not the host's.
+var keptCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID",
 	"CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP",
 	"CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SYS_CHROOT",
-	"CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP", "CAP_SYS_ADMIN",
+	"CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
 }
+
+var initCaps = append(slices.Clip(keptCaps), "CAP_SYS_ADMIN")
 
 // bundle writes the OCI bundle of a sandbox into dir: config.json, and
 // rootfs, the root disk's mount point. The root is the disk, with writes
@@ -101,11 +105,11 @@ func (r *Runtime) bundle(dir string, spec runtime.Spec, cgroupPath, netns string
 		mounts = append(mounts, ociMount{Destination: "/" + containerinit.WorkspaceDir, Type: "bind",
 			Source: filepath.Join(dir, workspaceDir), Options: []string{"bind", "rw"}})
 	}
-	caps := ociCapabilities{Bounding: initCaps, Effective: initCaps, Permitted: initCaps, Inheritable: initCaps}
+	caps := ociCapabilities{Bounding: initCaps, Effective: initCaps, Permitted: initCaps, Inheritable: keptCaps}
 	s := ociSpec{
 		Version: "1.0.2",
 		Process: ociProcess{
-			Args:         gvisorinit.Args(gvisorinit.Config{Network: spec.Network != nil, Pids: spec.Limits.Pids}),
+			Args:         gvisorinit.Args(initConfig(spec)),
 			Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 			Cwd:          "/",
 			Capabilities: caps,
@@ -126,4 +130,15 @@ func (r *Runtime) bundle(dir string, spec runtime.Spec, cgroupPath, netns string
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+// initConfig is what the init is told of spec.
+func initConfig(spec runtime.Spec) gvisorinit.Config {
+	cfg := gvisorinit.Config{Network: spec.Network != nil, Pids: spec.Limits.Pids}
+	if spec.Limits.MemoryBytes > 0 {
+		// The processes get their limit in full while the agent uses no
+		// more than half its reserve.
+		cfg.Memory = spec.Limits.MemoryBytes + runtime.AgentMemoryMB<<20/2
+	}
+	return cfg
 }

@@ -87,15 +87,14 @@ func lastCap() (uintptr, error) {
 	return uintptr(n), nil
 }
 
-// DropPrivileges leaves every thread of the process with keptCaps only, in
-// its bounding set too, and sets no_new_privs: what a container sandbox's
-// init does before it serves, for an init that needs no more (the gVisor
-// runtime's, whose kernel is gVisor's own).
-func DropPrivileges() error {
+// LimitExecs shrinks the bounding set of every thread of the process to
+// keptCaps and sets no_new_privs: whatever the process starts holds
+// keptCaps at most, and no exec gains more, while the process keeps its
+// own. The gVisor runtime's init calls it (its capabilities are gVisor's
+// kernel's, and it keeps CAP_SYS_ADMIN to set a forked sandbox's
+// hostname).
+func LimitExecs() error {
 	if err := shrinkBoundingSet(); err != nil {
-		return err
-	}
-	if err := limitCapabilities(); err != nil {
 		return err
 	}
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {

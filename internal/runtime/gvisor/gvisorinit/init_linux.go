@@ -8,8 +8,9 @@
 // the hostname and the network; Setup writes /etc/hosts and
 // /etc/resolv.conf for a networked sandbox, puts the processes the agent
 // will start under the sandbox's pids limit (in the Sentry's own pids
-// cgroup), drops the capabilities the container runtime drops, and
-// returns the listener the agent serves on.
+// cgroup), makes sure that what it starts holds no more capabilities than
+// a container sandbox's processes (the bounding set) while it keeps its
+// own, and returns the listener the agent serves on.
 //
 // The agent's channel. The host cannot connect into a sandbox whose socket
 // it must save in a checkpoint (the Sentry refuses to save an endpoint
@@ -64,6 +65,10 @@ type Config struct {
 	// Pids limits the processes the agent starts (0: no limit); the
 	// agent's own threads are outside it.
 	Pids int64 `json:"pids,omitempty"`
+	// Memory is the memory, in bytes, the sandbox's processes may use
+	// together, with the agent's share of its reserve (memory_linux.go);
+	// 0: no limit.
+	Memory int64 `json:"memory,omitempty"`
 }
 
 // Args are the init's command line for cfg.
@@ -78,8 +83,9 @@ func Started() bool { return len(os.Args) == 3 && os.Args[1] == arg1 }
 
 // Setup sets the sandbox up and returns the listener the agent serves on.
 // joinWork must move the thread the agent starts processes from into the
-// cgroup whose tasks files it gets (the agent's JoinWork).
-func Setup(joinWork func(tasks []int) error) (net.Listener, error) {
+// cgroup whose tasks files it gets (the agent's JoinWork); oomKilled is
+// told of each process killed for passing the memory limit.
+func Setup(joinWork func(tasks []int) error, oomKilled func(pid int, rss int64)) (net.Listener, error) {
 	var cfg Config
 	if err := json.Unmarshal([]byte(os.Args[2]), &cfg); err != nil {
 		return nil, fmt.Errorf("gvisor init config: %w", err)
@@ -98,8 +104,11 @@ func Setup(joinWork func(tasks []int) error) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	if err := containerinit.DropPrivileges(); err != nil {
+	if err := containerinit.LimitExecs(); err != nil {
 		return nil, err
+	}
+	if cfg.Memory > 0 {
+		go holdMemory(cfg.Memory, oomKilled)
 	}
 	return &dialer{path: filepath.Join(ChanDir, Socket), closed: make(chan struct{})}, nil
 }
@@ -108,8 +117,9 @@ func Setup(joinWork func(tasks []int) error) (net.Listener, error) {
 // hierarchy and moves the agent's spawning thread into it, so that every
 // process the agent starts is born there; the agent stays outside, keeping
 // its own threads whatever the sandbox runs. The hierarchy is unmounted
-// before the sandbox runs anything, and without CAP_SYS_ADMIN (dropped
-// next) no process of the sandbox can mount it again to leave the group.
+// before the sandbox runs anything, and without CAP_SYS_ADMIN (gone from
+// the bounding set next) no process of the sandbox can mount it again to
+// leave the group.
 func limitPids(max int64, joinWork func(tasks []int) error) error {
 	mnt := filepath.Join(Dir, "cgroup")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
