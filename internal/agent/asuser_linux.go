@@ -64,6 +64,12 @@ func setThreadFSCreds(uid, gid uint32, groups []uint32) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(p), 0); e != 0 {
 		return fmt.Errorf("setgroups: %w", e)
 	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0); e == unix.ENOSYS {
+		if err := setThreadEffectiveIDs(uid, gid); err != nil {
+			return err
+		}
+		return checkGroups(groups)
+	}
 	// setfsgid and setfsuid return the previous id, never an error: a call
 	// with an invalid id changes nothing and tells the one in force.
 	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
@@ -74,11 +80,52 @@ func setThreadFSCreds(uid, gid uint32, groups []uint32) error {
 	if got, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); uint32(got) != uid {
 		return fmt.Errorf("setfsuid(%d): fsuid is %d", uid, got)
 	}
+	return checkGroups(groups)
+}
+
+// checkGroups checks that the calling thread's supplementary groups are
+// groups.
+func checkGroups(groups []uint32) error {
 	got := make([]uint32, len(groups)+1)
 	n, _, e := unix.RawSyscall(unix.SYS_GETGROUPS, uintptr(len(got)), uintptr(unsafe.Pointer(&got[0])), 0)
 	want := slices.Sorted(slices.Values(groups)) // the kernel keeps them sorted
 	if e != 0 || !slices.Equal(got[:n], want) {
 		return fmt.Errorf("setgroups(%v): groups are %v (%v)", groups, got[:n], e)
+	}
+	return nil
+}
+
+// setThreadEffectiveIDs is setThreadFSCreds's way where the kernel has no
+// setfsuid (gVisor's): the thread's effective uid and gid, which the
+// filesystem ids follow, with the saved ids left as they are (root's), so
+// that the thread can switch back. A root euid that becomes another clears
+// the effective capabilities, and switching back restores them, as
+// setfsuid does for the filesystem's. The gid changes while the thread is
+// still root, and back after it is root again.
+func setThreadEffectiveIDs(uid, gid uint32) error {
+	setgid := func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(gid), ^uintptr(0)); e != 0 {
+			return fmt.Errorf("setresgid(-1, %d, -1): %w", gid, e)
+		}
+		return nil
+	}
+	setuid := func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+			return fmt.Errorf("setresuid(-1, %d, -1): %w", uid, e)
+		}
+		return nil
+	}
+	steps := []func() error{setgid, setuid}
+	if uid == 0 {
+		steps = []func() error{setuid, setgid}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	if u, g := unix.Geteuid(), unix.Getegid(); uint32(u) != uid || uint32(g) != gid {
+		return fmt.Errorf("effective ids are %d:%d, want %d:%d", u, g, uid, gid)
 	}
 	return nil
 }
