@@ -25,6 +25,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
+	"warren/internal/runtime/runtimetest"
 	"warren/internal/wait"
 )
 
@@ -37,73 +38,15 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	if os.Geteuid() == 0 {
-		dir, err := os.MkdirTemp("", "warren-agent-")
+		path, cleanup, err := runtimetest.BuildAgent()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		agentPath = filepath.Join(dir, "warren-agent")
-		cmd := exec.Command("go", "build", "-o", agentPath, "warren/cmd/warren-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
-			return 1
-		}
+		defer cleanup()
+		agentPath = path
 	}
 	return m.Run()
-}
-
-// miniImage builds a small ext4 image holding a few host binaries and their
-// libraries: enough to run commands in a sandbox without a template build.
-func miniImage(t *testing.T) string {
-	t.Helper()
-	root := filepath.Join(t.TempDir(), "rootfs")
-	for _, d := range []string{"proc", "sys", "dev", "run", "tmp", "etc", "root", "home/user"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bins := []string{"/bin/sh", "/bin/cat", "/bin/ls", "/bin/sleep", "/usr/bin/id", "/bin/hostname", "/usr/bin/stat"}
-	files := map[string]bool{}
-	for _, b := range bins {
-		files[b] = true
-		out, err := exec.Command("ldd", b).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", b, err)
-		}
-		for _, f := range strings.Fields(string(out)) {
-			if strings.HasPrefix(f, "/") {
-				files[f] = true
-			}
-		}
-	}
-	for f := range files {
-		real, err := filepath.EvalSymlinks(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(root, f)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(real)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"), 0o644)
-	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nuser:x:1000:\n"), 0o644)
-	os.Chown(filepath.Join(root, "home/user"), 1000, 1000)
-	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
-	img := filepath.Join(t.TempDir(), "disk.img")
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "root_owner=0:0", "-d", root, img, "64M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	return img
 }
 
 type fixture struct {
@@ -116,11 +59,6 @@ func newFixture(t *testing.T, n int) *fixture {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the container runtime needs root")
-	}
-	for _, tool := range []string{"mkfs.ext4", "ldd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cg, err := cgroup.Detect(log)
@@ -137,7 +75,7 @@ func newFixture(t *testing.T, n int) *fixture {
 		t.Fatal(err)
 	}
 	return &fixture{rt: rt, cg: cg, spec: runtime.Spec{
-		ID: id, Disk: miniImage(t), Hostname: "box-" + id, Dir: dir,
+		ID: id, Disk: runtimetest.MiniImage(t), Hostname: "box-" + id, Dir: dir,
 		Limits: runtime.Limits{CPUs: 1, MemoryBytes: 256 << 20, Pids: 64},
 	}}
 }

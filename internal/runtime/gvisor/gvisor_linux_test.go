@@ -1,0 +1,265 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	processpb "warren/internal/agent/pb/process"
+	"warren/internal/cgroup"
+	"warren/internal/mountinfo"
+	"warren/internal/runtime"
+	"warren/internal/runtime/runtimetest"
+	"warren/internal/wait"
+)
+
+// agentPath is the guest agent built once for this test binary.
+var agentPath string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if os.Geteuid() == 0 {
+		path, cleanup, err := runtimetest.BuildAgent()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cleanup()
+		agentPath = path
+	}
+	return m.Run()
+}
+
+func TestParseVersion(t *testing.T) {
+	for out, want := range map[string]int{
+		"runsc version 0.0~20240729.0\nspec: 1.2.0\n": 20240729,
+		"runsc version release-20250113.0\n":          20250113,
+		"runsc version 0.0~20221219.0\n":              20221219,
+		"something else":                              0,
+	} {
+		if got := parseVersion(out); got != want {
+			t.Errorf("parseVersion(%q) = %d, want %d", out, got, want)
+		}
+	}
+}
+
+func TestContainerID(t *testing.T) {
+	for name, want := range map[string]string{
+		"sb-abc_sandbox:sb-abc.state": "sb-abc",
+		"sb-abc_sandbox:sb-abc.lock":  "sb-abc",
+		"runsc-sb-abc.sock":           "",
+	} {
+		if got := containerID(name); got != want {
+			t.Errorf("containerID(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// newRuntime makes a runtime over a directory of the test's, or skips.
+func newRuntime(t *testing.T, dir string) *Runtime {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the gvisor runtime needs root")
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cg, err := cgroup.Detect(log)
+	if err != nil {
+		t.Skipf("no usable cgroups: %v", err)
+	}
+	rt, err := New(log, cg, agentPath, Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Available(); err != nil {
+		t.Skipf("gvisor runtime unavailable: %v", err)
+	}
+	return rt
+}
+
+// fixture is one sandbox's spec over a mini image.
+func fixture(t *testing.T, rt *Runtime, n int) runtime.Spec {
+	t.Helper()
+	id := fmt.Sprintf("gvtest-%d-%d", os.Getpid(), n)
+	dir := filepath.Join(t.TempDir(), id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.release(context.Background(), id, dir) })
+	return runtime.Spec{
+		ID: id, Disk: runtimetest.MiniImage(t, "/usr/bin/head", "/usr/bin/tail"), Hostname: "box-" + id, Dir: dir,
+		Limits: runtime.Limits{CPUs: 1, MemoryBytes: 128 << 20, Pids: 64},
+	}
+}
+
+func start(t *testing.T, rt *Runtime, spec runtime.Spec) runtime.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := rt.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	if err := inst.Dial().WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return inst
+}
+
+// run runs sh -c script in inst and returns its stdout.
+func run(t *testing.T, inst runtime.Instance, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	end, _, err := inst.Dial().Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}}}, &out, &errb)
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	if end.GetExitCode() != 0 {
+		t.Fatalf("%s: exit %d: %s", script, end.GetExitCode(), errb.String())
+	}
+	return out.String()
+}
+
+// TestStartWritesReachDiskStopLeavesNothing: the agent answers as PID 1 of
+// gVisor's kernel, writes reach the disk image's host mount, and Stop
+// leaves no runsc container, cgroup, mount or file behind.
+func TestStartWritesReachDiskStopLeavesNothing(t *testing.T) {
+	rt := newRuntime(t, t.TempDir())
+	spec := fixture(t, rt, 1)
+	inst := start(t, rt, spec)
+	if got := run(t, inst, "hostname; cat /proc/cmdline"); !strings.HasPrefix(got, spec.Hostname+"\n") || !strings.Contains(got, "gvisor") {
+		t.Errorf("hostname and kernel: %q", got)
+	}
+	run(t, inst, "echo written > /root/note")
+	b, err := os.ReadFile(filepath.Join(spec.Dir, rootfsDir, "root/note"))
+	if err != nil || string(b) != "written\n" {
+		t.Errorf("the write on the host's mount of the disk: %q %v", b, err)
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Done():
+	default:
+		t.Error("Done not closed after Stop")
+	}
+	if _, err := rt.cgroups.Open(spec.ID); err == nil {
+		t.Error("the sandbox's cgroup is left")
+	}
+	if _, err := rt.sandboxPID(context.Background(), spec.ID); err == nil {
+		t.Error("runsc still knows the sandbox")
+	}
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		if strings.HasPrefix(m.Point, spec.Dir) {
+			t.Errorf("mount left: %s", m.Point)
+		}
+	}
+	if entries, _ := os.ReadDir(spec.Dir); len(entries) != 0 {
+		t.Errorf("files left in the sandbox's directory: %v", entries)
+	}
+}
+
+// TestAdoptAfterRestart: a new runtime (a new daemon) adopts a running
+// sandbox from its state, and the agent dials its new socket.
+func TestAdoptAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	rt := newRuntime(t, dir)
+	spec := fixture(t, rt, 2)
+	inst := start(t, rt, spec)
+	run(t, inst, "echo before > /tmp/mark")
+	state := inst.State()
+	inst.(*instance).agent.close() // the old daemon's socket goes with it
+
+	rt2 := newRuntime(t, dir)
+	adopted, err := rt2.Adopt(context.Background(), spec, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adopted.Stop(context.Background()) })
+	if got := run(t, adopted, "cat /tmp/mark"); got != "before\n" {
+		t.Errorf("adopted sandbox: %q", got)
+	}
+}
+
+// TestLimits: the pids limit holds inside gVisor, and a process that
+// outgrows the memory limit is killed while the agent (and the sandbox)
+// lives on.
+func TestLimits(t *testing.T) {
+	rt := newRuntime(t, t.TempDir())
+	spec := fixture(t, rt, 3)
+	inst := start(t, rt, spec)
+	out := run(t, inst, `n=0; for i in $(seq 200); do sleep 5 & n=$((n+1)); done 2>/dev/null; echo $n; kill $(jobs -p) 2>/dev/null; true`)
+	if n, _ := strconv.Atoi(strings.TrimSpace(out)); n > int(spec.Limits.Pids) {
+		t.Errorf("%s processes started under a limit of %d", strings.TrimSpace(out), spec.Limits.Pids)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// tail keeps the last lines, and 512 MiB of zeros are one line: the
+	// sandbox has 128 MiB.
+	hog := `head -c 536870912 /dev/zero | tail >/dev/null`
+	end, _, err := inst.Dial().Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", hog}}}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.GetExitCode() == 0 {
+		t.Errorf("a 512 MiB process in a 128 MiB sandbox: %v, want it killed", end)
+	}
+	if got := run(t, inst, "echo alive"); got != "alive\n" {
+		t.Errorf("after the hog: %q", got)
+	}
+}
+
+// TestPauseResume: a paused sandbox has no process; resumed, its processes
+// go on from where they were.
+func TestPauseResume(t *testing.T) {
+	rt := newRuntime(t, t.TempDir())
+	spec := fixture(t, rt, 4)
+	inst := start(t, rt, spec)
+	run(t, inst, `(i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.01; done) >/dev/null 2>&1 &`)
+	count := func() int {
+		n, _ := strconv.Atoi(strings.TrimSpace(run(t, inst, "cat /tmp/count")))
+		return n
+	}
+	wait.For(t, 10*time.Second, "the counter counting", func() bool { return count() > 5 })
+	p := inst.(runtime.Pauser)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var st state
+	if err := json.Unmarshal(inst.State(), &st); err != nil || !st.Paused || st.PID != 0 {
+		t.Errorf("paused state: %+v %v", st, err)
+	}
+	if _, err := rt.sandboxPID(ctx, spec.ID); err == nil {
+		t.Error("runsc still runs the paused sandbox")
+	}
+	if err := p.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	wait.For(t, 10*time.Second, "the counter counting on", func() bool { return count() > before })
+	if before < 5 {
+		t.Errorf("the counter started again: %d", before)
+	}
+}
