@@ -78,13 +78,11 @@ func (s *Server) openPTY(req *processpb.PTY, uid uint32) (*procIO, error) {
 	if err := unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)}); err != nil {
 		return fail("set pty size", err)
 	}
-	// The slave is opened through the master (Linux 4.13), not by its
-	// name under /dev/pts, which another pty could have taken meanwhile.
-	sfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
-	if errno != 0 {
-		return fail("open the pty's slave", errno)
+	sfd, err := openSlave(mfd)
+	if err != nil {
+		return fail("open the pty's slave", err)
 	}
-	io.child = [3]int{int(sfd), int(sfd), int(sfd)}
+	io.child = [3]int{sfd, sfd, sfd}
 	// The terminal belongs to its user, as login makes it, so that tools
 	// that open it by name (tty's answer) may.
 	if os.Geteuid() == 0 {
@@ -93,6 +91,35 @@ func (s *Server) openPTY(req *processpb.PTY, uid uint32) (*procIO, error) {
 		}
 	}
 	return io, nil
+}
+
+// openSlave opens the slave of the pty whose master is mfd: through the
+// master (Linux 4.13), not by its name under /dev/pts, which the sandbox
+// could have mounted over. A kernel without TIOCGPTPEER (gVisor's) opens
+// it by its name, and what opens must then be a pty slave device of the
+// number the master gives.
+func openSlave(mfd int) (int, error) {
+	sfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno == 0 {
+		return int(sfd), nil
+	}
+	if errno != unix.ENOTTY && errno != unix.EINVAL {
+		return -1, errno
+	}
+	n, err := unix.IoctlGetUint32(mfd, unix.TIOCGPTN)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.Open(fmt.Sprintf("/dev/pts/%d", n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Minor(st.Rdev) != n || unix.Major(st.Rdev) < 136 || unix.Major(st.Rdev) > 143 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("/dev/pts/%d is not the pty's slave", n)
+	}
+	return fd, nil
 }
 
 func checkPTYSize(cols, rows uint32) error {
