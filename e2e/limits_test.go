@@ -112,12 +112,14 @@ func TestExecOutputBounded(t *testing.T) {
 // and its disk was deleted. Now the agent's output buffers are bounded in
 // total, the sandbox's processes run in a subgroup held to the sandbox's
 // memory while the agent keeps a reserve beside it, and a memory hog is
-// the one the OOM killer takes.
+// the one the OOM killer takes. The layout of cgroups it checks is the
+// container runtime's; a gvisor sandbox's limits are the conformance
+// suite's and the gvisor runtime's tests'.
 func TestAgentOutlivesSlowReaders(t *testing.T) {
 	need(t)
 	cl := shared.client()
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 512, CPUs: 1}})
+	sb, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{MemoryMB: 512, CPUs: 1, Runtime: "container"}})
 	if err != nil {
 		t.Fatal(err)
 	}
