@@ -192,7 +192,7 @@ type CreateSandboxRequest struct {
 // SandboxSpec is what a create and a restore both say of the sandboxes
 // they start. Zero values take the server's defaults.
 type SandboxSpec struct {
-	Runtime  string  `json:"runtime,omitempty"` // "vm", "container" or "auto" (default: the strongest available; never a vm under tcg)
+	Runtime  string  `json:"runtime,omitempty"` // "vm", "gvisor", "container" or "auto" (default: the strongest available; never a vm under tcg)
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
 	Pids     int64   `json:"pids,omitempty"`
@@ -925,7 +925,7 @@ type KeyList struct {
 // gets its identity then. Zero resources take the server's defaults, as a
 // create's do.
 type PoolSpec struct {
-	Runtime  string  `json:"runtime,omitempty"` // "container" or "vm" (default: what "auto" picks)
+	Runtime  string  `json:"runtime,omitempty"` // "container", "gvisor" or "vm" (default: what "auto" picks)
 	Min      int     `json:"min"`
 	Max      int     `json:"max,omitempty"` // default Min
 	CPUs     float64 `json:"cpus,omitempty"`
