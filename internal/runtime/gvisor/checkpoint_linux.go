@@ -159,7 +159,9 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		if err := os.MkdirAll(image, 0o700); err != nil {
 			return err
 		}
+		tc := time.Now()
 		err = in.runsc(ctx, "checkpoint", "--image-path", image, in.id)
+		in.r.log.Debug("checkpoint try", "sandbox", in.id, "try", try, "took", time.Since(tc), "err", err)
 		if err == nil {
 			break
 		}
@@ -171,17 +173,26 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		}
 	}
 	tSave := time.Now()
+	in.r.log.Debug("checkpoint: agent closed", "took", tSave.Sub(t0))
 	select {
 	case <-p.Done():
 	case <-time.After(10 * time.Second):
 		p.Kill()
 		<-p.Done()
 	}
-	// runsc keeps the container's record (as running); a restore makes a
-	// new one.
-	if err := in.runsc(context.WithoutCancel(ctx), "delete", "--force", in.id); err != nil {
-		in.r.log.Warn("delete checkpointed container", "sandbox", in.id, "err", err)
-	}
+	in.r.log.Debug("checkpoint: exited", "took", time.Since(tSave))
+	// runsc keeps the container's record (as running) until a delete,
+	// which a restore needs first. The delete waits until the sandbox's
+	// process is reaped, by the host's init (its parent, runsc run, is
+	// gone): it goes on in the background, and a restore waits for it.
+	deleted := make(chan struct{})
+	in.deleted = deleted
+	go func() {
+		defer close(deleted)
+		if err := in.runsc(context.WithoutCancel(ctx), "delete", "--force", in.id); err != nil {
+			in.r.log.Warn("delete checkpointed container", "sandbox", in.id, "err", err)
+		}
+	}()
 	if durable {
 		if err := syncDir(image); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
@@ -203,6 +214,13 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 // stays paused.
 func (in *instance) restore(ctx context.Context, image string) error {
 	t0 := time.Now()
+	if in.deleted != nil {
+		select {
+		case <-in.deleted:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if err := in.agent.open(); err != nil {
 		return err
 	}
@@ -215,15 +233,18 @@ func (in *instance) restore(ctx context.Context, image string) error {
 			return fmt.Errorf("sandbox link: %w", err)
 		}
 	}
+	in.r.log.Debug("restore: link", "took", time.Since(t0))
 	if err := in.runsc(ctx, "restore", "--detach", "--bundle", in.dir, "--image-path", image, in.id); err != nil {
 		in.agent.close()
 		in.runsc(context.WithoutCancel(ctx), "delete", "--force", in.id)
 		return fmt.Errorf("restore: %w", err)
 	}
+	in.r.log.Debug("restore: runsc", "took", time.Since(t0))
 	if err := in.attach(ctx); err != nil {
 		in.closeDone()
 		return err
 	}
+	in.r.log.Debug("restore: attached", "took", time.Since(t0))
 	if err := in.agent.conn.WaitReady(ctx); err != nil {
 		return fmt.Errorf("restore: the agent did not answer: %w", err)
 	}

@@ -253,6 +253,7 @@ type instance struct {
 	mu      sync.Mutex
 	st      state
 	proc    *procid.Process // the running Sentry; nil while paused
+	deleted <-chan struct{} // closed once runsc forgot the last checkpointed container
 	console *consolelog.Drain
 	stopped bool
 	stopErr error
@@ -606,6 +607,9 @@ func (in *instance) Stop(ctx context.Context) error {
 	}
 	in.stopped = true
 	ctx = context.WithoutCancel(ctx)
+	if in.deleted != nil {
+		<-in.deleted
+	}
 	in.agent.close()
 	in.stopErr = in.r.release(ctx, in.id, in.dir)
 	in.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,13 +71,17 @@ func TestContainerID(t *testing.T) {
 }
 
 // newRuntime makes a runtime over a directory of the test's, or skips.
-func newRuntime(t *testing.T, dir string) *Runtime {
+func newRuntime(t testing.TB, dir string) *Runtime {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the gvisor runtime needs root")
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cg, err := cgroup.Detect(log)
+	var w io.Writer = io.Discard
+	if os.Getenv("WARREN_TEST_LOG") != "" {
+		w = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cg, err := cgroup.Detect(nil)
 	if err != nil {
 		t.Skipf("no usable cgroups: %v", err)
 	}
@@ -91,7 +96,7 @@ func newRuntime(t *testing.T, dir string) *Runtime {
 }
 
 // fixture is one sandbox's spec over a mini image.
-func fixture(t *testing.T, rt *Runtime, n int) runtime.Spec {
+func fixture(t testing.TB, rt *Runtime, n int) runtime.Spec {
 	t.Helper()
 	id := fmt.Sprintf("gvtest-%d-%d", os.Getpid(), n)
 	dir := filepath.Join(t.TempDir(), id)
@@ -105,7 +110,7 @@ func fixture(t *testing.T, rt *Runtime, n int) runtime.Spec {
 	}
 }
 
-func start(t *testing.T, rt *Runtime, spec runtime.Spec) runtime.Instance {
+func start(t testing.TB, rt *Runtime, spec runtime.Spec) runtime.Instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,7 +126,7 @@ func start(t *testing.T, rt *Runtime, spec runtime.Spec) runtime.Instance {
 }
 
 // run runs sh -c script in inst and returns its stdout.
-func run(t *testing.T, inst runtime.Instance, script string) string {
+func run(t testing.TB, inst runtime.Instance, script string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -262,4 +267,43 @@ func TestPauseResume(t *testing.T) {
 	if before < 5 {
 		t.Errorf("the counter started again: %d", before)
 	}
+}
+
+// BenchmarkPauseResume pauses and resumes a sandbox whose process holds
+// 256 MiB: pause-ms and resume-ms are the medians of each over b.N pairs.
+func BenchmarkPauseResume(b *testing.B) {
+	rt := newRuntime(b, b.TempDir())
+	spec := fixture(b, rt, 5)
+	spec.Limits.MemoryBytes = 512 << 20
+	inst := start(b, rt, spec)
+	run(b, inst, `(head -c 268435456 /dev/zero | tail; sleep 3600) >/dev/null 2>&1 &`)
+	wait.For(b, 30*time.Second, "256 MiB held", func() bool {
+		st, err := inst.(*instance).r.cgroups.Open(spec.ID)
+		if err != nil {
+			return false
+		}
+		s, err := st.Stats()
+		return err == nil && s.MemoryBytes > 256<<20
+	})
+	p := inst.(runtime.Pauser)
+	ctx := context.Background()
+	var pauses, resumes []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := p.Pause(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := p.Resume(ctx); err != nil {
+			b.Fatal(err)
+		}
+		pauses, resumes = append(pauses, t1.Sub(t0)), append(resumes, time.Since(t1))
+	}
+	b.ReportMetric(float64(median(pauses))/1e6, "pause-ms")
+	b.ReportMetric(float64(median(resumes))/1e6, "resume-ms")
+}
+
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
