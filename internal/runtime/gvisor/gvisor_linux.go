@@ -665,22 +665,39 @@ func (r *Runtime) release(ctx context.Context, id, dir string) error {
 	return errors.Join(errs...)
 }
 
-// unmount unmounts the disk at dir, thawing it first should a dead daemon
-// have left it frozen; a directory that is no mount point is left alone.
+// unmount unmounts what is mounted at dir (a disk, thawed first should a
+// dead daemon have left it frozen), until dir is no mount point; a
+// missing dir is not an error.
 func unmount(dir string) error {
-	if err := unix.Unmount(dir, 0); err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	} else if errors.Is(err, unix.EINVAL) {
-		return nil // not a mount point
+	for range 4 {
+		mounted, err := isMountPoint(dir)
+		if err != nil || !mounted {
+			return err
+		}
+		if f, err := os.Open(dir); err == nil {
+			fsfreeze.Thaw(int(f.Fd()))
+			f.Close()
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
 	}
-	if f, err := os.Open(dir); err == nil {
-		fsfreeze.Thaw(int(f.Fd()))
-		f.Close()
+	return fmt.Errorf("unmount %s: still mounted", dir)
+}
+
+// isMountPoint says whether dir is on another filesystem than its parent.
+func isMountPoint(dir string) (bool, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
 	}
-	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("unmount %s: %w", dir, err)
+	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
+		return false, err
 	}
-	return nil
+	return st.Dev != parent.Dev, nil
 }
 
 // diskDir is the host mount point of the sandbox's disk mounted at path
