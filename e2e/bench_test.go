@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/wait"
 )
 
 // Run with (see docs/BENCHMARKS.md for the exact commands and figures):
@@ -24,41 +25,120 @@ import (
 // Each benchmark pairs with its baseline in the same run; docs/BENCHMARKS.md
 // records the figures as ratios.
 
-// reportPercentiles adds p50 and p99 of ds (in ms) to b's metrics.
-func reportPercentiles(b *testing.B, ds []time.Duration) {
+// reportPercentiles adds p50 and p99 of ds (in ms) to b's metrics, and
+// returns the p50.
+func reportPercentiles(b *testing.B, ds []time.Duration) time.Duration {
 	if len(ds) == 0 {
-		return
+		return 0
 	}
 	slices.Sort(ds)
-	pct := func(p float64) float64 {
-		return float64(ds[int(p*float64(len(ds)-1))]) / float64(time.Millisecond)
+	pct := func(p float64) time.Duration { return ds[int(p*float64(len(ds)-1))] }
+	b.ReportMetric(ms(pct(0.50)), "p50-ms")
+	b.ReportMetric(ms(pct(0.99)), "p99-ms")
+	return pct(0.50)
+}
+
+// benchRuntimes are the runtimes the benchmarks compare, the baseline
+// (container) first; vm runs where the daemon has it (under TCG here, so
+// only the benchmarks that ask for it).
+var benchRuntimes = []string{"container", "gvisor"}
+
+// compareRuntimes runs f as a sub-benchmark per runtime of runtimes, each
+// skipped when the daemon lacks it or says it is unavailable. f returns
+// its figures by unit; every runtime after the first reports each figure
+// the first also had as a ratio to the first's in the same run (unit
+// "FIGURE-x-FIRST", "-ms" trimmed: p50-x-container).
+func compareRuntimes(b *testing.B, runtimes []string, f func(b *testing.B, rt string) map[string]float64) {
+	var base map[string]float64
+	for i, rt := range runtimes {
+		b.Run(rt, func(b *testing.B) {
+			runtimeInfo(b, rt)
+			figs := f(b, rt)
+			if i == 0 {
+				base = figs
+				return
+			}
+			for unit, v := range figs {
+				if bv := base[unit]; bv > 0 {
+					b.ReportMetric(v/bv, strings.TrimSuffix(unit, "-ms")+"-x-"+runtimes[0])
+				}
+			}
+		})
 	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
 }
 
-// BenchmarkCreateToFirstExec: create a container sandbox from the default
-// template and run `true` in it, with a pause between creates (outside the
-// timing) in which the daemon refills its pool of warm inits: what a
-// harness that creates now and then sees.
+// median is the p50 of ds, as reportPercentiles has it (ds is sorted).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2]
+}
+
+// ms is d in milliseconds, as figures are reported.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkCreateToFirstExec: create a sandbox of the default template
+// and run `true` in it, with a pause between creates (outside the timing)
+// in which the daemon refills what it keeps warm: what a harness that
+// creates now and then sees. Per runtime, container (the baseline) first,
+// then gvisor and vm, and two ways:
+//   - cold: each create a shape (memory) of its own, which no memory
+//     image has: gvisor and vm boot; the container runtime takes one of
+//     its warm inits, as every create of it does;
+//   - memory: a shape whose memory image is ready (two boots make it):
+//     gvisor and vm restore it; the container runtime has no images, and
+//     its create is as in cold.
+//
+// No sandbox pool here: BenchmarkCreateToFirstExecPool.
 func BenchmarkCreateToFirstExec(b *testing.B) {
-	benchCreate(b, 300*time.Millisecond)
-}
-
-// BenchmarkCreateToFirstExecBackToBack: the same without pauses, so once the
-// pool is drained every create starts its init on the spot (cold).
-func BenchmarkCreateToFirstExecBackToBack(b *testing.B) {
-	benchCreate(b, 0)
-}
-
-func benchCreate(b *testing.B, pause time.Duration) {
 	need(b)
+	shape := int64(600) // cold shapes, one per create of the whole run
+	for _, start := range []string{"cold", "memory"} {
+		b.Run(start, func(b *testing.B) {
+			compareRuntimes(b, slices.Concat(benchRuntimes, []string{"vm"}), func(b *testing.B, rt string) map[string]float64 {
+				// Each runtime's memory shape is its own: no runtime meets
+				// another's image.
+				spec := api.SandboxSpec{Runtime: rt, CPUs: 1, MemoryMB: memoryStartMB - 32}
+				if rt == "vm" {
+					spec.MemoryMB = memoryStartMB
+				}
+				if start == "memory" && rt != "container" {
+					primeImage(b, spec)
+				}
+				p50 := createToFirstExec(b, func() api.SandboxSpec {
+					if start == "cold" {
+						shape++
+						spec.MemoryMB = shape
+					}
+					return spec
+				}, 300*time.Millisecond)
+				return map[string]float64{"p50-ms": ms(p50)}
+			})
+		})
+	}
+}
+
+// BenchmarkCreateToFirstExecBackToBack: container sandboxes of the default
+// shape without pauses, so once the daemon's warm inits are drained every
+// create starts its init on the spot.
+func BenchmarkCreateToFirstExecBackToBack(b *testing.B) {
+	need(b)
+	createToFirstExec(b, func() api.SandboxSpec { return api.SandboxSpec{Runtime: "container"} }, 0)
+}
+
+// createToFirstExec times, per iteration, the create of a sandbox of
+// spec() and its first exec of `true`; it deletes the sandbox and waits
+// pause outside the timing, and reports and returns the p50.
+func createToFirstExec(b *testing.B, spec func() api.SandboxSpec, pause time.Duration) time.Duration {
 	c := shared.client()
 	ctx := context.Background()
 	var ds []time.Duration
 	for b.Loop() {
+		req := api.CreateSandboxRequest{SandboxSpec: spec()}
 		start := time.Now()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		sb, err := c.CreateSandbox(ctx, req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -73,7 +153,31 @@ func benchCreate(b *testing.B, pause time.Duration) {
 		time.Sleep(pause) // the pause between creates the benchmark is about
 		b.StartTimer()
 	}
-	reportPercentiles(b, ds)
+	return reportPercentiles(b, ds)
+}
+
+// primeImage makes sure the default template's memory image of spec's
+// shape is ready on the shared daemon: two creates of the shape boot, and
+// the daemon prepares the image after the second.
+func primeImage(b *testing.B, spec api.SandboxSpec) {
+	b.Helper()
+	ctx := context.Background()
+	c := shared.client()
+	if _, ok := memoryImage(b, spec.MemoryMB); !ok {
+		for range 2 {
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: spec})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	wait.For(b, 3*time.Minute, "the memory image ready", func() bool {
+		img, ok := memoryImage(b, spec.MemoryMB)
+		return ok && img.State == "ready"
+	})
 }
 
 // BenchmarkUnshareChrootBaseline: the floor for a container start on the
@@ -116,22 +220,25 @@ func mountTemplate(b *testing.B) string {
 }
 
 // BenchmarkExecTrueAPI: the round trip of `true` through the HTTP API, the
-// server, the agent and back.
+// server, the agent and back, per runtime (container, the baseline, then
+// gvisor).
 func BenchmarkExecTrueAPI(b *testing.B) {
 	need(b)
-	id := shared.newSandbox(b)
-	c := shared.client()
-	ctx := context.Background()
-	var ds []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		res, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}})
-		if err != nil || res.ExitCode != 0 {
-			b.Fatal(err, res)
+	compareRuntimes(b, benchRuntimes, func(b *testing.B, rt string) map[string]float64 {
+		id := shared.newSandbox(b, "--runtime", rt)
+		c := shared.client()
+		ctx := context.Background()
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			res, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}})
+			if err != nil || res.ExitCode != 0 {
+				b.Fatal(err, res)
+			}
+			ds = append(ds, time.Since(start))
 		}
-		ds = append(ds, time.Since(start))
-	}
-	reportPercentiles(b, ds)
+		return map[string]float64{"p50-ms": ms(reportPercentiles(b, ds))}
+	})
 }
 
 // BenchmarkForkExecTrue: a bare fork/exec of `true` on the host, the floor of
@@ -148,49 +255,20 @@ func BenchmarkForkExecTrue(b *testing.B) {
 	reportPercentiles(b, ds)
 }
 
-// BenchmarkIdleSandboxes keeps 100 sandboxes alive at once and reports what
-// each idle one costs the host: the drop in MemAvailable per sandbox, and
-// the mean memory its cgroup is charged.
+// BenchmarkIdleSandboxes keeps 100 sandboxes of 128 MiB alive at once,
+// per runtime (container, the baseline, then gvisor), and reports what
+// each idle one costs the host (idleSandboxes): the drop in MemAvailable
+// per sandbox, and the memory its cgroup is charged (for gvisor, the
+// Sentry's too: runsc joins the sandbox's cgroup).
 func BenchmarkIdleSandboxes(b *testing.B) {
 	need(b)
-	const n = 100
-	c := shared.client()
-	ctx := context.Background()
-	for b.Loop() {
-		b.StopTimer()
-		dropCaches()
-		before := memAvailable(b)
-		b.StartTimer()
-		var ids []string
-		for i := 0; i < n; i++ {
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-			if err != nil {
-				b.Fatalf("sandbox %d: %v", i, err)
-			}
-			ids = append(ids, sb.ID)
+	compareRuntimes(b, benchRuntimes, func(b *testing.B, rt string) map[string]float64 {
+		var figs map[string]float64
+		for b.Loop() {
+			figs = idleSandboxes(b, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Runtime: rt, MemoryMB: 128}}, 100)
 		}
-		b.StopTimer()
-		for _, id := range ids {
-			if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-				b.Fatalf("exec in %s with %d alive: %v", id, n, err)
-			}
-		}
-		time.Sleep(2 * time.Second) // let the agents go idle
-		dropCaches()
-		after := memAvailable(b)
-		var charged int64
-		for _, id := range ids {
-			charged += cgroupMemory(id)
-		}
-		b.ReportMetric(float64(before-after)/n/(1<<20), "host-MiB/sandbox")
-		b.ReportMetric(float64(charged)/n/(1<<20), "cgroup-MiB/sandbox")
-		for _, id := range ids {
-			if err := c.DeleteSandbox(ctx, id); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StartTimer()
-	}
+		return figs
+	})
 }
 
 // dropCaches drops clean page cache, so MemAvailable compares like with like.

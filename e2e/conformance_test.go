@@ -96,7 +96,7 @@ func (s *conformance) containerSnapshot(t *testing.T) (string, string) {
 
 // runtimeInfo is the daemon's word on runtime name; it skips t when the
 // daemon has no such runtime or says it is unavailable.
-func runtimeInfo(t *testing.T, name string) api.RuntimeInfo {
+func runtimeInfo(t testing.TB, name string) api.RuntimeInfo {
 	t.Helper()
 	info, err := shared.client().Info(context.Background())
 	if err != nil {

@@ -16,43 +16,47 @@ import (
 // other test asks for, so that no other test's create takes a member.
 const poolMemoryMB = 320
 
-// setPool keeps n booted container sandboxes of the default template with
-// half a CPU and memoryMB on the shared daemon until the test ends, and
-// waits until they are ready.
-func setPool(t testing.TB, n int, memoryMB int64) {
+// setPool keeps n booted sandboxes of runtime rt and the default template
+// with half a CPU and memoryMB on the shared daemon until the test ends,
+// and waits until they are ready.
+func setPool(t testing.TB, rt string, n int, memoryMB int64) {
 	t.Helper()
 	ctx := context.Background()
 	c := shared.client()
-	if _, err := c.SetPool(ctx, "default", api.PoolSpec{Runtime: "container", Min: n, MemoryMB: memoryMB, CPUs: 0.5}); err != nil {
+	if _, err := c.SetPool(ctx, "default", api.PoolSpec{Runtime: rt, Min: n, MemoryMB: memoryMB, CPUs: 0.5}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.DeletePool(context.Background(), "default", "container") })
-	waitReady(t, n)
+	t.Cleanup(func() { c.DeletePool(context.Background(), "default", rt) })
+	waitReady(t, rt, n)
 }
 
-// waitReady waits until the shared daemon's container pool has n members
-// ready.
-func waitReady(t testing.TB, n int) {
+// waitReady waits until the shared daemon's pool of runtime rt has n
+// members ready (a vm member boots for seconds under TCG).
+func waitReady(t testing.TB, rt string, n int) {
 	t.Helper()
-	wait.For(t, time.Duration(n)*time.Second+30*time.Second, "the pool's members ready", func() bool {
-		return containerPool(t).Ready == n
+	d := time.Duration(n)*time.Second + 30*time.Second
+	if rt == "vm" {
+		d = 5 * time.Minute
+	}
+	wait.For(t, d, "the pool's members ready", func() bool {
+		return runtimePool(t, rt).Ready == n
 	})
 }
 
-// containerPool is the default template's container pool on the shared
+// runtimePool is the default template's pool of runtime rt on the shared
 // daemon.
-func containerPool(t testing.TB) api.Pool {
+func runtimePool(t testing.TB, rt string) api.Pool {
 	t.Helper()
 	pools, err := shared.client().Pools(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pools {
-		if p.Template == "default" && p.Runtime == "container" {
+		if p.Template == "default" && p.Runtime == rt {
 			return p
 		}
 	}
-	t.Fatalf("no pool of default/container: %+v", pools)
+	t.Fatalf("no pool of default/%s: %+v", rt, pools)
 	return api.Pool{}
 }
 
@@ -64,7 +68,7 @@ func TestWarmPool(t *testing.T) {
 	need(t)
 	ctx := context.Background()
 	c := shared.client()
-	setPool(t, 2, poolMemoryMB)
+	setPool(t, "container", 2, poolMemoryMB)
 	before := time.Now()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{
 		Runtime: "container", CPUs: 0.5, MemoryMB: poolMemoryMB, TimeoutSeconds: 120,
@@ -75,7 +79,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
-	wait.For(t, 10*time.Second, "the create counted as a hit", func() bool { return containerPool(t).Hits == 1 })
+	wait.For(t, 10*time.Second, "the create counted as a hit", func() bool { return runtimePool(t, "container").Hits == 1 })
 	if sb.State != api.StateRunning || sb.CreatedAt.Before(before) || sb.ExpiresAt.Sub(sb.CreatedAt) != 2*time.Minute ||
 		sb.Metadata["run"] != "pool" || !sb.Network.None {
 		t.Errorf("claimed sandbox = %+v", sb)
@@ -88,5 +92,5 @@ func TestWarmPool(t *testing.T) {
 	got := probe(t, sb.ID, "dns:allowed.test", hostPort(inetAllowed, 80))
 	wantRefused(t, got, "dns:allowed.test")
 	wantRefused(t, got, hostPort(inetAllowed, 80))
-	wait.For(t, 30*time.Second, "the pool refilled", func() bool { return containerPool(t).Ready == 2 })
+	wait.For(t, 30*time.Second, "the pool refilled", func() bool { return runtimePool(t, "container").Ready == 2 })
 }
