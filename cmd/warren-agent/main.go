@@ -156,7 +156,7 @@ func run(args []string) int {
 	if gvisorinit.Started() {
 		// The init of a gVisor sandbox: it exits when shut down, which
 		// ends the sandbox.
-		return serve(log, "container", true, func(srv *agent.Server) (net.Listener, error) {
+		return serve(log, "gvisor", true, func(srv *agent.Server) (net.Listener, error) {
 			return gvisorinit.Setup(srv.JoinWork, func(pid int, rss int64) {
 				log.Warn("killed the largest process: the sandbox is out of memory", "pid", pid, "rss_bytes", rss)
 			})
@@ -200,7 +200,7 @@ func run(args []string) int {
 func serve(log *slog.Logger, mode string, ownsRoot bool, setup func(*agent.Server) (net.Listener, error)) int {
 	reserveThreads(spareThreads)
 	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
-		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1}, log)
+		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1, Hosts: mode == "gvisor"}, log)
 	defer srv.Close()
 	l, err := setup(srv)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -135,8 +136,8 @@ func hostnameFile(hostname string) error {
 // guestHosts rewrites a guest's /etc/hosts (and /etc/resolv.conf) for a
 // new hostname, when it has a network.
 func guestHosts(hostname string) error {
-	if _, err := os.Stat("/sys/class/net/" + guestnet.Iface); err != nil {
-		return nil
+	if _, err := net.InterfaceByName(guestnet.Iface); err != nil {
+		return nil // no network
 	}
 	return guestnet.WriteFiles("/", hostname)
 }

@@ -70,6 +70,10 @@ type Options struct {
 	// guest's: Init may then step the clock, reseed the kernel's generator
 	// and rewrite /etc/hosts (identity_linux.go). It implies OwnsRoot.
 	Guest bool
+	// Hosts makes Init rewrite /etc/hosts for a new hostname, as a
+	// guest's does: for a gVisor sandbox, which may wake from a memory
+	// image with the image's.
+	Hosts bool
 }
 
 // Server is the guest agent. Its methods may be called concurrently.
