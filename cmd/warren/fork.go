@@ -10,10 +10,10 @@ import (
 func runFork(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("fork", "[flags] SANDBOX",
 		"Start children of a running sandbox: its root disk is snapshotted (a\n"+
-			"container's synced and cloned while it runs; a vm's cloned while its vCPUs are\n"+
-			"stopped and its memory saved), and each child starts from it with a fresh\n"+
-			"identity; a vm's children start from its memory too, its processes running\n"+
-			"on in each. Prints the children's IDs, one a line, once they all run; the\n"+
+			"container's synced and cloned while it runs; a vm's or gvisor sandbox's cloned\n"+
+			"while it is stopped and its memory saved), and each child starts from it with\n"+
+			"a fresh identity; a vm's or gvisor sandbox's children start from its memory\n"+
+			"too, its processes running on in each. Prints the children's IDs, one a line, once they all run; the\n"+
 			"snapshot and the parent's pause go to stderr. A flag not given takes the\n"+
 			"parent's value (resources, env, metadata, egress policy, time to live).\n"+
 			"All or nothing.")

@@ -53,7 +53,7 @@ var commands = []command{
 	{"timeout", "set a sandbox's time to live", runTimeout},
 	{"metrics", "print a running sandbox's CPU, memory, disk and tasks", runMetrics},
 	{"network", "show or change a sandbox's egress policy", runNetwork},
-	{"pause", "pause a vm sandbox with its memory", runPause},
+	{"pause", "pause a vm or gvisor sandbox with its memory", runPause},
 	{"resume", "resume a paused sandbox", runResume},
 	{"rm", "delete sandboxes", runRemove},
 	{"preview", "show or change how a sandbox's ports are reached (public, token, URL)", runPreview},

@@ -9,7 +9,7 @@ import (
 )
 
 func runPause(ctx context.Context, c *cli, args []string) error {
-	return c.changeState(ctx, "pause", "Pause the vm sandbox ID with its memory: it is saved to a file on the node and no process runs for it until `warren resume ID`. Prints its state.",
+	return c.changeState(ctx, "pause", "Pause the vm or gvisor sandbox ID with its memory: it is saved to a file on the node and no process runs for it until `warren resume ID`. Prints its state.",
 		args, (*client.Client).PauseSandbox)
 }
 

@@ -906,10 +906,10 @@ class Sandbox:
     ) -> List["Sandbox"]:
         """Start count children of this running sandbox and return them
         once all of them run: its root disk is snapshotted (a container's
-        synced and cloned while it runs; a vm's cloned while its vCPUs are
-        stopped and its memory saved) and each child starts from that
-        snapshot, its ``info.origin``, with a fresh identity; a vm's
-        children start from its memory too, its processes running on in
+        synced and cloned while it runs; a vm's or gvisor sandbox's cloned
+        while it is stopped and its memory saved) and each child starts from
+        that snapshot, its ``info.origin``, with a fresh identity; a vm's or
+        gvisor sandbox's children start from its memory too, its processes running on in
         each (docs/API.md, "Fork"). An argument not given takes this
         sandbox's value (resources, env, metadata, egress policy,
         checkpoint policy, time to live). All or nothing.
