@@ -99,8 +99,8 @@ const (
 // that it never binds before the sandbox's own limit in the Sentry does:
 // a Sentry that cannot make a thread dies, and the sandbox with it.
 const (
-	hostTasksPerPid = 4
-	hostTasksBase   = 512
+	hostTasksPerPid = 8
+	hostTasksBase   = 1024
 )
 
 // Options configure the runtime.
