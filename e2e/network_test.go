@@ -60,6 +60,8 @@ type probeResult struct {
 	Body   string `json:"body"`
 	Error  string `json:"error"`
 	MS     int    `json:"ms"`
+	// Runtime is the probing sandbox's runtime.
+	Runtime string `json:"-"`
 }
 
 // probe runs probeScript in sandbox id against targets.
@@ -74,9 +76,13 @@ func probe(t *testing.T, id string, targets ...string) map[string]probeResult {
 	if res.ExitCode != 0 {
 		t.Fatalf("probe exited %d: %s", res.ExitCode, res.Stderr)
 	}
+	sb, err := shared.client().GetSandbox(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]probeResult{}
 	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
-		var r probeResult
+		r := probeResult{Runtime: sb.Runtime}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("probe output %q: %v", line, err)
 		}
@@ -111,7 +117,10 @@ func wantRefused(t *testing.T, got map[string]probeResult, target string) {
 		t.Errorf("%s: reached (%q %q), want refused", target, r.Addr, r.Body)
 	case !strings.Contains(r.Error, want):
 		t.Errorf("%s: failed with %q, want %s", target, r.Error, want)
-	case r.MS > 1000:
+	case r.MS > 1000 && !(r.Runtime == "gvisor" && strings.HasPrefix(target, "dns:")):
+		// gVisor's network stack does not pass the router's ICMP
+		// admin-prohibited to a UDP socket: a refused DNS query fails
+		// when the resolver gives up (docs/NETWORK.md), not at once.
 		t.Errorf("%s: refused after %d ms (%s), want at once", target, r.MS, r.Error)
 	}
 }
