@@ -22,11 +22,16 @@ import (
 // host cgroup leaves room above it for the Sentry's own memory (package
 // gvisor), so a process growing between two looks is caught before that.
 
-// Polling intervals: rare while memory is far from the limit, often near it.
+// Polling intervals: rare while memory is far from the limit, often near
+// it; after a kill, long enough for the memory to come back (and for the
+// agent, whose look at every process is dear in gVisor, to leave the
+// sandbox's processes the CPU: under a fork bomb of small processes it
+// otherwise did nothing else).
 const (
-	memoryIdle = 100 * time.Millisecond
-	memoryNear = 20 * time.Millisecond
-	memoryHot  = 2 * time.Millisecond
+	memoryIdle   = 100 * time.Millisecond
+	memoryNear   = 20 * time.Millisecond
+	memoryHot    = 5 * time.Millisecond
+	memoryKilled = 25 * time.Millisecond
 )
 
 // holdMemory kills the largest process whenever the memory in use passes
@@ -41,7 +46,7 @@ func holdMemory(limit int64, killed func(pid int, rss int64)) {
 				unix.Kill(pid, unix.SIGKILL)
 				killed(pid, rss)
 			}
-			time.Sleep(memoryHot)
+			time.Sleep(memoryKilled)
 		case ok && used > limit*3/4:
 			time.Sleep(memoryHot)
 		case ok && used > limit/2:
