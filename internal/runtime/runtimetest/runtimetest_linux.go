@@ -37,7 +37,7 @@ func BuildAgent() (string, func(), error) {
 // id, hostname and stat (and extra, more host binaries) with their
 // libraries, /etc/passwd and /etc/group with root and user (1000), and
 // user's home.
-func MiniImage(t *testing.T, extra ...string) string {
+func MiniImage(t testing.TB, extra ...string) string {
 	t.Helper()
 	for _, tool := range []string{"mkfs.ext4", "ldd"} {
 		if _, err := exec.LookPath(tool); err != nil {
