@@ -200,7 +200,7 @@ func run(args []string) int {
 func serve(log *slog.Logger, mode string, ownsRoot bool, setup func(*agent.Server) (net.Listener, error)) int {
 	reserveThreads(spareThreads)
 	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
-		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1, Hosts: mode == "gvisor"}, log)
+		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1, OwnKernel: mode == "gvisor"}, log)
 	defer srv.Close()
 	l, err := setup(srv)
 	if err != nil {

@@ -74,7 +74,7 @@ func (h controlService) Init(ctx context.Context, req *connect.Request[controlpb
 		if err := unix.Sethostname([]byte(hn)); err != nil {
 			return nil, connect.NewError(errnoCode(err), fmt.Errorf("set hostname: %w", err))
 		}
-		if h.s.opts.Guest || h.s.opts.Hosts {
+		if h.s.ownKernel() {
 			h.s.identityFile("/etc/hosts", guestHosts(hn))
 		}
 	}

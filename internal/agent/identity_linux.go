@@ -28,6 +28,9 @@ import (
 // ownsRoot reports whether the files of / are the sandbox's own to write.
 func (s *Server) ownsRoot() bool { return s.opts.OwnsRoot || s.opts.Guest }
 
+// ownKernel reports whether the kernel is the sandbox's own (Options.OwnKernel).
+func (s *Server) ownKernel() bool { return s.opts.OwnKernel || s.opts.Guest }
+
 // identityFile logs that the identity file at path could not be written
 // (err non-nil). It does not fail Init: the sandbox's own root may refuse
 // (a read-only or immutable /etc), which harms only the sandbox.

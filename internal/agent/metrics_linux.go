@@ -24,8 +24,9 @@ import (
 
 // Where a sandbox's resource use is read from.
 //
-// In a VM (Options.Guest) the kernel is the sandbox's own: /proc/meminfo,
-// /proc/stat and /proc/loadavg describe it whole.
+// In a VM (Options.Guest), and in gVisor (Options.OwnKernel), the kernel is
+// the sandbox's own: /proc/meminfo, /proc/stat and /proc/loadavg describe
+// it whole.
 //
 // In a container the kernel is the host's, so /proc describes the host; the
 // sandbox's figures are its cgroup's. The agent (its thread group leader, left
@@ -72,7 +73,7 @@ type cpuMeter struct {
 
 // Metrics reports the sandbox's resource use.
 func (h controlService) Metrics(ctx context.Context, req *connect.Request[controlpb.MetricsRequest]) (*connect.Response[controlpb.MetricsResponse], error) {
-	read := func() (usage, error) { return readUsage(h.s.opts.Guest) }
+	read := func() (usage, error) { return readUsage(h.s.ownKernel()) }
 	u, pct, err := h.s.cpu.measure(ctx, read)
 	if err != nil {
 		return nil, err
@@ -171,8 +172,28 @@ func readProcUsage(dir string) (usage, error) {
 	if u.pids, err = parseLoadavgTasks(string(load)); err != nil {
 		return u, err
 	}
+	if u.pids == 0 {
+		// gVisor's loadavg counts no tasks: count the processes' threads.
+		u.pids = countTasks(dir)
+	}
 	u.cpuCount = uint32(runtime.NumCPU())
 	return u, nil
+}
+
+// countTasks counts the threads of every process under the proc directory
+// dir.
+func countTasks(dir string) uint64 {
+	procs, _ := os.ReadDir(dir)
+	var n uint64
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		if tasks, err := os.ReadDir(filepath.Join(dir, p.Name(), "task")); err == nil {
+			n += uint64(len(tasks))
+		}
+	}
+	return n
 }
 
 // readCgroupUsage reads the figures of the agent's cgroup from the

@@ -70,10 +70,12 @@ type Options struct {
 	// guest's: Init may then step the clock, reseed the kernel's generator
 	// and rewrite /etc/hosts (identity_linux.go). It implies OwnsRoot.
 	Guest bool
-	// Hosts makes Init rewrite /etc/hosts for a new hostname, as a
-	// guest's does: for a gVisor sandbox, which may wake from a memory
-	// image with the image's.
-	Hosts bool
+	// OwnKernel says the agent's kernel is the sandbox's own, as a
+	// guest's is, though not a machine's: gVisor's. /proc then describes
+	// the sandbox (metrics_linux.go), and Init rewrites /etc/hosts for a
+	// new hostname (a gVisor sandbox may wake from a memory image with the
+	// image's). Guest implies it.
+	OwnKernel bool
 }
 
 // Server is the guest agent. Its methods may be called concurrently.

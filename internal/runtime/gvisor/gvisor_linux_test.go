@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/cgroup"
 	"warren/internal/mountinfo"
@@ -306,4 +309,20 @@ func BenchmarkPauseResume(b *testing.B) {
 func median(ds []time.Duration) time.Duration {
 	slices.Sort(ds)
 	return ds[len(ds)/2]
+}
+
+// TestMetrics: the agent's figures are the sandbox's, read from gVisor's
+// own kernel.
+func TestMetrics(t *testing.T) {
+	rt := newRuntime(t, t.TempDir())
+	spec := fixture(t, rt, 6)
+	inst := start(t, rt, spec)
+	m, err := inst.Dial().Control.Metrics(context.Background(), connect.NewRequest(&controlpb.MetricsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Msg; got.GetMemTotalBytes() == 0 || got.GetMemTotalBytes() > uint64(spec.Limits.MemoryBytes)+(runtime.AgentMemoryMB+runtime.SentryMemoryMB)<<20 ||
+		got.GetPids() == 0 || got.GetDiskTotalBytes() == 0 {
+		t.Errorf("metrics: %+v", got)
+	}
 }
