@@ -66,7 +66,7 @@ type Spec struct {
 	// save. The sandbox wakes as that one was, with its identity: the
 	// caller gives it its own through the agent (Init's machine ID, clock
 	// and random seed) before anything else runs in it. The runtime only
-	// reads the file. Only the vm runtime takes it ("" elsewhere).
+	// reads it. The vm and gvisor runtimes take it ("" elsewhere).
 	Memory string
 }
 
@@ -162,7 +162,7 @@ type Instance interface {
 // running one are no-ops. If Pause fails the sandbox still runs. If Resume
 // fails before the guest ran again it stays paused and may be resumed
 // again; if the guest ran but then failed, the instance ends (Done fires).
-// Only the vm runtime implements it.
+// The vm and gvisor runtimes implement it.
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
@@ -182,7 +182,9 @@ type Clocked interface {
 // (Spec.Memory). SaveImage saves running instance inst's memory to path, as
 // Pause would, and ends its process: inst's disk then holds what a sandbox
 // started from the image must have a clone of, and inst is left to Stop.
-// Only the vm runtime implements it.
+// The image at path is a file (the vm runtime's) or a directory (the
+// gvisor runtime's): callers remove it with os.RemoveAll, as they do a
+// Forker's. The vm and gvisor runtimes implement it.
 type Imager interface {
 	SaveImage(ctx context.Context, inst Instance, path string) error
 }

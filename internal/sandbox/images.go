@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -156,7 +157,7 @@ func (m *Manager) releaseImage(img *image, failed bool) {
 
 func (img *image) remove() {
 	os.Remove(img.disk)
-	os.Remove(img.memory)
+	os.RemoveAll(img.memory)
 }
 
 // booted counts a boot of a sandbox of key's shape and, from the
@@ -263,16 +264,26 @@ func (m *Manager) prepareImage(rt runtime.Runtime, img *image, src source) (err 
 	return os.Rename(m.diskPath(rec.ID), img.disk)
 }
 
-// allocated is the bytes path takes on its filesystem.
+// allocated is the bytes path (a file, or a directory of them: a gvisor
+// sandbox's image) takes on its filesystem.
 func allocated(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	if st, ok := fi.Sys().(interface{ Blocks() int64 }); ok {
-		return st.Blocks() * 512
-	}
-	return fi.Size()
+	var n int64
+	filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(interface{ Blocks() int64 }); ok {
+			n += st.Blocks() * 512
+		} else {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }
 
 // Images lists the node's memory images, ready or being prepared.

@@ -341,7 +341,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 		spec.WorkspaceMB = rec.WorkspaceMB
 		base := filepath.Join(m.images.dir, "fork-"+id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		held.memory = base + ".mem"
-		defer os.Remove(held.memory)
+		defer os.RemoveAll(held.memory)
 		if rec.WorkspaceMB > 0 {
 			held.workspace = base + ".ws.img"
 			defer os.Remove(held.workspace)
