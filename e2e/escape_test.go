@@ -507,10 +507,11 @@ child.kill()
 // agent's) environment and descriptors, and may open the three host
 // descriptors among them: the agent's stdin (the host's /dev/null) and its
 // stdout and stderr (the console FIFO, which the daemon drains into the
-// sandbox's console log). None is a host file or directory to go on from,
-// what is written there reaches the host only as that bounded log, and
+// sandbox's console log), and the agent's own pipes, which are the
+// Sentry's. None is a host file or directory to go on from, what is
+// written to the console reaches the host only as that bounded log, and
 // the agent's channel to the daemon (a host socket) does not open. The
-// environment is the runtime's, PATH alone.
+// environment is the runtime's PATH and the HOME the Sentry adds.
 func gvisorAgentFds(t *testing.T, id string) {
 	marker := randomHex(t)
 	out := python(t, id, `
@@ -550,16 +551,21 @@ print("wrote", n)
 	if out.ExitCode != 0 || len(lines) < 3 || !strings.HasPrefix(lines[len(lines)-1], "wrote ") {
 		t.Fatalf("probe of the agent's descriptors: exit %d %q %q", out.ExitCode, out.Stdout, out.Stderr)
 	}
-	if env := strings.Fields(strings.TrimPrefix(lines[0], "environ")); len(env) != 1 || !strings.HasPrefix(env[0], "PATH=") {
-		t.Errorf("the agent's environment in a gvisor sandbox: %q, want PATH alone", env)
+	for _, kv := range strings.Fields(strings.TrimPrefix(lines[0], "environ")) {
+		if k, _, _ := strings.Cut(kv, "="); k != "PATH" && k != "HOME" {
+			t.Errorf("the agent's environment in a gvisor sandbox holds %q: want the runtime's PATH and the Sentry's HOME alone", kv)
+		}
 	}
+	// Its pipes (pipe:[N]) are the Sentry's own objects; a host
+	// descriptor may be a FIFO or a character device, never a file or a
+	// directory to go on from.
 	for _, line := range lines[1 : len(lines)-1] {
 		f := strings.Fields(line)
 		if len(f) < 4 || f[3] != "OPENED" {
 			continue
 		}
-		if !strings.HasPrefix(f[1], "host:") || len(f) != 6 || (f[4] != "FIFO" && f[4] != "CHR") || f[5] == "list:LISTED" {
-			t.Errorf("the sandbox's root opened its agent's descriptor %s: want at most a host FIFO or character device, not a file or directory to go on from", line)
+		if len(f) != 6 || (f[4] != "FIFO" && f[4] != "CHR") || f[5] == "list:LISTED" || !strings.HasPrefix(f[1], "host:") && !strings.HasPrefix(f[1], "pipe:") {
+			t.Errorf("the sandbox's root opened its agent's descriptor %s: want at most a FIFO or a character device", line)
 		}
 	}
 	log := filepath.Join(shared.dataDir, "sandboxes", id, "console.log")
