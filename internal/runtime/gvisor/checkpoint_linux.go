@@ -39,6 +39,10 @@ var (
 // memoryDir is where a paused sandbox's image is kept, in its directory.
 const memoryDir = "memory"
 
+// imageTokenFile keeps, in an image's directory, the token of the agent
+// saved in it (channel), which sandboxes started from the image expect.
+const imageTokenFile = "agent-token"
+
 // checkpointTries bounds the retries of a checkpoint that found the agent
 // still holding its end of the channel (it lets go within milliseconds of
 // the runtime closing its own).
@@ -171,6 +175,9 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 			os.RemoveAll(image)
 			return fmt.Errorf("checkpoint: %w", err)
 		}
+	}
+	if err := os.WriteFile(filepath.Join(image, imageTokenFile), []byte(in.st.Token), 0o400); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	tSave := time.Now()
 	in.r.log.Debug("checkpoint: agent closed", "took", tSave.Sub(t0))

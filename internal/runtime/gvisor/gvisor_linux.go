@@ -38,6 +38,9 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,6 +238,8 @@ type state struct {
 	// Paused says the sandbox is checkpointed in its directory, with no
 	// process (checkpoint_linux.go).
 	Paused bool `json:"paused,omitempty"`
+	// Token is what the agent proves on each connection to its channel.
+	Token string `json:"token"`
 }
 
 // instance is one gVisor sandbox.
@@ -308,7 +313,18 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 			return nil, err
 		}
 	}
-	if in.agent, err = listen(spec.Dir); err != nil {
+	// A sandbox from a memory image has its agent's token already; a new
+	// agent reads one from the channel's directory.
+	if spec.Memory != "" {
+		b, err := os.ReadFile(filepath.Join(spec.Memory, imageTokenFile))
+		if err != nil {
+			return nil, fmt.Errorf("memory image's agent token: %w", err)
+		}
+		in.st.Token = string(b)
+	} else if in.st.Token, err = newToken(filepath.Join(spec.Dir, chanDir, gvisorinit.TokenFile)); err != nil {
+		return nil, err
+	}
+	if in.agent, err = listen(spec.Dir, in.st.Token); err != nil {
 		return nil, err
 	}
 	if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {
@@ -526,12 +542,12 @@ func (r *Runtime) sandboxPID(ctx context.Context, id string) (int, error) {
 // Adopt implements runtime.Runtime.
 func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Instance, error) {
 	var st state
-	if err := json.Unmarshal(raw, &st); err != nil || (st.PID <= 0 && !st.Paused) {
+	if err := json.Unmarshal(raw, &st); err != nil || (st.PID <= 0 && !st.Paused) || st.Token == "" {
 		return nil, errors.Join(runtime.ErrGone, r.release(ctx, spec.ID, spec.Dir))
 	}
 	in := &instance{r: r, id: spec.ID, dir: spec.Dir, done: make(chan struct{}), st: st}
 	var err error
-	if in.agent, err = listen(spec.Dir); err != nil {
+	if in.agent, err = listen(spec.Dir, st.Token); err != nil {
 		return nil, errors.Join(err, r.release(ctx, spec.ID, spec.Dir))
 	}
 	if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {
@@ -727,18 +743,41 @@ func (in *instance) thawHost(dir string) {
 // channel is the host's end of the agent's channel: a listening socket in
 // the sandbox's chan directory, and the Conn that speaks HTTP/2 over the
 // connection the agent dials to it.
+//
+// Anything in the sandbox may dial the socket (its root can reach it), so
+// a connection is the agent's only once it sent the agent's token first.
+// The agent read the token from a file in the channel's directory before
+// anything of the sandbox ran; the file goes once the agent has connected,
+// before the sandbox runs anything. A sandbox from a memory image has its
+// agent's token already (the image keeps it beside the memory).
 type channel struct {
-	path string
-	conn *agentconn.Conn
+	path  string
+	token string
+	conn  *agentconn.Conn
 
 	mu  sync.Mutex
 	ln  *net.UnixListener // nil while closed (a pause)
 	cur net.Conn          // the agent's connection in use
 }
 
+// tokenWait bounds how long a connection may take to send its token.
+const tokenWait = 5 * time.Second
+
+// newToken makes a random token and writes it to path, readable by root
+// only; the agent reads it at its start.
+func newToken(path string) (string, error) {
+	b := make([]byte, 32)
+	rand.Read(b)
+	token := hex.EncodeToString(b)
+	if err := os.WriteFile(path, []byte(token), 0o400); err != nil {
+		return "", fmt.Errorf("agent token: %w", err)
+	}
+	return token, nil
+}
+
 // listen listens for the agent in dir's chan directory.
-func listen(dir string) (*channel, error) {
-	c := &channel{path: filepath.Join(dir, chanDir, gvisorinit.Socket)}
+func listen(dir, token string) (*channel, error) {
+	c := &channel{path: filepath.Join(dir, chanDir, gvisorinit.Socket), token: token}
 	if err := c.open(); err != nil {
 		return nil, err
 	}
@@ -782,17 +821,37 @@ func (c *channel) accept(ctx context.Context) (net.Conn, error) {
 	stop := context.AfterFunc(ctx, func() { ln.SetDeadline(time.Now()) })
 	defer stop()
 	ln.SetDeadline(time.Time{})
-	conn, err := ln.Accept()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
 		}
-		return nil, err
+		if !c.proves(conn) {
+			conn.Close()
+			continue
+		}
+		// The agent has its token: the file has served.
+		os.Remove(filepath.Join(filepath.Dir(c.path), gvisorinit.TokenFile))
+		c.mu.Lock()
+		c.cur = conn
+		c.mu.Unlock()
+		return conn, nil
 	}
-	c.mu.Lock()
-	c.cur = conn
-	c.mu.Unlock()
-	return conn, nil
+}
+
+// proves reads the token a connection must send first, and says whether
+// it is the agent's.
+func (c *channel) proves(conn net.Conn) bool {
+	conn.SetReadDeadline(time.Now().Add(tokenWait))
+	defer conn.SetReadDeadline(time.Time{})
+	got := make([]byte, len(c.token))
+	if _, err := io.ReadFull(conn, got); err != nil {
+		return false
+	}
+	return subtle.ConstantTimeCompare(got, []byte(c.token)) == 1
 }
 
 // close stops listening and ends the agent's connection: the agent holds

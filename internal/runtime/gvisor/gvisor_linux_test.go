@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +25,9 @@ import (
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/cgroup"
 	"warren/internal/mountinfo"
+	"warren/internal/procid"
 	"warren/internal/runtime"
+	"warren/internal/runtime/gvisor/gvisorinit"
 	"warren/internal/runtime/runtimetest"
 	"warren/internal/wait"
 )
@@ -252,6 +256,8 @@ func TestPauseResume(t *testing.T) {
 	p := inst.(runtime.Pauser)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var running state
+	json.Unmarshal(inst.State(), &running)
 	if err := p.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +265,9 @@ func TestPauseResume(t *testing.T) {
 	if err := json.Unmarshal(inst.State(), &st); err != nil || !st.Paused || st.PID != 0 {
 		t.Errorf("paused state: %+v %v", st, err)
 	}
-	if _, err := rt.sandboxPID(ctx, spec.ID); err == nil {
-		t.Error("runsc still runs the paused sandbox")
+	// Gone, or a zombie the host's init has yet to reap.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", running.PID)); err == nil && procid.Is(running.PID, running.StartTime) && !strings.Contains(string(b), ") Z ") {
+		t.Errorf("the paused sandbox's Sentry still runs: %s", b)
 	}
 	if err := p.Resume(ctx); err != nil {
 		t.Fatal(err)
@@ -324,5 +331,37 @@ func TestMetrics(t *testing.T) {
 	if got := m.Msg; got.GetMemTotalBytes() == 0 || got.GetMemTotalBytes() > uint64(spec.Limits.MemoryBytes)+(runtime.AgentMemoryMB+runtime.SentryMemoryMB)<<20 ||
 		got.GetPids() == 0 || got.GetDiskTotalBytes() == 0 {
 		t.Errorf("metrics: %+v", got)
+	}
+}
+
+// TestChannelTakesOnlyTheAgent: a connection to the agent's channel that
+// does not send the agent's token first is closed, and the agent's calls
+// go on; the token's file is gone once the agent has connected.
+func TestChannelTakesOnlyTheAgent(t *testing.T) {
+	rt := newRuntime(t, t.TempDir())
+	spec := fixture(t, rt, 7)
+	inst := start(t, rt, spec)
+	if _, err := os.Stat(filepath.Join(spec.Dir, chanDir, gvisorinit.TokenFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the token's file after the agent connected: %v", err)
+	}
+	// The agent's connection is taken; drop it so that the runtime accepts
+	// again, with an impostor queued first.
+	impostor, err := net.Dial("unix", inst.AgentSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impostor.Close()
+	if _, err := impostor.Write(bytes.Repeat([]byte("x"), 64)); err != nil {
+		t.Fatal(err)
+	}
+	inst.(*instance).agent.mu.Lock()
+	inst.(*instance).agent.cur.Close()
+	inst.(*instance).agent.mu.Unlock()
+	if got := run(t, inst, "echo still the agent"); got != "still the agent\n" {
+		t.Errorf("after an impostor: %q", got)
+	}
+	impostor.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := impostor.Read(make([]byte, 1)); err == nil || n > 0 {
+		t.Errorf("the impostor read %d bytes, %v; want its connection closed", n, err)
 	}
 }

@@ -52,6 +52,10 @@ const (
 	ChanDir   = Dir + "/chan"
 	// Socket is the channel's socket's name in ChanDir.
 	Socket = "agent.sock"
+	// TokenFile is, in ChanDir, what the agent sends first on each
+	// connection: the runtime takes no other. It is there only until the
+	// agent's first connection, before the sandbox runs anything.
+	TokenFile = "token"
 )
 
 // arg1 marks an agent started by the gVisor runtime; the Config follows it.
@@ -104,13 +108,17 @@ func Setup(joinWork func(tasks []int) error, oomKilled func(pid int, rss int64))
 			return nil, err
 		}
 	}
+	token, err := os.ReadFile(filepath.Join(ChanDir, TokenFile))
+	if err != nil {
+		return nil, fmt.Errorf("agent token: %w", err)
+	}
 	if err := containerinit.LimitExecs(); err != nil {
 		return nil, err
 	}
 	if cfg.Memory > 0 {
 		go holdMemory(cfg.Memory, oomKilled)
 	}
-	return &dialer{path: filepath.Join(ChanDir, Socket), closed: make(chan struct{})}, nil
+	return &dialer{path: filepath.Join(ChanDir, Socket), token: token, closed: make(chan struct{})}, nil
 }
 
 // limitPids makes a pids cgroup limited to max in the Sentry's own cgroup
@@ -159,6 +167,7 @@ const (
 // connection at a time, the next once the last is closed.
 type dialer struct {
 	path   string
+	token  []byte
 	mu     sync.Mutex
 	cur    *session // the open connection, or nil
 	closed chan struct{}
@@ -192,6 +201,11 @@ func (d *dialer) Accept() (net.Conn, error) {
 	b := backoff.Backoff{Base: dialFirst, Max: dialMax}
 	for {
 		c, err := net.Dial("unix", d.path)
+		if err == nil {
+			if _, err = c.Write(d.token); err != nil {
+				c.Close()
+			}
+		}
 		if err == nil {
 			s := &session{Conn: c, done: make(chan struct{})}
 			d.mu.Lock()
