@@ -71,7 +71,7 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest, n int) map[string
 		sb, err := c.CreateSandbox(ctx, req)
 		b.StopTimer()
 		if err != nil {
-			b.Fatalf("sandbox %d: %v", i, err)
+			b.Fatalf("sandbox %d: %v\ndaemon log:\n%s", i, err, shared.log.tail(30))
 		}
 		boot += time.Since(t0)
 		ids = append(ids, sb.ID)
