@@ -606,6 +606,7 @@ type NodeInfo struct {
 // MemoryImage is a booted vm sandbox of a template and shape, saved, that
 // vm sandboxes of that template and shape start from.
 type MemoryImage struct {
+	Runtime         string    `json:"runtime"` // the runtime whose sandboxes start from it: "vm" or "gvisor"
 	Template        string    `json:"template"`
 	TemplateBuiltAt time.Time `json:"template_built_at"`
 	VCPUs           int       `json:"vcpus"`

@@ -55,6 +55,7 @@ const (
 
 // imageKey is what a sandbox must share with an image to start from it.
 type imageKey struct {
+	runtime  string // an image is its runtime's own (a vm's memory, a gvisor checkpoint)
 	template string
 	built    int64 // the template's build, BuiltAt in Unix nanoseconds
 	vcpus    int
@@ -118,7 +119,7 @@ func (m *Manager) imageKeyOf(rt runtime.Runtime, rec store.Sandbox, src source) 
 		return imageKey{}, false
 	}
 	return imageKey{
-		template: src.template, built: src.built.UnixNano(),
+		runtime: rt.Name(), template: src.template, built: src.built.UnixNano(),
 		vcpus: max(1, int(math.Ceil(rec.CPUs))), memoryMB: rec.MemoryMB, network: m.deps.Network != nil,
 	}, true
 }
@@ -304,13 +305,13 @@ func (m *Manager) Images() []api.MemoryImage {
 			state = "failed"
 		}
 		out = append(out, api.MemoryImage{
-			Template: img.key.template, TemplateBuiltAt: time.Unix(0, img.key.built).UTC(),
+			Runtime: img.key.runtime, Template: img.key.template, TemplateBuiltAt: time.Unix(0, img.key.built).UTC(),
 			VCPUs: img.key.vcpus, MemoryMB: img.key.memoryMB, Network: img.key.network,
 			State: state, Bytes: img.bytes, Starts: img.starts,
 		})
 	}
 	slices.SortFunc(out, func(a, b api.MemoryImage) int {
-		return cmp.Or(cmp.Compare(a.Template, b.Template), cmp.Compare(a.VCPUs, b.VCPUs), cmp.Compare(a.MemoryMB, b.MemoryMB))
+		return cmp.Or(cmp.Compare(a.Runtime, b.Runtime), cmp.Compare(a.Template, b.Template), cmp.Compare(a.VCPUs, b.VCPUs), cmp.Compare(a.MemoryMB, b.MemoryMB))
 	})
 	return out
 }

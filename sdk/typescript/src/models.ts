@@ -231,8 +231,9 @@ export interface RuntimeInfo {
   accel?: string;
 }
 
-/** A memory image of a vm shape (admin key only, in NodeInfo). */
+/** A memory image of a vm or gvisor shape (admin key only, in NodeInfo). */
 export interface MemoryImage {
+  runtime: string;
   template: string;
   template_built_at: string;
   vcpus: number;
