@@ -158,10 +158,12 @@ func TestStartWritesReachDiskStopLeavesNothing(t *testing.T) {
 	if got := run(t, inst, "hostname; cat /proc/cmdline"); !strings.HasPrefix(got, spec.Hostname+"\n") || !strings.Contains(got, "gvisor") {
 		t.Errorf("hostname and kernel: %q", got)
 	}
-	run(t, inst, "echo written > /root/note")
-	b, err := os.ReadFile(filepath.Join(spec.Dir, rootfsDir, "root/note"))
-	if err != nil || string(b) != "written\n" {
-		t.Errorf("the write on the host's mount of the disk: %q %v", b, err)
+	run(t, inst, "echo written > /root/note; echo written > /tmp/note")
+	for _, f := range []string{"root/note", "tmp/note"} {
+		b, err := os.ReadFile(filepath.Join(spec.Dir, rootfsDir, f))
+		if err != nil || string(b) != "written\n" {
+			t.Errorf("the write of /%s on the host's mount of the disk: %q %v", f, b, err)
+		}
 	}
 	if err := inst.Stop(context.Background()); err != nil {
 		t.Fatal(err)

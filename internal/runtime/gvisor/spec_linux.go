@@ -101,6 +101,12 @@ func (r *Runtime) bundle(dir string, spec runtime.Spec, cgroupPath, netns string
 		{Destination: gvisorinit.AgentPath, Type: "bind", Source: r.agent, Options: []string{"bind", "ro"}},
 		{Destination: gvisorinit.ChanDir, Type: "bind", Source: filepath.Join(dir, chanDir), Options: []string{"bind", "ro"}},
 	}
+	// runsc mounts a tmpfs over an empty /tmp unless /tmp is mounted: bound
+	// to itself, the disk's /tmp stays the disk's, as in the other
+	// runtimes (snapshots keep it, and it is not the Sentry's memory).
+	if fi, err := os.Lstat(filepath.Join(dir, rootfsDir, "tmp")); err == nil && fi.IsDir() {
+		mounts = append(mounts, ociMount{Destination: "/tmp", Type: "bind", Source: filepath.Join(dir, rootfsDir, "tmp"), Options: []string{"bind", "rw"}})
+	}
 	if spec.Workspace != "" {
 		mounts = append(mounts, ociMount{Destination: "/" + containerinit.WorkspaceDir, Type: "bind",
 			Source: filepath.Join(dir, workspaceDir), Options: []string{"bind", "rw"}})
