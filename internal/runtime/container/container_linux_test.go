@@ -32,22 +32,7 @@ import (
 // agentPath is the guest agent built once for this test binary.
 var agentPath string
 
-func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	if os.Geteuid() == 0 {
-		path, cleanup, err := runtimetest.BuildAgent()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer cleanup()
-		agentPath = path
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(runtimetest.Main(m, &agentPath)) }
 
 type fixture struct {
 	rt   *Runtime

@@ -15,10 +15,26 @@ import (
 	"testing"
 )
 
-// BuildAgent builds the static guest agent into a new temporary directory
+// Main runs a runtime package's tests (call it from TestMain) with the
+// guest agent built for them into *agent, when running as root (the
+// runtimes' tests need root and skip without it).
+func Main(m *testing.M, agent *string) int {
+	if os.Geteuid() == 0 {
+		path, cleanup, err := buildAgent()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cleanup()
+		*agent = path
+	}
+	return m.Run()
+}
+
+// buildAgent builds the static guest agent into a new temporary directory
 // and returns its path and a function that removes it. Call it from
 // TestMain.
-func BuildAgent() (string, func(), error) {
+func buildAgent() (string, func(), error) {
 	dir, err := os.MkdirTemp("", "warren-agent-")
 	if err != nil {
 		return "", nil, err
