@@ -163,9 +163,7 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		if err := os.MkdirAll(image, 0o700); err != nil {
 			return err
 		}
-		tc := time.Now()
 		err = in.runsc(ctx, "checkpoint", "--image-path", image, in.id)
-		in.r.log.Debug("checkpoint try", "sandbox", in.id, "try", try, "took", time.Since(tc), "err", err)
 		if err == nil {
 			break
 		}
@@ -180,14 +178,12 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	tSave := time.Now()
-	in.r.log.Debug("checkpoint: agent closed", "took", tSave.Sub(t0))
 	select {
 	case <-p.Done():
 	case <-time.After(10 * time.Second):
 		p.Kill()
 		<-p.Done()
 	}
-	in.r.log.Debug("checkpoint: exited", "took", time.Since(tSave))
 	// runsc keeps the container's record (as running) until a delete,
 	// which a restore needs first. The delete waits until the sandbox's
 	// process is reaped, by the host's init (its parent, runsc run, is
@@ -240,18 +236,15 @@ func (in *instance) restore(ctx context.Context, image string) error {
 			return fmt.Errorf("sandbox link: %w", err)
 		}
 	}
-	in.r.log.Debug("restore: link", "took", time.Since(t0))
 	if err := in.runsc(ctx, "restore", "--detach", "--bundle", in.dir, "--image-path", image, in.id); err != nil {
 		in.agent.close()
 		in.runsc(context.WithoutCancel(ctx), "delete", "--force", in.id)
 		return fmt.Errorf("restore: %w", err)
 	}
-	in.r.log.Debug("restore: runsc", "took", time.Since(t0))
 	if err := in.attach(ctx); err != nil {
 		in.closeDone()
 		return err
 	}
-	in.r.log.Debug("restore: attached", "took", time.Since(t0))
 	if err := in.agent.conn.WaitReady(ctx); err != nil {
 		return fmt.Errorf("restore: the agent did not answer: %w", err)
 	}

@@ -519,19 +519,32 @@ func (in *instance) attach(ctx context.Context) error {
 	return nil
 }
 
+// runscState is what runsc records of container id.
+type runscState struct {
+	Pid    int    `json:"pid"`
+	Status string `json:"status"`
+	Bundle string `json:"bundle"`
+}
+
+// stateOf reads runsc's record of container id.
+func (r *Runtime) stateOf(ctx context.Context, id string) (runscState, error) {
+	var st runscState
+	out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "state", id).Output()
+	if err != nil {
+		return st, fmt.Errorf("runsc state: %w", err)
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("runsc state: %w", err)
+	}
+	return st, nil
+}
+
 // sandboxPID is the host pid of the sandbox process of container id, from
 // runsc's state.
 func (r *Runtime) sandboxPID(ctx context.Context, id string) (int, error) {
-	out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "state", id).Output()
+	st, err := r.stateOf(ctx, id)
 	if err != nil {
-		return 0, fmt.Errorf("runsc state: %w", err)
-	}
-	var st struct {
-		Pid    int    `json:"pid"`
-		Status string `json:"status"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return 0, fmt.Errorf("runsc state: %w", err)
+		return 0, err
 	}
 	if st.Pid <= 0 || st.Status != "running" {
 		return 0, fmt.Errorf("runsc state: sandbox %s is %s", id, st.Status)
@@ -583,7 +596,8 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 			continue
 		}
 		r.log.Info("removing leftover gvisor sandbox", "sandbox", id)
-		errs = append(errs, r.release(ctx, id, r.bundleOf(ctx, id)))
+		st, _ := r.stateOf(ctx, id) // no record: no bundle to clean
+		errs = append(errs, r.release(ctx, id, st.Bundle))
 	}
 	return errors.Join(errs...)
 }
@@ -596,22 +610,6 @@ func containerID(name string) string {
 		return ""
 	}
 	return id
-}
-
-// bundleOf is the bundle directory runsc recorded for container id, or ""
-// when it has none.
-func (r *Runtime) bundleOf(ctx context.Context, id string) string {
-	out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "state", id).Output()
-	if err != nil {
-		return ""
-	}
-	var st struct {
-		Bundle string `json:"bundle"`
-	}
-	if json.Unmarshal(out, &st) != nil {
-		return ""
-	}
-	return st.Bundle
 }
 
 // Stop implements runtime.Instance.
