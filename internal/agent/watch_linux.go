@@ -272,10 +272,16 @@ var opMasks = []struct {
 }
 
 // networkMount names the network filesystem p is on, or "" for another.
-func networkMount(p string) (string, error) {
+// Under gVisor (OwnKernel without Guest) 9P is the gofer's, the sandbox's
+// own disk served to the Sentry, which sees every change made to it.
+func (s *Server) networkMount(p string) (string, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(p, &st); err != nil {
 		return "", err
 	}
-	return networkFS[uint32(st.Type)], nil
+	fs := networkFS[uint32(st.Type)]
+	if fs == "9p" && s.opts.OwnKernel && !s.opts.Guest {
+		return "", nil
+	}
+	return fs, nil
 }

@@ -172,7 +172,7 @@ func (h fsService) openWatch(hdr http.Header, p string, recursive, allowNetwork 
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s not a directory", root))
 	}
 	if !allowNetwork {
-		fs, err := networkMount(root)
+		fs, err := h.s.networkMount(root)
 		if err != nil {
 			return nil, fsError("watch", root, err)
 		}

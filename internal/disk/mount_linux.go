@@ -3,9 +3,14 @@
 package disk
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/mountinfo"
 )
 
 // MountImage attaches the ext4 image to a loop device (direct I/O,
@@ -41,4 +46,23 @@ func MountImage(image string) (int, error) {
 		return -1, fmt.Errorf("fsmount disk: %w", err)
 	}
 	return mnt, nil
+}
+
+// UnmountUnder detaches every mount at or under dir, the deepest first, so
+// that a directory a dead process left (a gvisor sandbox's disks) can be
+// removed.
+func UnmountUnder(dir string) error {
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range slices.Backward(mounts) {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			if err := unix.Unmount(m.Point, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", m.Point, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

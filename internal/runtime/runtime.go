@@ -104,9 +104,11 @@ type Runtime interface {
 	Adopt(ctx context.Context, spec Spec, state []byte) (Instance, error)
 	// Sweep removes what sandboxes of this runtime left on the node
 	// (cgroups, processes) for every sandbox in known that is not in keep.
-	// It never touches a sandbox outside known: another warren server on the
-	// same host, with another data directory, may own it. It runs once at
-	// daemon start, after every known sandbox was adopted or cleaned.
+	// Of a sandbox outside known it touches only what this data directory
+	// records of it (a runtime's own state there, such as runsc's): another
+	// warren server on the same host, with another data directory, or
+	// another node on this host it moved to, may own the rest. It runs once
+	// at daemon start, after every known sandbox was adopted or cleaned.
 	Sweep(ctx context.Context, known, keep map[string]bool) error
 }
 

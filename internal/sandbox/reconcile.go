@@ -187,8 +187,9 @@ func (m *Manager) sweepFiles(keep, keepDisks map[string]bool) error {
 				errs = append(errs, m.dropVolume(context.Background(), id, true))
 				continue
 			}
-			m.log.Info("removing leftover sandbox file", "path", filepath.Join(d.dir, e.Name()))
-			errs = append(errs, os.RemoveAll(filepath.Join(d.dir, e.Name())))
+			path := filepath.Join(d.dir, e.Name())
+			m.log.Info("removing leftover sandbox file", "path", path)
+			errs = append(errs, disk.UnmountUnder(path), os.RemoveAll(path))
 		}
 	}
 	return errors.Join(errs...)

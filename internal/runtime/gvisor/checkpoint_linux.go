@@ -156,6 +156,7 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 	t0 := time.Now()
 	in.agent.close()
 	b := backoff.Backoff{Base: 2 * time.Millisecond, Max: 20 * time.Millisecond}
+	var first error
 	for try := 1; ; try++ {
 		if err := os.RemoveAll(image); err != nil {
 			return err
@@ -167,10 +168,23 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		if err == nil {
 			break
 		}
-		// A failed checkpoint leaves the sandbox running; the likeliest
-		// cause is an agent that has not let go of the channel yet.
+		if first == nil {
+			first = err
+		}
+		// A checkpoint refused before the save leaves the sandbox
+		// running; the likeliest cause is an agent that has not let go
+		// of the channel yet. One that failed in the save ends it.
+		select {
+		case <-p.Done():
+			os.RemoveAll(image)
+			return fmt.Errorf("checkpoint: the sandbox ended in it: %w", first)
+		default:
+		}
 		if try == checkpointTries || !b.Wait(ctx.Done()) {
 			os.RemoveAll(image)
+			if try > 1 {
+				return fmt.Errorf("checkpoint (%d tries, the first: %v): %w", try, first, err)
+			}
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}

@@ -455,6 +455,10 @@ func (in *instance) runsc(ctx context.Context, args ...string) error {
 		// sandbox, and to no other host socket: nothing else is bound in.
 		"--host-uds", "open",
 		"--network", network,
+		// gVisor cannot save a connected TCP endpoint: a checkpoint
+		// (pause, fork, image) resets the sandbox's open connections,
+		// where it would otherwise fail and end the sandbox.
+		"--net-disconnect-ok",
 		"--log", filepath.Join(in.dir, runscLog),
 	}
 	cmd := exec.CommandContext(ctx, in.r.runsc, append(flags, args...)...)
@@ -479,17 +483,36 @@ func (in *instance) runsc(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// runscError is the error runsc logged last (it logs its fatal errors as
-// "FATAL ERROR: ..." in runsc.log), or "".
+// runscError is the error runsc logged last in runsc.log (a stream of
+// JSON records; "FATAL ERROR: " precedes a fatal one), its first line, or
+// the log's tail if it holds none.
 func (in *instance) runscError() string {
 	b, err := os.ReadFile(filepath.Join(in.dir, runscLog))
 	if err != nil {
 		return ""
 	}
-	if i := bytes.LastIndex(b, []byte("FATAL ERROR: ")); i >= 0 {
-		b = b[i+len("FATAL ERROR: "):]
+	var last string
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var rec struct{ Msg, Level string }
+		if err := dec.Decode(&rec); err != nil {
+			break
+		}
+		if rec.Level == "error" || rec.Level == "warning" {
+			last = rec.Msg
+		}
 	}
-	return tail(string(b))
+	if last == "" {
+		return tail(string(b))
+	}
+	if _, fatal, ok := strings.Cut(last, "FATAL ERROR: "); ok {
+		last = fatal
+	}
+	last, _, _ = strings.Cut(last, "\n")
+	if len(last) > 1000 {
+		last = last[:1000] + "…"
+	}
+	return last
 }
 
 // tail is the last line or so of runsc's error output.
@@ -583,20 +606,32 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 }
 
 // Sweep implements runtime.Runtime: it deletes runsc's containers of every
-// known sandbox that is not kept, with their mounts and cgroups.
+// sandbox that is not kept, with their mounts, and the cgroups of known
+// ones. runsc's state directory is this data directory's own, so a
+// container there that the store does not know as this node's is a sandbox
+// that moved to another node while the daemon was down: its processes end
+// here, but its cgroup, named by its ID, is left alone, for another node on
+// this host may run it now.
 func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error {
 	entries, err := os.ReadDir(r.state)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	seen := map[string]bool{}
 	for _, e := range entries {
 		id := containerID(e.Name())
-		if id == "" || !known[id] || keep[id] {
+		if id == "" || keep[id] || seen[id] {
+			continue
+		}
+		seen[id] = true
+		st, _ := r.stateOf(ctx, id) // no record: no bundle to clean
+		if !known[id] {
+			r.log.Info("removing a gvisor sandbox that moved away", "sandbox", id)
+			errs = append(errs, r.forget(ctx, id, st), clearDir(st.Bundle))
 			continue
 		}
 		r.log.Info("removing leftover gvisor sandbox", "sandbox", id)
-		st, _ := r.stateOf(ctx, id) // no record: no bundle to clean
 		errs = append(errs, r.release(ctx, id, st.Bundle))
 	}
 	return errors.Join(errs...)
@@ -647,15 +682,7 @@ func (in *instance) Stop(ctx context.Context) error {
 // runsc container, cgroup, mounts, network namespace and (when dir is not
 // "") its directory's contents. It is idempotent.
 func (r *Runtime) release(ctx context.Context, id, dir string) error {
-	var errs []error
-	if r.runsc != "" {
-		// delete --force kills the sandbox and forgets it; a container
-		// runsc does not know is not an error here.
-		out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "delete", "--force", id).CombinedOutput()
-		if err != nil && !bytes.Contains(out, []byte("does not exist")) && !bytes.Contains(out, []byte("not found")) {
-			errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, tail(string(out))))
-		}
-	}
+	errs := []error{r.deleteContainer(ctx, id)}
 	cg, err := r.cgroups.Open(id)
 	switch {
 	case err == nil:
@@ -665,9 +692,56 @@ func (r *Runtime) release(ctx context.Context, id, dir string) error {
 	case !errors.Is(err, cgroup.ErrNotFound):
 		errs = append(errs, err)
 	}
-	if dir == "" {
-		return errors.Join(errs...)
+	return errors.Join(append(errs, clearDir(dir))...)
+}
+
+// deleteContainer kills the sandbox of container id and has runsc forget
+// it; a container runsc does not know is not an error.
+func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	if r.runsc == "" {
+		return nil
 	}
+	out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "delete", "--force", id).CombinedOutput()
+	if err != nil && !bytes.Contains(out, []byte("does not exist")) && !bytes.Contains(out, []byte("not found")) {
+		return fmt.Errorf("runsc delete: %w: %s", err, tail(string(out)))
+	}
+	return nil
+}
+
+// forget ends the sandbox of container id, whose runsc record is st,
+// without runsc's delete, which would remove its cgroups (another node on
+// this host may hold them now): the sandbox's init is killed, which ends
+// the sandbox, and its record removed from the state directory.
+func (r *Runtime) forget(ctx context.Context, id string, st runscState) error {
+	if st.Status == "running" {
+		if out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "kill", id, "KILL").CombinedOutput(); err != nil {
+			r.log.Warn("kill a sandbox that moved away", "sandbox", id, "err", err, "out", tail(string(out)))
+		} else {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			exec.CommandContext(wctx, r.runsc, "--root", r.state, "wait", id).Run()
+			cancel()
+		}
+	}
+	entries, err := os.ReadDir(r.state)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if containerID(e.Name()) == id {
+			errs = append(errs, os.RemoveAll(filepath.Join(r.state, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clearDir unmounts a sandbox directory's disks, removes its network
+// namespace and then its contents; "" is no directory.
+func clearDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	var errs []error
 	for _, d := range []string{rootfsDir, workspaceDir} {
 		errs = append(errs, unmount(filepath.Join(dir, d)))
 	}
