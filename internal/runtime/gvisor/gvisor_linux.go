@@ -638,8 +638,16 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 }
 
 // containerID is the container a file of runsc's state directory belongs
-// to ("ID_sandbox:ID.state", "ID_sandbox:ID.lock" and the like), or "".
+// to ("ID_sandbox:ID.state", "ID_sandbox:ID.lock" and the like, and its
+// sandbox's control socket "runsc-ID.sock"), or "".
 func containerID(name string) string {
+	if id, ok := strings.CutPrefix(name, "runsc-"); ok {
+		id, ok = strings.CutSuffix(id, ".sock")
+		if ok {
+			return id
+		}
+		return ""
+	}
 	id, _, ok := strings.Cut(name, "_sandbox:")
 	if !ok {
 		return ""
@@ -682,7 +690,7 @@ func (in *instance) Stop(ctx context.Context) error {
 // runsc container, cgroup, mounts, network namespace and (when dir is not
 // "") its directory's contents. It is idempotent.
 func (r *Runtime) release(ctx context.Context, id, dir string) error {
-	errs := []error{r.deleteContainer(ctx, id)}
+	errs := []error{r.deleteContainer(ctx, id), r.removeRecords(id)}
 	cg, err := r.cgroups.Open(id)
 	switch {
 	case err == nil:
@@ -722,6 +730,13 @@ func (r *Runtime) forget(ctx context.Context, id string, st runscState) error {
 			cancel()
 		}
 	}
+	return r.removeRecords(id)
+}
+
+// removeRecords removes runsc's files of container id from the state
+// directory: its state, its lock and its sandbox's control socket, which
+// runsc leaves when its sandbox was killed or never started.
+func (r *Runtime) removeRecords(id string) error {
 	entries, err := os.ReadDir(r.state)
 	if err != nil {
 		return err

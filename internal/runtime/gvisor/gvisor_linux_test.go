@@ -54,7 +54,9 @@ func TestContainerID(t *testing.T) {
 	for name, want := range map[string]string{
 		"sb-abc_sandbox:sb-abc.state": "sb-abc",
 		"sb-abc_sandbox:sb-abc.lock":  "sb-abc",
-		"runsc-sb-abc.sock":           "",
+		"runsc-sb-abc.sock":           "sb-abc",
+		"runsc-sb-abc":                "",
+		"something else":              "",
 	} {
 		if got := containerID(name); got != want {
 			t.Errorf("containerID(%q) = %q, want %q", name, got, want)
