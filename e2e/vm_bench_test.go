@@ -82,6 +82,16 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest, n int) map[string
 	settle := settleMemory(ids)
 	dropCaches()
 	after := memAvailable(b)
+	cpu := func() (d time.Duration) {
+		for _, id := range ids {
+			d += cgroupCPU(id)
+		}
+		return d
+	}
+	const idleFor = 10 * time.Second
+	cpu0 := cpu()
+	time.Sleep(idleFor)
+	idleCPU := cpu() - cpu0
 
 	var charged, anon, cache, kmem, qemuRSS, guestRAM, tcgCode, thp, guestUsed int64
 	for _, id := range ids {
@@ -107,7 +117,8 @@ func idleSandboxes(b *testing.B, req api.CreateSandboxRequest, n int) map[string
 	}
 	mib := func(v int64) float64 { return float64(v) / float64(len(ids)) / (1 << 20) }
 	b.ReportMetric(boot.Seconds()/float64(len(ids)), "create-s/op")
-	figs := map[string]float64{"host-MiB/sandbox": mib(before - after), "cgroup-MiB/sandbox": mib(charged)}
+	figs := map[string]float64{"host-MiB/sandbox": mib(before - after), "cgroup-MiB/sandbox": mib(charged),
+		"idle-CPU-ms/s/sandbox": idleCPU.Seconds() * 1000 / idleFor.Seconds() / float64(len(ids))}
 	for unit, v := range figs {
 		b.ReportMetric(v, unit)
 	}
