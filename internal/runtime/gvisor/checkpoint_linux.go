@@ -199,17 +199,13 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		<-p.Done()
 	}
 	// runsc keeps the container's record (as running) until a delete,
-	// which a restore needs first. The delete waits until the sandbox's
-	// process is reaped, by the host's init (its parent, runsc run, is
-	// gone): it goes on in the background, and a restore waits for it.
-	deleted := make(chan struct{})
-	in.deleted = deleted
-	go func() {
-		defer close(deleted)
-		if err := in.runsc(context.WithoutCancel(ctx), "delete", "--force", in.id); err != nil {
-			in.r.log.Warn("delete checkpointed container", "sandbox", in.id, "err", err)
-		}
-	}()
+	// which a restore needs gone first. Its delete would wait until the
+	// sandbox's process is reaped, by the host's init (its parent, runsc
+	// run, is gone), which may take a second or more; the process has
+	// exited, so the record is removed here instead.
+	if err := in.r.removeRecords(in.id); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
 	if durable {
 		if err := syncDir(image); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
@@ -231,13 +227,6 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 // stays paused.
 func (in *instance) restore(ctx context.Context, image string) error {
 	t0 := time.Now()
-	if in.deleted != nil {
-		select {
-		case <-in.deleted:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	if err := in.agent.open(); err != nil {
 		return err
 	}

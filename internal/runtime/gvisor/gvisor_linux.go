@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -65,6 +66,7 @@ import (
 	"warren/internal/disk"
 	"warren/internal/fsfreeze"
 	"warren/internal/guestnet"
+	"warren/internal/mountinfo"
 	"warren/internal/netnsfile"
 	"warren/internal/osthread"
 	"warren/internal/procid"
@@ -258,7 +260,6 @@ type instance struct {
 	mu      sync.Mutex
 	st      state
 	proc    *procid.Process // the running Sentry; nil while paused
-	deleted <-chan struct{} // closed once runsc forgot the last checkpointed container
 	console *consolelog.Drain
 	memory  *os.File // the host's watch of its memory (watchMemory); nil without one
 	stopped bool
@@ -722,9 +723,6 @@ func (in *instance) Stop(ctx context.Context) error {
 	}
 	in.stopped = true
 	ctx = context.WithoutCancel(ctx)
-	if in.deleted != nil {
-		<-in.deleted
-	}
 	in.agent.close()
 	if in.memory != nil {
 		in.memory.Close()
@@ -756,12 +754,34 @@ func (r *Runtime) release(ctx context.Context, id, dir string) error {
 	switch {
 	case err == nil:
 		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		errs = append(errs, cg.Destroy(kctx))
+		errs = append(errs, cg.Destroy(kctx), removeRunscCgroups(cg.Path()))
 		cancel()
 	case !errors.Is(err, cgroup.ErrNotFound):
 		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, clearDir(dir))...)
+}
+
+// removeRunscCgroups removes the directories at path that runsc made in
+// the host's cgroup v1 hierarchies warren's own groups do not use (blkio,
+// devices, name=systemd and the like; Destroy removed the rest). runsc's
+// delete removes them only if the container made them, and a container
+// that a restore started found them there.
+func removeRunscCgroups(path string) error {
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range mounts {
+		if m.FSType != "cgroup" {
+			continue
+		}
+		if err := os.Remove(filepath.Join(m.Point, path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // deleteContainer kills the sandbox of container id and has runsc forget

@@ -130,7 +130,10 @@ class LifecycleTest(unittest.TestCase):
                             metadata={"suite": "python-sdk"}) as sb:
             self.assertRegex(sb.id, r"^sb-[a-z0-9]+$")
             self.assertEqual(sb.state, "running")
-            self.assertIn("container", sb.isolation)
+            # auto picks the strongest runtime the node has; its isolation
+            # names it.
+            self.assertIn(sb.info.runtime, ("vm", "gvisor", "container"))
+            self.assertTrue(sb.isolation.startswith(sb.info.runtime), sb.isolation)
             self.assertEqual(sb.info.memory_mb, 512)
             self.assertEqual(sb.info.metadata, {"suite": "python-sdk"})
             self.assertIn(sb.id, [s.id for s in Sandbox.list(client=client())])
