@@ -199,12 +199,8 @@ func run(args []string) int {
 // own (a container runtime's or gVisor runtime's init).
 func serve(log *slog.Logger, mode string, ownsRoot bool, setup func(*agent.Server) (net.Listener, error)) int {
 	reserveThreads(spareThreads)
-	opts := agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
-		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1, OwnKernel: mode == "gvisor"}
-	if mode == "gvisor" {
-		opts.OnMemoryPressure = gvisorinit.Pressure
-	}
-	srv := agent.New(opts, log)
+	srv := agent.New(agent.Options{Version: version, OnShutdown: onShutdown(mode, log),
+		OwnsRoot: ownsRoot, Guest: mode == "vm" && os.Getpid() == 1, OwnKernel: mode == "gvisor"}, log)
 	defer srv.Close()
 	l, err := setup(srv)
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	"warren/internal/agent/pb"
 	"warren/internal/agent/pb/control/controlpbconnect"
 	"warren/internal/agent/pb/filesystem/filesystempbconnect"
 	"warren/internal/agent/pb/process/processpbconnect"
@@ -77,10 +76,6 @@ type Options struct {
 	// new hostname (a gVisor sandbox may wake from a memory image with the
 	// image's). Guest implies it.
 	OwnKernel bool
-	// OnMemoryPressure, if set, is called when the runtime reports that
-	// the sandbox's memory use moved (POST /memory-pressure): gVisor's
-	// init looks at its memory then, not on a timer.
-	OnMemoryPressure func()
 }
 
 // Server is the guest agent. Its methods may be called concurrently.
@@ -161,12 +156,6 @@ func (s *Server) newHandler() http.Handler {
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(fsService{s}, opts...))
 	mux.Handle(controlpbconnect.NewControlHandler(controlService{s}, opts...))
 	mux.HandleFunc("/files", s.serveFiles)
-	if s.opts.OnMemoryPressure != nil {
-		mux.HandleFunc("POST "+pb.MemoryPressurePath, func(w http.ResponseWriter, _ *http.Request) {
-			s.opts.OnMemoryPressure()
-			w.WriteHeader(http.StatusNoContent)
-		})
-	}
 	return gateFlushes(mux)
 }
 

@@ -26,7 +26,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"warren/internal/agent/pb"
 	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agent/pb/control/controlpbconnect"
 	filesystempb "warren/internal/agent/pb/filesystem"
@@ -247,20 +246,6 @@ func statusCode(status int) connect.Code {
 		return connect.CodeUnavailable
 	}
 	return connect.CodeInternal
-}
-
-// MemoryPressure tells the agent that its sandbox's memory use moved
-// (pb.MemoryPressurePath).
-func (c *Conn) MemoryPressure(ctx context.Context) error {
-	resp, err := c.Forward(ctx, http.MethodPost, pb.MemoryPressurePath, http.Header{}, nil)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("memory pressure: the agent answered %s", resp.Status)
-	}
-	return nil
 }
 
 // WaitReady polls Info with a short backoff until the agent answers or ctx

@@ -448,40 +448,6 @@ func (g *Group) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// MemoryEvents returns an eventfd that the kernel signals each time the
-// group's memory use (page cache included) crosses one of levels, in
-// bytes, upwards or downwards: a watch that costs nothing while the use
-// holds still. Closing the file ends the watch. Only cgroup v1 has it
-// (cgroup.event_control); under v2 it returns errors.ErrUnsupported.
-func (g *Group) MemoryEvents(levels []int64) (*os.File, error) {
-	if g.h.version != 1 {
-		return nil, errors.ErrUnsupported
-	}
-	dir := g.dir("memory")
-	usage, err := os.Open(filepath.Join(dir, "memory.usage_in_bytes"))
-	if err != nil {
-		return nil, fmt.Errorf("memory events: %w", err)
-	}
-	defer usage.Close()
-	ctl, err := os.OpenFile(filepath.Join(dir, "cgroup.event_control"), os.O_WRONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("memory events: %w", err)
-	}
-	defer ctl.Close()
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("memory events: eventfd: %w", err)
-	}
-	f := os.NewFile(uintptr(efd), "memory events of "+g.name)
-	for _, l := range levels {
-		if _, err := fmt.Fprintf(ctl, "%d %d %d", efd, usage.Fd(), l); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("memory events: %w", err)
-		}
-	}
-	return f, nil
-}
-
 // Stats reads the group's resource use.
 func (g *Group) Stats() (Stats, error) {
 	var (

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"warren/internal/backoff"
 )
 
@@ -321,31 +319,6 @@ func TestV1MemoryLimitOOMKills(t *testing.T) {
 	}
 	if s.MemoryLimit != mem {
 		t.Errorf("Stats().MemoryLimit = %d, want %d", s.MemoryLimit, mem)
-	}
-}
-
-// MemoryEvents is silent while the group's memory holds still and speaks
-// once it crosses a level.
-func TestV1MemoryEvents(t *testing.T) {
-	h := requireV1(t)
-	g := newGroup(t, h, Limits{MemoryBytes: 64 << 20, Pids: 64})
-	f, err := g.MemoryEvents([]int64{16 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	readable := func(wait time.Duration) bool {
-		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, int(wait.Milliseconds()))
-		return err == nil && n == 1
-	}
-	if readable(200 * time.Millisecond) {
-		t.Fatal("memory events before any memory was used")
-	}
-	c := startInGroup(t, g, helper("alloc"))
-	c.wait(t, 60*time.Second)
-	if !readable(10 * time.Second) {
-		t.Error("no memory event after a process used 64 MiB past a level of 16 MiB")
 	}
 }
 

@@ -5,10 +5,3 @@
 package pb
 
 //go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative --connect-go_out=. --connect-go_opt=paths=source_relative process/process.proto filesystem/filesystem.proto control/control.proto
-
-// Plain HTTP routes of the agent, beside the services.
-const (
-	// MemoryPressurePath (POST, no body, 204) tells the agent that its
-	// sandbox's memory use moved, as its runtime saw on the host.
-	MemoryPressurePath = "/memory-pressure"
-)

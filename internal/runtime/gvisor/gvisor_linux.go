@@ -261,7 +261,6 @@ type instance struct {
 	st      state
 	proc    *procid.Process // the running Sentry; nil while paused
 	console *consolelog.Drain
-	memory  *os.File // the host's watch of its memory (watchMemory); nil without one
 	stopped bool
 	stopErr error
 }
@@ -346,55 +345,8 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Insta
 	if err := r.raise(spec); err != nil {
 		return nil, err
 	}
-	if err := in.watchMemory(spec); err != nil {
-		return nil, err
-	}
 	r.log.Debug("gvisor sandbox started", "sandbox", spec.ID, "pid", in.st.PID, "from_memory", spec.Memory != "")
 	return in, nil
-}
-
-// memorySteps is how many levels of the sandbox's cgroup limit the host
-// watches (watchMemory): its memory use moving by that share of the limit
-// wakes the agent.
-const memorySteps = 8
-
-// watchMemory tells the agent whenever the sandbox's memory use on the host
-// crosses a step of its cgroup's limit, so that its memory watch sleeps
-// while the use holds still (gvisorinit's Config.MemoryEvents, which
-// initConfig sets where the host has such events: cgroup v1). Without the
-// events the agent looks on its own timer.
-func (in *instance) watchMemory(spec runtime.Spec) error {
-	if spec.Limits.MemoryBytes == 0 || in.r.cgroups.Version() != 1 {
-		return nil
-	}
-	cg, err := in.r.cgroups.Open(in.id)
-	if err != nil {
-		return fmt.Errorf("watch the sandbox's memory: %w", err)
-	}
-	limit := spec.Limits.MemoryBytes + (runtime.AgentMemoryMB+runtime.SentryMemoryMB)<<20
-	levels := make([]int64, 0, memorySteps-1)
-	for i := int64(1); i < memorySteps; i++ {
-		levels = append(levels, limit*i/memorySteps)
-	}
-	f, err := cg.MemoryEvents(levels)
-	if err != nil {
-		return fmt.Errorf("watch the sandbox's memory: %w", err)
-	}
-	in.memory = f
-	go func() {
-		var buf [8]byte
-		for {
-			if _, err := f.Read(buf[:]); err != nil {
-				return // closed by Stop
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			// A paused sandbox's agent is not there to hear it; it
-			// looks on its own after its restore.
-			in.Dial().MemoryPressure(ctx)
-			cancel()
-		}
-	}()
-	return nil
 }
 
 // prepare makes what a sandbox needs before runsc starts it: its mounts,
@@ -639,7 +591,6 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 		r.log.Warn("adopted sandbox's console not drained", "sandbox", spec.ID, "err", err)
 	}
 	if st.Paused {
-		in.adoptWatch(spec)
 		return in, nil
 	}
 	pidfd, err := procid.Open(st.PID, st.StartTime)
@@ -652,16 +603,7 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 	for _, d := range []string{rootfsDir, workspaceDir} {
 		in.thawHost(filepath.Join(spec.Dir, d))
 	}
-	in.adoptWatch(spec)
 	return in, nil
-}
-
-// adoptWatch watches an adopted sandbox's memory again; without the watch
-// its agent still looks every few seconds on its own.
-func (in *instance) adoptWatch(spec runtime.Spec) {
-	if err := in.watchMemory(spec); err != nil {
-		in.r.log.Warn("adopted sandbox's memory not watched", "sandbox", spec.ID, "err", err)
-	}
 }
 
 // Sweep implements runtime.Runtime: it deletes runsc's containers of every
@@ -724,9 +666,6 @@ func (in *instance) Stop(ctx context.Context) error {
 	in.stopped = true
 	ctx = context.WithoutCancel(ctx)
 	in.agent.close()
-	if in.memory != nil {
-		in.memory.Close()
-	}
 	in.stopErr = in.r.release(ctx, in.id, in.dir)
 	in.mu.Lock()
 	p := in.proc

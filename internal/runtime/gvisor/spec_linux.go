@@ -115,7 +115,7 @@ func (r *Runtime) bundle(dir string, spec runtime.Spec, cgroupPath, netns string
 	s := ociSpec{
 		Version: "1.0.2",
 		Process: ociProcess{
-			Args:         gvisorinit.Args(initConfig(spec, r.cgroups.Version() == 1)),
+			Args:         gvisorinit.Args(initConfig(spec)),
 			Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 			Cwd:          "/",
 			Capabilities: caps,
@@ -138,15 +138,13 @@ func (r *Runtime) bundle(dir string, spec runtime.Spec, cgroupPath, netns string
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
 }
 
-// initConfig is what the init is told of spec; events says the runtime
-// watches its memory from the host (watchMemory).
-func initConfig(spec runtime.Spec, events bool) gvisorinit.Config {
+// initConfig is what the init is told of spec.
+func initConfig(spec runtime.Spec) gvisorinit.Config {
 	cfg := gvisorinit.Config{Network: spec.Network != nil, Pids: spec.Limits.Pids}
 	if spec.Limits.MemoryBytes > 0 {
 		// The processes get their limit in full while the agent uses no
 		// more than half its reserve.
 		cfg.Memory = spec.Limits.MemoryBytes + runtime.AgentMemoryMB<<20/2
-		cfg.MemoryEvents = events
 	}
 	return cfg
 }

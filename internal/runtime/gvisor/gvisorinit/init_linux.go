@@ -73,14 +73,11 @@ type Config struct {
 	// together, with the agent's share of its reserve (memory_linux.go);
 	// 0: no limit.
 	Memory int64 `json:"memory,omitempty"`
-	// MemoryEvents says the runtime watches the sandbox's memory from
-	// the host and calls Pressure when it moves (memory_linux.go).
-	MemoryEvents bool `json:"memory_events,omitempty"`
 }
 
 // Args are the init's command line for cfg.
 func Args(cfg Config) []string {
-	b, _ := json.Marshal(cfg) // bools and ints always marshal
+	b, _ := json.Marshal(cfg) // a bool and an int always marshal
 	return []string{AgentPath, arg1, string(b)}
 }
 
@@ -119,7 +116,7 @@ func Setup(joinWork func(tasks []int) error, oomKilled func(pid int, rss int64))
 		return nil, err
 	}
 	if cfg.Memory > 0 {
-		go holdMemory(cfg.Memory, cfg.MemoryEvents, oomKilled)
+		go holdMemory(cfg.Memory, oomKilled)
 	}
 	return &dialer{path: filepath.Join(ChanDir, Socket), token: token, closed: make(chan struct{})}, nil
 }

@@ -27,41 +27,17 @@ import (
 // agent, whose look at every process is dear in gVisor, to leave the
 // sandbox's processes the CPU: under a fork bomb of small processes it
 // otherwise did nothing else).
-//
-// Each look wakes the agent, and a wake-up costs the host dearly under
-// gVisor: at ten looks a second an idle sandbox cost twice the CPU it did
-// without them. Where the runtime watches the sandbox's cgroup on the host
-// (Config.MemoryEvents), which tells the agent whenever the memory in use
-// moves by a step (Pressure), the agent looks often for memoryWatch after
-// each word and otherwise only every memoryQuiet, in case a word was lost
-// (the daemon restarting).
 const (
 	memoryIdle   = 100 * time.Millisecond
 	memoryNear   = 20 * time.Millisecond
 	memoryHot    = 5 * time.Millisecond
 	memoryKilled = 25 * time.Millisecond
-	memoryWatch  = time.Second
-	memoryQuiet  = 2 * time.Second
 )
 
-// pressure carries the runtime's words that the memory in use moved.
-var pressure = make(chan struct{}, 1)
-
-// Pressure tells the memory watch that the memory in use moved: it looks
-// at once, and often for a while.
-func Pressure() {
-	select {
-	case pressure <- struct{}{}:
-	default:
-	}
-}
-
 // holdMemory kills the largest process whenever the memory in use passes
-// limit bytes; with events, between the runtime's words it looks rarely
-// while memory is far from the limit. It never returns.
-func holdMemory(limit int64, events bool, killed func(pid int, rss int64)) {
+// limit bytes. It never returns.
+func holdMemory(limit int64, killed func(pid int, rss int64)) {
 	buf := make([]byte, 4096)
-	var watchUntil time.Time
 	for {
 		used, ok := memoryUsed(buf)
 		switch {
@@ -75,18 +51,8 @@ func holdMemory(limit int64, events bool, killed func(pid int, rss int64)) {
 			time.Sleep(memoryHot)
 		case ok && used > limit/2:
 			time.Sleep(memoryNear)
-		case !events:
-			time.Sleep(memoryIdle)
-		case time.Now().Before(watchUntil):
-			time.Sleep(memoryNear)
 		default:
-			t := time.NewTimer(memoryQuiet)
-			select {
-			case <-pressure:
-				watchUntil = time.Now().Add(memoryWatch)
-			case <-t.C:
-			}
-			t.Stop()
+			time.Sleep(memoryIdle)
 		}
 	}
 }
