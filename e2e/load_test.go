@@ -19,7 +19,7 @@ import (
 // deleted nothing of them is left on the host.
 //
 // It runs on the container runtime. An idle gvisor sandbox costs the host
-// about 50 ms of CPU a second (docs/BENCHMARKS.md), so 100 of them want
+// some 30 ms of CPU a second (docs/BENCHMARKS.md), so 100 of them want
 // more than this 2-core machine has, and their starts time out.
 func TestLoadConcurrentCreates(t *testing.T) {
 	need(t)
