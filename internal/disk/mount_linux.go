@@ -48,14 +48,10 @@ func MountImage(image string) (int, error) {
 	return mnt, nil
 }
 
-// UnmountUnder detaches every mount at or under dir, the deepest first, so
-// that a directory a dead process left (a gvisor sandbox's disks) can be
-// removed.
-func UnmountUnder(dir string) error {
-	mounts, err := mountinfo.Read()
-	if err != nil {
-		return err
-	}
+// UnmountUnder detaches every mount of mounts (mountinfo.Read's, in its
+// order) at or under dir, the deepest first, so that a directory a dead
+// process left (a gvisor sandbox's disks) can be removed.
+func UnmountUnder(mounts []mountinfo.Mount, dir string) error {
 	var errs []error
 	for _, m := range slices.Backward(mounts) {
 		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {

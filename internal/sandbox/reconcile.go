@@ -13,6 +13,7 @@ import (
 
 	"warren/api"
 	"warren/internal/disk"
+	"warren/internal/mountinfo"
 	"warren/internal/runtime"
 	"warren/internal/store"
 )
@@ -153,7 +154,10 @@ func (m *Manager) runtimeNamed(name string) runtime.Runtime {
 // sweepFiles removes sandbox directories, disks and loop devices that no
 // kept sandbox owns.
 func (m *Manager) sweepFiles(keep, keepDisks map[string]bool) error {
-	var errs []error
+	// Read once: a leftover directory may hold mounts (a gvisor sandbox's
+	// disks), which go before it.
+	mounts, err := mountinfo.Read()
+	errs := []error{err}
 	loops, err := disk.StaleLoops(disksDir(m.deps.Pool))
 	errs = append(errs, err)
 	for _, dev := range loops {
@@ -189,7 +193,7 @@ func (m *Manager) sweepFiles(keep, keepDisks map[string]bool) error {
 			}
 			path := filepath.Join(d.dir, e.Name())
 			m.log.Info("removing leftover sandbox file", "path", path)
-			errs = append(errs, disk.UnmountUnder(path), os.RemoveAll(path))
+			errs = append(errs, disk.UnmountUnder(mounts, path), os.RemoveAll(path))
 		}
 	}
 	return errors.Join(errs...)
