@@ -175,19 +175,27 @@ func TestVMMemoryStart(t *testing.T) {
 	}
 }
 
-// TestVMLiveFork: a fork of a running vm sandbox keeps its memory: a
-// process of the parent runs on in each of 4 children with what it held in
-// memory, on the parent's disks (root and workspace) as they were, while each child is a machine of
-// its own (hostname, machine ID, random stream, the host's time) and the
-// parent runs on, stopped only while its memory was saved and its disk
-// cloned.
-func TestVMLiveFork(t *testing.T) {
-	needVM(t)
+// TestLiveFork: a fork of a running vm or gvisor sandbox keeps its
+// memory: a process of the parent runs on in each of 4 children with what
+// it held in memory, on the parent's disks (root and workspace) as they
+// were, while each child is a machine of its own (hostname, machine ID,
+// random stream, the host's time) and the parent runs on, stopped only
+// while its memory was saved and its disk cloned.
+func TestLiveFork(t *testing.T) {
+	for _, rt := range []string{"gvisor", "vm"} {
+		t.Run(rt, func(t *testing.T) {
+			needRuntime(t, rt)
+			testLiveFork(t, rt)
+		})
+	}
+}
+
+func testLiveFork(t *testing.T, rt string) {
 	ctx := context.Background()
 	c := shared.client()
 	const mem = 416 // a shape of its own: no memory image
 	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{
-		Runtime: "vm", MemoryMB: mem, WorkspaceMB: 64, TimeoutSeconds: 300, Env: map[string]string{"ROLE": "parent"},
+		Runtime: rt, MemoryMB: mem, WorkspaceMB: 64, TimeoutSeconds: 300, Env: map[string]string{"ROLE": "parent"},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +234,8 @@ func TestVMLiveFork(t *testing.T) {
 	for _, kid := range res.Sandboxes {
 		t.Cleanup(func() { c.DeleteSandbox(context.Background(), kid.ID) })
 		ids = append(ids, kid.ID)
-		if kid.Runtime != "vm" || kid.MemoryMB != mem || kid.WorkspaceMB != 64 || kid.Origin != res.Snapshot.ID {
-			t.Errorf("child %+v: want a vm of %d MiB with a 64 MiB workspace from %s", kid, mem, res.Snapshot.ID)
+		if kid.Runtime != rt || kid.MemoryMB != mem || kid.WorkspaceMB != 64 || kid.Origin != res.Snapshot.ID {
+			t.Errorf("child %+v: want a %s sandbox of %d MiB with a 64 MiB workspace from %s", kid, rt, mem, res.Snapshot.ID)
 		}
 		// The process runs on with its memory: its file, removed, comes
 		// back with the secret that is on no disk.

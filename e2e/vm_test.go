@@ -26,20 +26,27 @@ import (
 // returns the vm runtime's info.
 func needVM(t testing.TB) api.RuntimeInfo {
 	t.Helper()
+	return needRuntime(t, "vm")
+}
+
+// needRuntime skips the test when the shared daemon cannot run sandboxes
+// of runtime name, and returns the runtime's info.
+func needRuntime(t testing.TB, name string) api.RuntimeInfo {
+	t.Helper()
 	need(t)
 	info, err := shared.client().Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range info.Runtimes {
-		if r.Name == "vm" {
+		if r.Name == name {
 			if !r.Available {
-				t.Skipf("the vm runtime is unavailable on this node: %s", r.Reason)
+				t.Skipf("the %s runtime is unavailable on this node: %s", name, r.Reason)
 			}
 			return r
 		}
 	}
-	t.Skip("this daemon has no vm runtime")
+	t.Skipf("this daemon has no %s runtime", name)
 	return api.RuntimeInfo{}
 }
 

@@ -51,6 +51,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	tpl := fs.String("template", "default", "template to build at start if missing (empty: none)")
 	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
+	spill := fs.Duration("pause-spill-after", daemon.DefaultPauseSpillAfter, "how long a paused gvisor sandbox keeps its memory, frozen (a resume then takes tens of\nmilliseconds), before it is saved to disk and released (0: at once)")
 	blobs := fs.String("blob-store", "", "where snapshots are stored: a directory, file:///dir, or\ns3://bucket?endpoint=URL&region=R&use_path_style=true&prefix=P with AWS_ACCESS_KEY_ID\nand AWS_SECRET_ACCESS_KEY in the environment (default: blobs in the data dir)")
 	cluster := fs.String("cluster-store", "", "the in-cluster tier of always-on disks, like --blob-store: a flush in a sandbox returns\nonce its data is there, and object storage follows within --max-lag (default: none; the\nblob store then plays both roles)")
 	maxLag := fs.Duration("max-lag", 30*time.Second, "how far object storage may be behind the cluster store for always-on disks")
@@ -113,18 +114,19 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 		}
 		cfg.Admission = adm
 		return daemon.Options{
-			DataDir:        *dataDir,
-			Database:       *database,
-			Listen:         *listen,
-			AgentBinary:    *agent,
-			EnsureTemplate: *tpl,
-			Warm:           *warm,
-			BlobStore:      *blobs,
-			ClusterStore:   *cluster,
-			MaxLag:         *maxLag,
-			PreviewDomain:  *preview,
-			Network:        netCfg,
-			AutoNetPool:    autoPool,
+			DataDir:         *dataDir,
+			Database:        *database,
+			Listen:          *listen,
+			AgentBinary:     *agent,
+			EnsureTemplate:  *tpl,
+			Warm:            *warm,
+			PauseSpillAfter: *spill,
+			BlobStore:       *blobs,
+			ClusterStore:    *cluster,
+			MaxLag:          *maxLag,
+			PreviewDomain:   *preview,
+			Network:         netCfg,
+			AutoNetPool:     autoPool,
 			Server: server.Options{
 				MaxOutputBytes: *execOut,
 				Conns:          server.ListenerLimits{Total: *maxConns, PerIP: *maxConnsIP},

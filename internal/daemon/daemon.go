@@ -75,6 +75,9 @@ type Options struct {
 	// Warm is how many sandbox inits the container runtime keeps started
 	// ahead of time.
 	Warm int
+	// PauseSpillAfter is how long a paused gvisor sandbox keeps its memory
+	// before it is saved to disk (gvisor.Options.SpillAfter).
+	PauseSpillAfter time.Duration
 	// BlobStore is where snapshots are stored: a directory path or
 	// file:// URL, or an s3:// URL (credentials from the AWS_* environment).
 	// Default: the directory blobs in the data directory.
@@ -108,6 +111,11 @@ type Options struct {
 
 // DefaultNodeID is the name of a single machine's one node.
 const DefaultNodeID = "local"
+
+// DefaultPauseSpillAfter is Options.PauseSpillAfter's default: a pause
+// for a moment (a harness between steps) costs no disk, a long one no
+// memory.
+const DefaultPauseSpillAfter = 30 * time.Second
 
 // DefaultDataDir is where a root daemon keeps its state by default.
 const DefaultDataDir = "/var/lib/warren"
@@ -198,7 +206,7 @@ func Run(ctx context.Context, o Options) error {
 	// Runtimes strongest first: vm, gvisor, container. A node that cannot
 	// run one (no guest kernel or QEMU; no runsc) still serves the others;
 	// a runtime whose Available fails is listed with the reason.
-	gv, err := gvisor.New(subsystem(log, "gvisor"), cg, agentBin, gvisor.Options{Dir: filepath.Join(o.DataDir, "gvisor")})
+	gv, err := gvisor.New(subsystem(log, "gvisor"), cg, agentBin, gvisor.Options{Dir: filepath.Join(o.DataDir, "gvisor"), SpillAfter: o.PauseSpillAfter})
 	if err != nil {
 		return fmt.Errorf("gvisor runtime: %w", err)
 	}

@@ -151,13 +151,16 @@ type Instance interface {
 	Stop(ctx context.Context) error
 }
 
-// Pauser is an Instance that can pause with its memory: Pause saves the
-// whole machine (memory and device state) to a file in the sandbox's
-// private directory and then ends the process that ran it, so a paused
-// sandbox holds no CPU and no guest memory; Resume starts it again from that
-// file on the same node, with the same disk, and returns once its agent
-// answers. Processes in the sandbox keep their state across the pair; open
-// agent sessions (streams, waits) are cut by Pause.
+// Pauser is an Instance that can pause with its memory: Pause stops the
+// sandbox's processes where they are and saves the whole machine (memory
+// and device state) to a file in the sandbox's private directory and then
+// ends the process that ran it, so a paused sandbox holds no CPU and no
+// guest memory; Resume starts it again from that file on the same node,
+// with the same disk, and returns once its agent answers. A runtime may
+// keep a paused sandbox frozen, its memory held, for a while before the
+// save (gvisor's Options.SpillAfter), and Resume then runs it on in place.
+// Processes in the sandbox keep their state across the pair; open agent
+// sessions (streams, waits) are cut by Pause.
 //
 // While paused, Done does not fire (the process is gone on purpose) and
 // Stop removes the memory file. Pause of a paused instance and Resume of a

@@ -12,9 +12,9 @@ import (
 	"warren/internal/store"
 )
 
-// Pause saves a running sandbox's memory and ends its process (a runtime
-// that implements runtime.Pauser: the vm runtime); its processes carry on
-// from where they were at Resume. CodeConflict for a sandbox that is not
+// Pause stops a running sandbox with its memory (a runtime that implements
+// runtime.Pauser: vm and gvisor); its processes carry on from where they
+// were at Resume. CodeConflict for a sandbox that is not
 // running or whose runtime cannot pause.
 func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
 	l, err := m.running(ctx, tenant, id)
@@ -23,7 +23,7 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, er
 	}
 	p, ok := l.inst.(runtime.Pauser)
 	if !ok {
-		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s runs in the %s runtime, which cannot pause with memory (only vm sandboxes can)", id, l.rt.Name())
+		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s runs in the %s runtime, which cannot pause with memory (vm and gvisor sandboxes can)", id, l.rt.Name())
 	}
 	l.op.Lock()
 	defer l.op.Unlock()

@@ -17,18 +17,25 @@ import (
 	"warren/internal/runtime"
 )
 
-// Memory checkpoints. `runsc checkpoint` saves the Sentry, the whole
-// sandbox kernel with every process's memory, to an image directory and
-// ends the sandbox's processes; `runsc restore` starts a Sentry from the
-// image, with the bundle's disks and network, its processes running on
-// from where they were. The disks are the host's mounts, not in the image:
-// a sandbox restored from an image must have the disk the image was saved
-// with, or a clone of it taken while nothing ran.
+// Memory checkpoints. `runsc pause` stops every task of the sandbox where
+// it is, its memory held by the Sentry, and `runsc resume` runs them on:
+// tens of milliseconds each way. `runsc checkpoint` saves a paused Sentry,
+// the whole sandbox kernel with every process's memory, to an image
+// directory (--leave-running keeps it paused); `runsc restore` starts a
+// Sentry from the image, with the bundle's disks and network, its
+// processes running on from where they were. The disks are the host's
+// mounts, not in the image: a sandbox restored from an image must have the
+// disk the image was saved with, or a clone of it taken while nothing ran.
+//
+// A pause therefore has two stages: frozen (paused, the Sentry alive with
+// its memory) and, after Options.SpillAfter, saved (the memory in an image
+// in the sandbox's directory, no process). A resume from the first is a
+// `runsc resume`, from the second a restore.
 //
 // The agent's channel holds a host socket, which the Sentry cannot save:
-// before a checkpoint the runtime closes its end and stops listening, the
-// agent sees the end and closes its own, and dials again (to nobody) until
-// a restored sandbox's runtime listens again.
+// before a freeze the runtime ends the channel and waits until the agent
+// has closed its end (channel.release), and the agent dials again (to
+// nobody) until the runtime listens again.
 
 var (
 	_ runtime.Pauser = (*instance)(nil)
@@ -43,25 +50,59 @@ const memoryDir = "memory"
 // saved in it (channel), which sandboxes started from the image expect.
 const imageTokenFile = "agent-token"
 
-// checkpointTries bounds the retries of a checkpoint that found the agent
-// still holding its end of the channel (it lets go within milliseconds of
-// the runtime closing its own).
-const checkpointTries = 50
+// Waits: how long the agent has to let go of its channel before a freeze
+// (it does within milliseconds), and how long a saved Sentry has to exit.
+const (
+	agentLetGo = time.Second
+	exitWait   = 10 * time.Second
+)
 
-// Pause implements runtime.Pauser: the sandbox is checkpointed into its
-// directory, durably (the image outlives the daemon), and its processes
-// end. If the checkpoint fails the sandbox runs on.
+// saveTries bounds the saves of a frozen sandbox whose agent still held
+// its channel (it was frozen before it saw the end): between tries the
+// sandbox runs for a moment to let go.
+const saveTries = 5
+
+// spillTimeout bounds a save of a frozen sandbox's memory in the
+// background.
+const spillTimeout = 2 * time.Minute
+
+// Pause implements runtime.Pauser: the sandbox is frozen, and its memory
+// saved into its directory, durably (the image outlives the daemon), and
+// its process ended at once or after Options.SpillAfter. If the freeze
+// fails the sandbox runs on; a failed save leaves it frozen.
 func (in *instance) Pause(ctx context.Context) error {
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
-	if in.st.Paused && !in.stopped {
+	switch {
+	case in.stopped:
+		return errors.New("the sandbox is stopped")
+	case in.st.Paused:
 		return nil
 	}
-	return in.checkpoint(ctx, filepath.Join(in.dir, memoryDir), true, "gvisor paused")
+	if err := in.freeze(ctx); err != nil {
+		return err
+	}
+	if in.r.opts.SpillAfter > 0 {
+		in.mu.Lock()
+		in.st.Paused, in.st.Frozen = true, true
+		in.mu.Unlock()
+		in.armSpill()
+		in.r.log.Info("gvisor paused", "sandbox", in.id, "memory", "held")
+		return nil
+	}
+	image := filepath.Join(in.dir, memoryDir)
+	if err := in.saveFrozen(ctx, image); err != nil {
+		if terr := in.thaw(ctx); terr != nil {
+			return errors.Join(err, terr)
+		}
+		return err
+	}
+	return in.end(image, true, "gvisor paused")
 }
 
-// Resume implements runtime.Pauser: a new Sentry is restored from the
-// image, and the image removed once the agent answers.
+// Resume implements runtime.Pauser: a frozen sandbox runs on; a saved one
+// is restored from its image, and the image removed once the agent
+// answers.
 func (in *instance) Resume(ctx context.Context) error {
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
@@ -69,6 +110,18 @@ func (in *instance) Resume(ctx context.Context) error {
 	case in.stopped:
 		return errors.New("the sandbox is stopped")
 	case !in.st.Paused:
+		return nil
+	case in.st.Frozen:
+		if in.spill != nil {
+			in.spill.Stop() // one waiting for opMu finds the sandbox running
+		}
+		if err := in.thaw(ctx); err != nil {
+			in.armSpill()
+			return err
+		}
+		in.mu.Lock()
+		in.st.Paused, in.st.Frozen = false, false
+		in.mu.Unlock()
 		return nil
 	}
 	image := filepath.Join(in.dir, memoryDir)
@@ -79,9 +132,37 @@ func (in *instance) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Hold implements runtime.Forker: the sandbox is checkpointed to path and
-// stays stopped until resume, which restores it from there. A clone of
-// its disk taken meanwhile is the disk the image expects.
+// armSpill saves the frozen sandbox's memory after Options.SpillAfter.
+// in.opMu is held.
+func (in *instance) armSpill() {
+	in.spill = time.AfterFunc(in.r.opts.SpillAfter, in.spillNow)
+}
+
+// spillNow saves a frozen sandbox's memory into its directory and ends its
+// process; a sandbox that could not be saved stays frozen and is tried
+// again after Options.SpillAfter.
+func (in *instance) spillNow() {
+	in.opMu.Lock()
+	defer in.opMu.Unlock()
+	if in.stopped || !in.st.Frozen {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), spillTimeout)
+	defer cancel()
+	image := filepath.Join(in.dir, memoryDir)
+	err := in.saveFrozen(ctx, image)
+	if err == nil {
+		err = in.end(image, true, "gvisor paused sandbox's memory saved")
+	}
+	if err != nil {
+		in.r.log.Warn("save a paused sandbox's memory; it stays frozen", "sandbox", in.id, "err", err)
+		in.armSpill()
+	}
+}
+
+// Hold implements runtime.Forker: the sandbox is frozen and saved to
+// path, and stays frozen until resume. A clone of its disk taken
+// meanwhile is the disk the image expects.
 func (in *instance) Hold(ctx context.Context, path string) (func() error, error) {
 	in.opMu.Lock()
 	switch {
@@ -92,23 +173,29 @@ func (in *instance) Hold(ctx context.Context, path string) (func() error, error)
 		in.opMu.Unlock()
 		return nil, errors.New("the sandbox is paused")
 	}
-	if err := in.checkpoint(ctx, path, false, "gvisor held for a fork"); err != nil {
+	if err := in.freeze(ctx); err != nil {
 		in.opMu.Unlock()
 		return nil, err
 	}
-	return func() error {
+	resume := func() error {
 		defer in.opMu.Unlock()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := in.restore(rctx, path); err != nil {
+		if err := in.thaw(rctx); err != nil {
 			return fmt.Errorf("run the sandbox again after its fork: %w", err)
 		}
 		return nil
-	}, nil
+	}
+	t0 := time.Now()
+	if err := in.saveFrozen(ctx, path); err != nil {
+		return nil, errors.Join(err, resume())
+	}
+	in.r.log.Info("gvisor held for a fork", "sandbox", in.id, "save", time.Since(t0))
+	return resume, nil
 }
 
-// SaveImage implements runtime.Imager: inst is checkpointed to path and
-// left paused, for Stop.
+// SaveImage implements runtime.Imager: inst is saved to path and its
+// process ended, for Stop.
 func (r *Runtime) SaveImage(ctx context.Context, inst runtime.Instance, path string) error {
 	in, ok := inst.(*instance)
 	if !ok {
@@ -116,46 +203,57 @@ func (r *Runtime) SaveImage(ctx context.Context, inst runtime.Instance, path str
 	}
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
-	return in.checkpoint(ctx, path, false, "gvisor saved as an image")
-}
-
-// checkpoint saves the running sandbox to the image directory image
-// (replaced; synced to disk when durable) and leaves it paused: no
-// process, the image in its place; what is logged with the figures.
-// in.opMu is held. If it fails the sandbox runs on.
-func (in *instance) checkpoint(ctx context.Context, image string, durable bool, what string) (err error) {
 	switch {
 	case in.stopped:
 		return errors.New("the sandbox is stopped")
 	case in.st.Paused:
 		return errors.New("the sandbox is paused")
 	}
-	in.mu.Lock()
-	p := in.proc
-	in.proc = nil // its exit is planned from here on (follow)
-	in.mu.Unlock()
-	select {
-	case <-p.Done():
-		in.closeDone()
-		return errors.New("the sandbox has exited")
-	default:
+	if err := in.freeze(ctx); err != nil {
+		return err
 	}
-	defer func() {
-		if err != nil {
-			in.mu.Lock()
-			in.proc = p
-			in.mu.Unlock()
-			in.agent.open()
-			select {
-			case <-p.Done(): // died meanwhile: it will not run on
-				in.closeDone()
-			default:
-			}
-		}
-	}()
-	t0 := time.Now()
-	in.agent.close()
-	b := backoff.Backoff{Base: 2 * time.Millisecond, Max: 20 * time.Millisecond}
+	if err := in.saveFrozen(ctx, path); err != nil {
+		return errors.Join(err, in.thaw(ctx))
+	}
+	return in.end(path, false, "gvisor saved as an image")
+}
+
+// freeze stops the running sandbox's tasks where they are, once its agent
+// has let go of the channel. If it fails the sandbox runs on. in.opMu is
+// held.
+func (in *instance) freeze(ctx context.Context) error {
+	if !in.agent.release(agentLetGo) {
+		in.r.log.Debug("the agent did not let go of its channel before a freeze", "sandbox", in.id)
+	}
+	if err := in.runsc(ctx, "pause", in.id); err != nil {
+		in.agent.open()
+		return fmt.Errorf("pause: %w", err)
+	}
+	return nil
+}
+
+// thaw runs the frozen sandbox's tasks on and waits for its agent. in.opMu
+// is held.
+func (in *instance) thaw(ctx context.Context) error {
+	if err := in.agent.open(); err != nil {
+		return err
+	}
+	if err := in.runsc(ctx, "resume", in.id); err != nil {
+		in.agent.release(0)
+		return fmt.Errorf("resume: %w", err)
+	}
+	if err := in.agent.conn.WaitReady(ctx); err != nil {
+		return fmt.Errorf("resume: the agent did not answer: %w", err)
+	}
+	return nil
+}
+
+// saveFrozen saves the frozen sandbox to the image directory image
+// (replaced), leaving it frozen. A save that fails because the agent was
+// frozen still holding its channel is tried again after the sandbox ran
+// for a moment to let go. in.opMu is held.
+func (in *instance) saveFrozen(ctx context.Context, image string) error {
+	b := backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}
 	var first error
 	for try := 1; ; try++ {
 		if err := os.RemoveAll(image); err != nil {
@@ -164,61 +262,90 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 		if err := os.MkdirAll(image, 0o700); err != nil {
 			return err
 		}
-		err = in.runsc(ctx, "checkpoint", "--image-path", image, in.id)
+		err := in.runsc(ctx, "checkpoint", "--leave-running", "--image-path", image, in.id)
 		if err == nil {
 			break
 		}
+		os.RemoveAll(image)
 		if first == nil {
 			first = err
 		}
-		// A checkpoint refused before the save leaves the sandbox
-		// running; the likeliest cause is an agent that has not let go
-		// of the channel yet. One that failed in the save ends it.
-		select {
-		case <-p.Done():
-			os.RemoveAll(image)
-			return fmt.Errorf("checkpoint: the sandbox ended in it: %w", first)
-		default:
+		if try == saveTries {
+			return fmt.Errorf("checkpoint (%d tries, the first: %v): %w", try, first, err)
 		}
-		if try == checkpointTries || !b.Wait(ctx.Done()) {
-			os.RemoveAll(image)
-			if try > 1 {
-				return fmt.Errorf("checkpoint (%d tries, the first: %v): %w", try, first, err)
-			}
-			return fmt.Errorf("checkpoint: %w", err)
+		if err := in.runsc(ctx, "resume", in.id); err != nil {
+			return fmt.Errorf("checkpoint: %v; then resume: %w", first, err)
+		}
+		waited := b.Wait(ctx.Done())
+		if err := in.runsc(context.WithoutCancel(ctx), "pause", in.id); err != nil {
+			return fmt.Errorf("checkpoint: %v; then pause: %w", first, err)
+		}
+		if !waited {
+			return fmt.Errorf("checkpoint: %w", first)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(image, imageTokenFile), []byte(in.st.Token), 0o400); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	tSave := time.Now()
+	// The disks' host mounts hold what the sandbox wrote in the host's
+	// page cache: synced, their images are the disks the image expects.
+	for _, d := range []string{rootfsDir, workspaceDir} {
+		if err := syncMount(filepath.Join(in.dir, d)); err != nil {
+			return fmt.Errorf("checkpoint: sync the disk at %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// syncMount syncs the filesystem mounted at dir; a directory that is not
+// there or not a mount (no workspace) has nothing to sync.
+func syncMount(dir string) error {
+	if mounted, err := isMountPoint(dir); err != nil || !mounted {
+		return err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}
+
+// end ends the saved, frozen sandbox's process and leaves it paused with
+// its image (synced to disk when durable), logging what. in.opMu is held.
+func (in *instance) end(image string, durable bool, what string) error {
+	in.mu.Lock()
+	p := in.proc
+	in.proc = nil // its exit is planned from here on (follow)
+	in.mu.Unlock()
+	t0 := time.Now()
+	p.Kill()
 	select {
 	case <-p.Done():
-	case <-time.After(10 * time.Second):
-		p.Kill()
-		<-p.Done()
+	case <-time.After(exitWait):
+		return fmt.Errorf("checkpoint: the sandbox's process did not exit after kill")
 	}
-	// runsc keeps the container's record (as running) until a delete,
-	// which a restore needs gone first. Its delete would wait until the
-	// sandbox's process is reaped, by the host's init (its parent, runsc
-	// run, is gone), which may take a second or more; the process has
-	// exited, so the record is removed here instead.
+	in.mu.Lock()
+	in.st.PID, in.st.StartTime, in.st.Paused, in.st.Frozen = 0, 0, true, false
+	in.mu.Unlock()
+	// runsc keeps the container's record until a delete, which a restore
+	// needs gone first (a restore retries it). Its delete would wait until
+	// the sandbox's process is reaped, by the host's init (its parent,
+	// runsc run, is gone), which may take a second or more; the process
+	// has exited, so the record is removed here instead.
 	if err := in.r.removeRecords(in.id); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		in.r.log.Warn("remove a saved sandbox's runsc record", "sandbox", in.id, "err", err)
 	}
 	if durable {
 		if err := syncDir(image); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
+			in.r.log.Warn("sync a saved sandbox's image", "sandbox", in.id, "err", err)
 		}
 	}
-	in.mu.Lock()
-	in.st.PID, in.st.StartTime, in.st.Paused = 0, 0, true
-	in.mu.Unlock()
 	var size int64
 	if fi, err := os.Stat(filepath.Join(image, "checkpoint.img")); err == nil {
 		size = fi.Size()
 	}
-	in.r.log.Info(what, "sandbox", in.id, "image_bytes", size, "save", tSave.Sub(t0), "stop", time.Since(tSave))
+	in.r.log.Info(what, "sandbox", in.id, "image_bytes", size, "stop", time.Since(t0))
 	return nil
 }
 
@@ -227,6 +354,9 @@ func (in *instance) checkpoint(ctx context.Context, image string, durable bool, 
 // stays paused.
 func (in *instance) restore(ctx context.Context, image string) error {
 	t0 := time.Now()
+	if err := in.r.removeRecords(in.id); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	if err := in.agent.open(); err != nil {
 		return err
 	}
@@ -235,12 +365,12 @@ func (in *instance) restore(ctx context.Context, image string) error {
 		// sandbox; it takes them again from the link.
 		err := inNetNS(filepath.Join(in.dir, netnsFile), guestnet.Configure)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
-			in.agent.close()
+			in.agent.release(0)
 			return fmt.Errorf("sandbox link: %w", err)
 		}
 	}
 	if err := in.runsc(ctx, "restore", "--detach", "--bundle", in.dir, "--image-path", image, in.id); err != nil {
-		in.agent.close()
+		in.agent.release(0)
 		in.runsc(context.WithoutCancel(ctx), "delete", "--force", in.id)
 		return fmt.Errorf("restore: %w", err)
 	}

@@ -115,6 +115,11 @@ type Options struct {
 	Dir string
 	// Runsc is the runsc binary; default: "runsc" on PATH.
 	Runsc string
+	// SpillAfter is how long a paused sandbox stays frozen, its memory
+	// held and a resume a matter of milliseconds, before its memory is
+	// saved to an image and its process ended (checkpoint_linux.go);
+	// 0: at once, before Pause returns.
+	SpillAfter time.Duration
 }
 
 // Runtime is the gVisor runtime. It is safe for concurrent use.
@@ -237,9 +242,11 @@ type state struct {
 	StartTime uint64 `json:"start_time,omitempty"`
 	// Network says the sandbox has a router (runsc --network=sandbox).
 	Network bool `json:"network,omitempty"`
-	// Paused says the sandbox is checkpointed in its directory, with no
-	// process (checkpoint_linux.go).
+	// Paused says the sandbox is paused (checkpoint_linux.go): frozen,
+	// its Sentry alive (PID) with every task stopped, when Frozen; else
+	// saved in its directory, with no process.
 	Paused bool `json:"paused,omitempty"`
+	Frozen bool `json:"frozen,omitempty"`
 	// Token is what the agent proves on each connection to its channel.
 	Token string `json:"token"`
 }
@@ -261,6 +268,7 @@ type instance struct {
 	st      state
 	proc    *procid.Process // the running Sentry; nil while paused
 	console *consolelog.Drain
+	spill   *time.Timer // saves a frozen sandbox's memory (armSpill)
 	stopped bool
 	stopErr error
 }
@@ -292,7 +300,7 @@ func (in *instance) follow(p *procid.Process) {
 // run makes p the instance's running Sentry.
 func (in *instance) run(p *procid.Process, pid int, start uint64) {
 	in.mu.Lock()
-	in.proc, in.st.PID, in.st.StartTime, in.st.Paused = p, pid, start, false
+	in.proc, in.st.PID, in.st.StartTime, in.st.Paused, in.st.Frozen = p, pid, start, false, false
 	in.mu.Unlock()
 	go in.follow(p)
 }
@@ -590,15 +598,27 @@ func (r *Runtime) Adopt(ctx context.Context, spec runtime.Spec, raw []byte) (run
 	if in.console, err = consolelog.Start(filepath.Join(spec.Dir, consoleFIFO), filepath.Join(spec.Dir, consoleLog), 0); err != nil {
 		r.log.Warn("adopted sandbox's console not drained", "sandbox", spec.ID, "err", err)
 	}
-	if st.Paused {
+	if st.Paused && !st.Frozen {
 		return in, nil
 	}
 	pidfd, err := procid.Open(st.PID, st.StartTime)
 	if err != nil {
-		in.agent.close()
+		in.agent.release(0)
 		return nil, errors.Join(runtime.ErrGone, r.release(ctx, spec.ID, spec.Dir))
 	}
-	in.run(procid.Watch(pidfd), st.PID, st.StartTime)
+	p := procid.Watch(pidfd)
+	if st.Frozen {
+		// Its agent has let go of the channel; it dials again at the
+		// resume. The memory is saved after a whole SpillAfter again.
+		in.agent.release(0)
+		in.proc = p
+		go in.follow(p)
+		in.opMu.Lock()
+		in.armSpill()
+		in.opMu.Unlock()
+		return in, nil
+	}
+	in.run(p, st.PID, st.StartTime)
 	// A daemon that died between a freeze and its thaw left a disk frozen.
 	for _, d := range []string{rootfsDir, workspaceDir} {
 		in.thawHost(filepath.Join(spec.Dir, d))
@@ -664,8 +684,11 @@ func (in *instance) Stop(ctx context.Context) error {
 		return in.stopErr
 	}
 	in.stopped = true
+	if in.spill != nil {
+		in.spill.Stop()
+	}
 	ctx = context.WithoutCancel(ctx)
-	in.agent.close()
+	in.agent.release(0)
 	in.stopErr = in.r.release(ctx, in.id, in.dir)
 	in.mu.Lock()
 	p := in.proc
@@ -741,6 +764,13 @@ func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 // this host may hold them now): the sandbox's init is killed, which ends
 // the sandbox, and its record removed from the state directory.
 func (r *Runtime) forget(ctx context.Context, id string, st runscState) error {
+	if st.Status == "paused" {
+		// A frozen sandbox takes no signal until it runs again.
+		if out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "resume", id).CombinedOutput(); err != nil {
+			r.log.Warn("resume a frozen sandbox that moved away", "sandbox", id, "err", err, "out", tail(string(out)))
+		}
+		st.Status = "running"
+	}
 	if st.Status == "running" {
 		if out, err := exec.CommandContext(ctx, r.runsc, "--root", r.state, "kill", id, "KILL").CombinedOutput(); err != nil {
 			r.log.Warn("kill a sandbox that moved away", "sandbox", id, "err", err, "out", tail(string(out)))
@@ -864,7 +894,7 @@ type channel struct {
 
 	mu  sync.Mutex
 	ln  *net.UnixListener // nil while closed (a pause)
-	cur net.Conn          // the agent's connection in use
+	cur *watchedConn      // the agent's connection in use
 }
 
 // tokenWait bounds how long a connection may take to send its token.
@@ -942,10 +972,11 @@ func (c *channel) accept(ctx context.Context) (net.Conn, error) {
 		}
 		// The agent has its token: the file has served.
 		os.Remove(filepath.Join(filepath.Dir(c.path), gvisorinit.TokenFile))
+		w := &watchedConn{Conn: conn, gone: make(chan struct{})}
 		c.mu.Lock()
-		c.cur = conn
+		c.cur = w
 		c.mu.Unlock()
-		return conn, nil
+		return w, nil
 	}
 }
 
@@ -961,18 +992,64 @@ func (c *channel) proves(conn net.Conn) bool {
 	return subtle.ConstantTimeCompare(got, []byte(c.token)) == 1
 }
 
-// close stops listening and ends the agent's connection: the agent holds
-// no host descriptor of it once it has seen the end.
-func (c *channel) close() {
+// release stops listening and ends the agent's connection, and waits up
+// to wait until the agent has closed its end of it (and of one it made
+// that was not taken yet), so that the Sentry holds no host socket of the
+// channel. It reports whether the agent let go in time.
+func (c *channel) release(wait time.Duration) bool {
 	c.mu.Lock()
 	ln, cur := c.ln, c.cur
 	c.ln, c.cur = nil, nil
 	c.mu.Unlock()
+	deadline := time.Now().Add(wait)
+	let := true
 	if ln != nil {
+		// A past deadline would fail the accept before it looked.
+		ln.SetDeadline(time.Now().Add(time.Millisecond))
+		if conn, err := ln.Accept(); err == nil {
+			let = drain(conn, deadline)
+		}
 		ln.Close()
 	}
 	if cur != nil {
+		cur.CloseWrite()
+		select {
+		case <-cur.gone:
+		case <-time.After(time.Until(deadline)):
+			let = false
+		}
 		cur.Close()
 	}
 	c.conn.Close()
+	return let
 }
+
+// drain half-closes conn, reads it until the other end closes or the
+// deadline, and closes it; it reports whether the other end closed.
+func drain(conn net.Conn, deadline time.Time) bool {
+	defer conn.Close()
+	conn.(*net.UnixConn).CloseWrite()
+	conn.SetReadDeadline(deadline)
+	_, err := io.Copy(io.Discard, conn)
+	return err == nil
+}
+
+// watchedConn is the agent's connection in use: gone is closed once a
+// read of it ended (the agent closed its end, or the host its own).
+type watchedConn struct {
+	net.Conn
+	gone chan struct{}
+	once sync.Once
+}
+
+func (w *watchedConn) Read(b []byte) (int, error) {
+	n, err := w.Conn.Read(b)
+	if err != nil {
+		w.once.Do(func() { close(w.gone) })
+	}
+	return n, err
+}
+
+// CloseWrite ends the host's side of the connection; the agent reads the
+// end, and closes its own.
+func (w *watchedConn) CloseWrite() error { return w.Conn.(*net.UnixConn).CloseWrite() }

@@ -67,6 +67,13 @@ func TestContainerID(t *testing.T) {
 // newRuntime makes a runtime over a directory of the test's, or skips.
 func newRuntime(t testing.TB, dir string) *Runtime {
 	t.Helper()
+	return newRuntimeSpilling(t, dir, 0)
+}
+
+// newRuntimeSpilling is newRuntime whose paused sandboxes stay frozen for
+// spillAfter (Options.SpillAfter).
+func newRuntimeSpilling(t testing.TB, dir string, spillAfter time.Duration) *Runtime {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the gvisor runtime needs root")
 	}
@@ -79,7 +86,7 @@ func newRuntime(t testing.TB, dir string) *Runtime {
 	if err != nil {
 		t.Skipf("no usable cgroups: %v", err)
 	}
-	rt, err := New(log, cg, agentPath, Options{Dir: dir})
+	rt, err := New(log, cg, agentPath, Options{Dir: dir, SpillAfter: spillAfter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +196,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	inst := start(t, rt, spec)
 	run(t, inst, "echo before > /tmp/mark")
 	state := inst.State()
-	inst.(*instance).agent.close() // the old daemon's socket goes with it
+	inst.(*instance).agent.release(0) // the old daemon's socket goes with it
 
 	rt2 := newRuntime(t, dir)
 	adopted, err := rt2.Adopt(context.Background(), spec, state)
@@ -230,76 +237,136 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// TestPauseResume: a paused sandbox has no process; resumed, its processes
-// go on from where they were.
+// TestPauseResume: a paused sandbox's processes stop where they are and go
+// on from there at the resume: frozen (its Sentry alive) until the spill,
+// then saved (no process), and adopted by a new daemon either way.
 func TestPauseResume(t *testing.T) {
-	rt := newRuntime(t, t.TempDir())
-	spec := fixture(t, rt, 4)
-	inst := start(t, rt, spec)
-	run(t, inst, `(i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.01; done) >/dev/null 2>&1 &`)
-	count := func() int {
-		n, _ := strconv.Atoi(strings.TrimSpace(run(t, inst, "cat /tmp/count")))
-		return n
-	}
-	wait.For(t, 10*time.Second, "the counter counting", func() bool { return count() > 5 })
-	p := inst.(runtime.Pauser)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var running state
-	json.Unmarshal(inst.State(), &running)
-	if err := p.Pause(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var st state
-	if err := json.Unmarshal(inst.State(), &st); err != nil || !st.Paused || st.PID != 0 {
-		t.Errorf("paused state: %+v %v", st, err)
-	}
-	// Gone, or a zombie the host's init has yet to reap.
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", running.PID)); err == nil && procid.Is(running.PID, running.StartTime) && !strings.Contains(string(b), ") Z ") {
-		t.Errorf("the paused sandbox's Sentry still runs: %s", b)
-	}
-	if err := p.Resume(ctx); err != nil {
-		t.Fatal(err)
-	}
-	before := count()
-	wait.For(t, 10*time.Second, "the counter counting on", func() bool { return count() > before })
-	if before < 5 {
-		t.Errorf("the counter started again: %d", before)
+	for _, tc := range []struct {
+		name  string
+		spill time.Duration
+	}{
+		{"saved at once", 0},
+		{"frozen", time.Hour},
+		{"spilled", 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			rt := newRuntimeSpilling(t, dir, tc.spill)
+			spec := fixture(t, rt, 4)
+			inst := start(t, rt, spec)
+			run(t, inst, `(i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.01; done) >/dev/null 2>&1 &`)
+			count := func(inst runtime.Instance) int {
+				n, _ := strconv.Atoi(strings.TrimSpace(run(t, inst, "cat /tmp/count")))
+				return n
+			}
+			wait.For(t, 10*time.Second, "the counter counting", func() bool { return count(inst) > 5 })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var running state
+			json.Unmarshal(inst.State(), &running)
+			if err := inst.(runtime.Pauser).Pause(ctx); err != nil {
+				t.Fatal(err)
+			}
+			paused := func() state {
+				var st state
+				if err := json.Unmarshal(inst.State(), &st); err != nil || !st.Paused {
+					t.Fatalf("paused state: %+v %v", st, err)
+				}
+				return st
+			}
+			saved := func() bool { st := paused(); return !st.Frozen && st.PID == 0 }
+			switch tc.spill {
+			case 0:
+				if !saved() {
+					t.Errorf("paused state: %+v, want saved", paused())
+				}
+			case time.Hour:
+				if st := paused(); !st.Frozen || st.PID != running.PID || !procid.Is(running.PID, running.StartTime) {
+					t.Errorf("frozen state: %+v, want its Sentry (pid %d) alive", st, running.PID)
+				}
+				// The counter stands still (the host sees the file).
+				file := filepath.Join(spec.Dir, rootfsDir, "tmp", "count")
+				before, _ := os.ReadFile(file)
+				time.Sleep(200 * time.Millisecond)
+				if after, _ := os.ReadFile(file); !bytes.Equal(before, after) {
+					t.Errorf("frozen, the counter went from %q to %q", before, after)
+				}
+			default:
+				wait.For(t, 30*time.Second, "the memory saved", saved)
+			}
+			if saved() {
+				// Gone, or a zombie the host's init has yet to reap.
+				if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", running.PID)); err == nil && procid.Is(running.PID, running.StartTime) && !strings.Contains(string(b), ") Z ") {
+					t.Errorf("the saved sandbox's Sentry still runs: %s", b)
+				}
+			}
+			// A new daemon adopts the paused sandbox and resumes it.
+			state := inst.State()
+			old := inst.(*instance)
+			old.opMu.Lock()
+			old.agent.release(0)
+			if old.spill != nil {
+				old.spill.Stop()
+			}
+			old.opMu.Unlock()
+			rt2 := newRuntimeSpilling(t, dir, tc.spill)
+			adopted, err := rt2.Adopt(ctx, spec, state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { adopted.Stop(context.Background()) })
+			if err := adopted.(runtime.Pauser).Resume(ctx); err != nil {
+				t.Fatal(err)
+			}
+			before := count(adopted)
+			wait.For(t, 10*time.Second, "the counter counting on", func() bool { return count(adopted) > before })
+			if before < 5 {
+				t.Errorf("the counter started again: %d", before)
+			}
+		})
 	}
 }
 
 // BenchmarkPauseResume pauses and resumes a sandbox whose process holds
-// 256 MiB: pause-ms and resume-ms are the medians of each over b.N pairs.
+// 256 MiB, frozen (resumed before its memory is saved) and saved:
+// pause-ms and resume-ms are the medians of each over b.N pairs.
 func BenchmarkPauseResume(b *testing.B) {
-	rt := newRuntime(b, b.TempDir())
-	spec := fixture(b, rt, 5)
-	spec.Limits.MemoryBytes = 512 << 20
-	inst := start(b, rt, spec)
-	run(b, inst, `(head -c 268435456 /dev/zero | tail; sleep 3600) >/dev/null 2>&1 &`)
-	wait.For(b, 30*time.Second, "256 MiB held", func() bool {
-		st, err := inst.(*instance).r.cgroups.Open(spec.ID)
-		if err != nil {
-			return false
-		}
-		s, err := st.Stats()
-		return err == nil && s.MemoryBytes > 256<<20
-	})
-	p := inst.(runtime.Pauser)
-	ctx := context.Background()
-	var pauses, resumes []time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		if err := p.Pause(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := p.Resume(ctx); err != nil {
-			b.Fatal(err)
-		}
-		pauses, resumes = append(pauses, t1.Sub(t0)), append(resumes, time.Since(t1))
+	for _, bc := range []struct {
+		name  string
+		spill time.Duration
+	}{{"frozen", time.Hour}, {"saved", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			rt := newRuntimeSpilling(b, b.TempDir(), bc.spill)
+			spec := fixture(b, rt, 5)
+			spec.Limits.MemoryBytes = 512 << 20
+			inst := start(b, rt, spec)
+			run(b, inst, `(head -c 268435456 /dev/zero | tail; sleep 3600) >/dev/null 2>&1 &`)
+			wait.For(b, 30*time.Second, "256 MiB held", func() bool {
+				st, err := inst.(*instance).r.cgroups.Open(spec.ID)
+				if err != nil {
+					return false
+				}
+				s, err := st.Stats()
+				return err == nil && s.MemoryBytes > 256<<20
+			})
+			p := inst.(runtime.Pauser)
+			ctx := context.Background()
+			var pauses, resumes []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if err := p.Pause(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := p.Resume(ctx); err != nil {
+					b.Fatal(err)
+				}
+				pauses, resumes = append(pauses, t1.Sub(t0)), append(resumes, time.Since(t1))
+			}
+			b.ReportMetric(float64(median(pauses))/1e6, "pause-ms")
+			b.ReportMetric(float64(median(resumes))/1e6, "resume-ms")
+		})
 	}
-	b.ReportMetric(float64(median(pauses))/1e6, "pause-ms")
-	b.ReportMetric(float64(median(resumes))/1e6, "resume-ms")
 }
 
 func median(ds []time.Duration) time.Duration {
