@@ -235,6 +235,23 @@ func (s *conformance) run(t *testing.T, name string) {
 			t.Fatalf("resume: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 		}
 		countsOn(t, id, pid0, n0)
+		if name != "gvisor" {
+			return
+		}
+		// gvisor keeps a paused sandbox frozen, its memory held, for the
+		// daemon's --pause-spill-after; then saves the memory to disk and
+		// ends its process. The first resume was from frozen; this one is
+		// from the saved memory.
+		_, n1, _ := counter(t, id)
+		before := memorySaved(id)
+		if _, err := cl.PauseSandbox(ctx, id); err != nil {
+			t.Fatalf("pause: %v\ndaemon log:\n%s", err, shared.log.tail(30))
+		}
+		wait.For(t, spillAfter+30*time.Second, "the paused sandbox's memory saved", func() bool { return memorySaved(id) > before })
+		if _, err := cl.ResumeSandbox(ctx, id); err != nil {
+			t.Fatalf("resume: %v\ndaemon log:\n%s", err, shared.log.tail(30))
+		}
+		countsOn(t, id, pid0, n1)
 	})
 	t.Run("daemon kill -9 and adoption", func(t *testing.T) {
 		pid0, n0 := startCounter(t, id)
@@ -399,6 +416,18 @@ func startCounter(t *testing.T, id string) (string, int) {
 		t.Fatalf("the counter (pid %s) is not running", pid)
 	}
 	return pid, n
+}
+
+// memorySaved is how many times the shared daemon saved the memory of
+// gvisor sandbox id while it was paused, from its log.
+func memorySaved(id string) int {
+	n := 0
+	for _, line := range strings.Split(shared.log.String(), "\n") {
+		if strings.Contains(line, `msg="gvisor paused sandbox's memory saved"`) && strings.Contains(line, " sandbox="+id+" ") {
+			n++
+		}
+	}
+	return n
 }
 
 // countsOn checks that the counter of sandbox id is process pid still and

@@ -68,8 +68,12 @@ while True:
 // under TCG here) and gvisor; the container runtime cannot pause. Each
 // iteration times the pause call, the resume call, and the resume to the
 // first exec of `true` after it; each as a p50 and its ratio to vm's in
-// the same run. Two sandboxes: one of 256 MiB holding 16 MiB, one of 512
-// MiB holding 256 MiB. The holder must outlive every pause.
+// the same run. A paused gvisor sandbox stays frozen, its memory held,
+// for the daemon's --pause-spill-after and is then saved: its figures are
+// of a resume from frozen, and (saved-*) of a second pause and resume in
+// each iteration, resumed once its memory was saved. Two sandboxes: one
+// of 256 MiB holding 16 MiB, one of 512 MiB holding 256 MiB. The holder
+// must outlive every pause.
 func BenchmarkPauseResume(b *testing.B) {
 	need(b)
 	for _, c := range []struct{ memoryMB, holdMB int }{{256, 16}, {512, 256}} {
@@ -85,22 +89,36 @@ func BenchmarkPauseResume(b *testing.B) {
 					res, err := cl.Exec(ctx, id, api.ExecRequest{Shell: "test -s /tmp/holder.pid"})
 					return err == nil && res.ExitCode == 0
 				})
-				var pauses, resumes, execs []time.Duration
-				for b.Loop() {
+				// pauseResume pauses and resumes the sandbox, after its
+				// memory was saved when saved, and returns the three times.
+				pauseResume := func(saved bool) (pause, resume, exec time.Duration) {
+					before := memorySaved(id)
 					t0 := time.Now()
 					if _, err := cl.PauseSandbox(ctx, id); err != nil {
 						b.Fatalf("pause: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 					}
-					pauses = append(pauses, time.Since(t0))
+					pause = time.Since(t0)
+					if saved {
+						wait.For(b, spillAfter+time.Minute, "the paused sandbox's memory saved", func() bool { return memorySaved(id) > before })
+					}
 					t1 := time.Now()
 					if _, err := cl.ResumeSandbox(ctx, id); err != nil {
 						b.Fatalf("resume: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 					}
-					resumes = append(resumes, time.Since(t1))
+					resume = time.Since(t1)
 					if res, err := cl.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
 						b.Fatalf("exec after resume: %+v, %v", res, err)
 					}
-					execs = append(execs, time.Since(t1))
+					return pause, resume, time.Since(t1)
+				}
+				var pauses, resumes, execs, savedResumes, savedExecs []time.Duration
+				for b.Loop() {
+					p, r, e := pauseResume(false)
+					pauses, resumes, execs = append(pauses, p), append(resumes, r), append(execs, e)
+					if rt == "gvisor" {
+						_, r, e := pauseResume(true)
+						savedResumes, savedExecs = append(savedResumes, r), append(savedExecs, e)
+					}
 				}
 				if res, err := cl.Exec(ctx, id, api.ExecRequest{Shell: "kill -0 $(cat /tmp/holder.pid)"}); err != nil || res.ExitCode != 0 {
 					b.Errorf("the holder after %d pauses: %+v, %v; want it running on", len(pauses), res, err)
@@ -109,6 +127,10 @@ func BenchmarkPauseResume(b *testing.B) {
 					"pause-ms":       ms(median(pauses)),
 					"resume-ms":      ms(median(resumes)),
 					"resume-exec-ms": ms(median(execs)),
+				}
+				if len(savedResumes) > 0 {
+					figs["saved-resume-ms"] = ms(median(savedResumes))
+					figs["saved-resume-exec-ms"] = ms(median(savedExecs))
 				}
 				for unit, v := range figs {
 					b.ReportMetric(v, unit)

@@ -210,14 +210,20 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 	return startDaemonWith(dataDir, tpl, wait, nil)
 }
 
+// spillAfter is the suite's daemons' --pause-spill-after.
+const spillAfter = 2 * time.Second
+
 // startDaemonWith is startDaemon with more environment variables and
 // server flags; its sandboxes reach the test internet (startSandboxDaemon).
 func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flags ...string) (*daemon, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	// Registries on loopback are the suite's own (template_test.go).
-	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl, "--registry-allow", "127.0.0.1"}
+	// Registries on loopback are the suite's own (template_test.go). A
+	// paused gvisor sandbox's memory is saved soon, so that tests see both
+	// of its pauses (conformance_test.go).
+	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl, "--registry-allow", "127.0.0.1",
+		"--pause-spill-after", spillAfter.String()}
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}
