@@ -163,7 +163,7 @@ func primeImage(b *testing.B, spec api.SandboxSpec) {
 	b.Helper()
 	ctx := context.Background()
 	c := shared.client()
-	if _, ok := memoryImage(b, spec.MemoryMB); !ok {
+	if _, ok := memoryImage(b, spec.Runtime, spec.MemoryMB); !ok {
 		for range 2 {
 			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: spec})
 			if err != nil {
@@ -175,7 +175,7 @@ func primeImage(b *testing.B, spec api.SandboxSpec) {
 		}
 	}
 	wait.For(b, 3*time.Minute, "the memory image ready", func() bool {
-		img, ok := memoryImage(b, spec.MemoryMB)
+		img, ok := memoryImage(b, spec.Runtime, spec.MemoryMB)
 		return ok && img.State == "ready"
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"warren/api"
@@ -277,8 +278,8 @@ func allocated(path string) int64 {
 		if err != nil {
 			return nil
 		}
-		if st, ok := fi.Sys().(interface{ Blocks() int64 }); ok {
-			n += st.Blocks() * 512
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
 		} else {
 			n += fi.Size()
 		}

@@ -53,6 +53,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -470,7 +471,26 @@ func (in *instance) runsc(ctx context.Context, args ...string) error {
 		"--net-disconnect-ok",
 		"--log", filepath.Join(in.dir, runscLog),
 	}
+	args = slices.Clone(args)
+	var extra []*os.File
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "--image-path" {
+			continue
+		}
+		// An image's directory is handed to runsc open: in runsc's mount
+		// namespace the disk pool's mount, where images are kept, is
+		// detached (detachPinning), and the path would name the
+		// directory beneath it, on the host's root filesystem.
+		dir, err := os.Open(args[i+1])
+		if err != nil {
+			return fmt.Errorf("runsc %s: %w", args[0], err)
+		}
+		defer dir.Close()
+		extra = append(extra, dir)
+		args[i+1] = fmt.Sprintf("/proc/self/fd/%d", 2+len(extra))
+	}
 	cmd := exec.CommandContext(ctx, in.r.runsc, append(flags, args...)...)
+	cmd.ExtraFiles = extra
 	console, err := consolelog.Writer(filepath.Join(in.dir, consoleFIFO))
 	if err != nil {
 		return err
