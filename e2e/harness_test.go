@@ -210,6 +210,12 @@ func startDaemon(dataDir, tpl string, wait time.Duration) (*daemon, error) {
 	return startDaemonWith(dataDir, tpl, wait, nil)
 }
 
+// rootfsCache is the suite's daemons' --rootfs-cache, which the template
+// package's tests share: debootstrap runs once per cache.
+func rootfsCache() string {
+	return filepath.Join(os.Getenv("WARREN_TEST_TEMPLATE_CACHE"), "rootfs")
+}
+
 // spillAfter is the suite's daemons' --pause-spill-after.
 const spillAfter = 2 * time.Second
 
@@ -223,7 +229,7 @@ func startDaemonWith(dataDir, tpl string, wait time.Duration, env []string, flag
 	// paused gvisor sandbox's memory is saved soon, so that tests see both
 	// of its pauses (conformance_test.go).
 	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--template", tpl, "--registry-allow", "127.0.0.1",
-		"--pause-spill-after", spillAfter.String()}
+		"--pause-spill-after", spillAfter.String(), "--rootfs-cache", rootfsCache()}
 	if n := os.Getenv("WARREN_E2E_WARM"); n != "" {
 		args = append(args, "--warm", n) // benchmarks compare pool sizes
 	}

@@ -91,6 +91,11 @@ func TestMemoryStart(t *testing.T) {
 }
 
 func testMemoryStart(t *testing.T, rt string) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", shared.log.tail(40))
+		}
+	})
 	ctx := context.Background()
 	c := shared.client()
 	create := func() api.Sandbox {
@@ -182,9 +187,6 @@ func testMemoryStart(t *testing.T, rt string) {
 			unique("boot ID", g.bootID, id)
 		}
 		unique("random stream", g.random, id)
-	}
-	if t.Failed() {
-		t.Logf("daemon log:\n%s", shared.log.tail(40))
 	}
 }
 

@@ -49,6 +49,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	listen := fs.String("listen", listenDefault, listenUsage)
 	agent := fs.String("agent", "", "path of the static guest agent (default: warren-agent beside this binary)")
 	tpl := fs.String("template", "default", "template to build at start if missing (empty: none)")
+	rootfsCache := fs.String("rootfs-cache", "", "directory where templates' installed root filesystems are cached, for the next build\nof the same packages; servers on one host may share one (default: in the data dir)")
 	ttl := fs.Duration("default-timeout", 15*time.Minute, "time to live of a sandbox created without a timeout")
 	warm := fs.Int("warm", 2, "sandbox inits kept started ahead of time, for fast creates (each costs about 2 MiB)")
 	spill := fs.Duration("pause-spill-after", daemon.DefaultPauseSpillAfter, "how long a paused gvisor sandbox keeps its memory, frozen (a resume then takes tens of\nmilliseconds), before it is saved to disk and released (0: at once)")
@@ -119,6 +120,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 			Listen:          *listen,
 			AgentBinary:     *agent,
 			EnsureTemplate:  *tpl,
+			RootfsCache:     *rootfsCache,
 			Warm:            *warm,
 			PauseSpillAfter: *spill,
 			BlobStore:       *blobs,

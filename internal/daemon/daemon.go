@@ -72,6 +72,9 @@ type Options struct {
 	// EnsureTemplate, when set, builds this template at start if it is
 	// missing, before the API listens.
 	EnsureTemplate string
+	// RootfsCache is where templates' installed root filesystems are
+	// cached (template.Options.RootfsCache); "" for the data directory.
+	RootfsCache string
 	// Warm is how many sandbox inits the container runtime keeps started
 	// ahead of time.
 	Warm int
@@ -222,7 +225,7 @@ func Run(ctx context.Context, o Options) error {
 	default:
 		return fmt.Errorf("require isolation: %q is none of %q, %q and %q", o.Sandbox.RequireIsolation, api.IsolationVM, api.IsolationGVisor, api.IsolationContainer)
 	}
-	templates, err := template.NewCatalog(pool, subsystem(log, "template"), template.Options{AgentBinary: agentBin})
+	templates, err := template.NewCatalog(pool, subsystem(log, "template"), template.Options{AgentBinary: agentBin, RootfsCache: o.RootfsCache})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
 	}

@@ -84,8 +84,18 @@ type images struct {
 	byKey     map[imageKey]*image
 	boots     map[imageKey]int // boots of shapes with no image
 	preparing bool
-	closed    bool
-	wg        sync.WaitGroup
+	// next is a shape whose boots called for its image while another was
+	// being prepared (the latest such): it is prepared next.
+	next   *nextImage
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// nextImage is a shape to prepare once the image being prepared is.
+type nextImage struct {
+	rt  runtime.Runtime
+	key imageKey
+	src source
 }
 
 func newImages(dir string) (*images, error) {
@@ -164,9 +174,10 @@ func (img *image) remove() {
 
 // booted counts a boot of a sandbox of key's shape and, from the
 // imageBoots-th, prepares the image of key in the background, unless it
-// exists, is being prepared (this one or another: one at a time), or
-// failed lately. The sandbox that booted is up: the preparation does not
-// compete with its boot.
+// exists or failed lately. One is prepared at a time: a shape that calls
+// for its image meanwhile is prepared after (the latest such). The
+// sandbox that booted is up: the preparation does not compete with its
+// boot.
 func (m *Manager) booted(rt runtime.Runtime, key imageKey, src source) {
 	is := m.images
 	is.mu.Lock()
@@ -175,8 +186,22 @@ func (m *Manager) booted(rt runtime.Runtime, key imageKey, src source) {
 		clear(is.boots)
 	}
 	is.boots[key]++
-	if old := is.byKey[key]; is.closed || is.preparing || is.boots[key] < imageBoots ||
-		old != nil && (old.ready || time.Since(old.failedAt) < imageRetry) {
+	if is.closed || is.boots[key] < imageBoots {
+		return
+	}
+	if is.preparing {
+		is.next = &nextImage{rt: rt, key: key, src: src}
+		return
+	}
+	m.prepareLocked(rt, key, src)
+}
+
+// prepareLocked prepares the image of key in the background unless it
+// exists or failed lately. images.mu is held, and no image is being
+// prepared.
+func (m *Manager) prepareLocked(rt runtime.Runtime, key imageKey, src source) {
+	is := m.images
+	if old := is.byKey[key]; old != nil && (old.ready || time.Since(old.failedAt) < imageRetry) {
 		return
 	}
 	delete(is.boots, key)
@@ -198,6 +223,10 @@ func (m *Manager) booted(rt runtime.Runtime, key imageKey, src source) {
 			img.failedAt = time.Now()
 		} else {
 			img.ready, img.used, img.bytes = true, time.Now(), allocated(img.memory)
+		}
+		if n := is.next; n != nil && !is.closed {
+			is.next = nil
+			m.prepareLocked(n.rt, n.key, n.src)
 		}
 		is.mu.Unlock()
 		if err != nil {

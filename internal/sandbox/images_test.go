@@ -87,6 +87,39 @@ func TestImageBookkeeping(t *testing.T) {
 	}
 }
 
+// TestImageQueuedBehindAnother: a shape whose boots call for its image
+// while another image is being prepared is kept as the next to prepare
+// (the latest such), not forgotten until a later boot; a shape with a
+// ready image calls for none.
+func TestImageQueuedBehindAnother(t *testing.T) {
+	is, err := newImages(filepath.Join(t.TempDir(), "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{images: is}
+	a, b := imageKey{template: "a", vcpus: 1, memoryMB: 448}, imageKey{template: "b", vcpus: 1, memoryMB: 448}
+	is.preparing = true // another shape's image
+	for range imageBoots {
+		m.booted(nil, a, source{template: "a"})
+	}
+	if is.next == nil || is.next.key != a || len(is.byKey) != 0 {
+		t.Fatalf("after a's boots during another preparation: next %+v, images %v", is.next, is.byKey)
+	}
+	for range imageBoots {
+		m.booted(nil, b, source{template: "b"})
+	}
+	if is.next == nil || is.next.key != b {
+		t.Errorf("the latest shape is not the next: %+v", is.next)
+	}
+	is.preparing, is.next = false, nil
+	readyImage(t, is, a, time.Now())
+	m.prepareLocked(nil, a, source{template: "a"})
+	if is.preparing || len(is.byKey) != 1 {
+		t.Errorf("a shape with a ready image was prepared again: preparing %v, images %v", is.preparing, is.byKey)
+	}
+	is.close()
+}
+
 // TestSameMachine: a live fork's children must be their parent's machine;
 // what the parent's inherit fills in passes, and each difference is
 // refused naming the field.

@@ -121,7 +121,10 @@ func (c *Catalog) removeStaleWork(name string) {
 // when r's package list was installed before, installed with debootstrap
 // (and then cached) otherwise.
 func (c *Catalog) makeRootfs(ctx context.Context, r recipe, rootfs string, progress io.Writer) error {
-	cacheDir := filepath.Join(c.dir, ".cache")
+	cacheDir := c.opts.RootfsCache
+	if cacheDir == "" {
+		cacheDir = filepath.Join(c.dir, ".cache")
+	}
 	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
 		return err
 	}

@@ -24,10 +24,11 @@ import (
 )
 
 // TestBuildDefault builds the default template for real. The first run on a
-// machine pays for debootstrap (about 70 s); the template and the root
-// filesystem cache stay in $WARREN_TEST_TEMPLATE_CACHE/template-test for
-// later runs. -short skips the rebuild and cancellation checks, which cost
-// an unpack and a mkfs each.
+// machine pays for debootstrap (about 70 s) unless the e2e suite did; the
+// template stays in $WARREN_TEST_TEMPLATE_CACHE/template-test and the root
+// filesystem cache in $WARREN_TEST_TEMPLATE_CACHE/rootfs for later runs.
+// -short skips the rebuild and cancellation checks, which cost an unpack
+// and a mkfs each.
 func TestBuildDefault(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: debootstrap, mkfs with device nodes, loop mounts")
@@ -66,7 +67,9 @@ func TestBuildDefault(t *testing.T) {
 	})
 	t.Logf("pool %s: %v", pool.Dir(), pool.Mode())
 
-	c, err := NewCatalog(pool, log, Options{AgentBinary: buildTestAgent(t)})
+	// The root filesystem cache is the e2e suite's too (its daemons'
+	// --rootfs-cache): debootstrap runs once per machine.
+	c, err := NewCatalog(pool, log, Options{AgentBinary: buildTestAgent(t), RootfsCache: filepath.Join(cacheDir, "rootfs")})
 	if err != nil {
 		t.Fatal(err)
 	}

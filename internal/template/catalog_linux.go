@@ -43,6 +43,11 @@ type Options struct {
 	// 1 MiB (default DefaultImageSize). Images are sparse: they cost only
 	// their data.
 	ImageSize int64
+	// RootfsCache is the directory where root filesystems debootstrap
+	// installed are kept, as tar files, for the next build of the same
+	// packages; default: .cache in the templates directory. Data
+	// directories on one host may share one.
+	RootfsCache string
 }
 
 // Catalog is the set of templates of a node, stored in the disk pool as
