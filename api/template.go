@@ -83,6 +83,10 @@ type ShareTemplateRequest struct {
 // MaxTemplateContext bounds a build's context.
 const MaxTemplateContext = 64 << 20
 
+// MaxReadyTimeout bounds a template config's ready_timeout_seconds: how
+// long a create waits for the template's start command to be ready.
+const MaxReadyTimeout = 10 * time.Minute
+
 // ImageSource names an OCI image: a registry reference, pulled by the
 // node. Insecure allows plain HTTP to the registry.
 type ImageSource struct {

@@ -43,9 +43,9 @@ GOOS=darwin go vet ./cmd/warren ./client ./api
 race=(
 	./client ./cmd/warren ./internal/archive ./internal/atomicfile ./internal/backoff ./internal/blob
 	./internal/blob/file ./internal/blob/s3 ./internal/blockdev ./internal/blockdev/nbd ./internal/chunkstore ./internal/cleanup ./internal/consolelog
-	./internal/buildspec ./internal/control ./internal/e2b ./internal/fleet ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
+	./internal/buildspec ./internal/control ./internal/e2b ./internal/fleet ./internal/guest ./internal/hostclaim ./internal/ident ./internal/metrics ./internal/mountinfo ./internal/network/policy
 	./internal/network/resolver ./internal/node ./internal/pgtest ./internal/pki
-	./internal/runtime/container/spawner ./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/unixmode ./internal/vmm
+	./internal/runtime/container/spawner ./internal/runtime/inproc ./internal/sandbox ./internal/store ./internal/tenanttpl ./internal/unixmode ./internal/vmm
 	./internal/vmm/accel ./internal/vmport ./internal/wait ./internal/warmpool
 )
 go test -race -count=1 -timeout 20m "${race[@]}"

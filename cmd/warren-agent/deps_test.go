@@ -34,7 +34,7 @@ func agentPackage(pkg string) bool {
 	switch pkg {
 	case "warren/cmd/warren-agent", "warren/internal/agent", "warren/internal/seccomp",
 		"warren/internal/runtime/container/containerinit", "warren/internal/runtime/container/spawner",
-		"warren/internal/runtime/vm/vminit", "warren/internal/runtime/gvisor/gvisorinit", "warren/internal/vmport", "warren/internal/guestnet",
+		"warren/internal/runtime/vm/vminit", "warren/internal/runtime/gvisor/gvisorinit", "warren/internal/vmport", "warren/internal/guest",
 		"warren/internal/backoff", "warren/internal/fsfreeze", "warren/internal/unixmode", "warren/internal/osthread":
 		return true
 	}

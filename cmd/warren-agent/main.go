@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/agent"
+	"warren/internal/guest"
 	"warren/internal/runtime/container/containerinit"
 	"warren/internal/runtime/container/spawner"
 	"warren/internal/runtime/gvisor/gvisorinit"
@@ -188,7 +189,7 @@ func run(args []string) int {
 			// touch a file.
 			srv.Warm()
 			containerinit.Setup(srv.JoinWork)
-			go agent.Prefetch(agent.FirstExecFiles)
+			go agent.Prefetch(guest.FirstExecFiles)
 		}
 		return l, nil
 	})

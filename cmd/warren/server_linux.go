@@ -110,8 +110,9 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 		cfg := sandbox.DefaultConfig()
 		cfg.DefaultTTL = *ttl
 		cfg.RequireIsolation = *require
+		var registryAllow []string
 		if *registries != "" {
-			cfg.RegistryAllow = strings.Split(*registries, ",")
+			registryAllow = strings.Split(*registries, ",")
 		}
 		cfg.Admission = adm
 		return daemon.Options{
@@ -123,6 +124,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 			RootfsCache:     *rootfsCache,
 			Warm:            *warm,
 			PauseSpillAfter: *spill,
+			RegistryAllow:   registryAllow,
 			BlobStore:       *blobs,
 			ClusterStore:    *cluster,
 			MaxLag:          *maxLag,

@@ -78,7 +78,7 @@ func TestTemplateCommands(t *testing.T) {
 	}
 
 	// Another tenant sees none of it.
-	if _, err := w.Manager.TenantTemplate(ctx, "bob", "base"); !api.IsCode(err, api.CodeNotFound) {
+	if _, err := w.Templates.TenantTemplate(ctx, "bob", "base"); !api.IsCode(err, api.CodeNotFound) {
 		t.Errorf("bob's get of base: %v, want not found", err)
 	}
 	if _, err := w.Manager.Create(ctx, "bob", api.CreateSandboxRequest{Template: "base"}); !api.IsCode(err, api.CodeNotFound) {
@@ -128,11 +128,11 @@ func TestTemplateShared(t *testing.T) {
 	if err != nil || kid.TemplateVersion != "tools@1" || kid.Tenant != "bob" {
 		t.Fatalf("bob's create from the published tools: %+v, %v", kid, err)
 	}
-	list, err := w.Manager.TenantTemplates(ctx, "bob")
+	list, err := w.Templates.TenantTemplates(ctx, "bob")
 	if err != nil || len(list) != 1 || !list[0].Shared || list[0].Ref != "tools@1" {
 		t.Errorf("bob's templates: %+v, %v; want tools@1, shared", list, err)
 	}
-	if err := w.Manager.DeleteTemplate(ctx, "bob", "tools@1"); !api.IsCode(err, api.CodeNotFound) {
+	if err := w.Templates.DeleteTemplate(ctx, "bob", "tools@1"); !api.IsCode(err, api.CodeNotFound) {
 		t.Errorf("bob deleting the admin's template: %v, want not found", err)
 	}
 	// bob's snapshot of that sandbox restores: its lineage goes through
@@ -150,7 +150,7 @@ func TestTemplateShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Manager.CreateTemplate(ctx, tenant, api.CreateTemplateRequest{Name: "tools", FromSnapshot: ownSnap.ID}, nil); err != nil {
+	if _, err := w.Templates.CreateTemplate(ctx, tenant, api.CreateTemplateRequest{Name: "tools", FromSnapshot: ownSnap.ID}, nil); err != nil {
 		t.Fatal(err)
 	}
 	mine, err := w.Manager.Create(ctx, tenant, api.CreateSandboxRequest{Template: "tools"})

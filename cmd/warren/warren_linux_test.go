@@ -54,7 +54,7 @@ func newWarrenWith(t testing.TB, h *sandboxtest.Harness, opts server.Options) *w
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nd := node.New(node.Deps{Log: log, Version: "test", Runtimes: h.Deps.Runtimes, CloneMode: h.Deps.Pool.Mode().String(),
 		Templates: h.Deps.Templates, Bases: h.Deps.Snapshots, Sandboxes: h.Manager})
-	opts.Requests, opts.Quotas, opts.Pools, opts.Templates = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store), h.Manager, h.Manager
+	opts.Requests, opts.Quotas, opts.Pools, opts.Templates = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store), h.Manager, h.Templates
 	opts.Events = daemon.Events(h.Deps.Store)
 	w.srv = server.New(h.Manager, nd, daemon.Keys(h.Deps.Store), log, opts)
 	w.hs = httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes, t.TempDir(), nil))

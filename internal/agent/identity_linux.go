@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	controlpb "warren/internal/agent/pb/control"
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 )
 
 // A guest restored from a memory image (the vm runtime's) wakes with the
@@ -139,8 +139,8 @@ func hostnameFile(hostname string) error {
 // guestHosts rewrites a guest's /etc/hosts (and /etc/resolv.conf) for a
 // new hostname, when it has a network.
 func guestHosts(hostname string) error {
-	if _, err := net.InterfaceByName(guestnet.Iface); err != nil {
+	if _, err := net.InterfaceByName(guest.Iface); err != nil {
 		return nil // no network
 	}
-	return guestnet.WriteFiles("/", hostname)
+	return guest.WriteFiles("/", hostname)
 }

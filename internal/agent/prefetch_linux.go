@@ -4,16 +4,6 @@ package agent
 
 import "golang.org/x/sys/unix"
 
-// FirstExecFiles are what a first exec in a sandbox of a Debian-like image
-// reads: the shell, true, the dynamic loader and libc, and the user
-// database. Each sandbox reads its disk through a loop device of its own,
-// whose page cache no other sandbox shares, so a first exec that finds
-// none of them cached waits some milliseconds for them (docs/BENCHMARKS.md,
-// "Warm pools").
-var FirstExecFiles = []string{
-	"/bin/sh", "/usr/bin/true", "/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6", "/etc/passwd", "/etc/group",
-}
-
 // maxPrefetch bounds what Prefetch reads ahead of one file.
 const maxPrefetch = 8 << 20
 

@@ -12,18 +12,26 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	processpb "warren/internal/agent/pb/process"
+	"warren/internal/guest"
 )
 
-// loadTemplate reads TemplateFile when the agent owns the root; a missing
-// file is no template (zero config). A bad one is logged and ignored: it
+// maxTemplateFile bounds what the agent reads of guest.TemplateFile:
+// the file is in the tenant's own disk, and so theirs to write.
+const maxTemplateFile = 1 << 20
+
+// StartTag is the tag of the process a template starts.
+const StartTag = "warren-start"
+
+// loadTemplate reads guest.TemplateFile when the agent owns the root;
+// a missing file is no template (zero config). A bad one is logged and ignored: it
 // harms only the sandbox whose disk holds it.
-func (s *Server) loadTemplate() TemplateConfig {
+func (s *Server) loadTemplate() guest.TemplateConfig {
 	if !s.ownsRoot() {
-		return TemplateConfig{}
+		return guest.TemplateConfig{}
 	}
-	f, err := os.Open(TemplateFile)
+	f, err := os.Open(guest.TemplateFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return TemplateConfig{}
+		return guest.TemplateConfig{}
 	}
 	var b []byte
 	if err == nil {
@@ -31,22 +39,22 @@ func (s *Server) loadTemplate() TemplateConfig {
 		f.Close()
 	}
 	if err == nil && len(b) > maxTemplateFile {
-		err = fmt.Errorf("%s: larger than %d bytes", TemplateFile, maxTemplateFile)
+		err = fmt.Errorf("%s: larger than %d bytes", guest.TemplateFile, maxTemplateFile)
 	}
-	var c TemplateConfig
+	var c guest.TemplateConfig
 	if err == nil {
-		c, err = ParseTemplateConfig(b)
+		c, err = guest.ParseTemplateConfig(b)
 	}
 	if err != nil {
 		s.log.Warn("template config ignored", "err", err)
-		return TemplateConfig{}
+		return guest.TemplateConfig{}
 	}
 	return c
 }
 
 // applyTemplate makes c the defaults of later processes, under the Init
 // request's env, and starts c.Start the first time.
-func (s *Server) applyTemplate(c TemplateConfig, initEnv map[string]string) {
+func (s *Server) applyTemplate(c guest.TemplateConfig, initEnv map[string]string) {
 	env := maps.Clone(c.Env)
 	if env == nil {
 		env = map[string]string{}

@@ -9,24 +9,9 @@ import (
 	"time"
 
 	processpb "warren/internal/agent/pb/process"
+	"warren/internal/guest"
 	"warren/internal/wait"
 )
-
-func TestParseTemplateConfig(t *testing.T) {
-	good := `{"env":{"A":"1"},"workdir":"/opt/app","user":"user","start":"python3 -m http.server"}`
-	c, err := ParseTemplateConfig([]byte(good))
-	if err != nil || c.Env["A"] != "1" || c.Workdir != "/opt/app" || c.User != "user" || c.Start == "" {
-		t.Fatalf("ParseTemplateConfig(%s) = %+v, %v", good, c, err)
-	}
-	for _, bad := range []string{
-		`{"env":{"A=B":"1"}}`, `{"env":{"":"1"}}`, `{"env":{"A":"x\u0000"}}`,
-		`{"workdir":"relative"}`, `{"user":"a\u0000"}`, `{"start":"x\u0000"}`, `[1]`, `{`,
-	} {
-		if _, err := ParseTemplateConfig([]byte(bad)); err == nil {
-			t.Errorf("ParseTemplateConfig(%s): no error", bad)
-		}
-	}
-}
 
 // TestApplyTemplate: the template's env is under Init's, its workdir is a
 // process's when it names none, and its start command runs once, tagged,
@@ -36,7 +21,7 @@ func TestApplyTemplate(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "started")
-	c := TemplateConfig{
+	c := guest.TemplateConfig{
 		Env:     map[string]string{"FROM_TEMPLATE": "t", "BOTH": "template"},
 		Workdir: dir,
 		Start:   "echo x >> " + marker + "; sleep 30",

@@ -48,6 +48,7 @@ import (
 	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/template"
+	"warren/internal/tenanttpl"
 )
 
 // Version is warren's version, shown in node info.
@@ -99,6 +100,9 @@ type Options struct {
 	AutoNetPool bool
 	Sandbox     sandbox.Config
 	Snapshot    snapshot.Config
+	// RegistryAllow are the registries (HOST or HOST:PORT) a template's
+	// image may come from although they are not at a public address.
+	RegistryAllow []string
 	// PreviewDomain serves sandboxes' ports on PORT-ID.<domain> (see
 	// server.Options.PreviewDomain); "" for none.
 	PreviewDomain string
@@ -290,6 +294,17 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer mgr.Close()
+	tpls, err := tenanttpl.New(ctx, tenanttpl.Deps{
+		Log: subsystem(log, "template"), Store: st, Snapshots: snaps, Catalog: templates, Sandboxes: mgr,
+		Dir: pool.Dir(), NodeID: o.NodeID,
+	}, tenanttpl.Config{
+		DefaultTemplate: cmp.Or(o.Sandbox.DefaultTemplate, sandbox.DefaultConfig().DefaultTemplate),
+		RegistryAllow:   o.RegistryAllow,
+	})
+	if err != nil {
+		return err
+	}
+	defer tpls.Close()
 	// The warm pools, now that the manager has adopted every sandbox of an
 	// earlier process (their uid ranges and network slots are taken) and
 	// swept the rest.
@@ -314,7 +329,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		o.Server.Fleet = Fleet(st)
 	}
-	o.Server.Pools, o.Server.Templates, o.Server.Metrics, o.Server.NodeID = mgr, mgr, reg, o.NodeID
+	o.Server.Pools, o.Server.Templates, o.Server.Metrics, o.Server.NodeID = mgr, tpls, reg, o.NodeID
 	o.Server.Console = console.New()
 	srv := server.New(mgr, nd, Keys(st), subsystem(log, "api"), o.Server)
 	uploads, err := uploadDir(o.DataDir)

@@ -12,11 +12,11 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 )
 
 // PlugNetNS implements runtime.Network: a veth pair from the router to the
-// namespace at path, whose end is guestnet.Iface with the sandbox's address
+// namespace at path, whose end is guest.Iface with the sandbox's address
 // and a default route through the router.
 func (s *Sandbox) PlugNetNS(path string) error {
 	target, err := netns.GetFromPath(path)
@@ -30,8 +30,8 @@ func (s *Sandbox) PlugNetNS(path string) error {
 	}
 	defer h.Close()
 	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: routerSandboxIface, HardwareAddr: guestnet.GatewayMAC},
-		PeerName:  guestnet.Iface, PeerNamespace: netlink.NsFd(target),
+		LinkAttrs: netlink.LinkAttrs{Name: routerSandboxIface, HardwareAddr: guest.GatewayMAC},
+		PeerName:  guest.Iface, PeerNamespace: netlink.NsFd(target),
 	}
 	if err := h.LinkAdd(veth); err != nil {
 		return fmt.Errorf("sandbox link: %w", err)
@@ -44,10 +44,10 @@ func (s *Sandbox) PlugNetNS(path string) error {
 		return fmt.Errorf("sandbox netlink: %w", err)
 	}
 	defer th.Close()
-	if err := up(th, guestnet.Iface, netip.PrefixFrom(guestnet.Address, guestnet.PrefixLen)); err != nil {
+	if err := up(th, guest.Iface, netip.PrefixFrom(guest.Address, guest.PrefixLen)); err != nil {
 		return err
 	}
-	if err := th.RouteAdd(&netlink.Route{Gw: guestnet.Gateway.AsSlice()}); err != nil {
+	if err := th.RouteAdd(&netlink.Route{Gw: guest.Gateway.AsSlice()}); err != nil {
 		return fmt.Errorf("sandbox default route: %w", err)
 	}
 	return nil
@@ -55,7 +55,7 @@ func (s *Sandbox) PlugNetNS(path string) error {
 
 // routerSide addresses and shapes the router's end of the sandbox link.
 func (s *Sandbox) routerSide(h *netlink.Handle) error {
-	if err := up(h, routerSandboxIface, netip.PrefixFrom(guestnet.Gateway, guestnet.PrefixLen)); err != nil {
+	if err := up(h, routerSandboxIface, netip.PrefixFrom(guest.Gateway, guest.PrefixLen)); err != nil {
 		return err
 	}
 	return s.n.shape(h, routerSandboxIface)
@@ -92,7 +92,7 @@ func (s *Sandbox) Tap() (*os.File, error) {
 		err = h.LinkSetName(link, routerSandboxIface)
 	}
 	if err == nil {
-		err = h.LinkSetHardwareAddr(link, guestnet.GatewayMAC)
+		err = h.LinkSetHardwareAddr(link, guest.GatewayMAC)
 	}
 	if err == nil {
 		err = s.routerSide(h)

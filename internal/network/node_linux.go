@@ -16,7 +16,7 @@
 //
 // It does not decide policies (package policy parses them; the sandbox
 // manager stores them) and does not configure the inside of a sandbox: the
-// container's and the guest's inits do that with package guestnet.
+// container's and the guest's inits do that with package guest.
 package network
 
 import (

@@ -19,7 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"warren/api"
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/network/policy"
 	"warren/internal/wait"
 )
@@ -127,13 +127,13 @@ func TestNodeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	eth, err := h.LinkByName(guestnet.Iface)
+	eth, err := h.LinkByName(guest.Iface)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addrs, _ := h.AddrList(eth, netlink.FAMILY_V4)
-	if len(addrs) != 1 || !addrs[0].IP.Equal(guestnet.Address.AsSlice()) {
-		t.Errorf("sandbox interface addresses %v, want %s", addrs, guestnet.Address)
+	if len(addrs) != 1 || !addrs[0].IP.Equal(guest.Address.AsSlice()) {
+		t.Errorf("sandbox interface addresses %v, want %s", addrs, guest.Address)
 	}
 
 	// A policy change reaches the router; counters read.

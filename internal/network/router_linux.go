@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/netnsfile"
 	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
@@ -190,8 +190,8 @@ func (s *Sandbox) router() firewall.Router {
 		NetNS:        int(s.ns),
 		SandboxIface: routerSandboxIface,
 		UplinkIface:  routerUplinkIface,
-		SandboxAddr:  guestnet.Address,
-		GatewayAddr:  guestnet.Gateway,
+		SandboxAddr:  guest.Address,
+		GatewayAddr:  guest.Gateway,
 		NodeAddr:     s.nodeAddr,
 		HostAddr:     s.hostAddr,
 		Resolver:     s.n.resolver,

@@ -71,12 +71,12 @@ type Spec struct {
 }
 
 // Network is a sandbox's router (package network), as a runtime links the
-// sandbox to it. The sandbox's side is package guestnet's: the runtime sees
+// sandbox to it. The sandbox's side is package guest's: the runtime sees
 // that the sandbox's init writes its files, and a VM's guest configures
 // its interface.
 type Network interface {
 	// PlugNetNS links the network namespace at path (a container's) to the
-	// router: guestnet.Iface appears there, addressed and routed.
+	// router: guest.Iface appears there, addressed and routed.
 	PlugNetNS(path string) error
 	// Tap makes the router's tap device for a VMM and returns its
 	// descriptor (a new one each call: a resumed VM gets a new device).

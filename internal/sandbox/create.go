@@ -39,7 +39,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 	tpl, err := m.template(req.Template)
 	if pinned := strings.Contains(req.Template, "@"); err != nil || pinned {
 		// Not built in: one of the tenant's own, if it has it.
-		tv, terr := m.tenantTemplate(ctx, tenant, req.Template)
+		tv, terr := m.TemplateVersion(ctx, tenant, req.Template)
 		switch {
 		case terr == nil:
 			return m.createFromTemplate(ctx, tenant, req, tv)
@@ -87,7 +87,7 @@ func (m *Manager) admit(rec store.Sandbox, rt runtime.Runtime, n int) ([]string,
 	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
 		return nil, err
 	}
-	if err := m.checkDiskFree("creates and restores are"); err != nil {
+	if err := m.CheckDiskFree("creates and restores are"); err != nil {
 		return nil, err
 	}
 	rec.Runtime = rt.Name()
@@ -130,9 +130,9 @@ func claimOf(rec store.Sandbox) claim {
 	return c
 }
 
-// checkDiskFree refuses what would write to the node's disk once its free
+// CheckDiskFree refuses what would write to the node's disk once its free
 // space is below the reserve; what says what is refused.
-func (m *Manager) checkDiskFree(what string) error {
+func (m *Manager) CheckDiskFree(what string) error {
 	free, err := m.freeDiskMB()
 	if err != nil {
 		return err
@@ -140,11 +140,11 @@ func (m *Manager) checkDiskFree(what string) error {
 	return m.ledger.diskFree(free, what)
 }
 
-// holdScratch holds n bytes of the node's free disk for scratch files of
+// HoldScratch holds n bytes of the node's free disk for scratch files of
 // a build or an import that write at most that much, until release: the
 // node's disk keeps its reserve whatever every build and import running
 // at once writes (507 otherwise, naming what).
-func (m *Manager) holdScratch(n int64, what string) (release func(), err error) {
+func (m *Manager) HoldScratch(n int64, what string) (release func(), err error) {
 	free, err := m.freeDiskMB()
 	if err != nil {
 		return nil, err

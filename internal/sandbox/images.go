@@ -264,7 +264,7 @@ func (is *images) evictLocked() bool {
 // kind of sandbox meanwhile: claimed of the node, marked for a restarted
 // daemon to sweep, shown to nobody.
 func (m *Manager) prepareImage(rt runtime.Runtime, img *image, src source) (err error) {
-	if err := m.checkDiskFree("memory images are"); err != nil {
+	if err := m.CheckDiskFree("memory images are"); err != nil {
 		return err
 	}
 	k := img.key

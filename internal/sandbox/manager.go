@@ -1,9 +1,18 @@
-// Package sandbox is the node's sandbox manager: it turns API requests into
-// sandboxes (clone the template's disk, start a runtime, wait for the agent),
-// keeps their records in the store, deletes them when their time is up, and
-// after a daemon restart reconciles what the store says with what is really
-// running, so no sandbox is left half-alive. It does not speak HTTP (that is
-// internal/server) and does not know how a runtime isolates (internal/runtime).
+// Package sandbox is the node's sandbox manager: the lifecycle of the
+// sandboxes that run on this node, and nothing else. It admits them within
+// what the node holds (admit.go), creates them from a built-in template, a
+// tenant's template version or a warm pool (clone the disk, start a
+// runtime, wait for the agent), restores and forks them from snapshots and
+// memory images, pauses, resumes, moves and deletes them, keeps their
+// records in the store by its state machine, deletes them when their time
+// is up, and after a daemon restart reconciles what the store says with
+// what is really running, so no sandbox is left half-alive.
+//
+// It is not the API (internal/server speaks HTTP), not a runtime (how a
+// sandbox is isolated is internal/runtime's), not the snapshot engine
+// (internal/snapshot), and not the template builder: tenants' templates
+// are built, listed and deleted by internal/tenanttpl, a client of the
+// manager through its exported methods.
 package sandbox
 
 import (
@@ -58,9 +67,6 @@ type Config struct {
 	RequireIsolation string
 	// Admission bounds what the node promises (admit.go).
 	Admission Admission
-	// RegistryAllow are the registries (HOST or HOST:PORT) a template's
-	// image may come from although they are not at a public address.
-	RegistryAllow []string
 }
 
 // minWorkspaceMB is the smallest workspace disk: room for ext4's own
@@ -183,13 +189,6 @@ type Manager struct {
 
 	stop  context.CancelFunc // stops the loops: the reaper, checkpoints and moves
 	loops sync.WaitGroup
-	// base is the context of work the manager owns past a request (the
-	// loops', background template builds'), ended by stop; builds are the
-	// background builds running.
-	base   context.Context
-	builds sync.WaitGroup
-	// builders bounds the template builds running (tplbuild.go).
-	builders builders
 }
 
 // live is a running sandbox.
@@ -249,11 +248,7 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 		m.registerMetrics(deps.Metrics)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	m.stop, m.base = cancel, rctx
-	if err := m.deps.Store.FailTemplateBuilds(ctx, m.deps.NodeID); err != nil {
-		cancel()
-		return nil, err
-	}
+	m.stop = cancel
 	m.loops.Add(4)
 	go m.reap(rctx)
 	go m.checkpoints(rctx)
@@ -283,7 +278,6 @@ func (m *Manager) prepareBases(ctx context.Context) error {
 func (m *Manager) Close() {
 	m.stop()
 	m.loops.Wait()
-	m.builds.Wait()
 	m.closePools()
 	m.images.close()
 	m.mu.Lock()

@@ -128,7 +128,7 @@ func (m *Manager) admitMoved(rec store.Sandbox) error {
 	if err := m.ledger.fits(rec.MemoryMB, rec.Pids); err != nil {
 		return err
 	}
-	if err := m.checkDiskFree("moved sandboxes are"); err != nil {
+	if err := m.CheckDiskFree("moved sandboxes are"); err != nil {
 		return err
 	}
 	return m.ledger.admit([]string{rec.ID}, claimOf(rec))

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"warren/api"
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/network"
 	"warren/internal/network/policy"
 	"warren/internal/runtime"
@@ -174,7 +174,7 @@ func (m *Manager) Network(ctx context.Context, tenant, id string) (api.NetworkSt
 }
 
 func (m *Manager) networkStatus(rec store.Sandbox) (api.NetworkStatus, error) {
-	st := api.NetworkStatus{Policy: rec.Network, Address: guestnet.Address.String(), Gateway: guestnet.Gateway.String()}
+	st := api.NetworkStatus{Policy: rec.Network, Address: guest.Address.String(), Gateway: guest.Gateway.String()}
 	if m.deps.Network == nil {
 		return st, nil
 	}

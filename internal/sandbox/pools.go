@@ -15,10 +15,10 @@ import (
 	"connectrpc.com/connect"
 
 	"warren/api"
-	"warren/internal/agent"
 	controlpb "warren/internal/agent/pb/control"
 	processpb "warren/internal/agent/pb/process"
 	"warren/internal/agentconn"
+	"warren/internal/guest"
 	"warren/internal/ident"
 	"warren/internal/network/policy"
 	"warren/internal/runtime"
@@ -204,7 +204,7 @@ func (m *Manager) makeMember(w *warm) (_ *member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", w.set.Template, err)
 	}
-	if err := m.checkDiskFree("warm pools are"); err != nil {
+	if err := m.CheckDiskFree("warm pools are"); err != nil {
 		return nil, err
 	}
 	s := w.set
@@ -253,11 +253,11 @@ func warmExec(ctx context.Context, conn *agentconn.Conn) {
 	conn.Run(ctx, &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}, nil, nil)
 }
 
-// warmFiles reads agent.FirstExecFiles through the agent, as root, so that
+// warmFiles reads guest.FirstExecFiles through the agent, as root, so that
 // a member's (or a memory image's) page cache holds them before a claim; a
 // file the image lacks is skipped.
 func warmFiles(ctx context.Context, conn *agentconn.Conn) {
-	for _, path := range agent.FirstExecFiles {
+	for _, path := range guest.FirstExecFiles {
 		r, _, err := conn.ReadFile(ctx, path, "root")
 		if err != nil {
 			continue

@@ -63,7 +63,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string, req api.Creat
 	} else {
 		return api.Snapshot{}, err
 	}
-	if err := m.checkDiskFree("snapshots are"); err != nil {
+	if err := m.CheckDiskFree("snapshots are"); err != nil {
 		return api.Snapshot{}, err
 	}
 	rec, err := m.record(ctx, tenant, id)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,6 +39,18 @@ type TemplateVersion struct {
 	BuiltAt   time.Time // zero until ready
 	// Published: the admin's version every tenant may start from.
 	Published bool
+}
+
+// TemplateConfig is t's Config, decoded.
+func (t TemplateVersion) TemplateConfig() (api.TemplateConfig, error) {
+	var cfg api.TemplateConfig
+	if t.Config == "" {
+		return cfg, nil
+	}
+	if err := json.Unmarshal([]byte(t.Config), &cfg); err != nil {
+		return cfg, fmt.Errorf("template %s@%d: config: %w", t.Name, t.Version, err)
+	}
+	return cfg, nil
 }
 
 // Template version states.
@@ -138,6 +151,30 @@ func (s *Store) TemplateVersion(ctx context.Context, tenant, name string, versio
 		return TemplateVersion{}, fmt.Errorf("template %s: %w", name, err)
 	}
 	return t, nil
+}
+
+// SeenTemplate returns the version of name that tenant sees: its own
+// (version; or when version is 0 its newest ready one, or its newest
+// whatever its state with anyState), else the one the admin published
+// under name (PublishedTemplate). ErrNotFound when there is neither.
+func (s *Store) SeenTemplate(ctx context.Context, tenant, name string, version int64, anyState bool) (TemplateVersion, error) {
+	var t TemplateVersion
+	var err error
+	if version == 0 && anyState {
+		var all []TemplateVersion
+		if all, err = s.TemplateVersions(ctx, tenant, name); err == nil {
+			err = ErrNotFound
+			if len(all) > 0 {
+				t, err = all[0], nil
+			}
+		}
+	} else {
+		t, err = s.TemplateVersion(ctx, tenant, name, version)
+	}
+	if errors.Is(err, ErrNotFound) && tenant != api.AdminTenant {
+		return s.PublishedTemplate(ctx, api.AdminTenant, name, version)
+	}
+	return t, err
 }
 
 // TemplateVersions lists tenant's versions: of name, newest first, when

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,6 +56,22 @@ func ValidName(name string) error {
 		return fmt.Errorf("%w %q: want 1-63 characters of a-z 0-9 . _ -, starting with a-z or 0-9", ErrInvalidName, name)
 	}
 	return nil
+}
+
+// ParseRef splits a tenant's template reference, NAME[@VERSION]; version
+// is 0 for the newest.
+func ParseRef(ref string) (name string, version int64, err error) {
+	name, v, pinned := strings.Cut(ref, "@")
+	if err := ValidName(name); err != nil {
+		return "", 0, fmt.Errorf("template: %w", err)
+	}
+	if pinned {
+		version, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || version < 1 {
+			return "", 0, fmt.Errorf("template %q: the version after @ must be a positive integer", ref)
+		}
+	}
+	return name, version, nil
 }
 
 // Recipes lists the names of the recipes Build knows, sorted. A template is

@@ -156,3 +156,28 @@ func TestLineWriter(t *testing.T) {
 		t.Errorf("last = %q, want partial", w.last)
 	}
 }
+
+func TestParseRef(t *testing.T) {
+	for _, tc := range []struct {
+		ref     string
+		name    string
+		version int64
+		bad     bool
+	}{
+		{ref: "sci", name: "sci"},
+		{ref: "sci@3", name: "sci", version: 3},
+		{ref: "sci@0", bad: true}, {ref: "sci@-1", bad: true}, {ref: "sci@x", bad: true},
+		{ref: "Sci", bad: true}, {ref: "../x", bad: true}, {ref: "", bad: true}, {ref: "@1", bad: true},
+	} {
+		name, version, err := ParseRef(tc.ref)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseRef(%q) = %q, %d; want an error", tc.ref, name, version)
+			}
+			continue
+		}
+		if err != nil || name != tc.name || version != tc.version {
+			t.Errorf("ParseRef(%q) = %q, %d, %v; want %q, %d", tc.ref, name, version, err, tc.name, tc.version)
+		}
+	}
+}

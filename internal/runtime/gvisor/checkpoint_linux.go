@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/backoff"
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/runtime"
 )
 
@@ -370,7 +370,7 @@ func (in *instance) restore(ctx context.Context, image string) error {
 	if in.st.Network {
 		// runsc took the link's address and routes when it started the
 		// sandbox; it takes them again from the link.
-		err := inNetNS(filepath.Join(in.dir, netnsFile), guestnet.Configure)
+		err := inNetNS(filepath.Join(in.dir, netnsFile), guest.Configure)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			in.agent.release(0)
 			return fmt.Errorf("sandbox link: %w", err)

@@ -21,7 +21,7 @@ import (
 	"warren/internal/cleanup"
 	"warren/internal/consolelog"
 	"warren/internal/disk"
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/netnsfile"
 	"warren/internal/osthread"
 	"warren/internal/procid"
@@ -113,7 +113,7 @@ func (r *Runtime) prepare(spec runtime.Spec) error {
 	if err := netnsfile.Make(netns, nil); err != nil {
 		return err
 	}
-	if err := inNetNS(netns, func() error { return guestnet.Up("lo") }); err != nil {
+	if err := inNetNS(netns, func() error { return guest.Up("lo") }); err != nil {
 		return fmt.Errorf("sandbox loopback: %w", err)
 	}
 	if err := os.Mkdir(filepath.Join(spec.Dir, chanDir), 0o755); err != nil {

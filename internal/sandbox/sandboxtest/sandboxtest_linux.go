@@ -30,9 +30,11 @@ import (
 	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/template"
+	"warren/internal/tenanttpl"
 )
 
-// Harness is a real manager and the parts under it.
+// Harness is a real manager, the parts under it and tenants' templates
+// over it.
 type Harness struct {
 	t testing.TB
 	// Deps are the manager's parts; Deps.Store is the store the manager
@@ -40,6 +42,8 @@ type Harness struct {
 	Deps    sandbox.Deps
 	Runtime *inproc.Runtime
 	Manager *sandbox.Manager
+	// Templates are tenants' templates over Manager.
+	Templates *tenanttpl.Templates
 	// Metrics is Manager's registry; each manager Restart makes gets its own.
 	Metrics *metrics.Registry
 }
@@ -93,6 +97,15 @@ func New(t testing.TB) *Harness {
 		NodeID: "test-node",
 	}
 	h.Manager = h.Restart()
+	tpls, err := tenanttpl.New(ctx, tenanttpl.Deps{
+		Log:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Store: st, Snapshots: snaps, Catalog: templates, Sandboxes: h.Manager, Dir: pool.Dir(), NodeID: h.Deps.NodeID,
+	}, tenanttpl.Config{DefaultTemplate: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tpls.Close)
+	h.Templates = tpls
 	return h
 }
 

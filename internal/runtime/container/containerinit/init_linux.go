@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/seccomp"
 )
 
@@ -109,7 +109,7 @@ func setup(joinWork func(tasks []int) error) error {
 	// it (as is Early's). Loopback belongs to the sandbox's own network
 	// namespace; bringing it up takes the kernel's global network lock,
 	// better taken now than while a create waits.
-	if err := guestnet.Up("lo"); err != nil {
+	if err := guest.Up("lo"); err != nil {
 		return err
 	}
 	msg, fds, err := recvFds(FdSync)
@@ -173,7 +173,7 @@ func setup(joinWork func(tasks []int) error) error {
 		}
 	}
 	if cfg.Network {
-		if err := guestnet.WriteFiles("/", cfg.Hostname); err != nil {
+		if err := guest.WriteFiles("/", cfg.Hostname); err != nil {
 			return fmt.Errorf("network files: %w", err)
 		}
 	}

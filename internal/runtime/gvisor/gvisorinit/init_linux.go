@@ -39,7 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/backoff"
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 	"warren/internal/runtime/container/containerinit"
 )
 
@@ -99,7 +99,7 @@ func Setup(joinWork func(tasks []int) error, oomKilled func(pid int, rss int64))
 		if err != nil {
 			return nil, err
 		}
-		if err := guestnet.WriteFiles("/", host); err != nil {
+		if err := guest.WriteFiles("/", host); err != nil {
 			return nil, fmt.Errorf("network files: %w", err)
 		}
 	}

@@ -36,5 +36,5 @@ const (
 	ParamVM        = "warren.vm"        // "1": this kernel runs a warren VM; Started requires it
 	ParamHostname  = "warren.hostname"  // the sandbox's hostname, optional
 	ParamWorkspace = "warren.workspace" // "1": mount WorkspaceDevice at WorkspaceDir
-	ParamNetwork   = "warren.network"   // "1": configure the network device (package guestnet)
+	ParamNetwork   = "warren.network"   // "1": configure the network device (package guest)
 )

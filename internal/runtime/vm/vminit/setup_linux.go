@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/internal/guestnet"
+	"warren/internal/guest"
 
 	"warren/internal/backoff"
 )
@@ -163,7 +163,7 @@ func Setup() error {
 			return fmt.Errorf("set hostname: %w", err)
 		}
 	}
-	if err := guestnet.Up("lo"); err != nil {
+	if err := guest.Up("lo"); err != nil {
 		return err
 	}
 	if params[ParamNetwork] == "1" {
@@ -175,13 +175,13 @@ func Setup() error {
 // network configures the guest's interface, which appears asynchronously
 // once virtio_net is loaded, and writes /etc/hosts and /etc/resolv.conf.
 func network(hostname string) error {
-	if err := waitFor(diskWait, func() bool { _, err := os.Stat("/sys/class/net/" + guestnet.Iface); return err == nil }); err != nil {
-		return fmt.Errorf("network device %s did not appear: %w", guestnet.Iface, err)
+	if err := waitFor(diskWait, func() bool { _, err := os.Stat("/sys/class/net/" + guest.Iface); return err == nil }); err != nil {
+		return fmt.Errorf("network device %s did not appear: %w", guest.Iface, err)
 	}
-	if err := guestnet.Configure(); err != nil {
+	if err := guest.Configure(); err != nil {
 		return err
 	}
-	if err := guestnet.WriteFiles("/", hostname); err != nil {
+	if err := guest.WriteFiles("/", hostname); err != nil {
 		return fmt.Errorf("network files: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import (
 	"archive/tar"
@@ -12,31 +12,6 @@ import (
 	"warren/api"
 	"warren/internal/oci"
 )
-
-func TestTemplateRef(t *testing.T) {
-	for _, tc := range []struct {
-		ref     string
-		name    string
-		version int64
-		bad     bool
-	}{
-		{ref: "sci", name: "sci"},
-		{ref: "sci@3", name: "sci", version: 3},
-		{ref: "sci@0", bad: true}, {ref: "sci@-1", bad: true}, {ref: "sci@x", bad: true},
-		{ref: "Sci", bad: true}, {ref: "../x", bad: true}, {ref: "", bad: true}, {ref: "@1", bad: true},
-	} {
-		name, version, err := templateRef(tc.ref)
-		if tc.bad {
-			if !api.IsCode(err, api.CodeBadRequest) {
-				t.Errorf("templateRef(%q) = %q, %d, %v; want a bad request", tc.ref, name, version, err)
-			}
-			continue
-		}
-		if err != nil || name != tc.name || version != tc.version {
-			t.Errorf("templateRef(%q) = %q, %d, %v; want %q, %d", tc.ref, name, version, err, tc.name, tc.version)
-		}
-	}
-}
 
 // TestBuilders: at most maxBuildsPerTenant of a tenant and maxBuilds in
 // all run at once, the others wait; a release frees the place once,

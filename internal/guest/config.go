@@ -1,4 +1,4 @@
-package agent
+package guest
 
 import (
 	"encoding/json"
@@ -12,13 +12,6 @@ import (
 // so that every sandbox of the disk, restored or forked on any node, has
 // it. The agent reads it at Init when it owns the sandbox's root.
 const TemplateFile = "/etc/warren/template.json"
-
-// maxTemplateFile bounds what the agent reads of it: the file is in the
-// tenant's own disk, and so theirs to write.
-const maxTemplateFile = 1 << 20
-
-// StartTag is the tag of the process a template starts.
-const StartTag = "warren-start"
 
 // TemplateConfig is the content of TemplateFile.
 type TemplateConfig struct {
@@ -51,4 +44,14 @@ func ParseTemplateConfig(b []byte) (TemplateConfig, error) {
 		return TemplateConfig{}, fmt.Errorf("%s: NUL in user or start", TemplateFile)
 	}
 	return c, nil
+}
+
+// FirstExecFiles are what a first exec in a sandbox of a Debian-like image
+// reads: the shell, true, the dynamic loader and libc, and the user
+// database. Each sandbox reads its disk through a loop device of its own,
+// whose page cache no other sandbox shares, so a first exec that finds
+// none of them cached waits some milliseconds for them (docs/BENCHMARKS.md,
+// "Warm pools").
+var FirstExecFiles = []string{
+	"/bin/sh", "/usr/bin/true", "/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6", "/etc/passwd", "/etc/group",
 }

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import (
 	"context"
@@ -16,7 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"warren/api"
-	"warren/internal/agent"
+	"warren/internal/agentconn"
+	"warren/internal/guest"
 	"warren/internal/network/addrclass"
 	"warren/internal/oci"
 	"warren/internal/snapshot"
@@ -38,7 +39,7 @@ const (
 )
 
 // planImage checks src and returns the import it asks for.
-func (m *Manager) planImage(src *api.ImageSource, cfg api.TemplateConfig) (buildFunc, string, error) {
+func (tt *Templates) planImage(src *api.ImageSource, cfg api.TemplateConfig) (buildFunc, string, error) {
 	ref := strings.TrimSpace(src.Ref)
 	if ref == "" || len(ref) > 1024 || strings.ContainsAny(ref, "\x00\n ") {
 		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref: want an image reference such as registry.example/team/app:1.2")
@@ -51,14 +52,14 @@ func (m *Manager) planImage(src *api.ImageSource, cfg api.TemplateConfig) (build
 	if err != nil {
 		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref %q: %v", ref, err)
 	}
-	if err := m.registryAllowed(context.Background(), parsed.Context().RegistryStr()); err != nil {
+	if err := tt.registryAllowed(context.Background(), parsed.Context().RegistryStr()); err != nil {
 		return nil, "", api.Errorf(api.CodeBadRequest, "from_image.ref %q: %v", ref, err)
 	}
-	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password, Dial: m.registryDial}
+	opts := oci.Options{Insecure: src.Insecure, Username: src.Username, Password: src.Password, Dial: tt.registryDial}
 	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		sc := m.newScratch("image imports are")
+		sc := tt.newScratch("image imports are")
 		defer sc.release()
-		return m.importImage(ctx, tv, ref, ref, opts, cfg, sc, progress)
+		return tt.importImage(ctx, tv, ref, ref, opts, cfg, sc, progress)
 	}, "image " + ref, nil
 }
 
@@ -69,18 +70,18 @@ const maxImageArchive = 16 << 30
 // from an image archive, a docker save tarball or an OCI layout tar, read
 // from body (at most maxImageArchive bytes) into a file of the node's,
 // reporting progress.
-func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name string, body io.Reader, progress Progress) (api.Template, error) {
+func (tt *Templates) CreateTemplateFromArchive(ctx context.Context, tenant, name string, body io.Reader, progress Progress) (api.Template, error) {
 	if progress == nil {
 		progress = func(api.TemplateBuildEvent) {}
 	}
-	if err := m.checkName(name); err != nil {
+	if err := tt.checkName(name); err != nil {
 		return api.Template{}, err
 	}
-	slot, err := m.buildSlot(tenant)
+	slot, err := tt.buildSlot(tenant)
 	if err != nil {
 		return api.Template{}, err
 	}
-	f, err := os.CreateTemp(m.deps.Pool.Dir(), ".archive-")
+	f, err := os.CreateTemp(tt.deps.Dir, ".archive-")
 	if err != nil {
 		slot.cancel()
 		return api.Template{}, err
@@ -88,7 +89,7 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 	defer os.Remove(f.Name())
 	// The archive, its unpacked tree and its disk image hold the node's
 	// free disk as they are written, until the import ends.
-	sc := m.newScratch("image imports are")
+	sc := tt.newScratch("image imports are")
 	defer sc.release()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(sc, f, h), io.LimitReader(body, maxImageArchive+1))
@@ -112,16 +113,16 @@ func (m *Manager) CreateTemplateFromArchive(ctx context.Context, tenant, name st
 	label := fmt.Sprintf("archive sha256:%x", h.Sum(nil))
 	progress(api.TemplateBuildEvent{Step: "upload", Progress: fmt.Sprintf("%s: %d MiB", label, n>>20)})
 	build := func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		return m.importImage(ctx, tv, f.Name(), label, oci.Options{}, api.TemplateConfig{}, sc, progress)
+		return tt.importImage(ctx, tv, f.Name(), label, oci.Options{}, api.TemplateConfig{}, sc, progress)
 	}
-	return m.makeVersion(ctx, tenant, name, label, build, defaultBuildTimeout, false, slot, progress)
+	return tt.makeVersion(ctx, tenant, name, label, build, defaultBuildTimeout, false, slot, progress)
 }
 
 // importImage is the build of an image's version: src is its reference,
 // or an archive's path on the node, and what names it to its tenant. What
 // it writes on the node's disk (the unpacked tree, the disk image) is
 // added to sc as it goes.
-func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, src, ref string, opts oci.Options, cfg api.TemplateConfig, sc *scratch, progress Progress) error {
+func (tt *Templates) importImage(ctx context.Context, tv *store.TemplateVersion, src, ref string, opts oci.Options, cfg api.TemplateConfig, sc *scratch, progress Progress) error {
 	ctx, cancel := context.WithTimeout(ctx, maxImageImport)
 	defer cancel()
 	say := func(step, format string, args ...any) {
@@ -142,7 +143,7 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, sr
 		return fmt.Errorf("pull: %w", err)
 	}
 	say("pull", "%s: %s, %d MiB of layers", ref, im.Digest(), size>>20)
-	work, err := os.MkdirTemp(m.deps.Pool.Dir(), ".import-"+tv.ID+"-")
+	work, err := os.MkdirTemp(tt.deps.Dir, ".import-"+tv.ID+"-")
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, sr
 	if err != nil {
 		return err
 	}
-	err = root.WriteFile(strings.TrimPrefix(agent.TemplateFile, "/"), b, 0o644)
+	err = root.WriteFile(strings.TrimPrefix(guest.TemplateFile, "/"), b, 0o644)
 	root.Close()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -178,13 +179,13 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, sr
 		return fmt.Errorf("image: %w", err)
 	}
 	img := filepath.Join(work, "disk.img")
-	if err := m.deps.Templates.ImageFromTree(ctx, rootfs, img, progressWriter("image", progress)); err != nil {
+	if err := tt.deps.Catalog.ImageFromTree(ctx, rootfs, img, progressWriter("image", progress)); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	digest := im.Digest()
 	base := "oci-" + strings.TrimPrefix(digest, "sha256:")[:16]
 	built := time.Now()
-	sn, err := m.deps.Snapshots.Take(ctx, snapshot.Source{
+	sn, err := tt.deps.Snapshots.Take(ctx, snapshot.Source{
 		Tenant: tv.Tenant, SandboxID: tv.ID, Scope: api.ScopeRoot, Image: img,
 		Template: base, TemplateImage: img, TemplateBuilt: built,
 	}, func(context.Context) (func() error, error) { return func() error { return nil }, nil })
@@ -192,7 +193,7 @@ func (m *Manager) importImage(ctx context.Context, tv *store.TemplateVersion, sr
 		return fmt.Errorf("record: %w", err)
 	}
 	say("upload", "snapshot %s over base layer of %s", sn.ID, base)
-	done, err := m.deps.Snapshots.Wait(ctx, sn.ID)
+	done, err := tt.deps.Snapshots.Wait(ctx, sn.ID)
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
@@ -232,14 +233,14 @@ func imageConfig(c oci.Config, over api.TemplateConfig) api.TemplateConfig {
 
 // progressWriter turns lines written to it into step's progress events.
 func progressWriter(step string, progress Progress) io.Writer {
-	return &lines{emit: func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }}
+	return &agentconn.Lines{Emit: func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }}
 }
 
 // registryDial connects to a registry a tenant's image reference names
 // (or one it redirects to), at an address registryAddr allows: the one it
 // checked, so that a name that resolves anew cannot slip past.
-func (m *Manager) registryDial(ctx context.Context, network, addr string) (net.Conn, error) {
-	to, err := m.registryAddr(ctx, addr)
+func (tt *Templates) registryDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	to, err := tt.registryAddr(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -248,11 +249,11 @@ func (m *Manager) registryDial(ctx context.Context, network, addr string) (net.C
 }
 
 // registryAllowed checks a registry's host[:port] as registryDial would.
-func (m *Manager) registryAllowed(ctx context.Context, registry string) error {
+func (tt *Templates) registryAllowed(ctx context.Context, registry string) error {
 	if _, _, err := net.SplitHostPort(registry); err != nil {
 		registry = net.JoinHostPort(registry, "443")
 	}
-	_, err := m.registryAddr(ctx, registry)
+	_, err := tt.registryAddr(ctx, registry)
 	return err
 }
 
@@ -260,12 +261,12 @@ func (m *Manager) registryAllowed(ctx context.Context, registry string) error {
 // refusing one that is not public (loopback, private, link-local, the
 // cloud's metadata address...) unless the operator allowed the host
 // (Config.RegistryAllow: HOST, or HOST:PORT).
-func (m *Manager) registryAddr(ctx context.Context, addr string) (string, error) {
+func (tt *Templates) registryAddr(ctx context.Context, addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err
 	}
-	if slices.Contains(m.cfg.RegistryAllow, host) || slices.Contains(m.cfg.RegistryAllow, addr) {
+	if slices.Contains(tt.cfg.RegistryAllow, host) || slices.Contains(tt.cfg.RegistryAllow, addr) {
 		return addr, nil
 	}
 	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import (
 	"archive/tar"
@@ -40,7 +40,7 @@ const (
 )
 
 // planSpec parses req's spec and resolves what it builds from.
-func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, time.Duration, error) {
+func (tt *Templates) planSpec(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, time.Duration, error) {
 	var spec *buildspec.Spec
 	var err error
 	switch req.SpecFormat {
@@ -54,7 +54,7 @@ func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTem
 	if err != nil {
 		return nil, "", 0, api.Errorf(api.CodeBadRequest, "spec: %v", err)
 	}
-	from, err := m.buildBase(ctx, tenant, spec.From)
+	from, err := tt.buildBase(ctx, tenant, spec.From)
 	if err != nil {
 		return nil, "", 0, err
 	}
@@ -63,7 +63,7 @@ func (m *Manager) planSpec(ctx context.Context, tenant string, req api.CreateTem
 		timeout = spec.Limits.Timeout
 	}
 	return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-		return m.buildSpec(ctx, tv, spec, from, req.Context, progress)
+		return tt.buildSpec(ctx, tv, spec, from, req.Context, progress)
 	}, "spec", timeout, nil
 }
 
@@ -78,7 +78,7 @@ type buildFrom struct {
 	owner string
 }
 
-func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom, error) {
+func (tt *Templates) buildBase(ctx context.Context, tenant, ref string) (buildFrom, error) {
 	if suite, ok := buildspec.DebianSuite(ref); ok {
 		name, err := template.SuiteTemplate(suite)
 		if err != nil {
@@ -87,28 +87,28 @@ func (m *Manager) buildBase(ctx context.Context, tenant, ref string) (buildFrom,
 		return buildFrom{suite: name}, nil
 	}
 	if !strings.Contains(ref, "@") {
-		if tpl, err := m.deps.Templates.Get(ref); err == nil {
+		if tpl, err := tt.deps.Catalog.Get(ref); err == nil {
 			return buildFrom{builtIn: ref, digest: fmt.Sprintf("template %s built %d", ref, tpl.BuiltAt.UnixNano())}, nil
 		}
 	}
-	tv, err := m.tenantTemplate(ctx, tenant, ref)
+	tv, err := tt.deps.Sandboxes.TemplateVersion(ctx, tenant, ref)
 	if err != nil {
 		return buildFrom{}, err
 	}
 	return buildFrom{snapshot: tv.Snapshot, digest: tv.Digest, owner: tv.Tenant}, nil
 }
 
-func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec *buildspec.Spec, from buildFrom, tarball []byte, progress Progress) error {
+func (tt *Templates) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec *buildspec.Spec, from buildFrom, tarball []byte, progress Progress) error {
 	var bctx buildspec.Context
 	if len(tarball) > 0 {
 		// What the context's files may take (archive.Reader counts it),
 		// held of the node's disk until they are gone.
-		release, err := m.holdScratch(min(int64(len(tarball)), maxContextBytes), "template builds are")
+		release, err := tt.deps.Sandboxes.HoldScratch(min(int64(len(tarball)), maxContextBytes), "template builds are")
 		if err != nil {
 			return err
 		}
 		defer release()
-		dir, err := os.MkdirTemp(m.deps.Pool.Dir(), ".context-"+tv.ID+"-")
+		dir, err := os.MkdirTemp(tt.deps.Dir, ".context-"+tv.ID+"-")
 		if err != nil {
 			return err
 		}
@@ -119,7 +119,7 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 		bctx = buildspec.DirContext(dir)
 	}
 	if from.suite != "" {
-		tpl, err := m.suiteTemplate(ctx, from.suite, progress)
+		tpl, err := tt.suiteTemplate(ctx, from.suite, progress)
 		if err != nil {
 			return err
 		}
@@ -138,11 +138,11 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 		if !st.Layered() {
 			continue
 		}
-		id, err := m.deps.Store.TemplateStep(ctx, tv.Tenant, keys[i])
+		id, err := tt.deps.Store.TemplateStep(ctx, tv.Tenant, keys[i])
 		if err != nil {
 			break
 		}
-		if _, err := m.deps.Snapshots.Lookup(ctx, tv.Tenant, id); err != nil {
+		if _, err := tt.deps.Snapshots.Lookup(ctx, tv.Tenant, id); err != nil {
 			break // deleted since
 		}
 		from.snapshot, from.builtIn, from.owner, start = id, "", "", i+1
@@ -153,7 +153,7 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 	var sb string
 	defer func() {
 		if sb != "" {
-			m.Delete(context.WithoutCancel(ctx), tv.Tenant, sb)
+			tt.deps.Sandboxes.Delete(context.WithoutCancel(ctx), tv.Tenant, sb)
 		}
 	}()
 	var conn *agentconn.Conn
@@ -161,12 +161,12 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 		if sb != "" {
 			return nil
 		}
-		id, err := m.buildSandbox(ctx, tv, from, api.SandboxSpec{Network: network}, spec.Limits.DiskMB)
+		id, err := tt.buildSandbox(ctx, tv, from, api.SandboxSpec{Network: network}, spec.Limits.DiskMB)
 		if err != nil {
 			return err
 		}
 		sb = id
-		conn, err = m.Agent(ctx, tv.Tenant, sb)
+		conn, err = tt.deps.Sandboxes.Agent(ctx, tv.Tenant, sb)
 		return err
 	}
 	for i := start; i < n; i++ {
@@ -181,16 +181,16 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 		out := func(line string) { progress(api.TemplateBuildEvent{Step: step, Progress: line}) }
 		err := boot(spec.Network)
 		if err == nil {
-			err = m.runStep(ctx, conn, tv.Tenant, sb, st, each[i], bctx, out)
+			err = tt.runStep(ctx, conn, tv.Tenant, sb, st, each[i], bctx, out)
 		}
 		if err != nil {
 			return fmt.Errorf("step %s (line %d) failed: %w", step, st.Line, err)
 		}
-		id, err := m.durableSnapshot(ctx, tv.Tenant, sb, step, progress)
+		id, err := tt.durableSnapshot(ctx, tv.Tenant, sb, step, progress)
 		if err != nil {
 			return fmt.Errorf("step %s: %w", step, err)
 		}
-		if err := m.deps.Store.PutTemplateStep(ctx, tv.Tenant, keys[i], id); err != nil {
+		if err := tt.deps.Store.PutTemplateStep(ctx, tv.Tenant, keys[i], id); err != nil {
 			return err
 		}
 		progress(api.TemplateBuildEvent{Step: step, Progress: fmt.Sprintf("done in %v", time.Since(t0).Round(time.Millisecond))})
@@ -206,7 +206,7 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 	if err := boot(&api.NetworkPolicy{None: true}); err != nil {
 		return err
 	}
-	id, err := m.finishDisk(ctx, tv, sb, cfg, progress)
+	id, err := tt.finishDisk(ctx, tv, sb, cfg, progress)
 	if err != nil {
 		return err
 	}
@@ -225,13 +225,13 @@ func (m *Manager) buildSpec(ctx context.Context, tv *store.TemplateVersion, spec
 // suiteTemplate returns the built-in template of a Debian suite, building
 // it first (debootstrap from the host's mirror, cached like the default
 // template's root filesystem) when the node lacks it, with its base layer.
-func (m *Manager) suiteTemplate(ctx context.Context, name string, progress Progress) (template.Info, error) {
+func (tt *Templates) suiteTemplate(ctx context.Context, name string, progress Progress) (template.Info, error) {
 	progress(api.TemplateBuildEvent{Step: "from", Progress: "the built-in template " + name})
-	tpl, err := m.deps.Templates.Ensure(ctx, name, progressWriter("from", progress))
+	tpl, err := tt.deps.Catalog.Ensure(ctx, name, progressWriter("from", progress))
 	if err != nil {
 		return template.Info{}, fmt.Errorf("from: %w", err)
 	}
-	if _, err := m.deps.Snapshots.EnsureBase(ctx, tpl.Name, tpl.Path, tpl.BuiltAt); err != nil {
+	if _, err := tt.deps.Snapshots.EnsureBase(ctx, tpl.Name, tpl.Path, tpl.BuiltAt); err != nil {
 		return template.Info{}, fmt.Errorf("from: %w", err)
 	}
 	return tpl, nil
@@ -239,10 +239,10 @@ func (m *Manager) suiteTemplate(ctx context.Context, name string, progress Progr
 
 // runStep runs one step that changes the disk, in the state st runs in,
 // in tenant's build sandbox sb.
-func (m *Manager) runStep(ctx context.Context, conn *agentconn.Conn, tenant, sb string, st buildspec.Step, state buildspec.State, bctx buildspec.Context, out func(string)) error {
+func (tt *Templates) runStep(ctx context.Context, conn *agentconn.Conn, tenant, sb string, st buildspec.Step, state buildspec.State, bctx buildspec.Context, out func(string)) error {
 	switch st.Kind {
 	case buildspec.KindApt:
-		return m.aptInstall(ctx, conn, tenant, sb, st.Packages, out)
+		return tt.aptInstall(ctx, conn, tenant, sb, st.Packages, out)
 	case buildspec.KindCopy:
 		d, ok := bctx.(*buildspec.Dir)
 		if !ok {
@@ -254,7 +254,7 @@ func (m *Manager) runStep(ctx context.Context, conn *agentconn.Conn, tenant, sb 
 	if st.Kind == buildspec.KindPip {
 		argv = trustPlainIndexes(argv, st.IndexURL, st.ExtraIndexURL)
 	}
-	return runIn(ctx, conn, &processpb.ProcessConfig{
+	return conn.RunLines(ctx, &processpb.ProcessConfig{
 		Cmd: argv[0], Args: argv[1:], Envs: state.Env, Cwd: proto.String(state.Workdir), User: state.User,
 	}, out)
 }
@@ -321,7 +321,7 @@ tar -xf "$TAR" -C "$INTO" --no-same-owner
 rm -f "$TAR"
 if [ -n "$OWNER" ]; then chown -R "$OWNER" "$TARGET"; fi
 if [ -n "$MODE" ]; then chmod -R "$MODE" "$TARGET"; fi`
-	return runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env}, nil)
+	return conn.RunLines(ctx, &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env}, nil)
 }
 
 // writeCopyTar writes the tar of a copy step's source to w: a directory's
@@ -425,8 +425,8 @@ func extractContext(b []byte, dir string) error {
 // sandbox's built-in template (warren's record, never the sandbox's
 // /etc/os-release), and the sandbox installs them with its own apt, with
 // no network of its own.
-func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, sb string, pkgs []string, out func(string)) error {
-	rec, err := m.record(ctx, tenant, sb)
+func (tt *Templates) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, sb string, pkgs []string, out func(string)) error {
+	rec, err := tt.deps.Sandboxes.Get(ctx, tenant, sb)
 	if err != nil {
 		return err
 	}
@@ -442,12 +442,12 @@ func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, 
 		return rc, nil
 	}
 	const into = "/var/cache/warren-apt"
-	if err := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", into}}, nil); err != nil {
+	if err := conn.RunLines(ctx, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", into}}, nil); err != nil {
 		return err
 	}
 	args := []string{"install", "-y", "--no-install-recommends"}
 	log := &aptLog{out: out, scrub: aptMirrors(suite)}
-	fetch := &aptFetch{dir: filepath.Join(m.deps.Pool.Dir(), "templates", ".apt"), suite: suite, pkgs: pkgs, hold: m.holdScratch, log: log}
+	fetch := &aptFetch{dir: filepath.Join(tt.deps.Dir, "templates", ".apt"), suite: suite, pkgs: pkgs, hold: tt.deps.Sandboxes.HoldScratch, log: log}
 	err = fetch.run(ctx, status, func(d aptDeb, r io.Reader) error {
 		if _, err := conn.WriteFile(ctx, into+"/"+d.name, 0o644, "root", r); err != nil {
 			return fmt.Errorf("upload %s: %w", d.name, err)
@@ -456,14 +456,14 @@ func (m *Manager) aptInstall(ctx context.Context, conn *agentconn.Conn, tenant, 
 		return nil
 	})
 	if err != nil {
-		m.log.Warn("template build: the host's apt failed", "tenant", tenant, "sandbox", sb, "suite", suite, "err", err, "apt", strings.Join(log.raw, "\n"))
+		tt.log.Warn("template build: the host's apt failed", "tenant", tenant, "sandbox", sb, "suite", suite, "err", err, "apt", strings.Join(log.raw, "\n"))
 		return fmt.Errorf("apt: %w", err)
 	}
 	if n := len(args) - 3; n > 0 {
 		out(fmt.Sprintf("installing %d package files", n))
-		err = runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "apt-get", Args: args,
+		err = conn.RunLines(ctx, &processpb.ProcessConfig{Cmd: "apt-get", Args: args,
 			Envs: map[string]string{"DEBIAN_FRONTEND": "noninteractive"}}, out)
 	}
-	rerr := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "rm", Args: []string{"-rf", into}}, nil)
+	rerr := conn.RunLines(ctx, &processpb.ProcessConfig{Cmd: "rm", Args: []string{"-rf", into}}, nil)
 	return errors.Join(err, rerr)
 }

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/agentconn"
 	"warren/internal/archive"
 	"warren/internal/hostclaim"
 	"warren/internal/template"
@@ -74,8 +75,10 @@ const (
 	aptListsSpace = 512 << 20
 	// aptTimeout bounds each run of apt-get.
 	aptTimeout = 20 * time.Minute
-	// maxAptLines bounds the lines of apt's a step shows the tenant.
-	maxAptLines = 1000
+	// maxAptLines bounds the lines of apt's a step shows the tenant, and
+	// aptTailLines those a failure ends with.
+	maxAptLines  = 1000
+	aptTailLines = 20
 )
 
 // The host uids apt-get runs as: aptUIDBase owns the package lists and
@@ -410,7 +413,7 @@ func aptGet(ctx context.Context, aptDir, dir string, uid int, verb string, args 
 		"--", "apt-get",
 	}
 	cmd := exec.CommandContext(ctx, "prlimit", append(argv, args...)...)
-	w := &lines{emit: log.line}
+	w := &agentconn.Lines{Emit: log.line}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive", "TMPDIR=" + cwd + "/tmp"}
 	for _, k := range []string{"http_proxy", "https_proxy", "no_proxy"} {
@@ -422,7 +425,7 @@ func aptGet(ctx context.Context, aptDir, dir string, uid int, verb string, args 
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
-	w.flush()
+	w.Flush()
 	switch {
 	case err == nil:
 		return nil
@@ -433,7 +436,10 @@ func aptGet(ctx context.Context, aptDir, dir string, uid int, verb string, args 
 	if errors.As(err, &ee) {
 		err = errors.New(ee.ProcessState.String())
 	}
-	return fmt.Errorf("apt-get %s: %v%s", verb, err, suffix(", after:\n", log.tail()))
+	if tail := log.tail(); tail != "" {
+		return fmt.Errorf("apt-get %s: %v, after:\n%s", verb, err, tail)
+	}
+	return fmt.Errorf("apt-get %s: %v", verb, err)
 }
 
 // fetchUID claims a fetch's uid, one no other fetch on the host uses, of
@@ -559,9 +565,9 @@ type aptLog struct {
 	// keep, when set, sees each line first and says whether to go on
 	// with it.
 	keep  func(string) bool
-	last  []string // the last tailLines lines given out
+	last  []string // the last aptTailLines lines given out
 	shown int      // lines given out
-	// raw are the last tailLines lines as apt wrote them, for the node's
+	// raw are the last aptTailLines lines as apt wrote them, for the node's
 	// log, never the tenant's.
 	raw  []string
 	deps bool // within apt's list of unmet dependencies
@@ -574,7 +580,7 @@ func (l *aptLog) line(s string) {
 	if l.keep != nil && !l.keep(s) {
 		return
 	}
-	if l.raw = append(l.raw, s); len(l.raw) > tailLines {
+	if l.raw = append(l.raw, s); len(l.raw) > aptTailLines {
 		l.raw = l.raw[1:]
 	}
 	if m := aptFetched.FindStringSubmatch(s); m != nil {
@@ -643,7 +649,7 @@ func (l *aptLog) emit(s string) {
 	} else if l.out != nil && l.shown == maxAptLines+1 {
 		l.out(fmt.Sprintf("(apt's lines after the first %d are not shown)", maxAptLines))
 	}
-	if l.last = append(l.last, s); len(l.last) > tailLines {
+	if l.last = append(l.last, s); len(l.last) > aptTailLines {
 		l.last = l.last[1:]
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import "sync"
 
@@ -8,12 +8,14 @@ import "sync"
 const scratchStep = 256 << 20
 
 // scratch is the free disk that one build or import holds for the files it
-// writes, grown as it writes them (holdScratch holds a known bound at
+// writes, grown as it writes them (HoldScratch holds a known bound at
 // once): an import that unpacks 30 MiB holds 256 MiB, one that unpacks
 // 16 GiB holds 16 GiB, and neither takes the node's disk below its reserve
 // beside the others. It is safe for concurrent use.
 type scratch struct {
-	m    *Manager
+	// hold holds n more bytes of the node's free disk
+	// (Sandboxes.HoldScratch).
+	hold func(n int64, what string) (release func(), err error)
 	what string // what is refused, for the error: "image imports are"
 
 	mu       sync.Mutex
@@ -22,17 +24,19 @@ type scratch struct {
 	releases []func() // guarded by mu
 }
 
-func (m *Manager) newScratch(what string) *scratch { return &scratch{m: m, what: what} }
+func (tt *Templates) newScratch(what string) *scratch {
+	return &scratch{hold: tt.deps.Sandboxes.HoldScratch, what: what}
+}
 
 // add counts n more bytes about to be written, holding more of the node's
 // free disk when they pass what is held; past the node's reserve it
-// returns the 507 error of holdScratch and counts nothing.
+// returns the 507 error of HoldScratch and counts nothing.
 func (s *scratch) add(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.used+n > s.held {
 		more := max(s.used+n-s.held, scratchStep)
-		release, err := s.m.holdScratch(more, s.what)
+		release, err := s.hold(more, s.what)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import (
 	"bytes"
@@ -7,15 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"warren/api"
-	"warren/internal/agent"
 	processpb "warren/internal/agent/pb/process"
-	"warren/internal/agentconn"
 	"warren/internal/buildspec"
+	"warren/internal/guest"
 	"warren/internal/store"
 	"warren/internal/template"
 )
@@ -44,30 +42,30 @@ type Progress = func(api.TemplateBuildEvent)
 // the one source req names. It returns the version ready, or its failure;
 // with req.Background it returns the version building at once, and the
 // build goes on under the manager, reporting nothing.
-func (m *Manager) CreateTemplate(ctx context.Context, tenant string, req api.CreateTemplateRequest, progress Progress) (api.Template, error) {
+func (tt *Templates) CreateTemplate(ctx context.Context, tenant string, req api.CreateTemplateRequest, progress Progress) (api.Template, error) {
 	if progress == nil || req.Background {
 		progress = func(api.TemplateBuildEvent) {}
 	}
-	if err := m.checkName(req.Name); err != nil {
+	if err := tt.checkName(req.Name); err != nil {
 		return api.Template{}, err
 	}
-	build, source, timeout, err := m.planBuild(ctx, tenant, req)
+	build, source, timeout, err := tt.planBuild(ctx, tenant, req)
 	if err != nil {
 		return api.Template{}, err
 	}
-	slot, err := m.buildSlot(tenant)
+	slot, err := tt.buildSlot(tenant)
 	if err != nil {
 		return api.Template{}, err
 	}
-	return m.makeVersion(ctx, tenant, req.Name, source, build, timeout, req.Background, slot, progress)
+	return tt.makeVersion(ctx, tenant, req.Name, source, build, timeout, req.Background, slot, progress)
 }
 
 // checkName refuses what cannot name a tenant's template.
-func (m *Manager) checkName(name string) error {
+func (tt *Templates) checkName(name string) error {
 	if err := template.ValidName(name); err != nil {
 		return api.Errorf(api.CodeBadRequest, "name: %v", err)
 	}
-	if m.builtIn(name) {
+	if tt.builtIn(name) {
 		return api.Errorf(api.CodeConflict, "template %q is built in: pick another name", name)
 	}
 	return nil
@@ -75,18 +73,18 @@ func (m *Manager) checkName(name string) error {
 
 // buildSlot puts a build in line for a place on the node (builders), once
 // its disk is above the reserve, and returns its ticket.
-func (m *Manager) buildSlot(tenant string) (*buildTicket, error) {
-	if err := m.checkDiskFree("template builds are"); err != nil {
+func (tt *Templates) buildSlot(tenant string) (*buildTicket, error) {
+	if err := tt.deps.Sandboxes.CheckDiskFree("template builds are"); err != nil {
 		return nil, err
 	}
-	return m.builders.enqueue(tenant)
+	return tt.builders.enqueue(tenant)
 }
 
 // makeVersion records a version of tenant's template name and, once slot
 // has a place, runs build to make it within timeout, in the background
 // when asked (reporting nothing then), and gives the place up when done.
-func (m *Manager) makeVersion(ctx context.Context, tenant, name, source string, build buildFunc, timeout time.Duration, background bool, slot *buildTicket, progress Progress) (api.Template, error) {
-	tv, err := m.newVersion(ctx, tenant, name, source)
+func (tt *Templates) makeVersion(ctx context.Context, tenant, name, source string, build buildFunc, timeout time.Duration, background bool, slot *buildTicket, progress Progress) (api.Template, error) {
+	tv, err := tt.newVersion(ctx, tenant, name, source)
 	if err != nil {
 		slot.cancel()
 		return api.Template{}, err
@@ -100,24 +98,24 @@ func (m *Manager) makeVersion(ctx context.Context, tenant, name, source string, 
 		if err == nil {
 			err = runBounded(ctx, timeout, func(ctx context.Context) error { return build(ctx, &tv, progress) })
 		}
-		if ferr := m.deps.Store.FinishTemplateVersion(context.WithoutCancel(ctx), &tv, err); ferr != nil {
+		if ferr := tt.deps.Store.FinishTemplateVersion(context.WithoutCancel(ctx), &tv, err); ferr != nil {
 			return api.Template{}, errors.Join(err, ferr)
 		}
 		if err != nil {
-			m.log.Warn("template build failed", "template", tv.Name, "version", tv.Version, "tenant", tenant, "err", err)
-			return m.templateView(ctx, tv), api.Errorf(api.CodeBuildFailed, "template %s@%d: %v", tv.Name, tv.Version, err)
+			tt.log.Warn("template build failed", "template", tv.Name, "version", tv.Version, "tenant", tenant, "err", err)
+			return tt.templateView(ctx, tv), api.Errorf(api.CodeBuildFailed, "template %s@%d: %v", tv.Name, tv.Version, err)
 		}
-		m.log.Info("template built", "template", tv.Name, "version", tv.Version, "tenant", tenant, "source", tv.Source,
+		tt.log.Info("template built", "template", tv.Name, "version", tv.Version, "tenant", tenant, "source", tv.Source,
 			"snapshot", tv.Snapshot, "took", time.Since(tv.CreatedAt).Round(time.Millisecond))
-		return m.templateView(ctx, tv), nil
+		return tt.templateView(ctx, tv), nil
 	}
 	if background {
-		m.builds.Add(1)
+		tt.builds.Add(1)
 		go func() {
-			defer m.builds.Done()
-			run(m.base)
+			defer tt.builds.Done()
+			run(tt.base)
 		}()
-		return m.templateView(ctx, tv), nil
+		return tt.templateView(ctx, tv), nil
 	}
 	return run(ctx)
 }
@@ -141,7 +139,7 @@ func runBounded(ctx context.Context, timeout time.Duration, build func(context.C
 
 // planBuild checks req and returns the build it asks for, its source and
 // how long it may take.
-func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, time.Duration, error) {
+func (tt *Templates) planBuild(ctx context.Context, tenant string, req api.CreateTemplateRequest) (buildFunc, string, time.Duration, error) {
 	n := 0
 	for _, set := range []bool{req.FromSnapshot != "", req.FromImage != nil, req.Spec != ""} {
 		if set {
@@ -166,13 +164,13 @@ func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTe
 		if _, err := agentConfig(cfg); err != nil {
 			return nil, "", 0, err
 		}
-		if cfg.ReadyTimeoutSeconds < 0 || time.Duration(cfg.ReadyTimeoutSeconds)*time.Second > maxReadyTimeout {
-			return nil, "", 0, api.Errorf(api.CodeBadRequest, "config.ready_timeout_seconds must be between 0 and %d", int64(maxReadyTimeout/time.Second))
+		if cfg.ReadyTimeoutSeconds < 0 || time.Duration(cfg.ReadyTimeoutSeconds)*time.Second > api.MaxReadyTimeout {
+			return nil, "", 0, api.Errorf(api.CodeBadRequest, "config.ready_timeout_seconds must be between 0 and %d", int64(api.MaxReadyTimeout/time.Second))
 		}
 	}
 	switch {
 	case req.FromSnapshot != "":
-		sn, err := m.deps.Snapshots.Lookup(ctx, tenant, req.FromSnapshot)
+		sn, err := tt.deps.Snapshots.Lookup(ctx, tenant, req.FromSnapshot)
 		if err != nil {
 			return nil, "", 0, err
 		}
@@ -183,22 +181,22 @@ func (m *Manager) planBuild(ctx context.Context, tenant string, req api.CreateTe
 			return nil, "", 0, api.Errorf(api.CodeBadRequest, "snapshot %s is of a workspace disk: a template is a root disk", sn.ID)
 		}
 		return func(ctx context.Context, tv *store.TemplateVersion, progress Progress) error {
-			return m.fromSnapshot(ctx, tv, sn.ID, cfg, progress)
+			return tt.fromSnapshot(ctx, tv, sn.ID, cfg, progress)
 		}, "snapshot " + sn.ID, defaultBuildTimeout, nil
 	case req.FromImage != nil:
-		build, source, err := m.planImage(req.FromImage, cfg)
+		build, source, err := tt.planImage(req.FromImage, cfg)
 		return build, source, defaultBuildTimeout, err
 	default:
-		return m.planSpec(ctx, tenant, req)
+		return tt.planSpec(ctx, tenant, req)
 	}
 }
 
 // fromSnapshot makes the version's disk the durable snapshot id, or, when
 // cfg is set, a snapshot of it with cfg written in.
-func (m *Manager) fromSnapshot(ctx context.Context, tv *store.TemplateVersion, id string, cfg api.TemplateConfig, progress Progress) error {
+func (tt *Templates) fromSnapshot(ctx context.Context, tv *store.TemplateVersion, id string, cfg api.TemplateConfig, progress Progress) error {
 	step := "snapshot"
 	progress(api.TemplateBuildEvent{Step: step, Progress: "waiting for snapshot " + id + " to be durable"})
-	sn, err := m.deps.Snapshots.Wait(ctx, id)
+	sn, err := tt.deps.Snapshots.Wait(ctx, id)
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", id, err)
 	}
@@ -209,12 +207,12 @@ func (m *Manager) fromSnapshot(ctx context.Context, tv *store.TemplateVersion, i
 	if emptyConfig(cfg) {
 		return setConfig(tv, cfg)
 	}
-	sb, err := m.buildSandbox(ctx, tv, buildFrom{snapshot: id}, api.SandboxSpec{Network: &api.NetworkPolicy{None: true}}, 0)
+	sb, err := tt.buildSandbox(ctx, tv, buildFrom{snapshot: id}, api.SandboxSpec{Network: &api.NetworkPolicy{None: true}}, 0)
 	if err != nil {
 		return err
 	}
-	defer m.Delete(context.WithoutCancel(ctx), tv.Tenant, sb)
-	snap, err := m.finishDisk(ctx, tv, sb, cfg, progress)
+	defer tt.deps.Sandboxes.Delete(context.WithoutCancel(ctx), tv.Tenant, sb)
+	snap, err := tt.finishDisk(ctx, tv, sb, cfg, progress)
 	if err != nil {
 		return err
 	}
@@ -234,50 +232,50 @@ func setConfig(tv *store.TemplateVersion, cfg api.TemplateConfig) error {
 // buildSandbox starts a sandbox of the version's tenant for a build, from
 // a built-in template (with a disk of diskMB, 0 for the template's) or a
 // snapshot (whose disk keeps its size), and returns its ID.
-func (m *Manager) buildSandbox(ctx context.Context, tv *store.TemplateVersion, from buildFrom, spec api.SandboxSpec, diskMB int64) (string, error) {
+func (tt *Templates) buildSandbox(ctx context.Context, tv *store.TemplateVersion, from buildFrom, spec api.SandboxSpec, diskMB int64) (string, error) {
 	spec.Metadata = map[string]string{buildMetadata: fmt.Sprintf("%s@%d", tv.Name, tv.Version)}
 	if spec.TimeoutSeconds == 0 {
 		spec.TimeoutSeconds = int64(maxBuildTimeout / time.Second)
 	}
 	if from.builtIn != "" {
-		sb, err := m.Create(ctx, tv.Tenant, api.CreateSandboxRequest{Template: from.builtIn, DiskMB: diskMB, SandboxSpec: spec})
+		sb, err := tt.deps.Sandboxes.Create(ctx, tv.Tenant, api.CreateSandboxRequest{Template: from.builtIn, DiskMB: diskMB, SandboxSpec: spec})
 		if err != nil {
 			return "", fmt.Errorf("start the build's sandbox: %w", err)
 		}
 		return sb.ID, nil
 	}
-	out, err := m.restore(ctx, tv.Tenant, from.snapshot, api.RestoreRequest{Count: 1, SandboxSpec: spec}, heldMachine{}, fromVersion{owner: from.owner})
+	sb, err := tt.deps.Sandboxes.RestoreVersion(ctx, tv.Tenant, from.owner, from.snapshot, spec)
 	if err != nil {
 		return "", fmt.Errorf("start the build's sandbox: %w", err)
 	}
-	return out[0].ID, nil
+	return sb.ID, nil
 }
 
 // finishDisk writes cfg into sandbox id's disk for the agent, and returns
 // a durable snapshot of the disk.
-func (m *Manager) finishDisk(ctx context.Context, tv *store.TemplateVersion, id string, cfg api.TemplateConfig, progress Progress) (string, error) {
+func (tt *Templates) finishDisk(ctx context.Context, tv *store.TemplateVersion, id string, cfg api.TemplateConfig, progress Progress) (string, error) {
 	b, err := agentConfig(cfg)
 	if err != nil {
 		return "", err
 	}
-	progress(api.TemplateBuildEvent{Step: "config", Progress: "writing " + agent.TemplateFile})
-	conn, err := m.Agent(ctx, tv.Tenant, id)
+	progress(api.TemplateBuildEvent{Step: "config", Progress: "writing " + guest.TemplateFile})
+	conn, err := tt.deps.Sandboxes.Agent(ctx, tv.Tenant, id)
 	if err != nil {
 		return "", err
 	}
-	if err := runIn(ctx, conn, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", "/etc/warren"}}, nil); err != nil {
+	if err := conn.RunLines(ctx, &processpb.ProcessConfig{Cmd: "mkdir", Args: []string{"-p", "/etc/warren"}}, nil); err != nil {
 		return "", fmt.Errorf("config: %w", err)
 	}
-	if _, err := conn.WriteFile(ctx, agent.TemplateFile, 0o644, "root", bytes.NewReader(b)); err != nil {
-		return "", fmt.Errorf("config: write %s: %w", agent.TemplateFile, err)
+	if _, err := conn.WriteFile(ctx, guest.TemplateFile, 0o644, "root", bytes.NewReader(b)); err != nil {
+		return "", fmt.Errorf("config: write %s: %w", guest.TemplateFile, err)
 	}
-	return m.durableSnapshot(ctx, tv.Tenant, id, "config", progress)
+	return tt.durableSnapshot(ctx, tv.Tenant, id, "config", progress)
 }
 
 // durableSnapshot snapshots sandbox id and waits until the snapshot is
 // durable.
-func (m *Manager) durableSnapshot(ctx context.Context, tenant, id, step string, progress Progress) (string, error) {
-	sn, err := m.Snapshot(ctx, tenant, id, api.CreateSnapshotRequest{Wait: true})
+func (tt *Templates) durableSnapshot(ctx context.Context, tenant, id, step string, progress Progress) (string, error) {
+	sn, err := tt.deps.Sandboxes.Snapshot(ctx, tenant, id, api.CreateSnapshotRequest{Wait: true})
 	if err != nil {
 		return "", fmt.Errorf("snapshot: %w", err)
 	}
@@ -287,75 +285,6 @@ func (m *Manager) durableSnapshot(ctx context.Context, tenant, id, step string, 
 	progress(api.TemplateBuildEvent{Step: step, Progress: fmt.Sprintf("snapshot %s: %d bytes changed, %d stored", sn.ID, sn.ChangedBytes, sn.StoredBytes)})
 	return sn.ID, nil
 }
-
-// runIn runs proc in a sandbox through its agent, giving out each line of
-// its output (nil: none). An exit other than 0 is an error ending with the
-// last lines it wrote.
-func runIn(ctx context.Context, conn *agentconn.Conn, proc *processpb.ProcessConfig, out func(line string)) error {
-	w := &lines{emit: out}
-	end, _, err := conn.Run(ctx, &processpb.StartRequest{Process: proc}, w, w)
-	w.flush()
-	if err != nil {
-		return err
-	}
-	if end.GetExited() && end.GetExitCode() == 0 {
-		return nil
-	}
-	status := end.GetStatus()
-	if end.GetExited() {
-		status = fmt.Sprintf("exit code %d", end.GetExitCode())
-	}
-	return fmt.Errorf("%s%s", status, suffix(", after:\n", w.tail()))
-}
-
-// lines splits output into lines for emit, and keeps the last tailLines
-// of them (each cut to maxLine bytes).
-type lines struct {
-	emit    func(string)
-	partial []byte
-	last    []string
-}
-
-const (
-	tailLines = 20
-	maxLine   = 512
-)
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		l.line(l.partial[:i])
-		l.partial = l.partial[i+1:]
-	}
-	if len(l.partial) > 64<<10 { // a line that never ends
-		l.line(l.partial)
-		l.partial = l.partial[:0]
-	}
-	return len(p), nil
-}
-
-func (l *lines) line(b []byte) {
-	s := string(bytes.ToValidUTF8(b[:min(len(b), maxLine)], []byte("?")))
-	if l.emit != nil {
-		l.emit(s)
-	}
-	if l.last = append(l.last, s); len(l.last) > tailLines {
-		l.last = l.last[1:]
-	}
-}
-
-func (l *lines) flush() {
-	if len(l.partial) > 0 {
-		l.line(l.partial)
-		l.partial = nil
-	}
-}
-
-func (l *lines) tail() string { return strings.Join(l.last, "\n") }
 
 // Builds on the node: running at once, of one tenant at once, and waiting
 // for a place (of one tenant, and in all). Each running build holds a

@@ -1,12 +1,6 @@
 //go:build linux
 
-// Package guestnet is the inside of a sandbox's network (docs/NETWORK.md):
-// the address, gateway and DNS server every sandbox has, the same
-// everywhere, and the steps a sandbox's init takes to use them: /etc/hosts
-// and /etc/resolv.conf for a container (whose interface the host
-// configures from outside), and the interface itself in a VM's guest
-// kernel. It is small and uses only ioctls: the guest agent links it.
-package guestnet
+package guest
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package sandbox
+package tenanttpl
 
 import (
 	"os"
