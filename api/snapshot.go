@@ -9,7 +9,9 @@ import (
 // verified in the blob store: then it is durable, and it survives the loss of
 // the node. An upload that keeps failing past its retries ends failed, with
 // the reason. Only durable snapshots can be restored on another node; a
-// pending one can already be restored on the node that took it.
+// pending one can already be restored on the node that took it. Durable
+// and failed are final for a tenant's snapshot (the state machine, and how
+// the store enforces it, is in internal/store/snapshots.go).
 const (
 	SnapshotPending = "pending"
 	SnapshotDurable = "durable"

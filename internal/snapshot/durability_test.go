@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"warren/api"
 	"warren/internal/disk/disktest"
 	"warren/internal/ident"
+	"warren/internal/store"
 )
 
 // TestRestartResumesUploads closes the engine while uploads are held in
@@ -421,4 +423,71 @@ func TestTake(t *testing.T) {
 		t.Errorf("next snapshot's parent = %s, want %s", s1.Parent, s0.ID)
 	}
 	n.durable(t, s1.ID)
+}
+
+// TestChangedWhileUploading: a pending snapshot that another writer fails
+// or deletes while its upload runs (a control replica, another node's
+// delete) is left as that writer made it: the upload stops at once, without
+// retrying, overwriting the record or leaving its intent, and a failed
+// one's manifest does not stay to say it is durable. Before snapshot moves
+// were conditional, the upload wrote the failed record back to durable.
+func TestChangedWhileUploading(t *testing.T) {
+	ctx := context.Background()
+	fs := &faultStore{Store: openFileBlobs(t, t.TempDir())}
+	n := newNode(t, "n1", fs, testConfig())
+	sb, disk := n.newDisk(t, n.template(t))
+	s0, _ := n.take(t, tenant, sb, disk, "")
+	n.durable(t, s0.ID)
+
+	for i, tc := range []struct {
+		name   string
+		change func(id string) error
+	}{
+		{"failed", func(id string) error {
+			_, err := n.st.FailSnapshot(ctx, id, "", "failed by another writer", 0)
+			return err
+		}},
+		{"deleted", func(id string) error { return n.st.DeleteSnapshot(ctx, id) }},
+	} {
+		var puts atomic.Int64
+		g := newGate(t, "manifests/")
+		fs.setOnPut(func(ctx context.Context, key string) error {
+			puts.Add(1)
+			return g.hook(ctx, key)
+		})
+		disktest.WriteAt(t, disk, int64(60+i)*MiB, randBytes(uint64(20+i), 64*KiB))
+		sn, _ := n.take(t, tenant, sb, disk, "")
+		g.await(t)
+		if err := tc.change(sn.ID); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		g.release()
+		wctx, cancel := context.WithTimeout(ctx, waitLimit)
+		rec, err := n.eng.Wait(wctx, sn.ID)
+		cancel()
+		atEnd := puts.Load()
+		fs.setOnPut(nil)
+
+		switch tc.name {
+		case "failed":
+			if err != nil || rec.State != api.SnapshotFailed || rec.Error != "failed by another writer" {
+				t.Errorf("%s: record after the upload = %s %q (%v), want the other writer's", tc.name, rec.State, rec.Error, err)
+			}
+			n.checkRecords(t, sn.ID) // no manifest
+		case "deleted":
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("%s: record after the upload: %+v (%v), want none", tc.name, rec, err)
+			}
+			if _, err := os.Stat(filepath.Join(n.cacheDir(), sn.ID+".img")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: the cache still holds its image (%v)", tc.name, err)
+			}
+		}
+		if exists(t, fs, intentKey(sn.ID)) {
+			t.Errorf("%s: the upload left its intent", tc.name)
+		}
+		// One intent, one chunk and one manifest: no attempt after the first.
+		if atEnd != 3 {
+			t.Errorf("%s: %d Puts, want 3: the upload went on after it lost its snapshot", tc.name, atEnd)
+		}
+	}
 }

@@ -76,7 +76,6 @@ import (
 	"sync"
 	"time"
 
-	"warren/api"
 	"warren/internal/blob"
 	"warren/internal/chunkstore"
 	"warren/internal/disk"
@@ -259,8 +258,11 @@ func (e *Engine) resume(ctx context.Context) error {
 	}
 	for _, sn := range pending {
 		if _, err := os.Stat(e.image(sn.ID)); err != nil {
-			sn.State, sn.Error = api.SnapshotFailed, "the node stopped before the disk was cloned"
-			if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+			_, err := e.store.FailSnapshot(ctx, sn.ID, e.cfg.Node, "the node stopped before the disk was cloned", 0)
+			if errors.Is(err, store.ErrTransition) || errors.Is(err, store.ErrNotFound) {
+				// Deleted or failed meanwhile: nothing is left to resume.
+				e.log.Info("pending snapshot changed before it was resumed", "snapshot", sn.ID, "err", err)
+			} else if err != nil {
 				return fmt.Errorf("resume snapshots: %w", err)
 			}
 			continue

@@ -66,8 +66,11 @@ func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.S
 	ctx = context.WithoutCancel(ctx)
 	fail := func(err error) (store.Snapshot, error) {
 		sn.State, sn.Error = api.SnapshotFailed, err.Error()
-		if uerr := e.store.UpdateSnapshot(ctx, &sn); uerr != nil {
-			log.Error("record failed snapshot", "err", uerr)
+		_, ferr := e.store.FailSnapshot(ctx, sn.ID, e.cfg.Node, sn.Error, 0)
+		if errors.Is(ferr, store.ErrTransition) || errors.Is(ferr, store.ErrNotFound) {
+			log.Warn("snapshot changed while it was taken: left as it is", "err", ferr)
+		} else if ferr != nil {
+			log.Error("record failed snapshot", "err", ferr)
 		}
 		return sn, err
 	}
@@ -76,10 +79,20 @@ func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.S
 	if err != nil {
 		return fail(fmt.Errorf("take snapshot: %w", err))
 	}
-	sn.Ack, sn.DiskBytes = time.Since(t0), size
-	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+	taken, err := e.store.SetSnapshotTaken(ctx, sn.ID, e.cfg.Node, time.Since(t0), size)
+	if errors.Is(err, store.ErrTransition) || errors.Is(err, store.ErrNotFound) {
+		// Deleted (or failed) by another writer while its disk was cloned:
+		// its record is theirs now, and nothing is uploaded.
+		log.Warn("snapshot changed while it was taken: not uploading it", "err", err)
+		if errors.Is(err, store.ErrNotFound) {
+			os.Remove(e.image(sn.ID))
+		}
+		return taken, fmt.Errorf("take snapshot: %w", err)
+	}
+	if err != nil {
 		return fail(fmt.Errorf("take snapshot: %w", err))
 	}
+	sn = taken
 	log.Info("snapshot taken", "parent", parent, "ack", sn.Ack, "took", time.Since(tStart), "record", t0.Sub(tStart))
 	e.startUpload(sn.ID, sn.CreatedAt)
 	return sn, nil
@@ -154,27 +167,23 @@ func (e *Engine) EnsureBase(ctx context.Context, template, image string, built t
 	switch {
 	case err == nil && sn.State != api.SnapshotFailed:
 		return id, nil
-	case err == nil: // failed before: try again
-		sn.State, sn.Error = api.SnapshotPending, ""
-		if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+	case err == nil: // failed before: try again, here
+		if _, err := e.baseImage(ctx, id, image); err != nil {
+			return "", fmt.Errorf("template base: %w", err)
+		}
+		if _, err := e.store.RetryBaseLayer(ctx, sn, e.cfg.Node); errors.Is(err, store.ErrTransition) {
+			// Another node tried it again first: the upload is its.
+			e.log.Info("template base layer retried elsewhere", "snapshot", id, "err", err)
+			return id, nil
+		} else if err != nil {
 			return "", fmt.Errorf("template base: %w", err)
 		}
 	case errors.Is(err, store.ErrNotFound):
-		if _, err := os.Stat(e.image(id)); err != nil {
-			tmp := e.tempImage(id)
-			if err := e.pool.Clone(ctx, image, tmp); err != nil {
-				return "", fmt.Errorf("template base: %w", err)
-			}
-			if err := os.Rename(tmp, e.image(id)); err != nil {
-				os.Remove(tmp)
-				return "", fmt.Errorf("template base: %w", err)
-			}
-		}
-		st, err := os.Stat(e.image(id))
+		size, err := e.baseImage(ctx, id, image)
 		if err != nil {
 			return "", fmt.Errorf("template base: %w", err)
 		}
-		sn = store.Snapshot{ID: id, Template: template, State: api.SnapshotPending, DiskBytes: st.Size(), Node: e.cfg.Node}
+		sn = store.Snapshot{ID: id, Template: template, State: api.SnapshotPending, DiskBytes: size, Node: e.cfg.Node}
 		if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
 			return "", fmt.Errorf("template base: %w", err)
 		}
@@ -183,6 +192,26 @@ func (e *Engine) EnsureBase(ctx context.Context, template, image string, built t
 	}
 	e.startUploadLocked(id, time.Now())
 	return id, nil
+}
+
+// baseImage clones the template's image into the cache as base layer id,
+// unless it is there already, and returns its size.
+func (e *Engine) baseImage(ctx context.Context, id, image string) (int64, error) {
+	if _, err := os.Stat(e.image(id)); err != nil {
+		tmp := e.tempImage(id)
+		if err := e.pool.Clone(ctx, image, tmp); err != nil {
+			return 0, err
+		}
+		if err := os.Rename(tmp, e.image(id)); err != nil {
+			os.Remove(tmp)
+			return 0, err
+		}
+	}
+	st, err := os.Stat(e.image(id))
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
 }
 
 // TakeLayer records a snapshot of an always-on disk, whose layer write
@@ -217,13 +246,20 @@ func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
 		tWritten = time.Now()
 		err = errors.Join(err, resume())
 	}
-	sn.State, sn.Ack, sn.DurableAt = api.SnapshotDurable, time.Since(t0), time.Now()
-	if err != nil {
-		sn.State, sn.Error, sn.DurableAt = api.SnapshotFailed, err.Error(), time.Time{}
+	var rec store.Snapshot
+	var uerr error
+	if err == nil {
+		rec, uerr = e.store.MakeSnapshotDurable(ctx, sn.ID, e.cfg.Node, store.Durable{
+			Parent: sn.Parent, DiskBytes: sn.DiskBytes, Ack: time.Since(t0)})
+	} else {
+		rec, uerr = e.store.FailSnapshot(ctx, sn.ID, e.cfg.Node, err.Error(), 0)
 	}
-	if uerr := e.store.UpdateSnapshot(ctx, &sn); uerr != nil {
+	if uerr != nil {
+		// Deleted meanwhile, or the store failed: the record is left as
+		// it is.
 		return sn, errors.Join(err, fmt.Errorf("take snapshot: %w", uerr))
 	}
+	sn = rec
 	if err != nil {
 		return sn, fmt.Errorf("take snapshot: %w", err)
 	}

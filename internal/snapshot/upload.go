@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"warren/api"
@@ -66,9 +67,15 @@ func (e *Engine) Wait(ctx context.Context, id string) (store.Snapshot, error) {
 	return e.store.GetSnapshot(ctx, id)
 }
 
+// errSettled ends an upload whose snapshot is no longer its to finish:
+// deleted, or no longer pending on this node (another writer moved it).
+var errSettled = errors.New("the snapshot is no longer this upload's to finish")
+
 // upload makes a pending snapshot (pending since since) durable, trying
 // Config.Attempts times before it records the snapshot failed. When the
-// engine closes it leaves the snapshot pending for the next daemon process.
+// engine closes it leaves the snapshot pending for the next daemon process;
+// when another writer deletes or moves the snapshot meanwhile, it stops and
+// leaves the record as that writer made it.
 func (e *Engine) upload(id string, since time.Time) {
 	ctx := e.ctx
 	log := e.log.With("snapshot", id)
@@ -78,6 +85,10 @@ func (e *Engine) upload(id string, since time.Time) {
 	for attempt := 1; attempt <= e.cfg.Attempts; attempt++ {
 		if err = e.uploadOnce(ctx, id, &stored); err == nil {
 			e.cfg.Metrics.Observe(metrics.OpUpload, time.Since(since))
+			return
+		}
+		if errors.Is(err, errSettled) {
+			log.Warn("snapshot upload stopped", "reason", err)
 			return
 		}
 		if ctx.Err() != nil {
@@ -95,19 +106,21 @@ func (e *Engine) upload(id string, since time.Time) {
 	if ctx.Err() != nil {
 		return
 	}
-	sn, gerr := e.store.GetSnapshot(ctx, id)
-	if gerr != nil {
-		log.Error("record failed snapshot", "err", gerr)
-		return
-	}
-	sn.State, sn.Error = api.SnapshotFailed, fmt.Sprintf("upload failed after %d attempts: %v", e.cfg.Attempts, err)
-	sn.StoredBytes = stored
-	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+	reason := fmt.Sprintf("upload failed after %d attempts: %v", e.cfg.Attempts, err)
+	if _, err := e.store.FailSnapshot(ctx, id, e.cfg.Node, reason, stored); errors.Is(err, store.ErrTransition) || errors.Is(err, store.ErrNotFound) {
+		log.Warn("snapshot changed while it uploaded: left as it is", "err", err)
+	} else if err != nil {
 		log.Error("record failed snapshot", "err", err)
 	}
 	// Its intent would keep the parent's lineage from the collector.
+	e.dropIntent(ctx, id)
+}
+
+// dropIntent removes the upload intent of snapshot id: its upload ended.
+func (e *Engine) dropIntent(ctx context.Context, id string) {
 	if err := e.blobs.Delete(ctx, intentKey(id)); err != nil {
-		log.Warn("remove upload intent", "err", err)
+		// Harmless: the collector only keeps its lineage a little longer.
+		e.log.Warn("remove upload intent", "snapshot", id, "err", err)
 	}
 }
 
@@ -123,11 +136,18 @@ type intent struct {
 // *stored.
 func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error {
 	sn, err := e.store.GetSnapshot(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		e.dropIntent(ctx, id) // an earlier attempt's
+		return fmt.Errorf("%w: it was deleted", errSettled)
+	}
 	if err != nil {
 		return err
 	}
-	if sn.State != api.SnapshotPending {
-		return nil
+	if sn.State != api.SnapshotPending || sn.Node != e.cfg.Node {
+		if sn.State != api.SnapshotPending {
+			e.dropIntent(ctx, id) // an earlier attempt's
+		}
+		return fmt.Errorf("%w: it is %s, on node %q", errSettled, sn.State, sn.Node)
 	}
 	if sn.Parent, err = e.durableParent(ctx, sn.Parent); err != nil {
 		return err
@@ -191,17 +211,27 @@ func (e *Engine) uploadOnce(ctx context.Context, id string, stored *int64) error
 		e.blobs.Delete(ctx, chunkstore.ManifestKey(id))
 		return err
 	}
-	sn.State, sn.Error = api.SnapshotDurable, ""
-	sn.ChangedBytes, sn.StoredBytes = ws.Changed, *stored
-	sn.Upload, sn.DurableAt = time.Since(start), time.Now()
-	if err := e.store.UpdateSnapshot(ctx, &sn); err != nil {
+	rec, err := e.store.MakeSnapshotDurable(ctx, id, e.cfg.Node, store.Durable{
+		Parent: sn.Parent, ChangedBytes: ws.Changed, StoredBytes: *stored, Upload: time.Since(start)})
+	if errors.Is(err, store.ErrTransition) || errors.Is(err, store.ErrNotFound) {
+		// Deleted or failed by another writer while it uploaded: that
+		// writer's record stands. A deleted snapshot's manifest is the
+		// collector's (its deleted/ marker); a failed one's would say it
+		// is durable, to every node that reads the blob store.
+		if errors.Is(err, store.ErrNotFound) {
+			os.Remove(e.image(id))
+		} else if rec.State == api.SnapshotFailed {
+			e.blobs.Delete(ctx, chunkstore.ManifestKey(id))
+		}
+		e.dropIntent(ctx, id)
+		return fmt.Errorf("%w: %w", errSettled, err)
+	}
+	if err != nil {
 		return err
 	}
+	sn = rec
 	e.remember(m)
-	if err := e.blobs.Delete(ctx, intentKey(id)); err != nil {
-		// Harmless: the collector only keeps this layer a little longer.
-		e.log.Warn("remove upload intent", "snapshot", id, "err", err)
-	}
+	e.dropIntent(ctx, id)
 	// Read is what the diff had to read: little when the parent shares the
 	// unchanged extents by reflink, the whole disk when it does not.
 	e.log.Info("snapshot durable", "snapshot", id, "parent", sn.Parent, "changed", sn.ChangedBytes,
@@ -248,9 +278,10 @@ func (e *Engine) verifyLineage(ctx context.Context, id string) error {
 }
 
 // durableParent waits for the intended parent's upload and returns the
-// nearest durable snapshot up its lineage: a child whose parent failed is
-// stored against the grandparent. A base layer whose manifest the blob store
-// no longer has (collected while no snapshot needed it) is uploaded again.
+// nearest durable snapshot up its lineage: a child whose parent failed (or
+// is another node's to upload) is stored against the grandparent. A base
+// layer whose manifest the blob store no longer has (collected while no
+// snapshot needed it) is uploaded again.
 func (e *Engine) durableParent(ctx context.Context, id string) (string, error) {
 	for id != "" {
 		if err := ctx.Err(); err != nil {
@@ -288,14 +319,30 @@ func (e *Engine) durableParent(ctx context.Context, id string) (string, error) {
 			if !errors.Is(err, blob.ErrNotFound) {
 				return "", err
 			}
-			p.State = api.SnapshotPending
-			if err := e.store.UpdateSnapshot(ctx, &p); err != nil {
+			// The collector took it while nothing needed it: upload it
+			// again, from this node's cache.
+			if _, err := os.Stat(e.image(id)); err != nil {
+				e.log.Warn("parent base layer is gone: storing the whole disk", "parent", id)
+				return "", nil
+			}
+			rec, err := e.store.RetryBaseLayer(ctx, p, e.cfg.Node)
+			if errors.Is(err, store.ErrNotFound) || (errors.Is(err, store.ErrTransition) && rec.State != api.SnapshotDurable) {
+				continue // changed meanwhile: look again
+			}
+			if err != nil {
 				return "", err
 			}
 			e.startUpload(id, time.Now())
 		case api.SnapshotFailed:
 			id = p.Parent
 		case api.SnapshotPending:
+			if p.Node != e.cfg.Node {
+				// Another node's upload, which this one can neither run
+				// nor see end: store against the nearest durable ancestor.
+				e.log.Info("parent snapshot is pending on another node: storing against its parent", "parent", id, "node", p.Node)
+				id = p.Parent
+				continue
+			}
 			// Its upload is not running (ended by a failed attempt that
 			// has not been recorded yet): start it and wait again.
 			e.startUpload(id, p.CreatedAt)

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -65,21 +66,20 @@ func TestEvents(t *testing.T) {
 		if err := s.InsertSnapshot(ctx, &Snapshot{ID: "sn-1", Tenant: "acme", SandboxID: "sb-1", State: api.SnapshotPending}); err != nil {
 			t.Fatal(err)
 		}
-		sn, _ := s.GetSnapshot(ctx, "sn-1")
-		sn.State, sn.StoredBytes = api.SnapshotDurable, 10
-		if err := s.UpdateSnapshot(ctx, &sn); err != nil {
+		// No change of state: no event.
+		if _, err := s.SetSnapshotTaken(ctx, "sn-1", "", time.Millisecond, 1<<20); err != nil {
 			t.Fatal(err)
 		}
-		sn.StoredBytes = 11 // no change of state: no event
-		if err := s.UpdateSnapshot(ctx, &sn); err != nil {
+		if _, err := s.MakeSnapshotDurable(ctx, "sn-1", "", Durable{StoredBytes: 10}); err != nil {
 			t.Fatal(err)
+		}
+		if _, err := s.FailSnapshot(ctx, "sn-1", "", "late", 0); !errors.Is(err, ErrTransition) {
+			t.Fatalf("fail a durable snapshot: %v, want ErrTransition", err) // refused: no event
 		}
 		if err := s.InsertSnapshot(ctx, &Snapshot{ID: "sn-2", Tenant: "acme", SandboxID: "sb-1", State: api.SnapshotPending}); err != nil {
 			t.Fatal(err)
 		}
-		sn2, _ := s.GetSnapshot(ctx, "sn-2")
-		sn2.State, sn2.Error = api.SnapshotFailed, "disk full"
-		if err := s.UpdateSnapshot(ctx, &sn2); err != nil {
+		if _, err := s.FailSnapshot(ctx, "sn-2", "", "disk full", 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.DeleteSnapshot(ctx, "sn-1"); err != nil {
@@ -88,8 +88,15 @@ func TestEvents(t *testing.T) {
 		if err := s.InsertSnapshot(ctx, &Snapshot{ID: "tb-1", State: api.SnapshotDurable}); err != nil {
 			t.Fatal(err) // a template's base layer: no event
 		}
-		if err := s.UpdateSnapshot(ctx, &Snapshot{ID: "sn-none", State: api.SnapshotDurable}); err != ErrNotFound {
-			t.Errorf("update of no snapshot: %v, want ErrNotFound", err)
+		tb, _ := s.GetSnapshot(ctx, "tb-1")
+		if _, err := s.RetryBaseLayer(ctx, tb, ""); err != nil {
+			t.Fatal(err) // nor when it goes back to pending
+		}
+		if _, err := s.MakeSnapshotDurable(ctx, "tb-1", "", Durable{}); err != nil {
+			t.Fatal(err) // or becomes durable again
+		}
+		if _, err := s.MakeSnapshotDurable(ctx, "sn-none", "", Durable{}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("move of no snapshot: %v, want ErrNotFound", err)
 		}
 
 		t0 := time.Now()

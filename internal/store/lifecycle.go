@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -62,14 +63,20 @@ var OnNode = []string{api.StateStarting, api.StateRunning, api.StatePaused}
 // ErrTransition is what every *TransitionError is, for errors.Is.
 var ErrTransition = errors.New("state transition refused")
 
-// TransitionError is a move or a narrow update the store refused: the
-// sandbox was in State (at Version), not in one of Want.
+// TransitionError is a move or a narrow update the store refused, of a
+// sandbox or a snapshot (snapshots.go): the record was in State (at
+// Version, a sandbox's), not in one of Want, or it was but something else
+// the change expected of it did not hold (Reason).
 type TransitionError struct {
+	Record  string // what was refused: "sandbox" (also when "") or "snapshot"
 	ID      string
 	State   string
 	Version int64
 	Want    []string
 	To      string // "" for a narrow update
+	// Reason says why a record in a state of Want was refused; "" is that
+	// its version moved on.
+	Reason string
 }
 
 func (e *TransitionError) Error() string {
@@ -77,10 +84,11 @@ func (e *TransitionError) Error() string {
 	if e.To != "" {
 		what = "move to " + e.To
 	}
+	why := fmt.Sprintf("it is %s, not %s", e.State, strings.Join(e.Want, " or "))
 	if slices.Contains(e.Want, e.State) {
-		return fmt.Sprintf("sandbox %s: %s refused: its record changed meanwhile (version %d)", e.ID, what, e.Version)
+		why = cmp.Or(e.Reason, fmt.Sprintf("its record changed meanwhile (version %d)", e.Version))
 	}
-	return fmt.Sprintf("sandbox %s: %s refused: it is %s, not %s", e.ID, what, e.State, strings.Join(e.Want, " or "))
+	return fmt.Sprintf("%s %s: %s refused: %s", cmp.Or(e.Record, "sandbox"), e.ID, what, why)
 }
 
 // Is makes a *TransitionError match ErrTransition.
@@ -241,7 +249,7 @@ func (s *Store) change(ctx context.Context, id, op, to string, want, set []strin
 	if sb, err = s.GetSandbox(ctx, id); err != nil {
 		return Sandbox{}, err
 	}
-	return sb, &TransitionError{ID: id, State: sb.State, Version: sb.Version, Want: want, To: to}
+	return sb, &TransitionError{Record: "sandbox", ID: id, State: sb.State, Version: sb.Version, Want: want, To: to}
 }
 
 // inStates is the SQL condition column IN (states...) and its arguments.

@@ -13,10 +13,11 @@
 // several processes (control-plane replicas on one PostgreSQL database):
 // every change is one statement, never a read and a write back, which
 // SQLite's single writer and PostgreSQL's READ COMMITTED row locks both
-// keep whole. A sandbox's moves are compare-and-set (lifecycle.go), an
-// insert refuses a taken ID (ErrExists), and migrations run once under a
-// lock (migrate). UpdateSnapshot and SetSandboxNetwork write their fields
-// unconditionally: the last writer wins.
+// keep whole. A sandbox's moves are compare-and-set (lifecycle.go), and so
+// are a snapshot's (snapshots.go); an insert refuses a taken ID
+// (ErrExists), and migrations run once under a lock (migrate).
+// SetSandboxNetwork writes its fields unconditionally: the last writer
+// wins.
 package store
 
 import (
