@@ -1,17 +1,25 @@
 // Package control is the fleet's front (docs/ARCHITECTURE.md, "The
 // fleet"). Every API request reaches a control replica first; the front
 // decides which node must answer it and sends it on, whole and streaming,
-// to that node's API:
+// to that node's API.
 //
-//   - a request about one sandbox (/v1/sandboxes/ID and below, and its
-//     preview host names) goes to the node that runs it;
+// It decides from the API's own route table (Options.Routes, the server's
+// RouteTable), in which each route declares its Rule; the front matches
+// requests against the same patterns the API serves, with an
+// http.ServeMux of its own, and keeps no list of paths of its own:
+//
+//   - a request about one sandbox (/v1/sandboxes/{id} and below, and its
+//     preview host names, which route by host name whatever the path)
+//     goes to the node that runs it;
 //   - a create, and a restore of a snapshot, go to the node the fleet
 //     places them on, chosen from what the request asks for;
-//   - /v1/nodes/ID/metrics goes to node ID, whose metrics they are, and
+//   - /v1/nodes/{id}/metrics goes to node id, whose metrics they are, and
 //     /metrics is the front's own process's (Options.Local), as are the
 //     web console's static files (/console and below);
-//   - anything else (lists, snapshots, keys, templates) goes to any node:
-//     nodes share the metadata store, so any of them answers for all.
+//   - anything else (lists, snapshots, keys, templates, and a path or
+//     method no route serves, which a node answers 404 or 405) goes to
+//     any node: nodes share the metadata store, so any of them answers for
+//     all.
 //
 // The node authenticates the request itself, with the caller's API key
 // against the shared store: the front holds no key and decides nothing a
@@ -25,9 +33,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"warren/api"
 )
@@ -66,6 +74,10 @@ type Placement struct {
 
 // Options are what the front takes from the API server.
 type Options struct {
+	// Routes is the API's route table (server.Server.RouteTable): the
+	// front sends each request as the rule of the route it matches says,
+	// and a request that matches none to any node.
+	Routes []Route
 	// Preview returns the sandbox a preview host name is for
 	// (server.Server.PreviewSandbox).
 	Preview func(host string) (id string, ok bool)
@@ -78,9 +90,10 @@ type Options struct {
 	// MaxBody bounds the body of a create or restore read for placement:
 	// the API's bound on a JSON body.
 	MaxBody int64
-	// Local answers GET /metrics, the metrics of the front's own process
-	// (a control replica's, or a single machine's), and the web console's
-	// files, which every process serves from its own binary.
+	// Local answers the routes of rule Local: GET /metrics, the metrics of
+	// the front's own process (a control replica's, or a single
+	// machine's), and the web console's files, which every process serves
+	// from its own binary.
 	Local http.Handler
 }
 
@@ -88,24 +101,93 @@ type Options struct {
 type Front struct {
 	fleet Fleet
 	opts  Options
+	// mux matches a request to its route, as the API's own mux does, and
+	// sends it by the route's rule.
+	mux *http.ServeMux
 }
 
-// NewFront returns the front of fleet.
-func NewFront(fleet Fleet, opts Options) *Front { return &Front{fleet: fleet, opts: opts} }
+// NewFront returns the front of fleet. It panics, as http.ServeMux does
+// on a bad pattern, when a route of opts.Routes has no rule or a pattern
+// the mux refuses: the table is the program's, not its input.
+func NewFront(fleet Fleet, opts Options) *Front {
+	f := &Front{fleet: fleet, opts: opts, mux: http.NewServeMux()}
+	// The other methods of a path, which its node answers 405, go where
+	// the path's routes go when they agree, as the API's mux catches them
+	// with the path's pattern without a method; any node takes them when
+	// the routes differ, or would place a request that places nothing.
+	type path struct {
+		rule  Rule
+		every bool // a route of the path serves every method
+	}
+	paths := map[string]*path{}
+	var order []string
+	for _, rt := range opts.Routes {
+		if rt.Rule <= NoRule || rt.Rule >= numRules {
+			panic(fmt.Sprintf("control: route %s has no rule (%s)", rt, rt.Rule))
+		}
+		f.mux.Handle(rt.String(), f.by(rt.Rule))
+		rule := rt.Rule
+		switch rule {
+		case ParentNode:
+			rule = SandboxNode
+		case PlaceCreate, PlaceRestore:
+			rule = AnyNode
+		}
+		p := paths[rt.Pattern]
+		if p == nil {
+			p = &path{rule: rule}
+			paths[rt.Pattern] = p
+			order = append(order, rt.Pattern)
+		}
+		if p.rule != rule {
+			p.rule = AnyNode
+		}
+		p.every = p.every || rt.Method == ""
+	}
+	for _, pattern := range order {
+		if p := paths[pattern]; !p.every && p.rule != AnyNode {
+			f.mux.Handle(pattern, f.by(p.rule))
+		}
+	}
+	// What no route serves, any node answers (404, or 405 with the
+	// methods it allows): this pattern matches every request, so the mux
+	// never answers 404 or 405 itself.
+	f.mux.Handle("/", f.by(AnyNode))
+	return f
+}
 
 // ServeHTTP implements http.Handler.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.Path; p == "/metrics" || p == "/console" || strings.HasPrefix(p, "/console/") {
-		if _, preview := f.opts.Preview(r.Host); !preview {
-			f.opts.Local.ServeHTTP(w, r)
-			return
-		}
+	// A preview host name is a sandbox's port whatever the path: it
+	// never reaches the API's routes (server.Server.Routes).
+	if id, ok := f.opts.Preview(r.Host); ok {
+		node, err := f.owner(r.Context(), id)
+		f.send(w, r, node, false, err)
+		return
 	}
-	node, placed, err := f.route(r)
+	f.mux.ServeHTTP(w, r)
+}
+
+// by returns the handler of the routes of rule, which the mux calls with
+// the route's path values set.
+func (f *Front) by(rule Rule) http.Handler {
+	if rule == Local {
+		return f.opts.Local
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		node, err := f.route(r, rule)
+		f.send(w, r, node, rule == PlaceCreate || rule == PlaceRestore || rule == ParentNode, err)
+	})
+}
+
+// send hands r to node, or answers err when the route found none. When
+// learn is set, the sandboxes a successful answer names are known to run
+// on node from then on (Fleet.Started).
+func (f *Front) send(w http.ResponseWriter, r *http.Request, node string, learn bool, err error) {
 	if err == nil {
 		var h http.Handler
 		if h, err = f.fleet.Node(node); err == nil {
-			if !placed {
+			if !learn {
 				h.ServeHTTP(w, r)
 				return
 			}
@@ -124,55 +206,36 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.opts.WriteError(w, r, err)
 }
 
-// route picks the node for r, and says whether it placed a create or
-// restore there.
-func (f *Front) route(r *http.Request) (node string, placed bool, err error) {
+// route picks the node for r by rule (not Local), with the path values of
+// the route r matched.
+func (f *Front) route(r *http.Request, rule Rule) (string, error) {
 	ctx := r.Context()
-	if id, ok := f.opts.Preview(r.Host); ok {
-		node, err = f.owner(ctx, id)
-		return node, false, err
-	}
-	path := r.URL.Path
-	switch {
-	case r.Method == http.MethodPost && path == "/v1/sandboxes":
+	switch rule {
+	case PlaceCreate:
 		var req api.CreateSandboxRequest
 		if err := f.peek(r, &req); err != nil {
-			return "", false, err
+			return "", err
 		}
-		node, err = f.fleet.Place(ctx, Placement{Template: req.Template, Count: 1, Spec: req.SandboxSpec})
-		return node, true, err
-	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/snapshots/") && strings.HasSuffix(path, "/restore"):
-		id := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/snapshots/"), "/restore")
-		if id == "" || strings.Contains(id, "/") {
-			break
-		}
+		return f.fleet.Place(ctx, Placement{Template: req.Template, Count: 1, Spec: req.SandboxSpec})
+	case PlaceRestore:
 		var req api.RestoreRequest
 		if err := f.peek(r, &req); err != nil {
-			return "", false, err
+			return "", err
 		}
-		node, err = f.fleet.Place(ctx, Placement{Snapshot: id, Count: max(req.Count, 1), Spec: req.SandboxSpec})
-		return node, true, err
-	case strings.HasPrefix(path, "/v1/sandboxes/"):
-		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1/sandboxes/"), "/")
-		if id != "" {
-			node, err = f.owner(ctx, id)
-			return node, false, err
-		}
-	case strings.HasPrefix(path, "/v1/nodes/") && strings.HasSuffix(path, "/metrics"):
-		id := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/nodes/"), "/metrics")
-		if id == "" || strings.Contains(id, "/") {
-			break
-		}
+		return f.fleet.Place(ctx, Placement{Snapshot: r.PathValue("id"), Count: max(req.Count, 1), Spec: req.SandboxSpec})
+	case SandboxNode, ParentNode:
+		return f.owner(ctx, r.PathValue("id"))
+	case NamedNode:
+		id := r.PathValue("id")
 		if _, err := f.fleet.Node(id); err != nil {
 			if err := f.opts.Authenticate(r); err != nil {
-				return "", false, err
+				return "", err
 			}
-			return "", false, api.Errorf(api.CodeNotFound, "node %s not found in the fleet", id)
+			return "", api.Errorf(api.CodeNotFound, "node %s not found in the fleet", id)
 		}
-		return id, false, nil
+		return id, nil
 	}
-	node, err = f.fleet.Any(ctx)
-	return node, false, err
+	return f.fleet.Any(ctx)
 }
 
 // owner is the node of sandbox id, or any node when none runs it (which

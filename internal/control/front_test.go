@@ -1,7 +1,8 @@
-package control
+package control_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,13 +11,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"warren/api"
+	"warren/internal/control"
 	"warren/internal/pki"
+	"warren/internal/server"
 )
 
 // testFleet is a Fleet over a table: its nodes are real HTTPS servers of
@@ -26,7 +30,7 @@ type testFleet struct {
 	owners   map[string]string // sandbox → node
 	place    string            // the node Place answers
 	placeErr error
-	placed   []Placement
+	placed   []control.Placement
 	started  []string // node: ids
 	any      string
 	nodes    map[string]http.Handler
@@ -38,10 +42,10 @@ func (f *testFleet) Owner(ctx context.Context, id string) (string, error) {
 	if n, ok := f.owners[id]; ok {
 		return n, nil
 	}
-	return "", ErrNoOwner
+	return "", control.ErrNoOwner
 }
 
-func (f *testFleet) Place(ctx context.Context, p Placement) (string, error) {
+func (f *testFleet) Place(ctx context.Context, p control.Placement) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.placed = append(f.placed, p)
@@ -65,31 +69,35 @@ func (f *testFleet) Node(node string) (http.Handler, error) {
 }
 
 // nodeHandler is a node's API for the tests: it answers with its name and
-// what it got, streams on /stream, and upgrades on /upgrade.
+// what it got, streams on a process's stream, and upgrades on an exposed
+// port.
 func nodeHandler(name string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		answer := map[string]any{"node": name, "path": r.URL.Path, "host": r.Host,
+		answer := map[string]any{"node": name, "method": r.Method, "path": r.URL.Path, "host": r.Host,
 			"body": string(body), "auth": r.Header.Get("Authorization")}
-		switch r.URL.Path {
-		case "/v1/sandboxes":
+		switch {
+		case r.URL.Path == "/v1/sandboxes":
 			answer["id"] = "sb-new"
-		case "/v1/snapshots/sn-1/restore":
+		case r.URL.Path == "/v1/snapshots/sn-1/restore":
 			answer["sandboxes"] = []map[string]string{{"id": "sb-r1"}, {"id": "sb-r2"}}
-		case "/v1/snapshots/sn-2/restore": // a retry's: the restore ran on another node
+		case r.URL.Path == "/v1/snapshots/sn-2/restore": // a retry's: the restore ran on another node
 			w.Header().Set(api.ReplayedHeader, "true")
 			answer["sandboxes"] = []map[string]string{{"id": "sb-elsewhere"}}
+		case strings.HasSuffix(r.URL.Path, "/fork"):
+			answer["snapshot"] = map[string]string{"id": "sn-fork"}
+			answer["sandboxes"] = []map[string]string{{"id": "sb-k1"}, {"id": "sb-k2"}}
 		}
 		json.NewEncoder(w).Encode(answer)
 	})
-	// /stream writes a line, then waits for the test to say go on.
-	mux.HandleFunc("/v1/sandboxes/sb-a/stream", func(w http.ResponseWriter, r *http.Request) {
+	// The stream writes a line, then waits for the test to say go on.
+	mux.HandleFunc("/v1/sandboxes/sb-b/processes/1/stream", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first\n")
 		http.NewResponseController(w).Flush()
 		<-r.Context().Done()
 	})
-	mux.HandleFunc("/v1/sandboxes/sb-a/upgrade", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/v1/sandboxes/sb-b/ports/8080/ws", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "Upgrade")
 		w.Header().Set("Upgrade", "echo")
 		w.WriteHeader(http.StatusSwitchingProtocols)
@@ -105,8 +113,14 @@ func nodeHandler(name string) http.Handler {
 	return mux
 }
 
-// newTestFront starts nodes a and b (TLS, taking only the fleet's control
-// replicas) and a front over them, served as a control replica serves it.
+// testNodes are the test fleet's nodes: a is any node's, b runs sb-b (and
+// sb-a is a's), creates and restores are placed on b unless a test says
+// otherwise, and d is a node only a route naming it reaches.
+var testNodes = []string{"a", "b", "c", "d"}
+
+// newTestFront starts the nodes of testNodes (TLS, taking only the
+// fleet's control replicas) and a front over them with the API's route
+// table, served as a control replica serves it (server.Server.Wrap).
 func newTestFront(t *testing.T) (*testFleet, string) {
 	t.Helper()
 	ca, err := pki.NewCA("test", time.Now())
@@ -124,14 +138,14 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 		}
 		return m
 	}
-	control := member(pki.Identity{Role: pki.Control, Name: "c1"})
+	replica := member(pki.Identity{Role: pki.Control, Name: "c1"})
 	fleet := &testFleet{owners: map[string]string{"sb-a": "a", "sb-b": "b"}, place: "b", any: "a", nodes: map[string]http.Handler{}}
-	for _, name := range []string{"a", "b"} {
+	for _, name := range testNodes {
 		srv := httptest.NewUnstartedServer(nodeHandler(name))
 		srv.TLS = member(pki.Identity{Role: pki.Node, Name: name}).ServerConfig(pki.Control)
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
-		fleet.nodes[name] = Remote(control, name, srv.Listener.Addr().String(), slog.New(slog.DiscardHandler), writeTestError)
+		fleet.nodes[name] = control.Remote(replica, name, srv.Listener.Addr().String(), slog.New(slog.DiscardHandler), writeTestError)
 	}
 	preview := func(host string) (string, bool) {
 		id, ok := strings.CutSuffix(strings.TrimPrefix(host, "8080-"), ".preview.test")
@@ -143,13 +157,15 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 		}
 		return nil
 	}
-	front := httptest.NewServer(NewFront(fleet, Options{Preview: preview, Authenticate: auth, WriteError: writeTestError, MaxBody: 2 * peekFree, Local: nodeHandler("front")}))
+	api := server.New(nil, nil, nil, slog.New(slog.DiscardHandler), server.Options{})
+	front := httptest.NewServer(api.Wrap(control.NewFront(fleet, control.Options{Routes: api.RouteTable(), Preview: preview,
+		Authenticate: auth, WriteError: writeTestError, MaxBody: 2 * control.PeekFree, Local: nodeHandler("front")})))
 	t.Cleanup(front.Close)
 	return fleet, front.URL
 }
 
 // answer is what nodeHandler says.
-type answer struct{ Node, Path, Host, Body, Auth string }
+type answer struct{ Node, Method, Path, Host, Body, Auth string }
 
 func send(t *testing.T, method, url, host, body string) (int, answer) {
 	t.Helper()
@@ -191,6 +207,22 @@ func TestFrontRoutes(t *testing.T) {
 		{"whatever its path", "GET", "/metrics", "8080-sb-b.preview.test", "", "b"},
 		{"a node's metrics go to that node", "GET", "/v1/nodes/b/metrics", "", "", "b"},
 		{"the front answers its own", "GET", "/metrics", "", "", "front"},
+		{"a fork goes to its parent's node", "POST", "/v1/sandboxes/sb-b/fork", "", `{"count":2}`, "b"},
+		{"an exec", "POST", "/v1/sandboxes/sb-b/exec", "", `{"cmd":["true"]}`, "b"},
+		{"a process's stream", "GET", "/v1/sandboxes/sb-b/processes/7/stream", "", "", "b"},
+		{"the agent's routes", "POST", "/v1/sandboxes/sb-b/agent/process.Process/Start", "", `{}`, "b"},
+		{"an exposed port, whatever the method", "PATCH", "/v1/sandboxes/sb-b/ports/8080/x", "", `{}`, "b"},
+		{"a snapshot of a sandbox", "POST", "/v1/sandboxes/sb-b/snapshots", "", `{}`, "b"},
+		{"a method a sandbox's path does not serve goes to its node, which answers 405", "PATCH", "/v1/sandboxes/sb-b", "", "", "b"},
+		{"so does a node's metrics'", "POST", "/v1/nodes/b/metrics", "", "", "b"},
+		{"a restore's path places nothing but a POST", "GET", "/v1/snapshots/sn-1/restore", "", "", "a"},
+		{"a cordon goes to any node, not the one it names", "POST", "/v1/nodes/b/cordon", "", "", "a"},
+		{"a drain too", "POST", "/v1/nodes/b/drain", "", "", "a"},
+		{"debug vars go to any", "GET", "/v1/debug/vars", "", "", "a"},
+		{"a template's build goes to any", "POST", "/v1/templates/py/build", "", "", "a"},
+		{"events go to any", "GET", "/v1/events", "", "", "a"},
+		{"the console is the front's", "GET", "/console/app.js", "", "", "front"},
+		{"a path no route serves goes to any", "GET", "/v1/nosuch", "", "", "a"},
 	} {
 		status, got := send(t, tc.method, url+tc.path, tc.host, tc.body)
 		if status != http.StatusOK || got.Node != tc.node || got.Body != tc.body || got.Auth != "Bearer wk_key" {
@@ -200,7 +232,7 @@ func TestFrontRoutes(t *testing.T) {
 			t.Errorf("%s: the node saw host %q", tc.name, got.Host)
 		}
 	}
-	want := []Placement{
+	want := []control.Placement{
 		{Template: "py", Count: 1, Spec: api.SandboxSpec{CPUs: 2, MemoryMB: 512}},
 		{Snapshot: "sn-1", Count: 3, Spec: api.SandboxSpec{Runtime: "vm"}},
 		{Snapshot: "sn-2", Count: 1},
@@ -208,10 +240,48 @@ func TestFrontRoutes(t *testing.T) {
 	if fmt.Sprint(fleet.placed) != fmt.Sprint(want) {
 		t.Errorf("placements %+v, want %+v", fleet.placed, want)
 	}
-	// The sandboxes the placed requests started are known to be there; an
-	// answer replayed to a retry says nothing of where its sandboxes run.
-	if got := strings.Join(fleet.started, "; "); got != "b: sb-new; b: sb-r1 sb-r2" {
-		t.Errorf("started %q, want b's create and first restore", got)
+	// The sandboxes the placed requests and the fork started are known to
+	// be there; an answer replayed to a retry says nothing of where its
+	// sandboxes run.
+	if got := strings.Join(fleet.started, "; "); got != "b: sb-new; b: sb-r1 sb-r2; b: sb-k1 sb-k2" {
+		t.Errorf("started %q, want b's create, first restore and fork", got)
+	}
+}
+
+// TestFrontFollowsEveryRoute: a request of every route of the API's table
+// reaches the node its rule names, with its method and path as sent.
+func TestFrontFollowsEveryRoute(t *testing.T) {
+	fleet, url := newTestFront(t)
+	fleet.place = "c"
+	// Each rule's node, and the {id} a request of its routes names.
+	nodes := map[control.Rule]struct{ node, id string }{
+		control.AnyNode:      {"a", "sb-b"}, // an ID of b's sandbox, to show it goes to any node all the same
+		control.SandboxNode:  {"b", "sb-b"},
+		control.ParentNode:   {"b", "sb-b"},
+		control.PlaceCreate:  {"c", ""},
+		control.PlaceRestore: {"c", "sn-9"},
+		control.NamedNode:    {"d", "d"},
+		control.Local:        {"front", ""},
+	}
+	wildcard := regexp.MustCompile(`\{([a-z]+)(\.\.\.)?\}`)
+	table := server.New(nil, nil, nil, slog.New(slog.DiscardHandler), server.Options{}).RouteTable()
+	for _, rt := range table {
+		want, ok := nodes[rt.Rule]
+		if !ok {
+			t.Errorf("route %s: rule %s, which this test does not know", rt, rt.Rule)
+			continue
+		}
+		path := wildcard.ReplaceAllStringFunc(rt.Pattern, func(w string) string {
+			if w == "{id}" {
+				return want.id
+			}
+			return "x1"
+		})
+		method := cmp.Or(rt.Method, "PATCH")
+		status, got := send(t, method, url+path, "", "")
+		if status != http.StatusOK || got.Node != want.node || got.Method != method || got.Path != path {
+			t.Errorf("%s %s (route %s, %s): status %d, answer %+v; want node %s", method, path, rt, rt.Rule, status, got, want.node)
+		}
 	}
 }
 
@@ -220,7 +290,7 @@ func TestFrontRoutes(t *testing.T) {
 // whole, which refuses it with the reason.
 func TestFrontPassesBodiesItCannotRead(t *testing.T) {
 	fleet, url := newTestFront(t)
-	big := `{"template":"` + strings.Repeat("x", 3*peekFree) + `"}`
+	big := `{"template":"` + strings.Repeat("x", 3*control.PeekFree) + `"}`
 	for _, body := range []string{big, `{"cpus":`} {
 		_, got := send(t, "POST", url+"/v1/sandboxes", "", body)
 		if got.Node != "b" || got.Body != body {
@@ -246,10 +316,7 @@ func TestFrontErrors(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
 	ln.Close()
-	ca, _ := pki.NewCA("x", time.Now())
-	cert, key, _ := ca.Issue(pki.Identity{Role: pki.Control, Name: "c1"}, time.Now(), time.Hour)
-	m, _ := pki.LoadMember(cert, key, ca.CertPEM)
-	fleet.nodes["a"] = Remote(m, "a", dead, slog.New(slog.DiscardHandler), writeTestError)
+	fleet.nodes["a"] = control.Remote(testMember(t, pki.Control), "a", dead, slog.New(slog.DiscardHandler), writeTestError)
 	if status, eb := sendForError(t, "GET", url+"/v1/sandboxes/sb-a", "Bearer wk_key", ""); status != http.StatusServiceUnavailable || eb.Error.Message != "node a did not answer" {
 		t.Errorf("dead node: %d %+v", status, eb)
 	}
@@ -269,7 +336,7 @@ func TestFrontErrors(t *testing.T) {
 // goes on to the node, which refuses it.
 func TestFrontReadsNoBodyWithoutAKey(t *testing.T) {
 	fleet, url := newTestFront(t)
-	long := `{"template":"` + strings.Repeat("x", peekFree) + `"}`
+	long := `{"template":"` + strings.Repeat("x", control.PeekFree) + `"}`
 	for _, path := range []string{"/v1/sandboxes", "/v1/snapshots/sn-1/restore"} {
 		if status, eb := sendForError(t, "POST", url+path, "Bearer wk_stolen", long); status != http.StatusUnauthorized || eb.Error.Code != api.CodeUnauthorized {
 			t.Errorf("POST %s with a bad key and a long body: %d %+v", path, status, eb)
@@ -278,6 +345,24 @@ func TestFrontReadsNoBodyWithoutAKey(t *testing.T) {
 	if len(fleet.placed) != 0 {
 		t.Errorf("placed %+v for callers without a key", fleet.placed)
 	}
+}
+
+// testMember is a member of role of a fleet of its own.
+func testMember(t *testing.T, role pki.Role) *pki.Member {
+	t.Helper()
+	ca, err := pki.NewCA("x", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue(pki.Identity{Role: role, Name: "m1"}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pki.LoadMember(cert, key, ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // sendForError sends a request with the Authorization header auth and
@@ -313,7 +398,7 @@ func TestFrontStreams(t *testing.T) {
 	_, url := newTestFront(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/sandboxes/sb-a/stream", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/sandboxes/sb-b/processes/1/stream", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +415,7 @@ func TestFrontStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /v1/sandboxes/sb-a/upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	fmt.Fprintf(conn, "GET /v1/sandboxes/sb-b/ports/8080/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
 	br := bufio.NewReader(conn)
 	up, err := http.ReadResponse(br, nil)
 	if err != nil || up.StatusCode != http.StatusSwitchingProtocols {
@@ -338,7 +423,7 @@ func TestFrontStreams(t *testing.T) {
 	}
 	fmt.Fprintf(conn, "hello\n")
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if got, err := br.ReadString('\n'); got != "a echoes hello\n" {
+	if got, err := br.ReadString('\n'); got != "b echoes hello\n" {
 		t.Errorf("through the upgrade: %q, %v", got, err)
 	}
 }

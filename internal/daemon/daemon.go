@@ -516,6 +516,7 @@ func uploadDir(dataDir string) (string, error) {
 // front of it (package e2b), srv's middleware around both.
 func front(srv *server.Server, f control.Fleet, maxBody int64, uploads string, log *slog.Logger) http.Handler {
 	return srv.Wrap(e2b.New(control.NewFront(f, control.Options{
+		Routes:  srv.RouteTable(),
 		Preview: srv.PreviewSandbox,
 		Authenticate: func(r *http.Request) error {
 			_, err := srv.Authenticate(r)

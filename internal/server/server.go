@@ -22,6 +22,7 @@ import (
 
 	"warren/api"
 	"warren/internal/agentconn"
+	"warren/internal/control"
 	"warren/internal/listing"
 	"warren/internal/metrics"
 )
@@ -341,7 +342,10 @@ const anyMethod = "ANY"
 type route struct {
 	method, path string
 	access       access
-	handle       handlerFunc
+	// fleet is which node of a fleet answers the route: the fleet's front
+	// routes by it (RouteTable, package control). Every route has one.
+	fleet  control.Rule
+	handle handlerFunc
 }
 
 // handlerFunc serves one route. An error it returns is written as the
@@ -371,76 +375,78 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		}
 		s.preview = site
 	}
+	// Each route: who may call it, and which node of a fleet answers it
+	// (the fleet's front routes by this table: RouteTable).
 	s.routes = []route{
-		{"GET", "/healthz", public, s.healthz},
-		{"GET", "/openapi.json", tenant, s.openAPI},
-		{"GET", "/v1/info", tenant, s.info},
-		{"POST", "/v1/sandboxes", tenant, s.createSandbox},
-		{"GET", "/v1/sandboxes", tenant, s.listSandboxes},
-		{"GET", "/v1/sandboxes/{id}", tenant, s.getSandbox},
-		{"DELETE", "/v1/sandboxes/{id}", tenant, s.deleteSandbox},
-		{"POST", "/v1/sandboxes/{id}/timeout", tenant, s.setTimeout},
-		{"GET", "/v1/sandboxes/{id}/metrics", tenant, s.getMetrics},
-		{"GET", "/v1/sandboxes/{id}/network", tenant, s.getNetwork},
-		{"PUT", "/v1/sandboxes/{id}/network", tenant, s.setNetwork},
-		{"POST", "/v1/sandboxes/{id}/pause", tenant, s.pauseSandbox},
-		{"POST", "/v1/sandboxes/{id}/resume", tenant, s.resumeSandbox},
-		{"GET", "/v1/sandboxes/{id}/preview", tenant, s.getPreview},
-		{"PUT", "/v1/sandboxes/{id}/preview", tenant, s.setPreview},
-		{anyMethod, "/v1/sandboxes/{id}/ports/{port}/{path...}", tenant, s.proxyPort},
-		{"POST", "/v1/sandboxes/{id}/exec", tenant, s.exec},
-		{"GET", "/v1/sandboxes/{id}/processes", tenant, s.listProcesses},
-		{"GET", "/v1/sandboxes/{id}/processes/{pid}/stream", tenant, s.streamProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait", tenant, s.waitProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", tenant, s.processStdin},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", tenant, s.signalProcess},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", tenant, s.resizeProcess},
-		{"GET", "/v1/sandboxes/{id}/terminal", socket, s.terminal},
-		{"GET", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
-		{"POST", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, s.agentCall},
-		{"GET", "/v1/sandboxes/{id}/files", tenant, s.readFile},
-		{"PUT", "/v1/sandboxes/{id}/files", tenant, s.writeFile},
-		{"DELETE", "/v1/sandboxes/{id}/files", tenant, s.removeFile},
-		{"GET", "/v1/sandboxes/{id}/files/stat", tenant, s.statFile},
-		{"GET", "/v1/sandboxes/{id}/files/list", tenant, s.listFiles},
-		{"POST", "/v1/sandboxes/{id}/files/mkdir", tenant, s.makeDir},
-		{"POST", "/v1/sandboxes/{id}/files/move", tenant, s.moveFile},
-		{"POST", "/v1/sandboxes/{id}/snapshots", tenant, s.createSnapshot},
-		{"GET", "/v1/sandboxes/{id}/snapshots", tenant, s.listSandboxSnapshots},
-		{"GET", "/v1/snapshots", tenant, s.listSnapshots},
-		{"POST", "/v1/gc", admin, s.gcSnapshots},
-		{"GET", "/v1/snapshots/{id}", tenant, s.getSnapshot},
-		{"GET", "/v1/snapshots/{id}/lineage", tenant, s.snapshotLineage},
-		{"DELETE", "/v1/snapshots/{id}", tenant, s.deleteSnapshot},
-		{"POST", "/v1/snapshots/{id}/restore", tenant, s.restoreSnapshot},
-		{"POST", "/v1/sandboxes/{id}/fork", tenant, s.forkSandbox},
-		{"GET", "/v1/events", tenant, s.events},
-		{"GET", "/v1/templates", tenant, s.listTemplates},
-		{"POST", "/v1/templates", tenant, s.createTemplate},
-		{"GET", "/v1/templates/{ref}", tenant, s.getTemplate},
-		{"DELETE", "/v1/templates/{ref}", tenant, s.deleteTemplate},
-		{"GET", "/v1/templates/{ref}/versions", tenant, s.templateVersions},
-		{"POST", "/v1/templates/{ref}/image", tenant, s.importArchive},
-		{"PUT", "/v1/templates/{ref}/shared", admin, s.shareTemplate},
-		{"POST", "/v1/templates/{ref}/build", admin, s.buildTemplate},
-		{"POST", "/v1/keys", admin, s.createKey},
-		{"GET", "/v1/keys", admin, s.listKeys},
-		{"GET", "/v1/pools", admin, s.listPools},
-		{"PUT", "/v1/pools/{template}", admin, s.setPool},
-		{"DELETE", "/v1/pools/{template}", admin, s.deletePool},
-		{"GET", "/v1/nodes", admin, s.listNodes},
-		{"GET", "/v1/tenants/{tenant}/quota", admin, s.getQuota},
-		{"PUT", "/v1/tenants/{tenant}/quota", admin, s.setQuota},
-		{"POST", "/v1/tenants/{tenant}/rotate-agent-tokens", admin, s.rotateAgentTokens},
-		{"POST", "/v1/nodes/{id}/cordon", admin, s.nodeAction},
-		{"POST", "/v1/nodes/{id}/uncordon", admin, s.nodeAction},
-		{"POST", "/v1/nodes/{id}/drain", admin, s.nodeAction},
-		{"DELETE", "/v1/keys/{id}", admin, s.deleteKey},
-		{"GET", "/v1/debug/vars", admin, s.debugVars},
-		{"GET", "/metrics", scrape, s.metrics},
-		{"GET", "/v1/nodes/{id}/metrics", scrape, s.nodeMetrics},
-		{"GET", "/console", public, s.console},
-		{"GET", "/console/{path...}", public, s.console},
+		{"GET", "/healthz", public, control.AnyNode, s.healthz},
+		{"GET", "/openapi.json", tenant, control.AnyNode, s.openAPI},
+		{"GET", "/v1/info", tenant, control.AnyNode, s.info},
+		{"POST", "/v1/sandboxes", tenant, control.PlaceCreate, s.createSandbox},
+		{"GET", "/v1/sandboxes", tenant, control.AnyNode, s.listSandboxes},
+		{"GET", "/v1/sandboxes/{id}", tenant, control.SandboxNode, s.getSandbox},
+		{"DELETE", "/v1/sandboxes/{id}", tenant, control.SandboxNode, s.deleteSandbox},
+		{"POST", "/v1/sandboxes/{id}/timeout", tenant, control.SandboxNode, s.setTimeout},
+		{"GET", "/v1/sandboxes/{id}/metrics", tenant, control.SandboxNode, s.getMetrics},
+		{"GET", "/v1/sandboxes/{id}/network", tenant, control.SandboxNode, s.getNetwork},
+		{"PUT", "/v1/sandboxes/{id}/network", tenant, control.SandboxNode, s.setNetwork},
+		{"POST", "/v1/sandboxes/{id}/pause", tenant, control.SandboxNode, s.pauseSandbox},
+		{"POST", "/v1/sandboxes/{id}/resume", tenant, control.SandboxNode, s.resumeSandbox},
+		{"GET", "/v1/sandboxes/{id}/preview", tenant, control.SandboxNode, s.getPreview},
+		{"PUT", "/v1/sandboxes/{id}/preview", tenant, control.SandboxNode, s.setPreview},
+		{anyMethod, "/v1/sandboxes/{id}/ports/{port}/{path...}", tenant, control.SandboxNode, s.proxyPort},
+		{"POST", "/v1/sandboxes/{id}/exec", tenant, control.SandboxNode, s.exec},
+		{"GET", "/v1/sandboxes/{id}/processes", tenant, control.SandboxNode, s.listProcesses},
+		{"GET", "/v1/sandboxes/{id}/processes/{pid}/stream", tenant, control.SandboxNode, s.streamProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/wait", tenant, control.SandboxNode, s.waitProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", tenant, control.SandboxNode, s.processStdin},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", tenant, control.SandboxNode, s.signalProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", tenant, control.SandboxNode, s.resizeProcess},
+		{"GET", "/v1/sandboxes/{id}/terminal", socket, control.SandboxNode, s.terminal},
+		{"GET", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, control.SandboxNode, s.agentCall},
+		{"POST", "/v1/sandboxes/{id}/agent/{path...}", agentAccess, control.SandboxNode, s.agentCall},
+		{"GET", "/v1/sandboxes/{id}/files", tenant, control.SandboxNode, s.readFile},
+		{"PUT", "/v1/sandboxes/{id}/files", tenant, control.SandboxNode, s.writeFile},
+		{"DELETE", "/v1/sandboxes/{id}/files", tenant, control.SandboxNode, s.removeFile},
+		{"GET", "/v1/sandboxes/{id}/files/stat", tenant, control.SandboxNode, s.statFile},
+		{"GET", "/v1/sandboxes/{id}/files/list", tenant, control.SandboxNode, s.listFiles},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", tenant, control.SandboxNode, s.makeDir},
+		{"POST", "/v1/sandboxes/{id}/files/move", tenant, control.SandboxNode, s.moveFile},
+		{"POST", "/v1/sandboxes/{id}/snapshots", tenant, control.SandboxNode, s.createSnapshot},
+		{"GET", "/v1/sandboxes/{id}/snapshots", tenant, control.SandboxNode, s.listSandboxSnapshots},
+		{"GET", "/v1/snapshots", tenant, control.AnyNode, s.listSnapshots},
+		{"POST", "/v1/gc", admin, control.AnyNode, s.gcSnapshots},
+		{"GET", "/v1/snapshots/{id}", tenant, control.AnyNode, s.getSnapshot},
+		{"GET", "/v1/snapshots/{id}/lineage", tenant, control.AnyNode, s.snapshotLineage},
+		{"DELETE", "/v1/snapshots/{id}", tenant, control.AnyNode, s.deleteSnapshot},
+		{"POST", "/v1/snapshots/{id}/restore", tenant, control.PlaceRestore, s.restoreSnapshot},
+		{"POST", "/v1/sandboxes/{id}/fork", tenant, control.ParentNode, s.forkSandbox},
+		{"GET", "/v1/events", tenant, control.AnyNode, s.events},
+		{"GET", "/v1/templates", tenant, control.AnyNode, s.listTemplates},
+		{"POST", "/v1/templates", tenant, control.AnyNode, s.createTemplate},
+		{"GET", "/v1/templates/{ref}", tenant, control.AnyNode, s.getTemplate},
+		{"DELETE", "/v1/templates/{ref}", tenant, control.AnyNode, s.deleteTemplate},
+		{"GET", "/v1/templates/{ref}/versions", tenant, control.AnyNode, s.templateVersions},
+		{"POST", "/v1/templates/{ref}/image", tenant, control.AnyNode, s.importArchive},
+		{"PUT", "/v1/templates/{ref}/shared", admin, control.AnyNode, s.shareTemplate},
+		{"POST", "/v1/templates/{ref}/build", admin, control.AnyNode, s.buildTemplate},
+		{"POST", "/v1/keys", admin, control.AnyNode, s.createKey},
+		{"GET", "/v1/keys", admin, control.AnyNode, s.listKeys},
+		{"GET", "/v1/pools", admin, control.AnyNode, s.listPools},
+		{"PUT", "/v1/pools/{template}", admin, control.AnyNode, s.setPool},
+		{"DELETE", "/v1/pools/{template}", admin, control.AnyNode, s.deletePool},
+		{"GET", "/v1/nodes", admin, control.AnyNode, s.listNodes},
+		{"GET", "/v1/tenants/{tenant}/quota", admin, control.AnyNode, s.getQuota},
+		{"PUT", "/v1/tenants/{tenant}/quota", admin, control.AnyNode, s.setQuota},
+		{"POST", "/v1/tenants/{tenant}/rotate-agent-tokens", admin, control.AnyNode, s.rotateAgentTokens},
+		{"POST", "/v1/nodes/{id}/cordon", admin, control.AnyNode, s.nodeAction},
+		{"POST", "/v1/nodes/{id}/uncordon", admin, control.AnyNode, s.nodeAction},
+		{"POST", "/v1/nodes/{id}/drain", admin, control.AnyNode, s.nodeAction},
+		{"DELETE", "/v1/keys/{id}", admin, control.AnyNode, s.deleteKey},
+		{"GET", "/v1/debug/vars", admin, control.AnyNode, s.debugVars},
+		{"GET", "/metrics", scrape, control.Local, s.metrics},
+		{"GET", "/v1/nodes/{id}/metrics", scrape, control.NamedNode, s.nodeMetrics},
+		{"GET", "/console", public, control.Local, s.console},
+		{"GET", "/console/{path...}", public, control.Local, s.console},
 	}
 	allowed := map[string][]string{}
 	var paths []string
@@ -465,6 +471,21 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: *api.Errorf(api.CodeNotFound, "no route %s %s", r.Method, r.URL.Path)})
 	})
 	return s
+}
+
+// RouteTable is the API's route table as a fleet's front reads it: each
+// route's method ("" for every method), pattern and rule (control.Rule).
+// The front matches requests against these patterns, and sends each where
+// its route's rule says: there is no other list of the API's paths.
+func (s *Server) RouteTable() []control.Route {
+	table := make([]control.Route, len(s.routes))
+	for i, rt := range s.routes {
+		table[i] = control.Route{Method: rt.method, Pattern: rt.path, Rule: rt.fleet}
+		if rt.method == anyMethod {
+			table[i].Method = ""
+		}
+	}
+	return table
 }
 
 // Handler returns the HTTP handler of the API: Routes, wrapped.
