@@ -361,6 +361,26 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("exec through a replica: %+v, %v", res, err)
 		}
 	}
+	// One request ID end to end: an answer through a replica carries one
+	// X-Request-Id, the one the node that answered logged the request
+	// under (the replica passes its ID on to the node).
+	{
+		req, _ := http.NewRequestWithContext(ctx, "GET", c1.url+"/v1/sandboxes/"+first.ID, nil)
+		req.Header.Set("Authorization", "Bearer "+c1.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ids := resp.Header.Values("X-Request-Id")
+		if resp.StatusCode != http.StatusOK || len(ids) != 1 {
+			t.Fatalf("a sandbox through a replica: %d with X-Request-Id %q; want 200 with one", resp.StatusCode, ids)
+		}
+		line := "request_id=" + ids[0] + " method=GET path=/v1/sandboxes/" + first.ID + " status=200 "
+		wait.For(t, 10*time.Second, "node "+home+" to log request "+ids[0], func() bool {
+			return strings.Contains(f.nodes[home].log.String(), line)
+		})
+	}
 	wait.For(t, 10*time.Second, "the node to report the snapshot it holds", func() bool {
 		n, err := f.st.GetNode(ctx, home)
 		return err == nil && strings.Contains(string(n.Report), snap)

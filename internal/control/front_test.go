@@ -20,6 +20,7 @@ import (
 	"warren/api"
 	"warren/internal/control"
 	"warren/internal/pki"
+	"warren/internal/reqid"
 	"warren/internal/server"
 )
 
@@ -69,14 +70,19 @@ func (f *testFleet) Node(node string) (http.Handler, error) {
 }
 
 // nodeHandler is a node's API for the tests: it answers with its name and
-// what it got, streams on a process's stream, and upgrades on an exposed
+// what it got (and an X-Request-Id of its own, as a node's middleware
+// gives one), streams on a process's stream, and upgrades on an exposed
 // port.
 func nodeHandler(name string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.TLS != nil { // a node's, not the front's own process's
+			w.Header().Set(reqid.Header, "node-made")
+		}
 		answer := map[string]any{"node": name, "method": r.Method, "path": r.URL.Path, "host": r.Host,
-			"body": string(body), "auth": r.Header.Get("Authorization")}
+			"body": string(body), "auth": r.Header.Get("Authorization"),
+			"fleet_id": r.Header.Get(reqid.FleetHeader), "client_id": r.Header.Get(reqid.Header)}
 		switch {
 		case r.URL.Path == "/v1/sandboxes":
 			answer["id"] = "sb-new"
@@ -165,7 +171,11 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 }
 
 // answer is what nodeHandler says.
-type answer struct{ Node, Method, Path, Host, Body, Auth string }
+type answer struct {
+	Node, Method, Path, Host, Body, Auth string
+	FleetID                              string `json:"fleet_id"`
+	ClientID                             string `json:"client_id"`
+}
 
 func send(t *testing.T, method, url, host, body string) (int, answer) {
 	t.Helper()
@@ -282,6 +292,49 @@ func TestFrontFollowsEveryRoute(t *testing.T) {
 		if status != http.StatusOK || got.Node != want.node || got.Method != method || got.Path != path {
 			t.Errorf("%s %s (route %s, %s): status %d, answer %+v; want node %s", method, path, rt, rt.Rule, status, got, want.node)
 		}
+	}
+}
+
+// TestFrontRequestID: a request keeps the ID the replica gave it on its
+// way to the node, which gets it in reqid.FleetHeader whatever the client
+// sent there; the answer carries that one X-Request-Id, the node's own
+// left out; the client's X-Request-Id reaches the node untouched.
+func TestFrontRequestID(t *testing.T) {
+	fleet, url := newTestFront(t)
+	for _, tc := range []struct{ name, method, path, body string }{
+		{"a sandbox's route", "GET", "/v1/sandboxes/sb-b", ""},
+		{"a placed create", "POST", "/v1/sandboxes", `{}`},
+		{"any node's", "GET", "/v1/snapshots", ""},
+	} {
+		req, _ := http.NewRequest(tc.method, url+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer wk_key")
+		req.Header.Set(reqid.Header, "client-own")
+		req.Header.Set(reqid.FleetHeader, "0123456789abcdef")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got answer
+		json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		ids := resp.Header.Values(reqid.Header)
+		if len(ids) != 1 || !reqid.Valid(ids[0]) || got.FleetID != ids[0] || got.ClientID != "client-own" {
+			t.Errorf("%s: the answer's X-Request-Id %q, the node got %q (and the client's %q); want one ID, the replica's, given to the node",
+				tc.name, ids, got.FleetID, got.ClientID)
+		}
+	}
+	// A node that does not answer: the replica's answer, with its ID.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	fleet.nodes["b"] = control.Remote(testMember(t, pki.Control), "b", dead, slog.New(slog.DiscardHandler), writeTestError)
+	resp, err := http.Get(url + "/v1/sandboxes/sb-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ids := resp.Header.Values(reqid.Header); resp.StatusCode != http.StatusServiceUnavailable || len(ids) != 1 || !reqid.Valid(ids[0]) {
+		t.Errorf("a dead node's answer: %d with X-Request-Id %q; want 503 with the replica's one ID", resp.StatusCode, ids)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"warren/api"
 	"warren/internal/pki"
+	"warren/internal/reqid"
 )
 
 // Remote returns the API of node, served at addr (host:port), reached
@@ -21,6 +22,11 @@ import (
 // window). An error before the node answers is writeError's to send.
 // HTTP/1.1, so that an upgraded connection (a WebSocket to an
 // exposed port) goes through too.
+//
+// A request keeps the ID the replica gave it (package reqid): it goes to
+// the node in reqid.FleetHeader, which the node takes from a control
+// replica alone, and the node's own X-Request-Id is left out of the
+// answer, which already carries the replica's.
 func Remote(member *pki.Member, node, addr string, log *slog.Logger, writeError func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	target := &url.URL{Scheme: "https", Host: addr}
 	return &httputil.ReverseProxy{
@@ -28,6 +34,15 @@ func Remote(member *pki.Member, node, addr string, log *slog.Logger, writeError 
 			pr.SetURL(target)
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			// Whatever the caller sent in it, the header is the replica's.
+			pr.Out.Header.Del(reqid.FleetHeader)
+			if id := reqid.From(pr.In.Context()); id != "" {
+				pr.Out.Header.Set(reqid.FleetHeader, id)
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del(reqid.Header)
+			return nil
 		},
 		Transport: &http.Transport{
 			TLSClientConfig:     member.ClientConfig(pki.Identity{Role: pki.Node, Name: node}),

@@ -4,8 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/pki"
 	"warren/internal/reqid"
 )
 
@@ -54,7 +54,8 @@ func caller(r *http.Request) Key { return meta(r.Context()).key }
 // errPanic is what a recovered panic is reported as.
 var errPanic = errors.New("handler panicked")
 
-// Wrap gives every request to h an id (X-Request-Id), its body and write
+// Wrap gives every request to h an id (X-Request-Id: a new one, or on a
+// fleet's node the one the control replica gave it), its body and write
 // timeouts and an access log line, recovers a panicking handler into a
 // JSON 500 (or, when the response has begun, aborts the connection so the
 // caller sees a cut stream rather than a complete-looking one), and
@@ -66,8 +67,8 @@ func (s *Server) Wrap(h http.Handler) http.Handler {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, writeIdle: s.opts.Timeouts.WriteIdle}
-	m, id := &requestMeta{}, newRequestID()
-	rw.Header().Set("X-Request-Id", id)
+	m, id := &requestMeta{}, requestIDOf(r)
+	rw.Header().Set(reqid.Header, id)
 	r = r.WithContext(context.WithValue(reqid.With(r.Context(), id), metaKey{}, m))
 	defer limitBody(rw, r, s.opts.Timeouts.BodyIdle)()
 	defer func() {
@@ -128,11 +129,52 @@ func (s *Server) admitConn(r *http.Request) bool {
 	return c.request(err == nil)
 }
 
-// newRequestID returns 16 random hex digits.
-func newRequestID() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+// requestIDOf returns the ID of request r: the one the fleet's control
+// replica that sent r gave it (reqid.FleetHeader), else a new one. Only a
+// control replica's is taken, over the fleet's mutual TLS (a node's API
+// listens for nothing else, pki.Member.ServerConfig), and only when it has
+// the form a replica gives; the header is taken off r either way, so
+// that nothing after this (a sandbox's port) sees it.
+func requestIDOf(r *http.Request) string {
+	sent := r.Header.Values(reqid.FleetHeader)
+	r.Header.Del(reqid.FleetHeader)
+	if len(sent) == 1 && reqid.Valid(sent[0]) && fromControl(tlsState(r)) {
+		return sent[0]
+	}
+	return reqid.New()
+}
+
+// fromControl reports whether cs is a connection whose client presented a
+// certificate the server verified (against the fleet's CA, when the
+// server is a fleet node) that names a control replica.
+func fromControl(cs *tls.ConnectionState) bool {
+	if cs == nil || len(cs.VerifiedChains) == 0 {
+		return false
+	}
+	id, err := pki.PeerIdentity(*cs)
+	return err == nil && id.Role == pki.Control
+}
+
+// tlsState is the TLS state of r's connection, nil for none. A fleet
+// node's API listens through Limit over a TLS listener, so http.Server
+// sees a *limitConn, not the *tls.Conn under it, and leaves r.TLS nil:
+// the state is read from the connection itself (HTTPServer's ConnContext),
+// whose handshake reading r completed.
+func tlsState(r *http.Request) *tls.ConnectionState {
+	if r.TLS != nil {
+		return r.TLS
+	}
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	if lc, ok := c.(*limitConn); ok {
+		c = lc.Conn
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		cs := tc.ConnectionState()
+		if cs.HandshakeComplete {
+			return &cs
+		}
+	}
+	return nil
 }
 
 // responseWriter records the status and size of a response, and whether it
