@@ -97,10 +97,12 @@ class Daemon:
 
         threading.Thread(target=scan, daemon=True).start()
         if not found.wait(wait) or not self.url:
+            exited = found.is_set()  # its output ended before it served
             self.stop()
             log = self.log()
             self.close()
-            raise RuntimeError(f"warren server did not serve within {wait:.0f}s:\n{log}")
+            what = "exited before it served" if exited else f"did not serve within {wait:.0f}s"
+            raise RuntimeError(f"warren server {what}:\n{log}")
         with open(os.path.join(self.data_dir, "admin.key"), encoding="utf-8") as f:
             self.key = f.read().strip()
 
