@@ -20,6 +20,7 @@ import (
 	"warren/api"
 	"warren/internal/control"
 	"warren/internal/pki"
+	"warren/internal/pki/pkitest"
 	"warren/internal/reqid"
 	"warren/internal/server"
 )
@@ -129,21 +130,8 @@ var testNodes = []string{"a", "b", "c", "d"}
 // table, served as a control replica serves it (server.Server.Wrap).
 func newTestFront(t *testing.T) (*testFleet, string) {
 	t.Helper()
-	ca, err := pki.NewCA("test", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	member := func(id pki.Identity) *pki.Member {
-		cert, key, err := ca.Issue(id, time.Now(), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := pki.LoadMember(cert, key, ca.CertPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	ca := pkitest.CA(t, "test")
+	member := func(id pki.Identity) *pki.Member { return pkitest.Member(t, ca, id) }
 	replica := member(pki.Identity{Role: pki.Control, Name: "c1"})
 	fleet := &testFleet{owners: map[string]string{"sb-a": "a", "sb-b": "b"}, place: "b", any: "a", nodes: map[string]http.Handler{}}
 	for _, name := range testNodes {
@@ -403,19 +391,7 @@ func TestFrontReadsNoBodyWithoutAKey(t *testing.T) {
 // testMember is a member of role of a fleet of its own.
 func testMember(t *testing.T, role pki.Role) *pki.Member {
 	t.Helper()
-	ca, err := pki.NewCA("x", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key, err := ca.Issue(pki.Identity{Role: role, Name: "m1"}, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := pki.LoadMember(cert, key, ca.CertPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return pkitest.Member(t, pkitest.CA(t, "x"), pki.Identity{Role: role, Name: "m1"})
 }
 
 // sendForError sends a request with the Authorization header auth and

@@ -14,6 +14,7 @@ import (
 
 	"warren/internal/control"
 	"warren/internal/pki"
+	"warren/internal/pki/pkitest"
 	"warren/internal/reqid"
 	"warren/internal/wait"
 )
@@ -101,21 +102,8 @@ func TestRequestIDFromControlOnly(t *testing.T) {
 // X-Request-Id, and the node's log lines name it, its access line and the
 // detail of an internal error alike.
 func TestRequestIDThroughTheFleet(t *testing.T) {
-	ca, err := pki.NewCA("test", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	member := func(id pki.Identity) *pki.Member {
-		cert, key, err := ca.Issue(id, time.Now(), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := pki.LoadMember(cert, key, ca.CertPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	ca := pkitest.CA(t, "test")
+	member := func(id pki.Identity) *pki.Member { return pkitest.Member(t, ca, id) }
 	// The node's API, its log in e.logs, served as daemon.Run serves a
 	// fleet node's: its connection limits over the fleet's TLS.
 	e := newTestEnv(t, deadAgent(t), Options{})
