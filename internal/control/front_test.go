@@ -205,6 +205,7 @@ func TestFrontRoutes(t *testing.T) {
 		{"whatever its path", "GET", "/metrics", "8080-sb-b.preview.test", "", "b"},
 		{"a node's metrics go to that node", "GET", "/v1/nodes/b/metrics", "", "", "b"},
 		{"the front answers its own", "GET", "/metrics", "", "", "front"},
+		{"and its own health, whether any node is up or not", "GET", "/healthz", "", "", "front"},
 		{"a fork goes to its parent's node", "POST", "/v1/sandboxes/sb-b/fork", "", `{"count":2}`, "b"},
 		{"an exec", "POST", "/v1/sandboxes/sb-b/exec", "", `{"cmd":["true"]}`, "b"},
 		{"a process's stream", "GET", "/v1/sandboxes/sb-b/processes/7/stream", "", "", "b"},

@@ -378,7 +378,7 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 	// Each route: who may call it, and which node of a fleet answers it
 	// (the fleet's front routes by this table: RouteTable).
 	s.routes = []route{
-		{"GET", "/healthz", public, control.AnyNode, s.healthz},
+		{"GET", "/healthz", public, control.Local, s.healthz},
 		{"GET", "/openapi.json", tenant, control.AnyNode, s.openAPI},
 		{"GET", "/v1/info", tenant, control.AnyNode, s.info},
 		{"POST", "/v1/sandboxes", tenant, control.PlaceCreate, s.createSandbox},
