@@ -14,8 +14,8 @@
 //   - a create, and a restore of a snapshot, go to the node the fleet
 //     places them on, chosen from what the request asks for;
 //   - /v1/nodes/{id}/metrics goes to node id, whose metrics they are, and
-//     /metrics is the front's own process's (Options.Local), as are the
-//     web console's static files (/console and below);
+//     /metrics is the front's own process's (Options.Local), as are
+//     /healthz and the web console's static files (/console and below);
 //   - anything else (lists, snapshots, keys, templates, and a path or
 //     method no route serves, which a node answers 404 or 405) goes to
 //     any node: nodes share the metadata store, so any of them answers for

@@ -32,8 +32,9 @@ const (
 	// NamedNode: node {id}, whose own figures the route reads (its
 	// metrics); 404 when the fleet has no such node.
 	NamedNode
-	// Local: the front's own process (Options.Local): its metrics, and the
-	// web console's files, which every process serves from its binary.
+	// Local: the front's own process (Options.Local): its metrics, its
+	// health, and the web console's files, which every process serves
+	// from its binary.
 	Local
 
 	numRules
