@@ -3,6 +3,7 @@ package agentconn
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -29,7 +30,7 @@ func (c *Conn) RunLines(ctx context.Context, proc *processpb.ProcessConfig, out 
 	if tail := w.Tail(); tail != "" {
 		status += ", after:\n" + tail
 	}
-	return fmt.Errorf("%s", status)
+	return errors.New(status)
 }
 
 // Lines is an io.Writer that splits output into lines for Emit (nil:

@@ -136,12 +136,22 @@ func (s *Store) FinishTemplateVersion(ctx context.Context, t *TemplateVersion, e
 // TemplateVersion returns tenant's version of name: the newest ready one
 // when version is 0. ErrNotFound when there is none.
 func (s *Store) TemplateVersion(ctx context.Context, tenant, name string, version int64) (TemplateVersion, error) {
+	return s.templateVersion(ctx, tenant, name, version, false)
+}
+
+// templateVersion is TemplateVersion; with anyState, version 0 is the
+// newest whatever its state.
+func (s *Store) templateVersion(ctx context.Context, tenant, name string, version int64, anyState bool) (TemplateVersion, error) {
 	q := `SELECT ` + templateColumns + ` FROM templates WHERE tenant = ? AND name = ? AND version = ?`
 	args := []any{tenant, name, version}
 	if version == 0 {
-		q = `SELECT ` + templateColumns + ` FROM templates WHERE tenant = ? AND name = ? AND state = ?
-			ORDER BY version DESC LIMIT 1`
-		args = []any{tenant, name, TemplateReady}
+		q = `SELECT ` + templateColumns + ` FROM templates WHERE tenant = ? AND name = ?`
+		args = []any{tenant, name}
+		if !anyState {
+			q += ` AND state = ?`
+			args = append(args, TemplateReady)
+		}
+		q += ` ORDER BY version DESC LIMIT 1`
 	}
 	t, err := scanTemplate(s.db.QueryRowContext(ctx, q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -158,19 +168,7 @@ func (s *Store) TemplateVersion(ctx context.Context, tenant, name string, versio
 // whatever its state with anyState), else the one the admin published
 // under name (PublishedTemplate). ErrNotFound when there is neither.
 func (s *Store) SeenTemplate(ctx context.Context, tenant, name string, version int64, anyState bool) (TemplateVersion, error) {
-	var t TemplateVersion
-	var err error
-	if version == 0 && anyState {
-		var all []TemplateVersion
-		if all, err = s.TemplateVersions(ctx, tenant, name); err == nil {
-			err = ErrNotFound
-			if len(all) > 0 {
-				t, err = all[0], nil
-			}
-		}
-	} else {
-		t, err = s.TemplateVersion(ctx, tenant, name, version)
-	}
+	t, err := s.templateVersion(ctx, tenant, name, version, anyState)
 	if errors.Is(err, ErrNotFound) && tenant != api.AdminTenant {
 		return s.PublishedTemplate(ctx, api.AdminTenant, name, version)
 	}
