@@ -252,9 +252,10 @@ func (in *instance) thaw(ctx context.Context) error {
 // (replaced), leaving it frozen; compressed when compress (a paused
 // sandbox's memory, synced to disk and read back once). An image that
 // sandboxes start from (a fork's, a memory image) is not: each start would
-// decompress it (a fork of 8 took 12% less CPU and wall time without). A save that fails because the agent was frozen still
-// holding its channel is tried again after the sandbox ran for a moment
-// to let go. in.opMu is held.
+// decompress it (a fork of 8 took 12% less CPU and wall time without). A
+// save that fails because the agent was frozen still holding its channel
+// is tried again after the sandbox ran for a moment to let go. in.opMu is
+// held.
 func (in *instance) saveFrozen(ctx context.Context, image string, compress bool) error {
 	b := backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}
 	var first error
