@@ -34,10 +34,14 @@ const (
 	EventSandboxRestored = "sandbox.restored"
 	EventSandboxPaused   = "sandbox.paused"
 	EventSandboxResumed  = "sandbox.resumed"
-	EventSandboxMoving   = "sandbox.moving"
-	EventSandboxFailed   = "sandbox.failed"
-	EventSandboxExpired  = "sandbox.expired"
-	EventSandboxDeleted  = "sandbox.deleted"
+	// Auto-paused and auto-resumed: its lifecycle paused it (its timeout,
+	// or idle) or a call woke it (auto_resume); the reason says which.
+	EventSandboxAutoPaused  = "sandbox.auto_paused"
+	EventSandboxAutoResumed = "sandbox.auto_resumed"
+	EventSandboxMoving      = "sandbox.moving"
+	EventSandboxFailed      = "sandbox.failed"
+	EventSandboxExpired     = "sandbox.expired"
+	EventSandboxDeleted     = "sandbox.deleted"
 
 	EventSnapshotPending = "snapshot.pending"
 	EventSnapshotDurable = "snapshot.durable"
@@ -57,6 +61,7 @@ const (
 // EventKinds are the kinds of stored events.
 var EventKinds = []string{
 	EventSandboxCreated, EventSandboxRunning, EventSandboxRestored, EventSandboxPaused, EventSandboxResumed,
+	EventSandboxAutoPaused, EventSandboxAutoResumed,
 	EventSandboxMoving, EventSandboxFailed, EventSandboxExpired, EventSandboxDeleted,
 	EventSnapshotPending, EventSnapshotDurable, EventSnapshotFailed, EventSnapshotDeleted,
 	EventNodeJoined, EventNodeState, EventNodeFenced,

@@ -7,14 +7,16 @@ import (
 // Sandbox states. A sandbox moves starting → running → stopped, or to failed
 // from any state; stopped and failed are final and are kept for a while so a
 // caller can read what happened, then forgotten (the state machine, and how
-// the node enforces it, is in internal/store/lifecycle.go). A vm sandbox may also move
-// running → paused → running (POST /v1/sandboxes/{id}/pause and /resume):
-// paused, its memory is saved to a file on the node and no process runs
-// for it; exec and files are refused until it is resumed; it still expires,
-// and may be deleted. In a fleet, a sandbox with a checkpoint policy whose
-// node was lost or drained is moving: no node runs it until one starts it
-// again from its last checkpoint (starting, then running, under the same
-// ID; its Restored says from what).
+// the node enforces it, is in internal/store/lifecycle.go). Any sandbox may
+// also move running → paused → running (POST /v1/sandboxes/{id}/pause and
+// /resume, or by its Lifecycle): paused, its disk is a durable snapshot in
+// the blob store and, with memory (Paused.Memory), its processes are held
+// where they were; exec and files are refused (or, with AutoResume, wake
+// it); it may be deleted, and is once Lifecycle.PausedTTLSeconds pass. In a
+// fleet, a sandbox with a checkpoint policy whose node was lost or drained
+// is moving: no node runs it until one starts it again from its last
+// checkpoint (starting, then running, under the same ID; its Restored says
+// from what).
 const (
 	StateStarting = "starting"
 	StateRunning  = "running"
@@ -125,6 +127,53 @@ type Sandbox struct {
 	// Restored is set once the sandbox was started again from a checkpoint
 	// after its node was lost or drained: the last time it was.
 	Restored *Restored `json:"restored,omitempty"`
+	// Lifecycle is what happens at its timeout and when it is idle.
+	Lifecycle
+	// Paused says how a paused sandbox sleeps; absent unless it is paused.
+	Paused *Paused `json:"paused,omitempty"`
+}
+
+// What a sandbox's timeout does (Lifecycle.OnTimeout).
+const (
+	OnTimeoutDelete = "delete"
+	OnTimeoutPause  = "pause"
+)
+
+// Lifecycle is how a sandbox sleeps and wakes (docs/API.md, "Pause, sleep
+// and wake"). Zero values: deleted at its timeout, never idle, kept paused
+// for the server's default paused TTL, and no auto-resume.
+type Lifecycle struct {
+	// OnTimeout is what its timeout (and its idle timeout) does:
+	// OnTimeoutDelete (the default) or OnTimeoutPause.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// IdleTimeoutSeconds, when not 0, ends the sandbox's run (as
+	// OnTimeout says) once no exec, file call, terminal or request to one
+	// of its ports has used it for that long.
+	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
+	// PausedTTLSeconds bounds how long it stays paused before it is
+	// deleted (0: the server's default, shown once created).
+	PausedTTLSeconds int64 `json:"paused_ttl_seconds,omitempty"`
+	// AutoResume wakes a paused sandbox for any call that needs it
+	// running (exec, files, terminal, a request to one of its ports, E2B's
+	// connect) before the call goes on; without it such a call is 409.
+	AutoResume bool `json:"auto_resume,omitempty"`
+}
+
+// Paused is how a paused sandbox sleeps.
+type Paused struct {
+	// At is when it paused; Reason why ("requested", or what paused it on
+	// its own: its timeout, or idle); Auto says its lifecycle paused it.
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+	Auto   bool      `json:"auto,omitempty"`
+	// Memory says its processes are kept: they go on where they were when
+	// it resumes. Without it (a container, or a sandbox whose node lost
+	// its memory), it resumes from its disk and its processes start
+	// again: its init, and nothing it ran.
+	Memory bool `json:"memory"`
+	// Snapshot is the durable snapshot of its root disk it wakes from on
+	// any node.
+	Snapshot string `json:"snapshot"`
 }
 
 // Checkpoint is a durable snapshot a sandbox's checkpoint policy took.
@@ -184,6 +233,9 @@ type SandboxSpec struct {
 	// under the same ID (docs/FLEET.md, "Checkpoints and drain"). Not with
 	// a workspace disk.
 	CheckpointEverySeconds int64 `json:"checkpoint_every_seconds,omitempty"`
+	// Lifecycle is how it sleeps and wakes; a fork's children take the
+	// parent's.
+	Lifecycle
 	// Persistence is how the root disk persists: PersistenceSnapshot (the
 	// default: what explicit snapshots save) or PersistenceAlways (every
 	// write goes back, continuously, to the node's tiers: docs/ALWAYS-ON.md).

@@ -39,6 +39,7 @@ func runCreate(ctx context.Context, c *cli, args []string) error {
 // that need reading after the parse.
 type sandboxFlags struct {
 	ttl, checkpoint   *time.Duration
+	idle, pausedTTL   *time.Duration
 	env, meta, labels kvFlag
 	net               *networkFlags
 }
@@ -56,6 +57,10 @@ func addSandboxFlags(fs *flag.FlagSet, spec *api.SandboxSpec) *sandboxFlags {
 	sf := &sandboxFlags{env: kvFlag{}, meta: kvFlag{}, labels: kvFlag{}}
 	sf.ttl = fs.Duration("timeout", 0, "delete the sandbox after this long, e.g. 30m (default: the server's)")
 	sf.checkpoint = fs.Duration("checkpoint-every", 0, "checkpoint the root disk this often, e.g. 5m: in a fleet the sandbox comes back\non another node from its last checkpoint when its node is lost (default: never)")
+	fs.StringVar(&spec.OnTimeout, "on-timeout", "", "what the timeout (and -idle-timeout) does: delete, or pause (to wake later with\nits files, and with its processes in a vm or gvisor sandbox) (default delete)")
+	sf.idle = fs.Duration("idle-timeout", 0, "do what -on-timeout says once nothing used the sandbox (exec, files, terminal,\nits ports) for this long, e.g. 10m (default: never)")
+	sf.pausedTTL = fs.Duration("paused-ttl", 0, "delete the sandbox once it has been paused this long (default: the server's)")
+	fs.BoolVar(&spec.AutoResume, "auto-resume", false, "wake the sandbox when paused for any call that needs it running (exec, files,\nterminal, its ports)")
 	fs.Var(sf.env, "env", "set `K=V` in the environment of every command (repeatable)")
 	fs.Var(sf.meta, "meta", "attach the metadata `K=V` (repeatable)")
 	fs.Var(sf.labels, "node-label", "start on a node of the fleet with the label `K=V` (repeatable)")
@@ -63,8 +68,9 @@ func addSandboxFlags(fs *flag.FlagSet, spec *api.SandboxSpec) *sandboxFlags {
 	return sf
 }
 
-// fill sets spec's fields as the parsed flags say: the timeout and the
-// checkpoint period in whole seconds (rounded up), env, metadata and node labels (nil when empty), the
+// fill sets spec's fields as the parsed flags say: the timeout, the
+// checkpoint period, the idle timeout and the paused TTL in whole seconds
+// (rounded up), env, metadata and node labels (nil when empty), the
 // egress policy.
 func (sf *sandboxFlags) fill(fs *flag.FlagSet, spec *api.SandboxSpec) error {
 	if *sf.ttl < 0 {
@@ -73,6 +79,11 @@ func (sf *sandboxFlags) fill(fs *flag.FlagSet, spec *api.SandboxSpec) error {
 	if *sf.checkpoint < 0 {
 		return badUsage(fs, "negative -checkpoint-every")
 	}
+	if *sf.idle < 0 || *sf.pausedTTL < 0 {
+		return badUsage(fs, "negative -idle-timeout or -paused-ttl")
+	}
+	spec.IdleTimeoutSeconds = int64((*sf.idle + time.Second - 1) / time.Second)
+	spec.PausedTTLSeconds = int64((*sf.pausedTTL + time.Second - 1) / time.Second)
 	spec.TimeoutSeconds = int64((*sf.ttl + time.Second - 1) / time.Second)
 	spec.CheckpointEverySeconds = int64((*sf.checkpoint + time.Second - 1) / time.Second)
 	spec.Env, spec.Metadata, spec.NodeLabels = sf.env.orNil(), sf.meta.orNil(), sf.labels.orNil()

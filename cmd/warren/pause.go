@@ -9,12 +9,12 @@ import (
 )
 
 func runPause(ctx context.Context, c *cli, args []string) error {
-	return c.changeState(ctx, "pause", "Pause the vm or gvisor sandbox ID with its memory: it is saved to a file on the node and no process runs for it until `warren resume ID`. Prints its state.",
+	return c.changeState(ctx, "pause", "Pause the sandbox ID: its disk goes to the blob store as a snapshot, and a vm or gvisor sandbox keeps its processes too (held on its node); a container stops, and its processes start again when it wakes. Prints its state, and \"(without memory)\" when its processes will not carry on.",
 		args, (*client.Client).PauseSandbox)
 }
 
 func runResume(ctx context.Context, c *cli, args []string) error {
-	return c.changeState(ctx, "resume", "Run the paused sandbox ID again from its saved memory; its processes carry on where they were. Prints its state.",
+	return c.changeState(ctx, "resume", "Wake the paused sandbox ID, on its node or any other, under its ID with its files; with memory its processes carry on where they were. Prints its state.",
 		args, (*client.Client).ResumeSandbox)
 }
 
@@ -29,6 +29,10 @@ func (c *cli) changeState(ctx context.Context, name, about string, args []string
 	}
 	sb, err := call(cl, ctx, rest[0])
 	if err != nil {
+		return err
+	}
+	if sb.Paused != nil && !sb.Paused.Memory {
+		_, err = fmt.Fprintln(c.stdout, sb.State, "(without memory)")
 		return err
 	}
 	_, err = fmt.Fprintln(c.stdout, sb.State)

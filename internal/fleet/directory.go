@@ -264,8 +264,13 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	n, ok := d.nodes[rec.Node]
+	d.mu.Unlock()
+	if rec.State == api.StatePaused && !rec.Held() && (!ok || n.State != store.NodeActive) {
+		return d.placeWake(ctx, rec)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if !ok || n.State == store.NodeFenced || !slices.Contains(store.Live, rec.State) {
 		return "", control.ErrNoOwner
 	}
@@ -277,6 +282,27 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 	}
 	d.owners[id] = owner{node: rec.Node, epoch: n.Epoch}
 	return rec.Node, nil
+}
+
+// placeWake gives paused sandbox rec, which no node holds and whose node
+// (if any) takes no sandboxes, to the node the fleet places it on, which
+// wakes it there from its pause snapshot (its answer to the request
+// routed to it).
+func (d *Directory) placeWake(ctx context.Context, rec store.Sandbox) (string, error) {
+	spec := api.SandboxSpec{Runtime: rec.Runtime, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB}
+	node, err := d.Place(ctx, control.Placement{Spec: spec, Snapshot: rec.Paused.Snapshot})
+	if err != nil {
+		return "", err
+	}
+	placed, err := d.st.AssignWake(ctx, rec, node)
+	if errors.Is(err, store.ErrTransition) {
+		return placed.Node, nil // placed meanwhile, by another request or replica
+	}
+	if err != nil {
+		return "", err
+	}
+	d.log.Info("paused sandbox placed to wake", "sandbox", rec.ID, "node", node, "snapshot", rec.Paused.Snapshot)
+	return node, nil
 }
 
 // Place implements control.Fleet: the scheduler's choice for p, which the

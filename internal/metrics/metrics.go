@@ -29,6 +29,9 @@ const (
 	OpSnapshotAck = "snapshot_ack" // a snapshot's acknowledgement: its disk quiesced and cloned
 	OpExec        = "exec"         // an exec answered whole (not streamed, not in the background)
 	OpUpload      = "upload"       // a snapshot's upload: its acknowledgement to durable
+	OpPause       = "pause"        // a pause, to its disk durable and the sandbox paused
+	OpResume      = "resume"       // a resume of a paused sandbox its node held, in place
+	OpWake        = "wake"         // a wake of a paused sandbox from its pause snapshot, to running
 )
 
 // Registry holds one process's metrics.

@@ -461,7 +461,7 @@ func ownsClock(inst runtime.Instance) bool {
 // stopped already, and record then fails: the caller unwinds b). It
 // starts the watch of its exit.
 func (m *Manager) goLive(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, b *booted, record func() (store.Sandbox, error)) error {
-	l := &live{tenant: rec.Tenant, rt: rt, inst: b.inst, conn: b.conn, every: rec.CheckpointEvery, checkpointed: time.Now()}
+	l := newLive(rec, rt, b.inst, b.conn)
 	m.mu.Lock()
 	m.live[rec.ID] = l
 	m.mu.Unlock()

@@ -17,7 +17,7 @@ import (
 func (m *Manager) watch(id string, l *live) {
 	<-l.inst.Done()
 	m.mu.Lock()
-	if l.deleting || m.live[id] != l {
+	if l.deleting || l.stopping || m.live[id] != l {
 		m.mu.Unlock()
 		return
 	}
@@ -186,10 +186,11 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 }
 
 // kill tears down a running sandbox and records it stopped. A sandbox
-// still starting is only moved to stopped: its create owns what it has
-// made so far and unwinds it when its own move to running is refused. A
-// moving one is only moved to stopped: nothing runs it. Its checkpoint
-// goes with it.
+// still starting is only moved to stopped: its create (or wake) owns what
+// it has made so far and unwinds it when its own move to running is
+// refused. A moving one, and a paused one no node holds, are only moved to
+// stopped: nothing runs them. Its checkpoint (a paused one's pause
+// snapshot) goes with it.
 func (m *Manager) kill(ctx context.Context, id, reason string) error {
 	// A cancelled request must not leave a sandbox half torn down.
 	ctx = context.WithoutCancel(ctx)
@@ -206,17 +207,25 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 		}
 		m.mu.Unlock()
 		if l == nil {
-			none := time.Time{}
-			rec, err := m.deps.Store.Transition(ctx, id, store.Transition{
-				From: []string{api.StateStarting, api.StateMoving}, To: api.StateStopped, Error: reason, Expires: &none,
-			})
-			switch {
-			case err == nil:
-				m.log.Info("sandbox stopped while it was starting or moving", "sandbox", id, "reason", reason)
-				m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
-				return nil
-			case !errors.Is(err, store.ErrTransition):
+			rec, err := m.deps.Store.GetSandbox(ctx, id)
+			if err != nil {
 				return fmt.Errorf("delete sandbox %s: %w", id, err)
+			}
+			switch {
+			case rec.State == api.StateStarting || rec.State == api.StateMoving || (rec.State == api.StatePaused && !rec.Held()):
+				none := time.Time{}
+				ended, err := m.deps.Store.Transition(ctx, id, store.Transition{
+					From: []string{rec.State}, Version: rec.Version, To: api.StateStopped, Error: reason, Expires: &none,
+				})
+				switch {
+				case errors.Is(err, store.ErrTransition):
+					continue // it moved on meanwhile: look again
+				case err != nil:
+					return fmt.Errorf("delete sandbox %s: %w", id, err)
+				}
+				m.log.Info("sandbox stopped while it was starting, moving or asleep", "sandbox", id, "reason", reason)
+				m.dropCheckpoint(ctx, ended.Tenant, ended.Checkpoint)
+				return nil
 			case (rec.State == api.StateRunning || rec.State == api.StatePaused) && rec.Node != m.deps.NodeID:
 				// A request sent to the wrong node (a fleet's front that
 				// knew no better): the node that runs it must answer.
@@ -272,9 +281,14 @@ func (m *Manager) reap(ctx context.Context) {
 				if err := m.dropDisks(ctx, rec); err != nil {
 					m.log.Error("expire failed sandbox", "sandbox", rec.ID, "err", err)
 				}
+			case rec.State == api.StatePaused:
+				m.kill(ctx, rec.ID, "its paused TTL passed")
 			default:
-				m.kill(ctx, rec.ID, "timeout expired")
+				m.timeOut(ctx, rec.ID, "its timeout passed")
 			}
+		}
+		for id, idle := range m.idle(now) {
+			m.timeOut(ctx, id, fmt.Sprintf("idle for %s", idle.Round(time.Second)))
 		}
 		if _, err := m.deps.Store.PurgeFinal(ctx, now.Add(-m.cfg.KeepFinal)); err != nil && ctx.Err() == nil {
 			m.log.Error("purge ended sandboxes", "err", err)
@@ -286,6 +300,67 @@ func (m *Manager) reap(ctx context.Context) {
 			m.log.Error("trim events", "err", err)
 		}
 	})
+}
+
+// idle returns this node's running sandboxes whose idle timeout has
+// passed at now, and how long each has been idle.
+func (m *Manager) idle(now time.Time) map[string]time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]time.Duration{}
+	for id, l := range m.live {
+		limit := time.Duration(l.lifecycle.IdleTimeoutSeconds) * time.Second
+		if limit == 0 || l.paused || l.deleting || l.timingOut {
+			continue
+		}
+		if idle := l.used.idle(now); idle >= limit {
+			out[id] = idle
+		}
+	}
+	return out
+}
+
+// timeOut does what running sandbox id's lifecycle says its timeout does,
+// for reason (its timeout, or idleness): pauses it, in the background,
+// or deletes it. A pause that fails leaves it running for a minute more,
+// when its timeout comes again.
+func (m *Manager) timeOut(ctx context.Context, id, reason string) {
+	m.mu.Lock()
+	l := m.live[id]
+	if l == nil || l.lifecycle.OnTimeout != api.OnTimeoutPause {
+		m.mu.Unlock()
+		m.kill(ctx, id, reason)
+		return
+	}
+	if l.timingOut || l.paused || l.deleting {
+		m.mu.Unlock()
+		return
+	}
+	l.timingOut = true
+	m.mu.Unlock()
+	m.loops.Go(func() {
+		defer func() {
+			m.mu.Lock()
+			l.timingOut = false
+			m.mu.Unlock()
+		}()
+		_, err := m.pause(ctx, id, l, api.Paused{Reason: reason, Auto: true})
+		if err == nil || api.IsCode(err, api.CodeConflict) && m.gone(id, l) {
+			return
+		}
+		m.log.Warn("sandbox not paused at its timeout; it runs a minute more", "sandbox", id, "reason", reason, "err", err)
+		l.used.touch() // and its idleness counts from now
+		if _, err := m.deps.Store.SetExpiry(ctx, id, time.Now().Add(time.Minute), api.StateRunning); err != nil && !errors.Is(err, store.ErrTransition) {
+			m.log.Error("extend a sandbox whose pause failed", "sandbox", id, "err", err)
+		}
+	})
+}
+
+// gone says whether l is no longer sandbox id's live instance.
+func (m *Manager) gone(id string, l *live) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[id] != l || l.deleting
 }
 
 // tick calls fn every period until ctx ends: the manager's loops.

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"warren/api"
@@ -58,6 +59,10 @@ type Config struct {
 	// EventsKept how many at most (docs/API.md, "Events").
 	EventsWindow time.Duration
 	EventsKept   int64
+	// DefaultPausedTTL is how long a paused sandbox is kept when its
+	// lifecycle does not say; MaxPausedTTL the most it may say.
+	DefaultPausedTTL time.Duration
+	MaxPausedTTL     time.Duration
 	// ReapEvery is how often expired sandboxes are looked for.
 	ReapEvery time.Duration
 	// StartTimeout bounds a sandbox's start, agent readiness included.
@@ -86,10 +91,14 @@ func DefaultConfig() Config {
 		MaxPids:         65536,
 		MaxDiskMB:       256 << 10,
 		KeepFinal:       time.Hour,
-		EventsWindow:    time.Hour,
-		EventsKept:      100000,
-		ReapEvery:       time.Second,
-		StartTimeout:    30 * time.Second,
+		// A sleeping sandbox costs the blob store its disk's changes and
+		// nothing else: a week by default, as long as a month.
+		DefaultPausedTTL: 7 * 24 * time.Hour,
+		MaxPausedTTL:     30 * 24 * time.Hour,
+		EventsWindow:     time.Hour,
+		EventsKept:       100000,
+		ReapEvery:        time.Second,
+		StartTimeout:     30 * time.Second,
 	}
 }
 
@@ -106,6 +115,7 @@ func (c Config) withDefaults() Config {
 	for _, p := range []struct{ v, def *time.Duration }{
 		{&c.DefaultTTL, &d.DefaultTTL}, {&c.MaxTTL, &d.MaxTTL}, {&c.KeepFinal, &d.KeepFinal},
 		{&c.EventsWindow, &d.EventsWindow}, {&c.ReapEvery, &d.ReapEvery}, {&c.StartTimeout, &d.StartTimeout},
+		{&c.DefaultPausedTTL, &d.DefaultPausedTTL}, {&c.MaxPausedTTL, &d.MaxPausedTTL},
 	} {
 		if *p.v == 0 {
 			*p.v = *p.def
@@ -168,10 +178,12 @@ type Manager struct {
 	deps Deps
 	cfg  Config
 
-	mu   sync.Mutex       // guards live and arriving
+	mu   sync.Mutex       // guards live, arriving and wakes
 	live map[string]*live // sandboxes this process runs, by ID
-	// arriving are the moved sandboxes being started here (move.go).
+	// arriving are the moved sandboxes being started here (move.go), and
+	// wakes the paused ones being woken here (pause.go).
 	arriving map[string]bool
+	wakes    map[string]*waking
 
 	// ledger holds what the node's sandboxes claim of it.
 	ledger *ledger
@@ -211,6 +223,55 @@ type live struct {
 	every         time.Duration
 	checkpointed  time.Time
 	checkpointing bool
+	// lifecycle is its record's: how it sleeps and wakes. used counts the
+	// calls that use it (activity). stopping is set (under Manager.mu)
+	// once a pause without memory stops it: its exit is no failure;
+	// timingOut while its lifecycle pauses or ends it.
+	lifecycle api.Lifecycle
+	used      activity
+	stopping  bool
+	timingOut bool
+}
+
+// newLive is running sandbox rec as the node holds it.
+func newLive(rec *store.Sandbox, rt runtime.Runtime, inst runtime.Instance, conn *agentconn.Conn) *live {
+	l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, every: rec.CheckpointEvery,
+		checkpointed: time.Now(), lifecycle: rec.Lifecycle}
+	l.used.touch()
+	return l
+}
+
+// activity is what uses a sandbox: calls in flight, and when the last one
+// ended (Unix nanoseconds). Its zero value is unused since ever.
+type activity struct {
+	inflight atomic.Int64
+	last     atomic.Int64
+}
+
+// hold counts a call that uses the sandbox until ctx ends (its request is
+// answered, or its stream closed).
+func (a *activity) hold(ctx context.Context) { context.AfterFunc(ctx, a.begin()) }
+
+// begin counts a use of the sandbox until end is called (once).
+func (a *activity) begin() (end func()) {
+	a.inflight.Add(1)
+	a.touch()
+	return sync.OnceFunc(func() {
+		a.touch()
+		a.inflight.Add(-1)
+	})
+}
+
+// touch records a use of the sandbox now.
+func (a *activity) touch() { a.last.Store(time.Now().UnixNano()) }
+
+// idle is how long the sandbox has gone unused at now: 0 while a call is
+// in flight.
+func (a *activity) idle(now time.Time) time.Duration {
+	if a.inflight.Load() > 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, a.last.Load())))
 }
 
 // New makes the manager, reconciles the store with what is running on the
@@ -231,7 +292,7 @@ func New(ctx context.Context, deps Deps, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}, arriving: map[string]bool{},
+	m := &Manager{log: deps.Log, deps: deps, cfg: cfg.withDefaults(), live: map[string]*live{}, arriving: map[string]bool{}, wakes: map[string]*waking{},
 		pools: map[poolKey]*warm{}, images: imgs}
 	capacity, adm := newCapacity(deps.Host, m.cfg.Admission)
 	m.cfg.Admission = adm
@@ -358,17 +419,52 @@ func (m *Manager) List(ctx context.Context, tenant string, states []string, page
 	return out, nil
 }
 
-// Agent returns the connection to a running sandbox's guest agent.
+// Agent returns the connection to a running sandbox's guest agent, for a
+// call that uses it until ctx ends: a paused sandbox with auto_resume
+// wakes first.
 func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agentconn.Conn, error) {
-	l, err := m.running(ctx, tenant, id)
+	l, err := m.use(ctx, tenant, id, "a call to its agent")
 	if err != nil {
 		return nil, err
 	}
 	return l.conn, nil
 }
 
-// running returns one of tenant's running sandboxes; not_found or conflict
-// otherwise.
+// use returns one of tenant's running sandboxes for a call (what, for a
+// wake's reason) that uses it until ctx ends; a paused one whose lifecycle
+// says auto_resume wakes first, and any other is a conflict naming its
+// state.
+func (m *Manager) use(ctx context.Context, tenant, id, what string) (*live, error) {
+	for range 3 {
+		m.mu.Lock()
+		l := m.live[id]
+		ok := l != nil && l.tenant == tenant && !l.deleting
+		paused := ok && l.paused
+		m.mu.Unlock()
+		if ok && !paused {
+			l.used.hold(ctx)
+			return l, nil
+		}
+		rec, err := m.record(ctx, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !paused && rec.State != api.StatePaused:
+			return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
+		case !rec.Lifecycle.AutoResume:
+			return nil, api.Errorf(api.CodeConflict, "sandbox %s is paused: resume it first (or create it with auto_resume)", id)
+		}
+		_, err = m.resume(ctx, tenant, id, store.Cause{Auto: true, Reason: what})
+		if err != nil && !api.IsCode(err, api.CodeConflict) {
+			return nil, err
+		}
+	}
+	return nil, api.Errorf(api.CodeConflict, "sandbox %s did not stay awake for the call: retry", id)
+}
+
+// running returns one of tenant's running sandboxes, as it is: not_found
+// or conflict otherwise.
 func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error) {
 	l, err := m.alive(ctx, tenant, id, api.StateRunning)
 	if err != nil {
@@ -425,5 +521,6 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 	if r.Restored != nil && !r.Restored.At.IsZero() {
 		v.Restored = r.Restored
 	}
+	v.Lifecycle, v.Paused = r.Lifecycle, r.Paused
 	return v
 }

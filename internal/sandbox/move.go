@@ -8,6 +8,7 @@ import (
 
 	"warren/api"
 	"warren/internal/runtime"
+	"warren/internal/snapshot"
 	"warren/internal/store"
 )
 
@@ -190,26 +191,68 @@ func (m *Manager) failMoved(ctx context.Context, rec store.Sandbox, reason strin
 // it is thawed, so nothing it writes after the snapshot is acknowledged;
 // once that snapshot is durable, its record is moved (with no node, for
 // a control replica to place) and the node lets go of it; an always-on
-// sandbox's volume is flushed instead, and handed over. A paused sandbox,
-// and one with a workspace disk, stay. It returns how many moved.
+// sandbox's volume is flushed instead, and handed over. A paused one the
+// node holds is let go of, to wake elsewhere from its pause snapshot
+// without its memory. One with a workspace disk stays. It returns how
+// many moved.
 func (m *Manager) Drain(ctx context.Context, reason string) int {
 	m.mu.Lock()
 	ls := map[string]*live{}
 	for id, l := range m.live {
-		if !l.deleting && !l.paused {
+		if !l.deleting {
 			ls[id] = l
 		}
 	}
 	m.mu.Unlock()
 	moved := 0
 	for id, l := range ls {
-		if err := m.moveAway(ctx, id, l, reason); err != nil {
+		m.mu.Lock()
+		paused := l.paused
+		m.mu.Unlock()
+		move := m.moveAway
+		if paused {
+			move = m.letGo
+		}
+		if err := move(ctx, id, l, reason); err != nil {
 			m.log.Warn("sandbox not drained", "sandbox", id, "err", err)
 			continue
 		}
 		moved++
 	}
 	return moved
+}
+
+// letGo drains paused sandbox id, which this node holds (l): it sleeps on
+// from its pause snapshot, held by none, for the node a wake is placed on;
+// its memory is lost (store.Unhold).
+func (m *Manager) letGo(ctx context.Context, id string, l *live, reason string) error {
+	ctx = context.WithoutCancel(ctx)
+	l.op.Lock()
+	defer l.op.Unlock()
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !rec.Held() || rec.Paused == nil {
+		return fmt.Errorf("it stays: it is %s", rec.State)
+	}
+	m.mu.Lock()
+	if l.deleting || m.live[id] != l {
+		m.mu.Unlock()
+		return errors.New("it is being deleted")
+	}
+	l.deleting = true // the drain owns it: its exit is no failure
+	delete(m.live, id)
+	m.mu.Unlock()
+	if _, err := m.deps.Store.Unhold(ctx, rec, "", reason); err != nil {
+		m.mu.Lock()
+		l.deleting = false
+		m.live[id] = l
+		m.mu.Unlock()
+		return err
+	}
+	m.log.Info("paused sandbox let go: it wakes on another node", "sandbox", id, "snapshot", rec.Paused.Snapshot)
+	return m.release(ctx, id, l, false)
 }
 
 // moveAway drains one sandbox (Drain).
@@ -237,18 +280,7 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 	if alwaysOn(&rec) {
 		return m.moveVolumeAway(ctx, id, l, mountpoint, reason)
 	}
-	stopped := false
-	freeze := func(ctx context.Context) (func() error, error) {
-		thaw, err := l.inst.Freeze(ctx, mountpoint)
-		if err != nil {
-			return nil, err
-		}
-		return func() error {
-			stopped = true
-			return stopThenThaw(ctx, l, thaw)
-		}, nil
-	}
-	sn, err := m.deps.Snapshots.Take(ctx, src, freeze)
+	sn, stopped, err := m.finalSnapshot(ctx, src, mountpoint, l)
 	if err != nil && !stopped {
 		// Refused before anything stopped it: it runs on here.
 		m.mu.Lock()
@@ -256,15 +288,6 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 		m.live[id] = l
 		m.mu.Unlock()
 		return fmt.Errorf("final snapshot: %w", err)
-	}
-	l.conn.Close()
-	if err == nil {
-		wctx, cancel := context.WithTimeout(ctx, defaultSnapshotWait)
-		sn, err = m.deps.Snapshots.Wait(wctx, sn.ID)
-		cancel()
-	}
-	if err == nil && sn.State != api.SnapshotDurable {
-		err = errors.New(sn.Error)
 	}
 	if err != nil {
 		// It keeps its disk, as a sandbox that failed does: a snapshot of
@@ -292,6 +315,47 @@ func (m *Manager) moveAway(ctx context.Context, id string, l *live, reason strin
 	m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
 	m.log.Info("sandbox drained", "sandbox", id, "snapshot", sn.ID)
 	return m.release(ctx, id, nil, false)
+}
+
+// finalSnapshot takes the last snapshot of sandbox l's disk src, mounted
+// at mountpoint, which the caller owns (out of the live map): its
+// filesystem frozen and the sandbox stopped before the thaw, so nothing it
+// writes after the snapshot is acknowledged; then it waits until the
+// snapshot is durable. stopped says whether the sandbox stopped: an error
+// before it did leaves it running.
+func (m *Manager) finalSnapshot(ctx context.Context, src snapshot.Source, mountpoint string, l *live) (_ store.Snapshot, stopped bool, _ error) {
+	freeze := func(ctx context.Context) (func() error, error) {
+		thaw, err := l.inst.Freeze(ctx, mountpoint)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			stopped = true
+			return stopThenThaw(ctx, l, thaw)
+		}, nil
+	}
+	sn, err := m.deps.Snapshots.Take(ctx, src, freeze)
+	if err != nil && !stopped {
+		return sn, false, err
+	}
+	l.conn.Close()
+	if err != nil {
+		return sn, true, err
+	}
+	sn, err = m.durable(ctx, sn)
+	return sn, true, err
+}
+
+// durable waits until snapshot sn is durable: an error when it failed, or
+// did not get there within defaultSnapshotWait.
+func (m *Manager) durable(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+	wctx, cancel := context.WithTimeout(ctx, defaultSnapshotWait)
+	defer cancel()
+	sn, err := m.deps.Snapshots.Wait(wctx, sn.ID)
+	if err == nil && sn.State != api.SnapshotDurable {
+		err = errors.New(sn.Error)
+	}
+	return sn, err
 }
 
 // moveVolumeAway drains always-on sandbox id, which the drain owns: its

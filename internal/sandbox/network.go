@@ -222,11 +222,12 @@ func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.Netwo
 // networking. Nothing listening on the port is an error that matches
 // syscall.ECONNREFUSED.
 func (m *Manager) DialPort(ctx context.Context, tenant, id string, port int) (net.Conn, error) {
-	if _, err := m.running(ctx, tenant, id); err != nil {
-		return nil, err
-	}
 	if port < 1 || port > 65535 {
 		return nil, api.Errorf(api.CodeBadRequest, "port must be between 1 and 65535, got %d", port)
+	}
+	l, err := m.use(ctx, tenant, id, fmt.Sprintf("a request to its port %d", port))
+	if err != nil {
+		return nil, err
 	}
 	if m.deps.Network == nil {
 		return nil, api.Errorf(api.CodeConflict, "this node has no sandbox networking: ports cannot be reached")
@@ -239,5 +240,17 @@ func (m *Manager) DialPort(ctx context.Context, tenant, id string, port int) (ne
 	if err != nil {
 		return nil, fmt.Errorf("dial port %d of %s: %w", port, id, err)
 	}
-	return c, nil
+	return &usedConn{Conn: c, end: l.used.begin()}, nil
+}
+
+// usedConn is a connection to a sandbox's port, which uses the sandbox
+// until it is closed.
+type usedConn struct {
+	net.Conn
+	end func()
+}
+
+func (c *usedConn) Close() error {
+	c.end()
+	return c.Conn.Close()
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,28 +9,39 @@ import (
 
 	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
+	"warren/internal/metrics"
+	"warren/internal/reqid"
 	"warren/internal/runtime"
+	"warren/internal/snapshot"
 	"warren/internal/store"
 )
 
-// Pause stops a running sandbox with its memory (a runtime that implements
-// runtime.Pauser: vm and gvisor); its processes carry on from where they
-// were at Resume. CodeConflict for a sandbox that is not
-// running or whose runtime cannot pause.
+// Sleep and wake (docs/API.md, "Pause, sleep and wake"). Every pause is
+// durable: the sandbox's root disk reaches the blob store as a snapshot,
+// recorded as its checkpoint, before the pause is done, so a paused
+// sandbox wakes under its ID with its files, on its node or on any other.
+// A runtime with memory checkpoints (runtime.Pauser: vm, gvisor) keeps its
+// processes too, held on its node, and resumes them where they were; a
+// container stops, the node lets go of it, and it wakes from its disk with
+// its processes started again, which its record says (api.Paused.Memory).
+
+// Pause pauses a running sandbox at its owner's request.
 func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, error) {
 	l, err := m.running(ctx, tenant, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	p, ok := l.inst.(runtime.Pauser)
-	if !ok {
-		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s runs in the %s runtime, which cannot pause with memory (vm and gvisor sandboxes can)", id, l.rt.Name())
-	}
+	return m.pause(ctx, id, l, api.Paused{Reason: "requested"})
+}
+
+// pause pauses sandbox id (l) for why: its Reason, and Auto when its
+// lifecycle asks.
+func (m *Manager) pause(ctx context.Context, id string, l *live, why api.Paused) (api.Sandbox, error) {
 	l.op.Lock()
 	defer l.op.Unlock()
 	m.mu.Lock()
 	switch {
-	case l.deleting:
+	case l.deleting || m.live[id] != l:
 		m.mu.Unlock()
 		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
 	case l.paused:
@@ -38,76 +50,357 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (api.Sandbox, er
 	}
 	l.paused = true // no new agent calls from here on
 	m.mu.Unlock()
-
 	// A caller that leaves must not leave a half-paused sandbox.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	t0 := time.Now()
-	if err := p.Pause(pctx); err != nil {
-		m.mu.Lock()
-		l.paused = false
-		m.mu.Unlock()
-		return api.Sandbox{}, m.failedOp(l, id, "pause", err)
-	}
-	took := time.Since(t0)
-	rec, err := m.setState(ctx, l, id, api.StatePaused)
+	rec, err := m.pauseDurably(ctx, id, l, why)
 	if err != nil {
+		m.mu.Lock()
+		if m.live[id] == l {
+			l.paused = false
+		}
+		m.mu.Unlock()
 		return api.Sandbox{}, err
 	}
-	m.log.Info("sandbox paused", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
+	m.observe(metrics.OpPause, t0)
+	m.log.Info("sandbox paused", "sandbox", id, "memory", rec.Paused.Memory, "snapshot", rec.Paused.Snapshot,
+		"auto", why.Auto, "reason", why.Reason, "took", time.Since(t0))
 	return m.view(rec), nil
 }
 
-// Resume runs a paused sandbox again from its saved memory. CodeConflict for
-// a sandbox that is not paused. If the runtime fails before the guest ran
-// again the sandbox stays paused; else it is lost (marked failed).
-func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
-	l, err := m.alive(ctx, tenant, id, api.StatePaused)
+// pauseDurably pauses sandbox id (l, flagged paused): with its memory when
+// its runtime can, else by a final snapshot and a stop. An error leaves it
+// running, unless it says the sandbox was lost.
+func (m *Manager) pauseDurably(ctx context.Context, id string, l *live, why api.Paused) (store.Sandbox, error) {
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
 	if err != nil {
-		return api.Sandbox{}, err
+		return store.Sandbox{}, err
 	}
-	p, ok := l.inst.(runtime.Pauser)
-	if !ok {
-		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
+	switch {
+	case rec.WorkspaceMB > 0:
+		return store.Sandbox{}, api.Errorf(api.CodeConflict,
+			"sandbox %s has a workspace disk, which a pause does not keep: snapshot it (scope workspace) instead", id)
+	case alwaysOn(&rec):
+		return store.Sandbox{}, api.Errorf(api.CodeConflict,
+			"sandbox %s has an always-on disk, whose every flushed write is kept already: it cannot pause", id)
 	}
+	src, mountpoint, err := m.snapshotSource(rec, api.ScopeRoot)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	why.At = time.Now()
+	if p, ok := l.inst.(runtime.Pauser); ok {
+		return m.pauseHeld(ctx, id, l, p, rec, src, mountpoint, why)
+	}
+	return m.pauseStopped(ctx, id, l, rec, src, mountpoint, why)
+}
+
+// pauseHeld pauses sandbox id with its memory: its disk snapshotted
+// (quiesced, as any snapshot), then its runtime pauses it, and the pause
+// is recorded once the snapshot is durable. A snapshot that does not get
+// there resumes it: a pause that is not durable is none.
+func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.Pauser, rec store.Sandbox,
+	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
+	sn, err := m.deps.Snapshots.Take(ctx, src, func(ctx context.Context) (func() error, error) {
+		return l.inst.Quiesce(ctx, mountpoint)
+	})
+	if err != nil {
+		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
+	}
+	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
+	defer cancel()
+	if err := p.Pause(pctx); err != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
+	}
+	if sn, err = m.durable(ctx, sn); err != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		if rerr := p.Resume(pctx); rerr != nil {
+			if m.gone(id, l) {
+				return store.Sandbox{}, m.failedOp(l, id, "pause", rerr)
+			}
+			m.lost(ctx, id, l, "its pause failed and it could not run again")
+			return store.Sandbox{}, fmt.Errorf("pause sandbox %s: its disk snapshot: %w; resume: %w", id, err, rerr)
+		}
+		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot did not reach the blob store, so it runs on: %w", err))
+	}
+	why.Memory, why.Snapshot = true, sn.ID
+	return m.recordPaused(ctx, rec, sn, why, l.inst.State())
+}
+
+// pauseStopped pauses sandbox id, whose runtime keeps no memory, by a
+// final snapshot (frozen, then stopped) and lets go of it: it holds
+// nothing of the node while it sleeps.
+func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec store.Sandbox,
+	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
+	m.mu.Lock()
+	l.stopping = true
+	m.mu.Unlock()
+	sn, stopped, err := m.finalSnapshot(ctx, src, mountpoint, l)
+	if err != nil && !stopped {
+		m.mu.Lock()
+		l.stopping = false
+		m.mu.Unlock()
+		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
+	}
+	if err != nil {
+		if m.gone(id, l) {
+			return store.Sandbox{}, m.failedOp(l, id, "pause", err)
+		}
+		m.lost(ctx, id, l, "its pause stopped it and its disk snapshot failed")
+		return store.Sandbox{}, fmt.Errorf("pause sandbox %s: its disk snapshot: %w", id, err)
+	}
+	why.Snapshot = sn.ID
+	paused, err := m.recordPaused(ctx, rec, sn, why, nil)
+	m.mu.Lock()
+	if m.live[id] == l {
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return store.Sandbox{}, err // a delete won, and tore it down
+	}
+	if err := m.release(ctx, id, nil, false); err != nil {
+		m.log.Warn("what a paused sandbox left on the node", "sandbox", id, "err", err)
+	}
+	return paused, nil
+}
+
+// lost ends sandbox id (l) that a pause left unable to run: it failed,
+// keeping its disk (teardown) for a snapshot to save its work.
+func (m *Manager) lost(ctx context.Context, id string, l *live, reason string) {
+	m.mu.Lock()
+	l.deleting = true
+	if m.live[id] == l {
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	m.teardown(ctx, id, l, api.StateFailed, reason)
+}
+
+// recordPaused moves sandbox rec, running, to paused with its durable
+// snapshot sn as its checkpoint (the one before it goes) and runtime
+// state state (nil: no node holds it). A delete that got there first wins:
+// the snapshot goes, and the answer is a conflict.
+func (m *Manager) recordPaused(ctx context.Context, rec store.Sandbox, sn store.Snapshot, why api.Paused, state []byte) (store.Sandbox, error) {
+	expires := time.Now().Add(time.Duration(rec.Lifecycle.PausedTTLSeconds) * time.Second)
+	if rec.Lifecycle.PausedTTLSeconds == 0 {
+		expires = time.Now().Add(m.cfg.DefaultPausedTTL)
+	}
+	paused, err := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StateRunning}, To: api.StatePaused, RuntimeState: state, Expires: &expires,
+		Paused: &why, Checkpoint: &api.Checkpoint{Snapshot: sn.ID, At: sn.CreatedAt},
+	})
+	if err != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		if errors.Is(err, store.ErrTransition) {
+			return store.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s: it was deleted while it paused", rec.ID, paused.State)
+		}
+		return store.Sandbox{}, fmt.Errorf("record sandbox %s paused: %w", rec.ID, err)
+	}
+	if rec.Checkpoint != sn.ID {
+		m.dropCheckpoint(ctx, rec.Tenant, rec.Checkpoint)
+	}
+	return paused, nil
+}
+
+// Resume wakes a paused sandbox at its owner's request.
+func (m *Manager) Resume(ctx context.Context, tenant, id string) (api.Sandbox, error) {
+	return m.resume(ctx, tenant, id, store.Cause{Reason: "requested"})
+}
+
+// resume wakes paused sandbox id for cause: in place when this node holds
+// it, else from its pause snapshot, here. Calls at once wait for one wake.
+// CodeConflict for a sandbox that is not paused, or sleeps held by
+// another node.
+func (m *Manager) resume(ctx context.Context, tenant, id string, cause store.Cause) (api.Sandbox, error) {
+	// A caller that leaves must not leave a half-woken sandbox.
+	ctx = context.WithoutCancel(ctx)
+	for range 3 {
+		m.mu.Lock()
+		l := m.live[id]
+		ok := l != nil && l.tenant == tenant && !l.deleting
+		m.mu.Unlock()
+		if ok {
+			sb, again, err := m.resumeHeld(ctx, id, l, cause)
+			if again {
+				continue // a pause let go of it meanwhile
+			}
+			return sb, err
+		}
+		rec, err := m.record(ctx, tenant, id)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		switch {
+		case rec.State != api.StatePaused:
+			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, rec.State)
+		case rec.Held() || (rec.Node != "" && rec.Node != m.deps.NodeID):
+			return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s sleeps on node %s, not on this one (%s): retry", id, rec.Node, m.deps.NodeID)
+		}
+		sb, err := m.wakeOnce(ctx, rec, cause)
+		if errors.Is(err, store.ErrTransition) {
+			continue // its record moved on meanwhile: read it again
+		}
+		return sb, err
+	}
+	return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s changed while it was woken: retry", id)
+}
+
+// resumeHeld resumes sandbox id, which this node holds (l), in place;
+// again says l is no longer the sandbox (a pause without memory let go of
+// it) and the caller should look again.
+func (m *Manager) resumeHeld(ctx context.Context, id string, l *live, cause store.Cause) (_ api.Sandbox, again bool, _ error) {
 	l.op.Lock()
 	defer l.op.Unlock()
 	m.mu.Lock()
-	switch {
-	case l.deleting:
-		m.mu.Unlock()
-		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
-	case !l.paused:
-		m.mu.Unlock()
-		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
-	}
+	gone, deleting, paused := m.live[id] != l, l.deleting, l.paused
 	m.mu.Unlock()
-
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	switch {
+	case gone && !deleting:
+		return api.Sandbox{}, true, nil
+	case deleting:
+		return api.Sandbox{}, false, api.Errorf(api.CodeConflict, "sandbox %s is being deleted", id)
+	case !paused:
+		return api.Sandbox{}, false, api.Errorf(api.CodeConflict, "sandbox %s is not paused (state %s)", id, api.StateRunning)
+	}
+	p, ok := l.inst.(runtime.Pauser)
+	if !ok {
+		return api.Sandbox{}, false, fmt.Errorf("sandbox %s: paused in a runtime that cannot resume", id)
+	}
+	rctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
 	t0 := time.Now()
 	if err := p.Resume(rctx); err != nil {
-		return api.Sandbox{}, m.failedOp(l, id, "resume", err)
+		return api.Sandbox{}, false, m.failedOp(l, id, "resume", err)
 	}
-	took := time.Since(t0)
 	m.mu.Lock()
 	l.paused = false
 	m.mu.Unlock()
-	rec, err := m.setState(ctx, l, id, api.StateRunning)
+	l.used.touch()
+	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	if err == nil {
+		expires := time.Now().Add(cmp.Or(rec.Timeout, m.cfg.DefaultTTL))
+		rec, err = m.deps.Store.Transition(ctx, id, store.Transition{
+			From: []string{api.StatePaused}, To: api.StateRunning, RuntimeState: l.inst.State(), Expires: &expires, Cause: &cause,
+		})
+	}
+	switch {
+	case errors.Is(err, store.ErrTransition):
+		return api.Sandbox{}, false, api.Errorf(api.CodeConflict, "sandbox %s is %s: it was deleted while it resumed", id, rec.State)
+	case err != nil:
+		return api.Sandbox{}, false, fmt.Errorf("record sandbox %s running: %w", id, err)
+	}
+	if err := m.setClock(rctx, l, rec); err != nil {
+		return api.Sandbox{}, false, m.failedOp(l, id, "resume", err)
+	}
+	m.observe(metrics.OpResume, t0)
+	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "auto", cause.Auto, "reason", cause.Reason, "took", time.Since(t0))
+	return m.view(rec), false, nil
+}
+
+// waking is one wake of a sandbox from its pause snapshot, which the
+// calls that want it at once wait for.
+type waking struct {
+	done chan struct{}
+	sb   api.Sandbox
+	err  error
+}
+
+// wakeOnce wakes sandbox rec from its pause snapshot, here, or waits for
+// the wake already under way.
+func (m *Manager) wakeOnce(ctx context.Context, rec store.Sandbox, cause store.Cause) (api.Sandbox, error) {
+	m.mu.Lock()
+	w := m.wakes[rec.ID]
+	if w != nil {
+		m.mu.Unlock()
+		<-w.done
+		return w.sb, w.err
+	}
+	w = &waking{done: make(chan struct{})}
+	m.wakes[rec.ID] = w
+	m.mu.Unlock()
+	w.sb, w.err = m.wake(ctx, rec, cause)
+	m.mu.Lock()
+	delete(m.wakes, rec.ID)
+	m.mu.Unlock()
+	close(w.done)
+	return w.sb, w.err
+}
+
+// wake starts paused sandbox rec, which no node holds, on this node from
+// its pause snapshot, under its ID: admitted, claimed (paused → starting,
+// its node this one), started as a restore is. A wake that cannot start
+// leaves it paused, saying why; a delete meanwhile wins.
+func (m *Manager) wake(ctx context.Context, rec store.Sandbox, cause store.Cause) (api.Sandbox, error) {
+	t0 := time.Now()
+	rt := m.runtimeNamed(rec.Runtime)
+	if rt == nil {
+		return api.Sandbox{}, api.Errorf(api.CodeUnavailable, "sandbox %s sleeps in the %s runtime, which node %s does not have", rec.ID, rec.Runtime, m.deps.NodeID)
+	}
+	sn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, rec.Paused.Snapshot)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("wake sandbox %s: its pause snapshot %s: %w", rec.ID, rec.Paused.Snapshot, err)
+	}
+	if sn.State != api.SnapshotDurable {
+		return api.Sandbox{}, fmt.Errorf("wake sandbox %s: its pause snapshot %s is %s", rec.ID, sn.ID, sn.State)
+	}
+	if err := m.admitMoved(rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			m.ledger.release(rec.ID)
+		}
+	}()
+	self := m.deps.NodeID
+	expires := time.Now().Add(cmp.Or(rec.Timeout, m.cfg.DefaultTTL))
+	claimed, err := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StatePaused}, To: api.StateStarting, Version: rec.Version, Node: &self, Expires: &expires, Cause: &cause,
+	})
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := m.wake(rctx, l, rec); err != nil {
-		return api.Sandbox{}, m.failedOp(l, id, "resume", err)
+	image, err := m.deps.Snapshots.Materialize(ctx, sn)
+	if err == nil {
+		err = m.start(ctx, rt, &claimed, source{template: rec.Template, image: image, size: sn.DiskBytes, origin: sn.ID})
 	}
-	m.log.Info("sandbox resumed", "sandbox", id, "memory_mb", rec.MemoryMB, "took", took)
-	return m.view(rec), nil
+	if err != nil {
+		return api.Sandbox{}, m.wakeFailed(ctx, rec, err)
+	}
+	started = true
+	m.observe(metrics.OpWake, t0)
+	m.log.Info("sandbox woke from its pause snapshot", "sandbox", rec.ID, "snapshot", sn.ID,
+		"auto", cause.Auto, "reason", cause.Reason, "took", time.Since(t0))
+	return m.view(claimed), nil
 }
 
-// wake steps the clock of sandbox l (rec), which stood still while its
+// wakeFailed puts sandbox rec, whose wake failed with err, back to sleep
+// as it was (its record says why it did not wake), unless a delete ended
+// it meanwhile; the answer is the caller's.
+func (m *Manager) wakeFailed(ctx context.Context, rec store.Sandbox, err error) error {
+	if ended := (*endedWhileStarting)(nil); errors.As(err, &ended) {
+		return api.Errorf(api.CodeConflict, "sandbox %s ended while it woke: it is %s", rec.ID, ended.state)
+	}
+	m.log.Warn("sandbox did not wake; it sleeps on", "sandbox", rec.ID, "request_id", reqid.From(ctx), "err", err)
+	_, terr := m.deps.Store.Transition(ctx, rec.ID, store.Transition{
+		From: []string{api.StateStarting}, To: api.StatePaused, Node: &rec.Node, Expires: &rec.ExpiresAt,
+		Paused: rec.Paused, Error: "its last wake failed: " + startReason(ctx, err, m.cfg.StartTimeout),
+	})
+	switch {
+	case errors.Is(terr, store.ErrTransition):
+		return api.Errorf(api.CodeConflict, "sandbox %s ended while it woke", rec.ID)
+	case terr != nil:
+		m.log.Error("record a sandbox back to sleep", "sandbox", rec.ID, "err", terr)
+	}
+	return fmt.Errorf("wake sandbox %s: %w", rec.ID, err)
+}
+
+// setClock steps the clock of sandbox l (rec), which stood still while its
 // machine was paused or held, to the host's, when it keeps a clock of its
 // own. Its identity is sent as it was, and its agent keeps it.
-func (m *Manager) wake(ctx context.Context, l *live, rec store.Sandbox) error {
+func (m *Manager) setClock(ctx context.Context, l *live, rec store.Sandbox) error {
 	if !ownsClock(l.inst) {
 		return nil
 	}
@@ -135,23 +428,3 @@ func (m *Manager) failedOp(l *live, id, op string, err error) error {
 // pauseTimeout bounds a pause or a resume (a memory save or load under TCG
 // takes seconds per GiB).
 const pauseTimeout = 2 * time.Minute
-
-// setState moves a live sandbox between running and paused, recording its
-// runtime state. A teardown that got there first wins: the move is refused
-// and the record says how the sandbox ended.
-func (m *Manager) setState(ctx context.Context, l *live, id, state string) (store.Sandbox, error) {
-	from := api.StateRunning
-	if state == api.StateRunning {
-		from = api.StatePaused
-	}
-	rec, err := m.deps.Store.Transition(context.WithoutCancel(ctx), id, store.Transition{
-		From: []string{from}, To: state, RuntimeState: l.inst.State(),
-	})
-	if errors.Is(err, store.ErrTransition) {
-		return rec, nil
-	}
-	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("record sandbox %s %s: %w", id, state, err)
-	}
-	return rec, nil
-}

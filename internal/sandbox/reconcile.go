@@ -39,6 +39,9 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if !slices.Contains(store.OnNode, rec.State) {
 			continue // final, or moving: the moves loop starts it if it is placed here
 		}
+		if rec.State == api.StatePaused && !rec.Held() {
+			continue // asleep in the blob store: nothing of it runs here
+		}
 		log := m.log.With("sandbox", rec.ID)
 		rt := m.runtimeNamed(rec.Runtime)
 		if rt == nil {
@@ -82,8 +85,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			m.lose(ctx, rec, &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn}, "its agent stopped answering while the daemon was down")
 			continue
 		}
-		l := &live{tenant: rec.Tenant, rt: rt, inst: inst, conn: conn, paused: paused,
-			every: rec.CheckpointEvery, checkpointed: cmp.Or(rec.CheckpointAt, time.Now())}
+		l := newLive(&rec, rt, inst, conn)
+		l.paused, l.checkpointed = paused, cmp.Or(rec.CheckpointAt, l.checkpointed)
 		m.live[rec.ID] = l
 		m.ledger.restore(rec.ID, claimOf(rec))
 		keep[rec.ID] = true
@@ -125,10 +128,12 @@ func (m *Manager) reconcile(ctx context.Context) error {
 // lose ends sandbox rec, which the node lost (it stopped while the
 // daemon was down, or while it was starting; l is what is left of it, if
 // anything), for reason: a movable one (store.Movable) starts again here
-// from its checkpoint, by the moves loop; any other fails, as teardown
+// from its checkpoint, by the moves loop; a paused one sleeps on, held by
+// none, and wakes from its pause snapshot; any other fails, as teardown
 // records it.
 func (m *Manager) lose(ctx context.Context, rec store.Sandbox, l *live, reason string) {
-	if snap, _ := store.Movable(rec); snap == "" {
+	asleep := rec.State == api.StatePaused && rec.Paused != nil
+	if snap, _ := store.Movable(rec); snap == "" && !asleep {
 		m.teardown(ctx, rec.ID, l, api.StateFailed, reason)
 		return
 	}
@@ -139,7 +144,7 @@ func (m *Manager) lose(ctx context.Context, rec store.Sandbox, l *live, reason s
 		m.log.Error("record a lost sandbox moving", "sandbox", rec.ID, "err", err)
 		return
 	}
-	m.log.Warn("sandbox lost; it starts again from its checkpoint", "sandbox", rec.ID, "reason", reason)
+	m.log.Warn("sandbox lost; it starts again from its checkpoint (a paused one when woken)", "sandbox", rec.ID, "reason", reason)
 }
 
 func (m *Manager) runtimeNamed(name string) runtime.Runtime {

@@ -361,7 +361,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, req api.ForkReque
 	}
 	sn, err := m.snapshot(ctx, tenant, id, api.CreateSnapshotRequest{}, quiesce)
 	if live {
-		err = errors.Join(err, m.wake(ctx, l, rec))
+		err = errors.Join(err, m.setClock(ctx, l, rec))
 	}
 	if err != nil {
 		return api.ForkResult{}, err
@@ -420,6 +420,9 @@ func inherit(spec api.SandboxSpec, rec store.Sandbox, maxTTL time.Duration) api.
 	}
 	if spec.Persistence == "" {
 		spec.Persistence = rec.Persistence
+	}
+	if spec.Lifecycle == (api.Lifecycle{}) {
+		spec.Lifecycle = rec.Lifecycle
 	}
 	if spec.Env == nil {
 		spec.Env = rec.Env

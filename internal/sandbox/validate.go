@@ -80,6 +80,13 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	case persistence == api.PersistenceAlways && every != 0:
 		return bad("checkpoint_every_seconds cannot be set for an always-on disk: every write it flushes is kept already")
 	}
+	lc, err := m.validLifecycle(req.Lifecycle)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if lc.OnTimeout == api.OnTimeoutPause && (req.WorkspaceMB != 0 || persistence == api.PersistenceAlways) {
+		return bad("on_timeout %q cannot be set for a sandbox with a workspace disk or an always-on disk: neither can pause", api.OnTimeoutPause)
+	}
 	if err := validEnv(req.Env); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -96,8 +103,32 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 		CPUs: cpus, MemoryMB: mem, Pids: pids, DiskMB: diskMB, WorkspaceMB: req.WorkspaceMB,
 		Env: req.Env, Metadata: req.Metadata, Network: netPol,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), CheckpointEvery: time.Duration(every) * time.Second,
-		Persistence: persistence,
+		Persistence: persistence, Lifecycle: lc, Timeout: ttl,
 	}, nil
+}
+
+// validLifecycle checks a sandbox's lifecycle and fills in the paused TTL.
+func (m *Manager) validLifecycle(lc api.Lifecycle) (api.Lifecycle, error) {
+	bad := func(format string, args ...any) (api.Lifecycle, error) {
+		return api.Lifecycle{}, api.Errorf(api.CodeBadRequest, format, args...)
+	}
+	if lc.OnTimeout != "" && lc.OnTimeout != api.OnTimeoutDelete && lc.OnTimeout != api.OnTimeoutPause {
+		return bad("on_timeout must be %q or %q, got %q", api.OnTimeoutDelete, api.OnTimeoutPause, lc.OnTimeout)
+	}
+	lc.OnTimeout = cmp.Or(lc.OnTimeout, api.OnTimeoutDelete)
+	maxIdle := int64(m.cfg.MaxTTL / time.Second)
+	if lc.IdleTimeoutSeconds < 0 || lc.IdleTimeoutSeconds > maxIdle {
+		return bad("idle_timeout_seconds must be 0 (never idle) or between 1 and %d, got %d", maxIdle, lc.IdleTimeoutSeconds)
+	}
+	maxPaused := int64(m.cfg.MaxPausedTTL / time.Second)
+	if lc.PausedTTLSeconds < 0 || lc.PausedTTLSeconds > maxPaused {
+		return bad("paused_ttl_seconds must be between 1 and %d (0: the default, %d), got %d",
+			maxPaused, int64(m.cfg.DefaultPausedTTL/time.Second), lc.PausedTTLSeconds)
+	}
+	if lc.PausedTTLSeconds == 0 {
+		lc.PausedTTLSeconds = int64(m.cfg.DefaultPausedTTL / time.Second)
+	}
+	return lc, nil
 }
 
 func validEnv(env map[string]string) error {

@@ -215,6 +215,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"PoolList":                reflect.TypeFor[api.PoolList](),
 		"Checkpoint":              reflect.TypeFor[api.Checkpoint](),
 		"Restored":                reflect.TypeFor[api.Restored](),
+		"Paused":                  reflect.TypeFor[api.Paused](),
 		"Volume":                  reflect.TypeFor[api.Volume](),
 		"SandboxList":             reflect.TypeFor[api.SandboxList](),
 		"ProcessList":             reflect.TypeFor[api.ProcessList](),

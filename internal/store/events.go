@@ -220,18 +220,39 @@ func (s *Store) TrimEvents(ctx context.Context, before time.Time, keep int64) (i
 	return n, nil
 }
 
-// sandboxEvent is the event of sandbox sb's move at now from state from,
-// in which it was to expire at expires (zero: never); ok is false for a
-// move that is no event (a moving sandbox's node claiming it).
-func sandboxEvent(from string, expires time.Time, sb Sandbox, now time.Time) (e api.Event, ok bool) {
+// moved is what a sandbox's move left behind, for its event: the state it
+// moved from, whether that was a wake's starting (its record still said how
+// it slept), when it was to expire (zero: never), and why a paused one
+// moved on.
+type moved struct {
+	from    string
+	waking  bool
+	expires time.Time
+	cause   *Cause
+}
+
+// sandboxEvent is the event of sandbox sb's move m at now; ok is false for
+// a move that is no event (a moving sandbox's node claiming it, a woken
+// sandbox's start: its wake was the event).
+func sandboxEvent(m moved, sb Sandbox, now time.Time) (e api.Event, ok bool) {
 	e = api.Event{At: now, Tenant: sb.Tenant, Sandbox: sb.ID, Node: sb.Node, State: sb.State}
+	if m.from == api.StatePaused && (sb.State == api.StateRunning || sb.State == api.StateStarting) {
+		e.Kind = api.EventSandboxResumed
+		if c := m.cause; c != nil {
+			e.Reason = c.Reason
+			if c.Auto {
+				e.Kind = api.EventSandboxAutoResumed
+			}
+		}
+		return e, true
+	}
 	switch sb.State {
 	case api.StateStarting:
 		return e, false
 	case api.StateRunning:
 		switch {
-		case from == api.StatePaused:
-			e.Kind = api.EventSandboxResumed
+		case m.waking:
+			return e, false
 		case sb.Restored != nil:
 			e.Kind, e.Snapshot = api.EventSandboxRestored, sb.Restored.Snapshot
 		case sb.Origin != "" || sb.WorkspaceOrigin != "":
@@ -241,13 +262,19 @@ func sandboxEvent(from string, expires time.Time, sb Sandbox, now time.Time) (e 
 		}
 	case api.StatePaused:
 		e.Kind = api.EventSandboxPaused
+		if p := sb.Paused; p != nil {
+			e.Reason, e.Snapshot = p.Reason, p.Snapshot
+			if p.Auto {
+				e.Kind = api.EventSandboxAutoPaused
+			}
+		}
 	case api.StateMoving:
 		e.Kind, e.Reason = api.EventSandboxMoving, sb.Error
 	case api.StateFailed:
 		e.Kind, e.Reason = api.EventSandboxFailed, sb.Error
 	case api.StateStopped:
 		e.Kind, e.Reason = api.EventSandboxDeleted, sb.Error
-		if !expires.IsZero() && !expires.After(now) {
+		if !m.expires.IsZero() && !m.expires.After(now) {
 			e.Kind = api.EventSandboxExpired
 		}
 	default:

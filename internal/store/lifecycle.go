@@ -22,16 +22,21 @@ import (
 // newer state.
 //
 //		starting ──▶ running ◀──▶ paused
-//		 ▲  │            │           │
-//		 │  └────────────┴───────────┴──▶ stopped │ failed
-//		 │               ▼           ▼             ▲
-//		 └───────────  moving ──────────────────────┘
+//		 ▲ ▲ │            │         │ │
+//		 │ │ └────────────┴─────────┼─┴──▶ stopped │ failed
+//		 │ └────────────────────────┘  (a wake)    ▲
+//		 │               ▼                         │
+//		 └───────────  moving ─────────────────────┘
 //
 //	  - starting: recorded before anything is made for the sandbox; its create
 //	    owns it. A delete moves it to stopped and leaves the unwinding to the
 //	    create, which finds its own move to running refused.
-//	  - running: its agent answered. paused: a vm's memory is saved to a file
-//	    and no process runs for it (Pause, Resume).
+//	  - running: its agent answered. paused: its disk is a durable snapshot
+//	    (Sandbox.Paused) and, when its node holds it (Sandbox.Held), its
+//	    memory is kept there too (Pause, Resume). One not held wakes by a
+//	    move to starting, on its node or, with none, on the node that claims
+//	    it, from its pause snapshot; a paused sandbox whose node is lost
+//	    stays paused, held by none (Lose).
 //	  - moving: a sandbox with a checkpoint policy whose node was lost or
 //	    drained; nothing runs for it. Its record's node is the node that is
 //	    to start it again from its checkpoint, or "" while a control replica
@@ -43,9 +48,9 @@ import (
 //	    while (PurgeFinal); a failed one may keep its disks until its expiry
 //	    (the manager's teardown; SetExpiry and ExpiredSandboxes).
 var moves = map[string][]string{
-	api.StateStarting: {api.StateRunning, api.StateMoving, api.StateStopped, api.StateFailed},
+	api.StateStarting: {api.StateRunning, api.StatePaused, api.StateMoving, api.StateStopped, api.StateFailed},
 	api.StateRunning:  {api.StatePaused, api.StateMoving, api.StateStopped, api.StateFailed},
-	api.StatePaused:   {api.StateRunning, api.StateMoving, api.StateStopped, api.StateFailed},
+	api.StatePaused:   {api.StateRunning, api.StateStarting, api.StateMoving, api.StateStopped, api.StateFailed},
 	api.StateMoving:   {api.StateStarting, api.StateStopped, api.StateFailed},
 }
 
@@ -119,6 +124,20 @@ type Transition struct {
 	Checkpoint *api.Checkpoint
 	// Restored, when not nil, says how the sandbox came back.
 	Restored *api.Restored
+	// Paused is how the sandbox sleeps, for a move to paused (and one to
+	// starting that wakes it, which keeps what it was when nil); any other
+	// move clears it.
+	Paused *api.Paused
+	// Cause says who moved a paused sandbox on and why, for its event
+	// (sandbox.resumed or sandbox.auto_resumed).
+	Cause *Cause
+}
+
+// Cause is why a sandbox left paused: a call that needed it running woke
+// it (Auto), or its owner asked.
+type Cause struct {
+	Auto   bool
+	Reason string
 }
 
 // Transition makes the move t of sandbox id and returns the record after
@@ -149,11 +168,21 @@ func (s *Store) Transition(ctx context.Context, id string, t Transition) (Sandbo
 		set, args = append(set, "checkpoint = ?", "checkpoint_at = ?"), append(args, t.Checkpoint.Snapshot, nullNanos(t.Checkpoint.At))
 	}
 	if t.Restored != nil {
-		restored, err := encodeRestored(t.Restored)
+		restored, err := optionalJSON(t.Restored)
 		if err != nil {
 			return Sandbox{}, fmt.Errorf("transition of %s: %w", id, err)
 		}
 		set, args = append(set, "restored = ?"), append(args, restored)
+	}
+	switch {
+	case t.Paused != nil:
+		paused, err := optionalJSON(t.Paused)
+		if err != nil {
+			return Sandbox{}, fmt.Errorf("transition of %s: %w", id, err)
+		}
+		set, args = append(set, "paused = ?"), append(args, paused)
+	case t.To != api.StateStarting:
+		set = append(set, "paused = ''")
 	}
 	if isFinal(t.To) {
 		set = append(set, "env = 'null'")
@@ -162,14 +191,14 @@ func (s *Store) Transition(ctx context.Context, id string, t Transition) (Sandbo
 	if t.Version != 0 {
 		where, wargs = where+" AND version = ?", append(wargs, t.Version)
 	}
-	return s.change(ctx, id, "move to "+t.To, t.To, t.From, set, args, where, wargs)
+	return s.change(ctx, id, "move to "+t.To, t.To, t.Cause, t.From, set, args, where, wargs)
 }
 
 // SetExpiry sets the expiry of sandbox id (zero: none) if it is in one of
 // states; else a *TransitionError, and nothing changes.
 func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time, states ...string) (Sandbox, error) {
 	where, wargs := inStates("state", states)
-	return s.change(ctx, id, "set expiry", "", states,
+	return s.change(ctx, id, "set expiry", "", nil, states,
 		[]string{"expires_at = ?"}, []any{nullNanos(at)}, where, wargs)
 }
 
@@ -179,7 +208,7 @@ func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time, states .
 func (s *Store) SetCheckpoint(ctx context.Context, id, node string, c api.Checkpoint) (Sandbox, error) {
 	states := []string{api.StateRunning, api.StatePaused}
 	where, wargs := inStates("state", states)
-	return s.change(ctx, id, "set checkpoint", "", states,
+	return s.change(ctx, id, "set checkpoint", "", nil, states,
 		[]string{"checkpoint = ?", "checkpoint_at = ?"}, []any{c.Snapshot, nullNanos(c.At)},
 		where+" AND node = ?", append(wargs, node))
 }
@@ -197,15 +226,24 @@ func (s *Store) MovingSandboxes(ctx context.Context, node string, limit int) ([]
 // others, and for a sandbox that is no longer moving from from).
 func (s *Store) AssignMove(ctx context.Context, id string, version int64, from, to string) (Sandbox, error) {
 	states := []string{api.StateMoving}
-	return s.change(ctx, id, "assign move", "", states,
+	return s.change(ctx, id, "assign move", "", nil, states,
 		[]string{"node = ?"}, []any{to},
 		"state = ? AND version = ? AND node = ?", []any{api.StateMoving, version, from})
+}
+
+// AssignWake gives paused sandbox rec, which no node holds, to node to,
+// which wakes it: the one placement that wins (a *TransitionError for the
+// others, and for a sandbox changed since rec was read).
+func (s *Store) AssignWake(ctx context.Context, rec Sandbox, to string) (Sandbox, error) {
+	return s.change(ctx, rec.ID, "assign wake", "", nil, []string{api.StatePaused},
+		[]string{"node = ?"}, []any{to},
+		"state = ? AND version = ? AND runtime_state IS NULL", []any{api.StatePaused, rec.Version})
 }
 
 // change updates the columns set of sandbox id where the condition holds,
 // counting up its version, and returns the record as it wrote it. A move
 // to state to (not "") records its event (events.go) with it.
-func (s *Store) change(ctx context.Context, id, op, to string, want, set []string, args []any, where string, wargs []any) (Sandbox, error) {
+func (s *Store) change(ctx context.Context, id, op, to string, cause *Cause, want, set []string, args []any, where string, wargs []any) (Sandbox, error) {
 	now := time.Now()
 	set = append(set, "version = version + 1", "updated_at = ?")
 	args = append(args, now.UnixNano(), id)
@@ -221,9 +259,9 @@ func (s *Store) change(ctx context.Context, id, op, to string, want, set []strin
 			if s.db.postgres {
 				lock = " FOR UPDATE"
 			}
-			var from string
+			var from, paused string
 			var expires sql.NullInt64
-			if err := r.QueryRowContext(ctx, `SELECT state, expires_at FROM sandboxes WHERE id = ?`+lock, id).Scan(&from, &expires); err != nil {
+			if err := r.QueryRowContext(ctx, `SELECT state, expires_at, paused FROM sandboxes WHERE id = ?`+lock, id).Scan(&from, &expires, &paused); err != nil {
 				return nil, err
 			}
 			if sb, err = scanSandbox(r.QueryRowContext(ctx, update, args...)); err != nil {
@@ -233,7 +271,7 @@ func (s *Store) change(ctx context.Context, id, op, to string, want, set []strin
 			if expires.Valid {
 				at = fromNanos(expires.Int64)
 			}
-			if e, ok := sandboxEvent(from, at, sb, now); ok {
+			if e, ok := sandboxEvent(moved{from: from, waking: from == api.StateStarting && paused != "", expires: at, cause: cause}, sb, now); ok {
 				return []api.Event{e}, nil
 			}
 			return nil, nil
@@ -286,14 +324,18 @@ func Movable(rec Sandbox) (snapshot string, at time.Time) {
 }
 
 // Lose records that sandbox rec's node lost it at lostAt, for reason:
-// nothing runs it now (the node is fenced, or stopped it). A movable one
-// moves, to node to ("": for a control replica to place), with Restored
-// saying from which checkpoint and how much work was lost; one already
-// moving loses its placement on that node; any other fails. It is a
-// compare-and-set on rec's version, as every move.
+// nothing runs it now (the node is fenced, or stopped it). A paused one
+// with its pause snapshot stays paused, held by no node (Unhold). A
+// movable one moves, to node to ("": for a control replica to place),
+// with Restored saying from which checkpoint and how much work was lost;
+// one already moving loses its placement on that node; any other fails.
+// It is a compare-and-set on rec's version, as every move.
 func (s *Store) Lose(ctx context.Context, rec Sandbox, to string, lostAt time.Time, reason string) (Sandbox, error) {
 	if rec.State == api.StateMoving {
 		return s.AssignMove(ctx, rec.ID, rec.Version, rec.Node, to)
+	}
+	if rec.State == api.StatePaused && rec.Paused != nil && rec.Paused.Snapshot != "" {
+		return s.Unhold(ctx, rec, to, reason)
 	}
 	snap, at := Movable(rec)
 	if snap == "" {
@@ -306,6 +348,26 @@ func (s *Store) Lose(ctx context.Context, rec Sandbox, to string, lostAt time.Ti
 		From: OnNode, Version: rec.Version, To: api.StateMoving, Node: &to, Error: reason,
 		Restored: &api.Restored{Snapshot: snap, SnapshotAt: at, LostSeconds: lostSince(at, lostAt), Reason: reason, From: rec.Node},
 	})
+}
+
+// Unhold records that paused sandbox rec is held by no node now, for
+// reason (its node was lost or drained): its memory, if it had any, is
+// gone, and it wakes from its pause snapshot on node ("": any). A
+// compare-and-set on rec's version.
+func (s *Store) Unhold(ctx context.Context, rec Sandbox, node, reason string) (Sandbox, error) {
+	p := *rec.Paused
+	if p.Memory {
+		p.Memory = false
+		p.Reason += "; its memory was lost: " + reason
+	}
+	paused, err := optionalJSON(&p)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("unhold %s: %w", rec.ID, err)
+	}
+	states := []string{api.StatePaused}
+	return s.change(ctx, rec.ID, "unhold", "", nil, states,
+		[]string{"node = ?", "runtime_state = NULL", "paused = ?"}, []any{node, paused},
+		"state = ? AND version = ?", []any{api.StatePaused, rec.Version})
 }
 
 // lostSince is the work a sandbox lost, in seconds, coming back from a

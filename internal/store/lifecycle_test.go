@@ -24,6 +24,8 @@ func TestStateMachine(t *testing.T) {
 			{api.StatePaused, api.StateRunning}: true, {api.StatePaused, api.StateStopped}: true, {api.StatePaused, api.StateFailed}: true,
 			{api.StateStarting, api.StateMoving}: true, {api.StateRunning, api.StateMoving}: true, {api.StatePaused, api.StateMoving}: true,
 			{api.StateMoving, api.StateStarting}: true, {api.StateMoving, api.StateStopped}: true, {api.StateMoving, api.StateFailed}: true,
+			// A wake from a pause snapshot, and one that could not start.
+			{api.StatePaused, api.StateStarting}: true, {api.StateStarting, api.StatePaused}: true,
 		}
 		for _, from := range all {
 			for _, to := range all {

@@ -452,6 +452,10 @@ var migrations = []migration{
 		n  BIGINT NOT NULL
 	);
 	INSERT INTO revocations (id, n) VALUES (1, 0);`),
+	// Sleep and wake (lifecycle.go): a sandbox's lifecycle (what its
+	// timeout and idleness do, its timeout), and how a paused one sleeps.
+	same(`ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN paused TEXT NOT NULL DEFAULT '';`),
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

@@ -77,13 +77,34 @@ type Sandbox struct {
 	// Restored says how the sandbox last came back from a checkpoint on
 	// another node; nil if it never did.
 	Restored *api.Restored
+	// Lifecycle is how it sleeps and wakes, and Timeout the time to live
+	// it was last given (a wake gives it again; 0: none recorded).
+	Lifecycle api.Lifecycle
+	Timeout   time.Duration
+	// Paused says how a paused sandbox sleeps: set by the move to paused,
+	// kept through a wake's starting, and cleared by any other move. A
+	// paused sandbox whose node holds no instance of it (RuntimeState
+	// nil) wakes from Paused.Snapshot on its node, or on any node when
+	// Node is "".
+	Paused *api.Paused
+}
+
+// Held says whether paused sandbox sb is held by its node: its instance
+// keeps its memory there. One not held wakes from its pause snapshot.
+func (sb Sandbox) Held() bool { return sb.State == api.StatePaused && sb.RuntimeState != nil }
+
+// lifecycleColumn is the JSON of the lifecycle column.
+type lifecycleColumn struct {
+	api.Lifecycle
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
 }
 
 // sandboxColumns is the column list every query reads, in scanSandbox order.
 const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memory_mb, pids, disk_mb,
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
 	runtime_state, created_at, expires_at, updated_at, version, node,
-	checkpoint_every, checkpoint, checkpoint_at, restored, agent_token, template_version, persistence`
+	checkpoint_every, checkpoint, checkpoint_at, restored, agent_token, template_version, persistence,
+	lifecycle, paused`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -128,18 +149,26 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 	if created.IsZero() {
 		created = now
 	}
-	restored, err := encodeRestored(sb.Restored)
+	restored, err := optionalJSON(sb.Restored)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	paused, err := optionalJSON(sb.Paused)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
+	}
+	lifecycle, err := json.Marshal(lifecycleColumn{Lifecycle: sb.Lifecycle, TimeoutSeconds: int64(sb.Timeout / time.Second)})
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	q := `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	args := []any{sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node,
 		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored, sb.AgentToken,
-		sb.TemplateVersion, sb.Persistence}
+		sb.TemplateVersion, sb.Persistence, string(lifecycle), paused}
 	err = s.withinQuota(ctx, sb.Tenant,
 		func(r runner, quota Quota) error { return sandboxQuota(ctx, r, quota, sb, now) },
 		func(r runner) ([]api.Event, error) {
@@ -148,7 +177,7 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 			}
 			evs := []api.Event{{At: now, Kind: api.EventSandboxCreated, Tenant: sb.Tenant, Sandbox: sb.ID, Node: sb.Node,
 				State: sb.State, Snapshot: cmp.Or(sb.Origin, sb.WorkspaceOrigin)}}
-			if e, ok := sandboxEvent("", sb.ExpiresAt, *sb, now); ok {
+			if e, ok := sandboxEvent(moved{expires: sb.ExpiresAt}, *sb, now); ok {
 				evs = append(evs, e)
 			}
 			return evs, nil
@@ -275,11 +304,13 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 
 // ExpiredSandboxes returns node's sandboxes not in a final state, and its
 // failed ones (which keep their disks until they expire), whose ExpiresAt
-// is set and not after now, oldest first.
+// is set and not after now, oldest first; and the paused ones no node
+// holds, which any node may end.
 func (s *Store) ExpiredSandboxes(ctx context.Context, node string, now time.Time) ([]Sandbox, error) {
 	return s.querySandboxes(ctx, "expired sandboxes",
 		`SELECT `+sandboxColumns+` FROM sandboxes
-		WHERE node = ? AND (state NOT IN `+finalStates+` OR state = '`+api.StateFailed+`')
+		WHERE (node = ? AND (state NOT IN `+finalStates+` OR state = '`+api.StateFailed+`')
+			OR node = '' AND state = '`+api.StatePaused+`')
 		AND expires_at IS NOT NULL AND expires_at <= ?
 		ORDER BY created_at, id`, node, now.UnixNano())
 }
@@ -334,11 +365,12 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	var env, meta, network string
 	var created, updated, every int64
 	var expires, checkpointAt sql.NullInt64
-	var restored string
+	var restored, lifecycle, paused string
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.Template, &sb.Runtime, &sb.State, &sb.Error,
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
 		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node,
-		&every, &sb.Checkpoint, &checkpointAt, &restored, &sb.AgentToken, &sb.TemplateVersion, &sb.Persistence)
+		&every, &sb.Checkpoint, &checkpointAt, &restored, &sb.AgentToken, &sb.TemplateVersion, &sb.Persistence,
+		&lifecycle, &paused)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -346,11 +378,18 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	if checkpointAt.Valid {
 		sb.CheckpointAt = fromNanos(checkpointAt.Int64)
 	}
-	if restored != "" {
-		sb.Restored = new(api.Restored)
-		if err := json.Unmarshal([]byte(restored), sb.Restored); err != nil {
-			return Sandbox{}, fmt.Errorf("decode restored of %s: %w", sb.ID, err)
+	if sb.Restored, err = decodeOptional[api.Restored](restored); err != nil {
+		return Sandbox{}, fmt.Errorf("decode restored of %s: %w", sb.ID, err)
+	}
+	if sb.Paused, err = decodeOptional[api.Paused](paused); err != nil {
+		return Sandbox{}, fmt.Errorf("decode paused of %s: %w", sb.ID, err)
+	}
+	if lifecycle != "" {
+		var lc lifecycleColumn
+		if err := json.Unmarshal([]byte(lifecycle), &lc); err != nil {
+			return Sandbox{}, fmt.Errorf("decode lifecycle of %s: %w", sb.ID, err)
 		}
+		sb.Lifecycle, sb.Timeout = lc.Lifecycle, time.Duration(lc.TimeoutSeconds)*time.Second
 	}
 	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
 		return Sandbox{}, fmt.Errorf("decode env of %s: %w", sb.ID, err)
@@ -369,16 +408,29 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	return sb, nil
 }
 
-// encodeRestored is the JSON of r, "" for nil.
-func encodeRestored(r *api.Restored) (string, error) {
-	if r == nil {
+// optionalJSON is the JSON of v, "" for nil: a column of an optional
+// value.
+func optionalJSON[T any](v *T) (string, error) {
+	if v == nil {
 		return "", nil
 	}
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(v)
 	if err != nil {
-		return "", fmt.Errorf("encode restored: %w", err)
+		return "", fmt.Errorf("encode %T: %w", v, err)
 	}
 	return string(b), nil
+}
+
+// decodeOptional reads a column optionalJSON wrote: nil for "".
+func decodeOptional[T any](s string) (*T, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v := new(T)
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // encodeMaps returns the JSON of the sandbox's Env and Metadata; a nil map
