@@ -388,14 +388,6 @@ func TestVMPauseResume(t *testing.T) {
 		t.Errorf("state dir of the deleted paused sandbox: %v, want it gone", err)
 	}
 
-	t.Run("container refuses", func(t *testing.T) {
-		cid := shared.newSandbox(t, "--runtime", "container")
-		_, err := c.PauseSandbox(ctx, cid)
-		if !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), "cannot pause") {
-			t.Errorf("pause of a container sandbox: %v, want a conflict saying it cannot pause", err)
-		}
-	})
-
 	// Save and restore times against memory size (docs/BENCHMARKS.md):
 	// an idle guest, then one with 512 MiB of its memory written.
 	t.Run("times", func(t *testing.T) {

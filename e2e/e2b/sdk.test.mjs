@@ -254,3 +254,32 @@ test('vm: pause and resume keep a process running', { skip: process.env.WARREN_E
   const procs = await sbx.commands.list()
   assert.ok(procs.some((p) => p.pid === bg.pid), `pid ${bg.pid} gone after the resume`)
 })
+
+// E2B's own pause complaints turned round: a paused sandbox keeps its ID
+// and its files, whatever its runtime (a container's processes start
+// again; gvisor's and a vm's go on), a call to it wakes it when its
+// lifecycle says autoResume, and connect wakes it too.
+test('sleep and wake: lifecycle, pause, list paused, autoResume, connect', async () => {
+  for (const runtime of ['container', 'auto']) {
+    const sbx = await newSandbox({ headers: { 'X-Warren-Runtime': runtime }, lifecycle: { onTimeout: 'pause', autoResume: true } })
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    await sbx.files.write('/root/kept.txt', runtime)
+    assert.equal(await sbx.betaPause(), true, runtime)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+    assert.equal(await sbx.pause(), false, 'a second pause of a paused sandbox')
+    const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+    assert.ok(paused.some((s) => s.sandboxId === sbx.sandboxId), `${sbx.sandboxId} not listed paused`)
+    // autoResume: a call wakes it.
+    assert.equal(await sbx.files.read('/root/kept.txt'), runtime)
+    assert.equal((await sbx.getInfo()).state, 'running')
+    // connect wakes a paused sandbox, under its ID, with its files.
+    assert.equal(await sbx.pause(), true)
+    const again = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(again.sandboxId, sbx.sandboxId)
+    assert.equal((await again.getInfo()).state, 'running')
+    assert.equal((await again.commands.run('cat /root/kept.txt')).stdout, runtime)
+  }
+  // Without autoPause, autoResume is refused by the SDK itself; warren
+  // refuses the same request sent as it is.
+  await assert.rejects(Sandbox.create('base', { lifecycle: { onTimeout: 'kill', autoResume: true } }), /autoResume/)
+})

@@ -31,6 +31,7 @@ type newSandbox struct {
 	Network             *network          `json:"network"`
 	Secure              *bool             `json:"secure"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	AutoResume          *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
@@ -77,6 +78,14 @@ type detail struct {
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          string            `json:"domain,omitempty"`
 	Network         *network          `json:"network,omitempty"`
+	Lifecycle       lifecycle         `json:"lifecycle"`
+}
+
+// lifecycle is E2B's picture of what a sandbox's timeout does: onTimeout
+// is "kill" or "pause".
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 // RuntimeHeader on an E2B create chooses the sandbox's runtime (vm,
@@ -231,10 +240,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	switch {
-	case req.AutoPause != nil && *req.AutoPause:
-		return errorf(http.StatusBadRequest, "autoPause (pause on timeout) is not supported by warren: a sandbox is deleted when its timeout ends")
-	case req.AutoResume != nil && req.AutoResume.Enabled:
-		return errorf(http.StatusBadRequest, "autoResume is not supported by warren")
+	case req.AutoResume != nil && req.AutoResume.Enabled && (req.AutoPause == nil || !*req.AutoPause):
+		return errorf(http.StatusBadRequest, "autoResume needs autoPause: only a sandbox that pauses at its timeout can wake")
 	case req.MCP != nil:
 		return errorf(http.StatusBadRequest, "mcp is not supported by warren")
 	case req.VolumeMounts != nil:
@@ -247,6 +254,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 	spec := api.SandboxSpec{Env: req.EnvVars, Metadata: req.Metadata, Runtime: r.Header.Get(RuntimeHeader)}
 	if req.Timeout != nil {
 		spec.TimeoutSeconds = *req.Timeout
+	}
+	// A pause keeps the disk, and the memory where the runtime can: asked
+	// to keep no memory (autoPauseMemory false), warren keeps what it can
+	// anyway.
+	if req.AutoPause != nil && *req.AutoPause {
+		spec.OnTimeout = api.OnTimeoutPause
+		spec.AutoResume = req.AutoResume != nil && req.AutoResume.Enabled
 	}
 	policy, public, err := policyOf(req.AllowInternetAccess, req.Network)
 	if err != nil {
@@ -364,7 +378,16 @@ func (h *Handler) detailOf(sb api.Sandbox) detail {
 		CPUCount: int(math.Ceil(sb.CPUs)), MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskMB,
 		Metadata: md, State: e2bState(sb.State), EnvdVersion: EnvdVersion,
 		EnvdAccessToken: sb.AgentToken, Domain: h.opts.Domain,
+		Lifecycle: lifecycleOf(sb.Lifecycle),
 	}
+}
+
+// lifecycleOf is E2B's picture of lc.
+func lifecycleOf(lc api.Lifecycle) lifecycle {
+	if lc.OnTimeout == api.OnTimeoutPause {
+		return lifecycle{OnTimeout: "pause", AutoResume: lc.AutoResume}
+	}
+	return lifecycle{OnTimeout: "kill"}
 }
 
 // lookup returns sandbox id as E2B sees it: not found once it ended.

@@ -161,7 +161,7 @@ func TestErrors(t *testing.T) {
 		status             int
 		message            string
 	}{
-		{"POST", "/e2b/sandboxes", `{"autoPause":true}`, 400, "autoPause"},
+		{"POST", "/e2b/sandboxes", `{"autoResume":{"enabled":true}}`, 400, "autoResume"},
 		{"POST", "/e2b/sandboxes", `{"templateID":`, 400, "malformed JSON"},
 		{"POST", "/e2b/sandboxes", `{}`, 429, "quota"},
 		{"GET", "/e2b/sandboxes/" + sbID, ``, 404, "stopped"},

@@ -152,6 +152,13 @@ func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec stor
 	}
 	why.Snapshot = sn.ID
 	paused, err := m.recordPaused(ctx, rec, sn, why, nil)
+	if err == nil {
+		// Before it leaves the live map: a call that wakes it meanwhile
+		// waits for this pause (l.op), then finds it gone.
+		if err := m.release(ctx, id, nil, false); err != nil {
+			m.log.Warn("what a paused sandbox left on the node", "sandbox", id, "err", err)
+		}
+	}
 	m.mu.Lock()
 	if m.live[id] == l {
 		delete(m.live, id)
@@ -159,9 +166,6 @@ func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec stor
 	m.mu.Unlock()
 	if err != nil {
 		return store.Sandbox{}, err // a delete won, and tore it down
-	}
-	if err := m.release(ctx, id, nil, false); err != nil {
-		m.log.Warn("what a paused sandbox left on the node", "sandbox", id, "err", err)
 	}
 	return paused, nil
 }
