@@ -93,6 +93,9 @@ func TestEventsCommand(t *testing.T) {
 	if _, err := w.Manager.Pause(ctx, tenant, id); err != nil {
 		t.Fatal(err)
 	}
+	// A pause is durable: its disk snapshot first.
+	expect(api.EventSnapshotPending, id)
+	expect(api.EventSnapshotDurable, id)
 	expect(api.EventSandboxPaused, id)
 
 	w.hs.CloseClientConnections() // the stream goes on from where it was
@@ -127,7 +130,7 @@ func TestEventsCommand(t *testing.T) {
 	}
 
 	lines, stop = follow(t, "--after", "0", "--sandbox", id, "--kind", "sandbox.paused,snapshot")
-	for _, want := range []string{"sandbox.paused", "snapshot.pending", "snapshot.durable"} {
+	for _, want := range []string{"snapshot.pending", "snapshot.durable", "sandbox.paused", "snapshot.pending", "snapshot.durable"} {
 		select {
 		case l := <-lines:
 			if f := strings.Split(l, "\t"); len(f) != 7 || f[2] != want || f[3] != id {

@@ -450,6 +450,8 @@ func (m *Manager) use(ctx context.Context, tenant, id, what string) (*live, erro
 			return nil, err
 		}
 		switch {
+		case rec.State == api.StateStarting && m.waitWake(ctx, id):
+			continue // woken meanwhile, here
 		case !paused && rec.State != api.StatePaused:
 			return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
 		case !rec.Lifecycle.AutoResume:
@@ -461,6 +463,22 @@ func (m *Manager) use(ctx context.Context, tenant, id, what string) (*live, erro
 		}
 	}
 	return nil, api.Errorf(api.CodeConflict, "sandbox %s did not stay awake for the call: retry", id)
+}
+
+// waitWake waits for the wake of sandbox id under way on this node, if
+// one is (or until ctx ends), and says whether there was one.
+func (m *Manager) waitWake(ctx context.Context, id string) bool {
+	m.mu.Lock()
+	w := m.wakes[id]
+	m.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+	return true
 }
 
 // running returns one of tenant's running sandboxes, as it is: not_found

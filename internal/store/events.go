@@ -262,6 +262,10 @@ func sandboxEvent(m moved, sb Sandbox, now time.Time) (e api.Event, ok bool) {
 		}
 	case api.StatePaused:
 		e.Kind = api.EventSandboxPaused
+		if m.from == api.StateStarting {
+			e.Reason = sb.Error // a wake that failed: it sleeps on
+			break
+		}
 		if p := sb.Paused; p != nil {
 			e.Reason, e.Snapshot = p.Reason, p.Snapshot
 			if p.Auto {

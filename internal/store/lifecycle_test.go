@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -204,6 +205,78 @@ func TestMoving(t *testing.T) {
 		}
 		if got, _ := s.GetSandbox(ctx, "sb-1"); got.Restored == nil || got.Restored.Snapshot != "sn-1" || got.Restored.LostSeconds != 60 {
 			t.Errorf("restored read back: %+v", got.Restored)
+		}
+	})
+}
+
+// TestSleepMoves: a pause records how the sandbox sleeps and its event
+// says why; a paused sandbox whose node is lost stays paused, held by
+// none and without its memory, and any node's reaper finds it once its
+// paused TTL passes; one placement of its wake wins; the wake's claim
+// (paused → starting) is its auto_resumed event, and its start to
+// running none; and a wake that fails puts it back to sleep as it was.
+func TestSleepMoves(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := openTest(t, b)
+		ctx := context.Background()
+		sb := newSandbox("sb-1", "acme")
+		sb.Node, sb.Lifecycle, sb.Timeout = "n1", api.Lifecycle{OnTimeout: api.OnTimeoutPause, AutoResume: true}, time.Minute
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateStarting}, To: api.StateRunning, RuntimeState: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		why := api.Paused{At: time.Now().UTC(), Reason: "idle for 3s", Auto: true, Memory: true, Snapshot: "sn-p"}
+		soon := time.Now().Add(time.Hour)
+		rec, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateRunning}, To: api.StatePaused, RuntimeState: []byte(`{}`), Paused: &why, Expires: &soon})
+		if err != nil || !rec.Held() || rec.Paused == nil || *rec.Paused != why || rec.Lifecycle != sb.Lifecycle || rec.Timeout != time.Minute {
+			t.Fatalf("paused: %+v %v", rec, err)
+		}
+		rec, err = s.Lose(ctx, rec, "", time.Now(), "its node stopped answering")
+		if err != nil || rec.State != api.StatePaused || rec.Held() || rec.Node != "" || rec.Paused.Memory || rec.Paused.Snapshot != "sn-p" {
+			t.Fatalf("lost while paused: %+v %+v %v", rec, rec.Paused, err)
+		}
+		if got, err := s.ExpiredSandboxes(ctx, "n2", soon.Add(time.Second)); err != nil || len(got) != 1 {
+			t.Errorf("expired for another node: %d, %v; want the paused one no node holds", len(got), err)
+		}
+		placed, err := s.AssignWake(ctx, rec, "n2")
+		if err != nil || placed.Node != "n2" {
+			t.Fatalf("wake placed: %+v %v", placed, err)
+		}
+		if _, err := s.AssignWake(ctx, rec, "n3"); !errors.Is(err, ErrTransition) {
+			t.Errorf("a second placement: %v, want refused", err)
+		}
+		n2 := "n2"
+		claimed, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StatePaused}, To: api.StateStarting, Node: &n2,
+			Cause: &Cause{Auto: true, Reason: "a call to its agent"}})
+		if err != nil || claimed.Paused == nil {
+			t.Fatalf("claimed: %+v %v, want its pause kept while it starts", claimed, err)
+		}
+		back, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateStarting}, To: api.StatePaused, Paused: rec.Paused, Error: "its last wake failed"})
+		if err != nil || back.Paused == nil || back.Paused.Snapshot != "sn-p" {
+			t.Fatalf("back to sleep: %+v %v", back, err)
+		}
+		if _, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StatePaused}, To: api.StateStarting, Node: &n2, Cause: &Cause{Reason: "requested"}}); err != nil {
+			t.Fatal(err)
+		}
+		up, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateStarting}, To: api.StateRunning, RuntimeState: []byte(`{}`)})
+		if err != nil || up.Paused != nil {
+			t.Fatalf("running: %+v %v, want its pause cleared", up, err)
+		}
+		evs, err := s.Events(ctx, EventQuery{Tenant: "acme", Sandbox: "sb-1", Limit: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			got = append(got, e.Kind+" "+e.Reason)
+		}
+		want := []string{"sandbox.created ", "sandbox.running ", "sandbox.auto_paused idle for 3s",
+			"sandbox.auto_resumed a call to its agent", "sandbox.paused its last wake failed",
+			"sandbox.resumed requested"}
+		if !slices.Equal(got, want) {
+			t.Errorf("events:\n%q\nwant\n%q", got, want)
 		}
 	})
 }

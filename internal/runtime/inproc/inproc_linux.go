@@ -39,6 +39,10 @@ type Runtime struct {
 	// the agent (or until Start's ctx ends): a test holds a create in
 	// "starting" until it sends.
 	Gate chan struct{}
+	// Memoryless, when set before Start, hides its instances' Pause and
+	// Resume (runtime.Pauser), as the container runtime has none: the
+	// manager pauses them by a final snapshot and a stop.
+	Memoryless bool
 
 	mu      sync.Mutex           // guards live, started
 	live    map[string]*Instance // by sandbox ID
@@ -99,7 +103,16 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	r.live[spec.ID] = in
 	r.started++
 	r.mu.Unlock()
-	return in, nil
+	return r.shown(in), nil
+}
+
+// shown is in as Start and Adopt answer it: without its Pauser methods
+// when the runtime is Memoryless.
+func (r *Runtime) shown(in *Instance) runtime.Instance {
+	if r.Memoryless {
+		return struct{ runtime.Instance }{in}
+	}
+	return in
 }
 
 // state is what an Instance reports for Adopt.
@@ -114,7 +127,7 @@ func (r *Runtime) Adopt(_ context.Context, spec runtime.Spec, raw []byte) (runti
 		return nil, runtime.ErrGone
 	}
 	if in := r.Live(spec.ID); in != nil {
-		return in, nil
+		return r.shown(in), nil
 	}
 	return nil, runtime.ErrGone
 }
