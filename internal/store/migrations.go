@@ -456,6 +456,10 @@ var migrations = []migration{
 	// timeout and idleness do, its timeout), and how a paused one sleeps.
 	same(`ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT NOT NULL DEFAULT '';
 	ALTER TABLE sandboxes ADD COLUMN paused TEXT NOT NULL DEFAULT '';`),
+	// Snapshot names (snapshots.go): optional, unique among a tenant's
+	// snapshots; "" is none, which any number of them share.
+	same(`ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';
+	CREATE UNIQUE INDEX snapshots_tenant_name ON snapshots (tenant, name) WHERE name <> '';`),
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

@@ -20,6 +20,9 @@ import (
 type Snapshot struct {
 	ID     string
 	Tenant string
+	// Name is the snapshot's name, unique among its tenant's snapshots
+	// (api.CheckSnapshotName); "" for none.
+	Name string
 	// Node took the snapshot (or a template base layer's upload again,
 	// RetryBaseLayer) and uploads it: a pending snapshot is its to finish.
 	Node      string
@@ -47,7 +50,7 @@ type Snapshot struct {
 }
 
 const snapshotColumns = `id, tenant, sandbox_id, scope, parent, template, state, error,
-	disk_bytes, changed_bytes, stored_bytes, ack_ns, upload_ns, created_at, durable_at, node`
+	disk_bytes, changed_bytes, stored_bytes, ack_ns, upload_ns, created_at, durable_at, node, name`
 
 func validSnapshotState(state string) bool {
 	switch state {
@@ -59,7 +62,8 @@ func validSnapshotState(state string) bool {
 
 // InsertSnapshot records a new snapshot; CreatedAt is set to now when zero.
 // A record with the same ID is an error wrapping ErrExists; a new one (pending)
-// its tenant's quota has no room for, a *QuotaError.
+// its tenant's quota has no room for, a *QuotaError; one whose name another
+// snapshot of its tenant has, a *NameTakenError.
 func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	if sn.ID == "" {
 		return errors.New("insert snapshot: empty id")
@@ -75,10 +79,10 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 	}
 	sn.CreatedAt = fromNanos(sn.CreatedAt.UnixNano())
 	q := `INSERT INTO snapshots (` + snapshotColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
 	args := []any{sn.ID, sn.Tenant, sn.SandboxID, sn.Scope, sn.Parent, sn.Template, sn.State, sn.Error,
 		sn.DiskBytes, sn.ChangedBytes, sn.StoredBytes, int64(sn.Ack), int64(sn.Upload),
-		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt), sn.Node}
+		sn.CreatedAt.UnixNano(), nullNanos(sn.DurableAt), sn.Node, sn.Name}
 	insert := func(r runner) ([]api.Event, error) {
 		res, err := r.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -94,14 +98,38 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn *Snapshot) error {
 		}
 		return nil, nil
 	}
+	var err error
 	if sn.Tenant == "" || sn.State != api.SnapshotPending {
 		// A template's base layer is no tenant's; a durable record is
 		// one of a snapshot taken before, found again in the blob store:
 		// neither is an event.
-		_, err := insert(s.db)
-		return err
+		_, err = insert(s.db)
+	} else {
+		err = s.withinQuota(ctx, sn.Tenant, func(r runner, quota Quota) error { return snapshotQuota(ctx, r, quota, sn.Tenant) }, insert)
 	}
-	return s.withinQuota(ctx, sn.Tenant, func(r runner, quota Quota) error { return snapshotQuota(ctx, r, quota, sn.Tenant) }, insert)
+	if sn.Name != "" && isUniqueViolation(err) {
+		// The ID's conflict inserts nothing: the name's index refused it.
+		holder, herr := s.SnapshotByName(ctx, sn.Tenant, sn.Name)
+		if herr != nil && !errors.Is(herr, ErrNotFound) {
+			return fmt.Errorf("insert snapshot %s: %w", sn.ID, herr)
+		}
+		return &NameTakenError{Name: sn.Name, Holder: holder.ID}
+	}
+	return err
+}
+
+// NameTakenError is an insert refused because another snapshot of the
+// same tenant has its name: Holder, or "" when that one was deleted as
+// the refusal was read.
+type NameTakenError struct {
+	Name, Holder string
+}
+
+func (e *NameTakenError) Error() string {
+	if e.Holder == "" {
+		return fmt.Sprintf("the snapshot name %q was taken by another snapshot", e.Name)
+	}
+	return fmt.Sprintf("the snapshot name %q is taken by snapshot %s", e.Name, e.Holder)
 }
 
 // The snapshot state machine. A snapshot's record is inserted pending (or
@@ -297,6 +325,23 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 	return sns[0], nil
 }
 
+// SnapshotByName returns tenant's snapshot named name, or ErrNotFound.
+// A deleted snapshot's record is gone, and its name with it.
+func (s *Store) SnapshotByName(ctx context.Context, tenant, name string) (Snapshot, error) {
+	if tenant == "" || name == "" {
+		return Snapshot{}, ErrNotFound // base layers and unnamed snapshots have no name to find
+	}
+	sns, err := s.querySnapshots(ctx, "get snapshot named "+name,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE tenant = ? AND name = ?`, tenant, name)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if len(sns) == 0 {
+		return Snapshot{}, ErrNotFound
+	}
+	return sns[0], nil
+}
+
 // ListSnapshots returns a page of tenant's snapshots, of one sandbox when
 // sandboxID is not "", in one of states (any when states is empty), oldest
 // first. Template base layers belong to no tenant.
@@ -340,8 +385,8 @@ func (s *Store) SnapshotChildren(ctx context.Context, id string) ([]Snapshot, er
 		`SELECT `+snapshotColumns+` FROM snapshots WHERE parent = ? ORDER BY created_at, id`, id)
 }
 
-// DeleteSnapshot forgets the snapshot with id; ErrNotFound when there is
-// none.
+// DeleteSnapshot forgets the snapshot with id, which frees its name;
+// ErrNotFound when there is none.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	err := s.write(ctx, func(r runner) ([]api.Event, error) {
 		e := api.Event{Kind: api.EventSnapshotDeleted, Snapshot: id}
@@ -398,7 +443,7 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 	var ack, upload, created int64
 	var durable sql.NullInt64
 	if err := row.Scan(&sn.ID, &sn.Tenant, &sn.SandboxID, &sn.Scope, &sn.Parent, &sn.Template, &sn.State, &sn.Error,
-		&sn.DiskBytes, &sn.ChangedBytes, &sn.StoredBytes, &ack, &upload, &created, &durable, &sn.Node); err != nil {
+		&sn.DiskBytes, &sn.ChangedBytes, &sn.StoredBytes, &ack, &upload, &created, &durable, &sn.Node, &sn.Name); err != nil {
 		return Snapshot{}, err
 	}
 	sn.Ack, sn.Upload = time.Duration(ack), time.Duration(upload)

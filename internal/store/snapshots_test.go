@@ -232,3 +232,102 @@ func TestSnapshotFinishRace(t *testing.T) {
 		}
 	})
 }
+
+// TestSnapshotNames: a name is unique among a tenant's snapshots, whether
+// recorded pending or durable, and free for another tenant; a refused
+// insert records nothing and names the holder; a delete frees the name;
+// of concurrent inserts of one name exactly one wins.
+func TestSnapshotNames(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := openTest(t, b)
+		ctx := context.Background()
+		insert := func(id, tenant, name, state string) error {
+			return s.InsertSnapshot(ctx, &Snapshot{ID: id, Tenant: tenant, Name: name, SandboxID: "sb-1", State: state, Node: "n1"})
+		}
+		if err := insert("sn-1", "acme", "build-1", api.SnapshotPending); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetSnapshot(ctx, "sn-1"); err != nil || got.Name != "build-1" {
+			t.Fatalf("sn-1 read back: %+v, %v; want named build-1", got, err)
+		}
+		if got, err := s.SnapshotByName(ctx, "acme", "build-1"); err != nil || got.ID != "sn-1" {
+			t.Errorf("acme's build-1: %+v, %v; want sn-1", got, err)
+		}
+		for _, tc := range []struct{ tenant, name string }{{"globex", "build-1"}, {"acme", "build-2"}, {"acme", ""}, {"", "build-1"}} {
+			if got, err := s.SnapshotByName(ctx, tc.tenant, tc.name); !errors.Is(err, ErrNotFound) {
+				t.Errorf("%q's %q: %+v, %v; want ErrNotFound", tc.tenant, tc.name, got, err)
+			}
+		}
+
+		t.Log("another snapshot of the tenant cannot take it, pending or durable")
+		for _, state := range []string{api.SnapshotPending, api.SnapshotDurable} {
+			err := insert("sn-2", "acme", "build-1", state)
+			var nt *NameTakenError
+			if !errors.As(err, &nt) || nt.Name != "build-1" || nt.Holder != "sn-1" || !strings.Contains(err.Error(), "sn-1") {
+				t.Errorf("a %s sn-2 named build-1: %v, want a *NameTakenError naming sn-1", state, err)
+			}
+			if _, err := s.GetSnapshot(ctx, "sn-2"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("the refused %s sn-2 was recorded: %v", state, err)
+			}
+		}
+
+		t.Log("another tenant may, and unnamed snapshots are many")
+		if err := insert("sn-3", "globex", "build-1", api.SnapshotPending); err != nil {
+			t.Errorf("globex's build-1: %v", err)
+		}
+		for _, id := range []string{"sn-4", "sn-5"} {
+			if err := insert(id, "acme", "", api.SnapshotPending); err != nil {
+				t.Errorf("unnamed %s: %v", id, err)
+			}
+		}
+		if got, _ := s.SnapshotByName(ctx, "globex", "build-1"); got.ID != "sn-3" {
+			t.Errorf("globex's build-1 is %q, want sn-3", got.ID)
+		}
+
+		t.Log("a delete frees the name")
+		if err := s.DeleteSnapshot(ctx, "sn-1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SnapshotByName(ctx, "acme", "build-1"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("build-1 after its snapshot's delete: %v, want ErrNotFound", err)
+		}
+		if err := insert("sn-6", "acme", "build-1", api.SnapshotPending); err != nil {
+			t.Errorf("build-1 taken again after the delete: %v", err)
+		}
+
+		t.Log("of concurrent inserts of one name, one wins")
+		var mu sync.Mutex
+		var won []string
+		var holders []string
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 8 {
+			wg.Go(func() {
+				<-start
+				id := fmt.Sprintf("sn-race%d", i)
+				err := insert(id, "acme", "race", api.SnapshotPending)
+				mu.Lock()
+				defer mu.Unlock()
+				var nt *NameTakenError
+				switch {
+				case err == nil:
+					won = append(won, id)
+				case errors.As(err, &nt):
+					holders = append(holders, nt.Holder)
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(won) != 1 || len(holders) != 7 {
+			t.Fatalf("winners %v, %d refused; want one winner and 7 refused", won, len(holders))
+		}
+		for _, h := range holders {
+			if h != won[0] {
+				t.Errorf("a loser was told %q holds the name, but %s won", h, won[0])
+			}
+		}
+	})
+}
