@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"time"
 )
 
@@ -24,9 +25,49 @@ const (
 	ScopeWorkspace = "workspace" // the workspace disk mounted at /workspace
 )
 
+// Snapshot names. A snapshot may be given a name when it is taken, unique
+// among its tenant's snapshots (another tenant's may have the same); every
+// route that takes a snapshot's ID takes its name too. A name is 1 to
+// MaxSnapshotNameLen letters, digits, '.', '_' and '-', starting with a
+// letter or a digit, and never starts with SnapshotIDPrefix: a reference
+// to a snapshot is either an ID or a name, never both. Deleting a snapshot
+// frees its name.
+const (
+	MaxSnapshotNameLen = 63
+	SnapshotIDPrefix   = "sn-"
+)
+
+// CheckSnapshotName returns nil if name is a valid snapshot name, else a
+// CodeBadRequest *Error that says why.
+func CheckSnapshotName(name string) error {
+	bad := func(why string) error {
+		return Errorf(CodeBadRequest, "bad snapshot name %.70q: %s", name, why)
+	}
+	switch {
+	case name == "" || len(name) > MaxSnapshotNameLen:
+		return bad("it must be 1 to 63 characters")
+	case strings.HasPrefix(name, SnapshotIDPrefix):
+		return bad("a name cannot start with \"" + SnapshotIDPrefix + "\", as snapshot IDs do")
+	case !isAlnum(name[0]):
+		return bad("it must start with a letter or a digit")
+	}
+	for i := range len(name) {
+		if c := name[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return bad("only letters, digits, '.', '_' and '-' are allowed")
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
 // Snapshot is a saved disk of a sandbox.
 type Snapshot struct {
-	ID        string `json:"id"`
+	ID string `json:"id"`
+	// Name is the snapshot's name, if it was given one.
+	Name      string `json:"name,omitempty"`
 	SandboxID string `json:"sandbox_id"`
 	Scope     string `json:"scope"` // root or workspace
 	// Parent is the snapshot this one's layer is stored against: the
@@ -59,6 +100,9 @@ type Snapshot struct {
 
 // CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
 type CreateSnapshotRequest struct {
+	// Name names the snapshot (CheckSnapshotName); one another of the
+	// tenant's snapshots has is a CodeConflict naming that snapshot.
+	Name string `json:"name,omitempty"`
 	// Scope is root (the default) or workspace.
 	Scope string `json:"scope,omitempty"`
 	// Wait answers only once the snapshot is durable (or failed), within

@@ -74,6 +74,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, err
 	}
+	src.Name = req.Name
 	quiesce := func(ctx context.Context) (func() error, error) { return quiesceFS(ctx, mountpoint) }
 	var sn store.Snapshot
 	if alwaysOn(&rec) && src.Scope == api.ScopeRoot {
@@ -83,6 +84,9 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string, req api.Creat
 	}
 	if qe := quotaRefusal(err); qe != nil {
 		return api.Snapshot{}, qe
+	}
+	if api.IsCode(err, api.CodeConflict) { // its name is another snapshot's
+		return api.Snapshot{}, err
 	}
 	if err != nil {
 		return api.Snapshot{}, api.Errorf(api.CodeInternal, "snapshot of %s: %v", id, err)

@@ -454,10 +454,13 @@ func (f *fakeSandboxes) Snapshot(ctx context.Context, tenant, id string, req api
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if holder, ok := f.named(tenant, req.Name); ok {
+		return api.Snapshot{}, api.Errorf(api.CodeConflict, "the snapshot name %q is taken by snapshot %s", req.Name, holder.ID)
+	}
 	f.next++
 	now := time.Now().UTC()
 	sn := api.Snapshot{
-		ID: fmt.Sprintf("sn-%d", f.next), SandboxID: id, Template: sb.Template, State: api.SnapshotDurable,
+		ID: fmt.Sprintf("sn-%d", f.next), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotDurable,
 		CreatedAt: now, DurableAt: &now,
 	}
 	if f.snaps == nil {
@@ -474,14 +477,26 @@ func (f *fakeSandboxes) Snapshot(ctx context.Context, tenant, id string, req api
 	return sn, nil
 }
 
-func (f *fakeSandboxes) GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error) {
+// named is tenant's snapshot named name, if it has one. f.mu is held.
+func (f *fakeSandboxes) named(tenant, name string) (api.Snapshot, bool) {
+	for _, s := range f.snaps {
+		if name != "" && s.tenant == tenant && s.sn.Name == name {
+			return s.sn, true
+		}
+	}
+	return api.Snapshot{}, false
+}
+
+func (f *fakeSandboxes) GetSnapshot(ctx context.Context, tenant, ref string) (api.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.snaps[id]
-	if !ok || s.tenant != tenant {
-		return api.Snapshot{}, api.Errorf(api.CodeNotFound, "snapshot %s not found", id)
+	if s, ok := f.snaps[ref]; ok && s.tenant == tenant {
+		return s.sn, nil
 	}
-	return s.sn, nil
+	if sn, ok := f.named(tenant, ref); ok {
+		return sn, nil
+	}
+	return api.Snapshot{}, api.Errorf(api.CodeNotFound, "snapshot %s not found", ref)
 }
 
 func (f *fakeSandboxes) ListSnapshots(ctx context.Context, tenant, sandboxID string, states []string, page listing.Page) ([]api.Snapshot, error) {

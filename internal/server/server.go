@@ -97,11 +97,14 @@ type Sandboxes interface {
 	// PreviewAccess's, they are for the server's access check only.
 	AgentAccess(ctx context.Context, id string) (tenant, token string, err error)
 	// Snapshot saves a running sandbox's disk and returns the snapshot,
-	// pending unless req.Wait; CodeConflict for a sandbox not running,
+	// pending unless req.Wait; CodeConflict for a sandbox not running or
+	// a name another of tenant's snapshots has (req.Name is valid),
 	// CodeTimeout when a wait ran out.
 	Snapshot(ctx context.Context, tenant, sandboxID string, req api.CreateSnapshotRequest) (api.Snapshot, error)
-	// GetSnapshot returns one of tenant's snapshots; CodeNotFound otherwise.
-	GetSnapshot(ctx context.Context, tenant, id string) (api.Snapshot, error)
+	// GetSnapshot returns one of tenant's snapshots, by ID or by name
+	// (ref); CodeNotFound otherwise. The other snapshot methods take its
+	// ID.
+	GetSnapshot(ctx context.Context, tenant, ref string) (api.Snapshot, error)
 	// ListSnapshots returns a page of tenant's snapshots (of one sandbox
 	// when sandboxID is not "") in one of states (any when empty), oldest
 	// first.

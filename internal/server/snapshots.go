@@ -4,22 +4,38 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"time"
 
 	"warren/api"
 )
 
-// snapshotIDPattern is the form of every snapshot id; anything else cannot
-// name one and is answered 404 without reaching the manager.
+// snapshotIDPattern is the form of every snapshot id.
 var snapshotIDPattern = regexp.MustCompile(`^sn-[a-z0-9]{1,40}$`)
 
-// snapshotID returns the {id} of a snapshot route.
-func snapshotID(r *http.Request) (string, error) {
-	id := r.PathValue("id")
-	if !snapshotIDPattern.MatchString(id) {
-		return "", api.Errorf(api.CodeNotFound, "snapshot %q not found", id)
+// snapshotRef returns the {id} of a snapshot route: a snapshot's ID, or
+// the name of one of the caller's (api.CheckSnapshotName). Anything else
+// cannot name one and is answered 404 without reaching the manager.
+func snapshotRef(r *http.Request) (string, error) {
+	ref := r.PathValue("id")
+	if !snapshotIDPattern.MatchString(ref) && api.CheckSnapshotName(ref) != nil {
+		return "", api.Errorf(api.CodeNotFound, "snapshot %q not found", ref)
 	}
-	return id, nil
+	return ref, nil
+}
+
+// snapshotID returns the ID of the snapshot the {id} of a snapshot route
+// names: the ID itself, or the ID of the caller's snapshot of that name.
+func (s *Server) snapshotID(r *http.Request) (string, error) {
+	ref, err := snapshotRef(r)
+	if err != nil || snapshotIDPattern.MatchString(ref) {
+		return ref, err
+	}
+	sn, err := s.sb.GetSnapshot(r.Context(), caller(r).Tenant, ref)
+	if err != nil {
+		return "", err
+	}
+	return sn.ID, nil
 }
 
 // createSnapshot answers POST /v1/sandboxes/{id}/snapshots: 201 with the
@@ -32,6 +48,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSnapshotRequest
 	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
+	}
+	if req.Name != "" {
+		if err := api.CheckSnapshotName(req.Name); err != nil {
+			return err
+		}
 	}
 	sn, err := s.sb.Snapshot(r.Context(), caller(r).Tenant, id, req)
 	if err != nil {
@@ -55,13 +76,25 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 }
 
 // writeSnapshots answers a page of the caller's snapshots, of one sandbox
-// when sandboxID is not "".
+// when sandboxID is not "", of one name with ?name=.
 func (s *Server) writeSnapshots(w http.ResponseWriter, r *http.Request, sandboxID string) error {
-	lr, err := parseList(r, "snapshots", sandboxID, api.DefaultListLimit, api.MaxListLimit, snapshotStates)
+	name := r.URL.Query().Get("name")
+	scope := sandboxID
+	if name != "" {
+		// A list by name is one page: no page token continues it, nor
+		// another list's.
+		scope += " named " + name
+	}
+	lr, err := parseList(r, "snapshots", scope, api.DefaultListLimit, api.MaxListLimit, snapshotStates)
 	if err != nil {
 		return err
 	}
-	list, err := s.sb.ListSnapshots(r.Context(), caller(r).Tenant, sandboxID, lr.states, lr.storePage())
+	var list []api.Snapshot
+	if name != "" {
+		list, err = s.namedSnapshot(r, name, sandboxID, lr.states)
+	} else {
+		list, err = s.sb.ListSnapshots(r.Context(), caller(r).Tenant, sandboxID, lr.states, lr.storePage())
+	}
 	if err != nil {
 		return err
 	}
@@ -70,10 +103,29 @@ func (s *Server) writeSnapshots(w http.ResponseWriter, r *http.Request, sandboxI
 	return writeJSON(w, http.StatusOK, out)
 }
 
+// namedSnapshot lists the caller's snapshot named name if it is sandbox
+// sandboxID's (any sandbox's when "") and in one of states (any when
+// empty): names are unique, so one snapshot at most.
+func (s *Server) namedSnapshot(r *http.Request, name, sandboxID string, states []string) ([]api.Snapshot, error) {
+	if err := api.CheckSnapshotName(name); err != nil {
+		return nil, err
+	}
+	sn, err := s.sb.GetSnapshot(r.Context(), caller(r).Tenant, name)
+	switch {
+	case api.IsCode(err, api.CodeNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case sandboxID != "" && sn.SandboxID != sandboxID, len(states) > 0 && !slices.Contains(states, sn.State):
+		return nil, nil
+	}
+	return []api.Snapshot{sn}, nil
+}
+
 // snapshotLineage answers GET /v1/snapshots/{id}/lineage: a page of the
 // snapshot's ancestors, nearest first.
 func (s *Server) snapshotLineage(w http.ResponseWriter, r *http.Request) error {
-	id, err := snapshotID(r)
+	id, err := s.snapshotID(r)
 	if err != nil {
 		return err
 	}
@@ -97,11 +149,11 @@ func (s *Server) snapshotLineage(w http.ResponseWriter, r *http.Request) error {
 
 // getSnapshot answers GET /v1/snapshots/{id}.
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
-	id, err := snapshotID(r)
+	ref, err := snapshotRef(r)
 	if err != nil {
 		return err
 	}
-	sn, err := s.sb.GetSnapshot(r.Context(), caller(r).Tenant, id)
+	sn, err := s.sb.GetSnapshot(r.Context(), caller(r).Tenant, ref)
 	if err != nil {
 		return err
 	}
@@ -110,7 +162,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 
 // deleteSnapshot answers DELETE /v1/snapshots/{id}.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
-	id, err := snapshotID(r)
+	id, err := s.snapshotID(r)
 	if err != nil {
 		return err
 	}
@@ -124,7 +176,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 // restoreSnapshot answers POST /v1/snapshots/{id}/restore with the new
 // sandboxes, running.
 func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
-	id, err := snapshotID(r)
+	id, err := s.snapshotID(r)
 	if err != nil {
 		return err
 	}

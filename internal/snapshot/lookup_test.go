@@ -3,13 +3,15 @@
 package snapshot_test
 
 import (
-	"warren/internal/disk/disktest"
-
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"warren/api"
+	"warren/internal/disk/disktest"
+	"warren/internal/listing"
 )
 
 // TestLookupRefuses: malformed IDs, base layer IDs, snapshots that do not
@@ -155,4 +157,57 @@ func TestDeleteSeenEverywhere(t *testing.T) {
 			"remembered in Engine.manifests is trusted after GC removed it and its marker",
 			strings.Join(bugs, "; "))
 	}
+}
+
+// TestNamedSnapshots: a name given to Take is the snapshot's, shown by
+// View, and Lookup finds it by that name for its tenant only; a second
+// Take under the name is api conflict naming the first and records
+// nothing; Delete by name frees the name.
+func TestNamedSnapshots(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, "n1", openFileBlobs(t, t.TempDir()), testConfig())
+	x, xDisk := n.newDisk(t, n.template(t))
+	src := n.source(tenant, x, xDisk, "")
+	src.Name = "nightly"
+	s0, _ := n.takeSource(t, src)
+	if v := n.eng.View(s0); v.Name != "nightly" || v.ID != s0.ID {
+		t.Errorf("View of the named snapshot: %+v, want %s named nightly", v, s0.ID)
+	}
+	if sn, err := n.eng.Lookup(ctx, tenant, "nightly"); err != nil || sn.ID != s0.ID {
+		t.Errorf("Lookup(%s, nightly) = %+v, %v; want %s", tenant, sn, err, s0.ID)
+	}
+	for _, tc := range []struct{ tenant, ref string }{{otherTenant, "nightly"}, {"", "nightly"}, {tenant, "Nightly"}, {tenant, "weekly"}} {
+		if _, err := n.eng.Lookup(ctx, tc.tenant, tc.ref); !isNotFound(err) || !strings.Contains(err.Error(), "snapshot "+tc.ref+" not found") {
+			t.Errorf("Lookup(%q, %q) = %v, want not_found", tc.tenant, tc.ref, err)
+		}
+	}
+
+	if _, err := n.eng.Take(ctx, src, noQuiesce); !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), s0.ID) {
+		t.Errorf("a second Take named nightly: %v, want conflict naming %s", err, s0.ID)
+	}
+	if list, err := n.eng.List(ctx, tenant, "", nil, listing.Page{Limit: 10}); err != nil || len(list) != 1 {
+		t.Errorf("snapshots after the refused Take: %+v, %v; want only %s", list, err, s0.ID)
+	}
+	other := n.source(otherTenant, x, xDisk, "")
+	other.Name = "nightly"
+	s1, _ := n.takeSource(t, other)
+	n.durable(t, s0.ID)
+	n.durable(t, s1.ID)
+
+	if err := n.eng.Delete(ctx, tenant, "nightly"); err != nil {
+		t.Fatalf("Delete by name: %v", err)
+	}
+	for _, ref := range []string{"nightly", s0.ID} {
+		if _, err := n.eng.Lookup(ctx, tenant, ref); !isNotFound(err) {
+			t.Errorf("Lookup(%s) after the delete: %v, want not_found", ref, err)
+		}
+	}
+	if sn, err := n.eng.Lookup(ctx, otherTenant, "nightly"); err != nil || sn.ID != s1.ID {
+		t.Errorf("%s's nightly after %s's delete: %+v, %v; want %s", otherTenant, tenant, sn, err, s1.ID)
+	}
+	s2, _ := n.takeSource(t, src)
+	if sn, err := n.eng.Lookup(ctx, tenant, "nightly"); err != nil || sn.ID != s2.ID {
+		t.Errorf("nightly taken again: %+v, %v; want %s", sn, err, s2.ID)
+	}
+	n.durable(t, s2.ID)
 }

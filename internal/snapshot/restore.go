@@ -65,15 +65,27 @@ func (e *Engine) remember(m layer.Manifest) {
 	e.manifests[m.ID] = m
 }
 
-// Lookup returns the snapshot with id if tenant may see it: this node's
-// record, or else a durable snapshot another node stored in the shared blob
-// store. A snapshot of another tenant, or deleted, is api not_found.
-func (e *Engine) Lookup(ctx context.Context, tenant, id string) (store.Snapshot, error) {
-	notFound := api.Errorf(api.CodeNotFound, "snapshot %s not found", id)
-	if !ident.Valid(id, "sn-") {
+// Lookup returns the snapshot ref names if tenant may see it: ref is its ID
+// or its name (api.CheckSnapshotName), and the record returned has its ID.
+// It is this node's record, or else, by ID, a durable snapshot another
+// node stored in the shared blob store (names are kept in the store
+// alone). A snapshot of another tenant, or deleted, is api not_found.
+func (e *Engine) Lookup(ctx context.Context, tenant, ref string) (store.Snapshot, error) {
+	notFound := api.Errorf(api.CodeNotFound, "snapshot %s not found", ref)
+	id := ref
+	var sn store.Snapshot
+	var err error
+	switch {
+	case ident.Valid(ref, "sn-"):
+		sn, err = e.store.GetSnapshot(ctx, id)
+	case api.CheckSnapshotName(ref) == nil:
+		if sn, err = e.store.SnapshotByName(ctx, tenant, ref); errors.Is(err, store.ErrNotFound) {
+			return store.Snapshot{}, notFound
+		}
+		id = sn.ID
+	default:
 		return store.Snapshot{}, notFound
 	}
-	sn, err := e.store.GetSnapshot(ctx, id)
 	switch {
 	case err == nil:
 		if sn.Tenant != tenant || sn.Tenant == "" {

@@ -18,6 +18,9 @@ type Source struct {
 	// in the tenant's namespace, deduplicated only with its own.
 	Tenant    string
 	SandboxID string
+	// Name names the snapshot ("" for none): valid (api.CheckSnapshotName),
+	// and none of the tenant's other snapshots'.
+	Name string
 	// Scope is the disk saved: api.ScopeRoot or api.ScopeWorkspace.
 	Scope string
 	// Image is the sandbox's disk image of that scope.
@@ -40,6 +43,8 @@ type Quiesce func(ctx context.Context) (resume func() error, err error)
 // Take snapshots the sandbox: it records the snapshot, quiesces the
 // sandbox's filesystem, clones its disk into the cache, resumes it, and
 // returns the pending snapshot while the upload goes on in the background.
+// A name another snapshot of the tenant has is api conflict, and nothing
+// is taken.
 func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.Snapshot, error) {
 	tStart := time.Now()
 	if src.Tenant == "" {
@@ -55,11 +60,11 @@ func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.S
 		return store.Snapshot{}, err
 	}
 	sn := store.Snapshot{
-		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Scope: src.Scope, Parent: parent,
+		ID: ident.New("sn-"), Tenant: src.Tenant, Name: src.Name, SandboxID: src.SandboxID, Scope: src.Scope, Parent: parent,
 		Template: src.Template, State: api.SnapshotPending, Node: e.cfg.Node,
 	}
-	if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
-		return store.Snapshot{}, fmt.Errorf("take snapshot: %w", err)
+	if err := e.insertTaken(ctx, &sn); err != nil {
+		return store.Snapshot{}, err
 	}
 	log := e.log.With("snapshot", sn.ID, "sandbox", src.SandboxID)
 	// From here on a failure must be recorded, even if the caller has gone.
@@ -96,6 +101,18 @@ func (e *Engine) Take(ctx context.Context, src Source, quiesce Quiesce) (store.S
 	log.Info("snapshot taken", "parent", parent, "ack", sn.Ack, "took", time.Since(tStart), "record", t0.Sub(tStart))
 	e.startUpload(sn.ID, sn.CreatedAt)
 	return sn, nil
+}
+
+// insertTaken records sn, a tenant's snapshot being taken; a name another
+// of the tenant's snapshots has is api conflict.
+func (e *Engine) insertTaken(ctx context.Context, sn *store.Snapshot) error {
+	var taken *store.NameTakenError
+	if err := e.store.InsertSnapshot(ctx, sn); errors.As(err, &taken) {
+		return api.Errorf(api.CodeConflict, "%v", taken)
+	} else if err != nil {
+		return fmt.Errorf("take snapshot: %w", err)
+	}
+	return nil
 }
 
 // cloneQuiesced clones image into the cache as id while the filesystem in
@@ -219,7 +236,7 @@ func (e *Engine) baseImage(ctx context.Context, id, image string) (int64, error)
 // block server's snapshot, one manifest over the volume's base, which it
 // names id and labels. write returns the layer's parent and the disk's
 // size. The snapshot is durable once TakeLayer returns; nothing is cloned
-// or uploaded after.
+// or uploaded after. A name is refused as Take refuses it.
 func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
 	write func(ctx context.Context, id string, labels map[string]string) (string, int64, error)) (store.Snapshot, error) {
 	tStart := time.Now()
@@ -227,11 +244,11 @@ func (e *Engine) TakeLayer(ctx context.Context, src Source, quiesce Quiesce,
 		return store.Snapshot{}, errors.New("take snapshot: no tenant")
 	}
 	sn := store.Snapshot{
-		ID: ident.New("sn-"), Tenant: src.Tenant, SandboxID: src.SandboxID, Scope: api.ScopeRoot,
+		ID: ident.New("sn-"), Tenant: src.Tenant, Name: src.Name, SandboxID: src.SandboxID, Scope: api.ScopeRoot,
 		Template: src.Template, State: api.SnapshotPending, Node: e.cfg.Node,
 	}
-	if err := e.store.InsertSnapshot(ctx, &sn); err != nil {
-		return store.Snapshot{}, fmt.Errorf("take snapshot: %w", err)
+	if err := e.insertTaken(ctx, &sn); err != nil {
+		return store.Snapshot{}, err
 	}
 	ctx = context.WithoutCancel(ctx)
 	t0 := time.Now()

@@ -16,7 +16,7 @@ import (
 // snapshot stored against one shows no parent.
 func (e *Engine) View(sn store.Snapshot) api.Snapshot {
 	v := api.Snapshot{
-		ID: sn.ID, SandboxID: sn.SandboxID, Scope: sn.Scope, Template: sn.Template, State: sn.State, Error: sn.Error,
+		ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Scope: sn.Scope, Template: sn.Template, State: sn.State, Error: sn.Error,
 		DiskBytes: sn.DiskBytes, ChangedBytes: sn.ChangedBytes, StoredBytes: sn.StoredBytes,
 		CreatedAt: sn.CreatedAt, AckMs: ms(sn.Ack.Seconds()), UploadMs: ms(sn.Upload.Seconds()),
 	}
@@ -94,15 +94,17 @@ func (e *Engine) Lineage(ctx context.Context, tenant, id, after string, limit in
 	return ancestors, false, nil
 }
 
-// Delete deletes one of the tenant's snapshots: restores of it are refused
-// from now on, everywhere. Its layer stays in the blob store while a
-// descendant needs it; the collector removes what nothing needs. A pending
-// snapshot's upload is let finish first.
+// Delete deletes one of the tenant's snapshots, by ID or name (as Lookup
+// takes), and frees its name: restores of it are refused from now on,
+// everywhere. Its layer stays in the blob store while a descendant needs
+// it; the collector removes what nothing needs. A pending snapshot's
+// upload is let finish first.
 func (e *Engine) Delete(ctx context.Context, tenant, id string) error {
 	sn, err := e.Lookup(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
+	id = sn.ID
 	if err := e.waitUpload(ctx, id); err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
