@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"warren/api"
 )
@@ -63,8 +64,12 @@ var ErrNoOwner = errors.New("no node runs the sandbox")
 
 // Placement is what a create or a restore asks of the node it starts on.
 type Placement struct {
-	// Snapshot is the snapshot a restore starts from; "" for a create.
+	// Snapshot is the snapshot a restore starts from, by ID or by name; ""
+	// for a create.
 	Snapshot string
+	// Tenant is the caller's when Snapshot is a name (api.SnapshotIDPrefix
+	// starts every ID and no name): it names one of the tenant's own.
+	Tenant string
 	// Template is a create's template ("" for the default).
 	Template string
 	// Count is how many sandboxes a restore starts (a create: 1).
@@ -82,9 +87,10 @@ type Options struct {
 	// (server.Server.PreviewSandbox).
 	Preview func(host string) (id string, ok bool)
 	// Authenticate checks a create's or a restore's API key before the
-	// front reads more of its body than any caller may send
+	// front reads more of its body than any caller may send, or places a
+	// restore of a snapshot by name, and returns the key's tenant
 	// (server.Server.Authenticate). The node checks every request's key.
-	Authenticate func(r *http.Request) error
+	Authenticate func(r *http.Request) (tenant string, err error)
 	// WriteError answers a request with an error (server.Server.WriteError).
 	WriteError func(w http.ResponseWriter, r *http.Request, err error)
 	// MaxBody bounds the body of a create or restore read for placement:
@@ -222,13 +228,21 @@ func (f *Front) route(r *http.Request, rule Rule) (string, error) {
 		if err := f.peek(r, &req); err != nil {
 			return "", err
 		}
-		return f.fleet.Place(ctx, Placement{Snapshot: r.PathValue("id"), Count: max(req.Count, 1), Spec: req.SandboxSpec})
+		p := Placement{Snapshot: r.PathValue("id"), Count: max(req.Count, 1), Spec: req.SandboxSpec}
+		if !strings.HasPrefix(p.Snapshot, api.SnapshotIDPrefix) {
+			tenant, err := f.opts.Authenticate(r)
+			if err != nil {
+				return "", err
+			}
+			p.Tenant = tenant
+		}
+		return f.fleet.Place(ctx, p)
 	case SandboxNode, ParentNode:
 		return f.owner(ctx, r.PathValue("id"))
 	case NamedNode:
 		id := r.PathValue("id")
 		if _, err := f.fleet.Node(id); err != nil {
-			if err := f.opts.Authenticate(r); err != nil {
+			if _, err := f.opts.Authenticate(r); err != nil {
 				return "", err
 			}
 			return "", api.Errorf(api.CodeNotFound, "node %s not found in the fleet", id)
@@ -263,7 +277,7 @@ func (f *Front) peek(r *http.Request, v any) error {
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, min(peekFree, f.opts.MaxBody)+1))
 	if err == nil && int64(len(b)) > peekFree {
-		if err := f.opts.Authenticate(r); err != nil {
+		if _, err := f.opts.Authenticate(r); err != nil {
 			return err
 		}
 		var more []byte

@@ -145,11 +145,11 @@ func newTestFront(t *testing.T) (*testFleet, string) {
 		id, ok := strings.CutSuffix(strings.TrimPrefix(host, "8080-"), ".preview.test")
 		return id, ok
 	}
-	auth := func(r *http.Request) error {
+	auth := func(r *http.Request) (string, error) {
 		if r.Header.Get("Authorization") != "Bearer wk_key" {
-			return api.Errorf(api.CodeUnauthorized, "invalid API key")
+			return "", api.Errorf(api.CodeUnauthorized, "invalid API key")
 		}
-		return nil
+		return "acme", nil
 	}
 	api := server.New(nil, nil, nil, slog.New(slog.DiscardHandler), server.Options{})
 	front := httptest.NewServer(api.Wrap(control.NewFront(fleet, control.Options{Routes: api.RouteTable(), Preview: preview,
@@ -199,6 +199,7 @@ func TestFrontRoutes(t *testing.T) {
 		{"a create goes where it is placed", "POST", "/v1/sandboxes", "", create, "b"},
 		{"a restore too", "POST", "/v1/snapshots/sn-1/restore", "", `{"count":3,"runtime":"vm"}`, "b"},
 		{"a retried restore too", "POST", "/v1/snapshots/sn-2/restore", "", `{}`, "b"},
+		{"a restore by name, of the caller's snapshot", "POST", "/v1/snapshots/nightly/restore", "", `{"count":2}`, "b"},
 		{"a list goes to any", "GET", "/v1/sandboxes", "", "", "a"},
 		{"snapshots go to any", "GET", "/v1/snapshots/sn-1", "", "", "a"},
 		{"a preview host goes to its sandbox's node", "GET", "/", "8080-sb-b.preview.test", "", "b"},
@@ -235,6 +236,7 @@ func TestFrontRoutes(t *testing.T) {
 		{Template: "py", Count: 1, Spec: api.SandboxSpec{CPUs: 2, MemoryMB: 512}},
 		{Snapshot: "sn-1", Count: 3, Spec: api.SandboxSpec{Runtime: "vm"}},
 		{Snapshot: "sn-2", Count: 1},
+		{Snapshot: "nightly", Tenant: "acme", Count: 2},
 	}
 	if fmt.Sprint(fleet.placed) != fmt.Sprint(want) {
 		t.Errorf("placements %+v, want %+v", fleet.placed, want)
@@ -375,13 +377,18 @@ func TestFrontErrors(t *testing.T) {
 // TestFrontReadsNoBodyWithoutAKey: a create or restore without a good key
 // and a body longer than a request's headers may be is refused at the
 // front, before the rest of its body is read or it is placed; a short one
-// goes on to the node, which refuses it.
+// goes on to the node, which refuses it. A restore by name, which places
+// the caller's snapshot of that name, is refused whatever its body.
 func TestFrontReadsNoBodyWithoutAKey(t *testing.T) {
 	fleet, url := newTestFront(t)
 	long := `{"template":"` + strings.Repeat("x", control.PeekFree) + `"}`
-	for _, path := range []string{"/v1/sandboxes", "/v1/snapshots/sn-1/restore"} {
-		if status, eb := sendForError(t, "POST", url+path, "Bearer wk_stolen", long); status != http.StatusUnauthorized || eb.Error.Code != api.CodeUnauthorized {
-			t.Errorf("POST %s with a bad key and a long body: %d %+v", path, status, eb)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/sandboxes", long},
+		{"/v1/snapshots/sn-1/restore", long},
+		{"/v1/snapshots/nightly/restore", `{}`},
+	} {
+		if status, eb := sendForError(t, "POST", url+tc.path, "Bearer wk_stolen", tc.body); status != http.StatusUnauthorized || eb.Error.Code != api.CodeUnauthorized {
+			t.Errorf("POST %s with a bad key: %d %+v", tc.path, status, eb)
 		}
 	}
 	if len(fleet.placed) != 0 {

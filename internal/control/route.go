@@ -27,7 +27,8 @@ const (
 	// (api.CreateSandboxRequest), which the front reads and passes on.
 	PlaceCreate
 	// PlaceRestore: the node the fleet places a restore of snapshot {id}
-	// on, from its body (api.RestoreRequest).
+	// (its ID, or the name of one of the caller's) on, from its body
+	// (api.RestoreRequest).
 	PlaceRestore
 	// NamedNode: node {id}, whose own figures the route reads (its
 	// metrics); 404 when the fleet has no such node.

@@ -518,9 +518,9 @@ func front(srv *server.Server, f control.Fleet, maxBody int64, uploads string, l
 	return srv.Wrap(e2b.New(control.NewFront(f, control.Options{
 		Routes:  srv.RouteTable(),
 		Preview: srv.PreviewSandbox,
-		Authenticate: func(r *http.Request) error {
-			_, err := srv.Authenticate(r)
-			return err
+		Authenticate: func(r *http.Request) (string, error) {
+			k, err := srv.Authenticate(r)
+			return k.Tenant, err
 		},
 		WriteError: srv.WriteError,
 		MaxBody:    cmp.Or(maxBody, server.DefaultMaxBodyBytes),

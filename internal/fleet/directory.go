@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -323,7 +324,7 @@ func (d *Directory) Place(ctx context.Context, p control.Placement) (string, err
 		Labels:    p.Spec.NodeLabels,
 	}
 	if p.Snapshot != "" {
-		lineage, err := d.lineage(ctx, p.Snapshot)
+		lineage, err := d.lineage(ctx, p.Tenant, p.Snapshot)
 		if err != nil {
 			return "", err
 		}
@@ -384,14 +385,26 @@ func runtimeName(rt string) string {
 // maxLineage bounds the ancestors a placement reads.
 const maxLineage = 64
 
-// lineage is the layers a restore of snapshot id materializes, nearest
-// first, each sized by what it added to the blob store, or by its disk
-// when that is not known (a snapshot recorded from its manifest). An
-// ancestor the store does not know (a base layer of a template built
-// elsewhere) counts as the whole disk: what a node that holds none of the
-// lineage fetches at most. A snapshot the store does not know places with
-// no lineage, and the node answers its 404.
-func (d *Directory) lineage(ctx context.Context, id string) ([]scheduler.Layer, error) {
+// lineage is the layers a restore of snapshot ref (its ID, or the name of
+// one of tenant's) materializes, nearest first, each sized by what it
+// added to the blob store, or by its disk when that is not known (a
+// snapshot recorded from its manifest). An ancestor the store does not
+// know (a base layer of a template built elsewhere) counts as the whole
+// disk: what a node that holds none of the lineage fetches at most. A
+// snapshot the store does not know places with no lineage, and the node
+// answers its 404.
+func (d *Directory) lineage(ctx context.Context, tenant, ref string) ([]scheduler.Layer, error) {
+	id := ref
+	if !strings.HasPrefix(ref, api.SnapshotIDPrefix) {
+		sn, err := d.st.SnapshotByName(ctx, tenant, ref)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		id = sn.ID
+	}
 	var out []scheduler.Layer
 	var disk int64
 	for i := 0; id != "" && i < maxLineage; i++ {

@@ -122,7 +122,7 @@ func TestRequestIDThroughTheFleet(t *testing.T) {
 		slog.New(slog.DiscardHandler), replica.WriteError)
 	front := httptest.NewServer(replica.Wrap(control.NewFront(control.One(n1), control.Options{
 		Routes: replica.RouteTable(), Preview: replica.PreviewSandbox, WriteError: replica.WriteError,
-		Authenticate: func(r *http.Request) error { _, err := replica.Authenticate(r); return err },
+		Authenticate: func(r *http.Request) (string, error) { k, err := replica.Authenticate(r); return k.Tenant, err },
 		MaxBody:      DefaultMaxBodyBytes, Local: replica.Routes(),
 	})))
 	t.Cleanup(front.Close)
