@@ -244,15 +244,18 @@ func (m *Manager) letGo(ctx context.Context, id string, l *live, reason string) 
 	l.deleting = true // the drain owns it: its exit is no failure
 	delete(m.live, id)
 	m.mu.Unlock()
+	// Stopped and released before its record says no node holds it: a
+	// wake placed elsewhere finds nothing of it left here.
+	if err := m.release(ctx, id, l, false); err != nil {
+		m.log.Warn("what a paused sandbox let go of left", "sandbox", id, "err", err)
+	}
 	if _, err := m.deps.Store.Unhold(ctx, rec, "", reason); err != nil {
-		m.mu.Lock()
-		l.deleting = false
-		m.live[id] = l
-		m.mu.Unlock()
+		// Deleted meanwhile, or the store is unreachable: a restart
+		// finds it gone and lets go of it then (reconcile).
 		return err
 	}
 	m.log.Info("paused sandbox let go: it wakes on another node", "sandbox", id, "snapshot", rec.Paused.Snapshot)
-	return m.release(ctx, id, l, false)
+	return nil
 }
 
 // moveAway drains one sandbox (Drain).
