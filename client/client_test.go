@@ -89,6 +89,7 @@ func TestRoutes(t *testing.T) {
 		ndjson.WriteString(mustJSON(ev) + "\n")
 	}
 	tmpl := api.Template{Name: "py", SizeBytes: 1 << 30, UsedBytes: 1 << 28, BuiltAt: t0}
+	named := api.Snapshot{ID: "sn-1", Name: "nightly", SandboxID: id, Scope: api.ScopeRoot, State: api.SnapshotDurable, CreatedAt: t0}
 
 	tests := []struct {
 		name   string
@@ -204,6 +205,18 @@ func TestRoutes(t *testing.T) {
 		{name: "remove file", method: "DELETE", path: "/v1/sandboxes/sb-1/files", query: url.Values{"path": {"/w/d"}, "recursive": {"true"}},
 			status: 204,
 			call:   func(ctx context.Context, c *Client) (any, error) { return nil, c.RemoveFile(ctx, id, "/w/d", true) }},
+		{name: "named snapshot", method: "POST", path: "/v1/sandboxes/sb-1/snapshots", status: 201,
+			body: `{"name":"nightly","wait":true}`, answer: mustJSON(named), want: &named,
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.Snapshot(ctx, id, api.CreateSnapshotRequest{Name: "nightly", Wait: true})
+			}},
+		{name: "get a snapshot by name", method: "GET", path: "/v1/snapshots/nightly", answer: mustJSON(named), want: &named,
+			call: func(ctx context.Context, c *Client) (any, error) { return c.GetSnapshot(ctx, "nightly") }},
+		{name: "restore by name", method: "POST", path: "/v1/snapshots/nightly/restore", status: 201, body: `{"count":2}`,
+			answer: mustJSON(api.RestoreResult{Sandboxes: []api.Sandbox{sandbox, sandbox}}), want: []api.Sandbox{sandbox, sandbox},
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.Restore(ctx, "nightly", api.RestoreRequest{Count: 2})
+			}},
 		{name: "list templates", method: "GET", path: "/v1/templates", query: url.Values{"limit": {"1000"}}, answer: mustJSON(map[string]any{"templates": []api.Template{tmpl}}),
 			want: []api.Template{tmpl},
 			call: func(ctx context.Context, c *Client) (any, error) { return c.ListTemplates(ctx) }},

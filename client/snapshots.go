@@ -7,14 +7,16 @@ import (
 	"warren/api"
 )
 
-// snapshotPath is the escaped path of snapshot id and elems under it.
+// snapshotPath is the escaped path of snapshot id (its ID or its name)
+// and elems under it.
 func snapshotPath(id string, elems ...string) string {
 	return idPath("snapshots", id, elems...)
 }
 
 // Snapshot saves the sandbox's disk and returns the snapshot: pending, or
-// with req.Wait durable (or failed). Never retried: a repeat would take a
-// second snapshot.
+// with req.Wait durable (or failed), named req.Name if set (a name another
+// of the caller's snapshots has is an *api.Error with code conflict).
+// Never retried: a repeat would take a second snapshot.
 func (c *Client) Snapshot(ctx context.Context, sandboxID string, req api.CreateSnapshotRequest) (*api.Snapshot, error) {
 	var sn api.Snapshot
 	cl := once(ctx, &call{op: "snapshot", method: http.MethodPost, path: sandboxPath(sandboxID, "snapshots"), in: req})
@@ -24,8 +26,9 @@ func (c *Client) Snapshot(ctx context.Context, sandboxID string, req api.CreateS
 	return &sn, nil
 }
 
-// GetSnapshot returns the snapshot id; an unknown one is an *api.Error with
-// code not_found.
+// GetSnapshot returns the snapshot id, an ID or the name of one of the
+// caller's snapshots (as every snapshot method here takes); an unknown one
+// is an *api.Error with code not_found.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*api.Snapshot, error) {
 	var sn api.Snapshot
 	cl := &call{op: "get snapshot", method: http.MethodGet, path: snapshotPath(id), retry: retryIdempotent}

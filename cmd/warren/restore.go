@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"warren/api"
@@ -11,10 +12,11 @@ import (
 
 func runRestore(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("restore", "[flags] SNAPSHOT",
-		"Start sandboxes from a snapshot, each with its disk and a fresh identity,\n"+
-			"and print their IDs, one a line, once they all run. All or nothing: if\n"+
-			"one cannot start, none is left running. A workspace snapshot gives the\n"+
-			"sandboxes its /workspace on a fresh root disk from its template.")
+		"Start sandboxes from a snapshot (its ID or its name), each with its disk\n"+
+			"and a fresh identity, and print their IDs, one a line, once they all run.\n"+
+			"All or nothing: if one cannot start, none is left running. A workspace\n"+
+			"snapshot gives the sandboxes its /workspace on a fresh root disk from its\n"+
+			"template.")
 	var req api.RestoreRequest
 	fs.IntVar(&req.Count, "count", 1, "how many sandboxes to start")
 	noProgress := fs.Bool("no-progress", false, noProgressUsage)
@@ -29,9 +31,18 @@ func runRestore(ctx context.Context, c *cli, args []string) error {
 	if err := sf.fill(fs, &req.SandboxSpec); err != nil {
 		return err
 	}
+	snap := rest[0]
+	if !strings.HasPrefix(snap, api.SnapshotIDPrefix) {
+		// A name: the events the progress counts carry the snapshot's ID.
+		sn, err := cl.GetSnapshot(ctx, snap)
+		if err != nil {
+			return err
+		}
+		snap = sn.ID
+	}
 	p := c.progress(*noProgress, "restore: sandboxes running", int64(req.Count), false)
-	stop := countStarted(ctx, cl, p, rest[0])
-	sbs, err := cl.Restore(ctx, rest[0], req)
+	stop := countStarted(ctx, cl, p, snap)
+	sbs, err := cl.Restore(ctx, snap, req)
 	stop()
 	if err == nil {
 		p.setDone(int64(len(sbs)))

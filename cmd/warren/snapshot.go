@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -26,12 +27,15 @@ func runSnapshot(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("snapshot", "[flags] SANDBOX | ls | get | lineage | rm",
 		"Snapshot the sandbox's disk and print the snapshot's ID, alone, on stdout.\n"+
 			"It answers as soon as the disk is cloned (the snapshot is pending);\n"+
-			"--wait answers once it is durable in the blob store.\n\n"+
+			"--wait answers once it is durable in the blob store. With --name, the\n"+
+			"name stands for the snapshot wherever its ID does (SNAPSHOT below, and\n"+
+			"warren restore), until the snapshot is deleted.\n\n"+
 			"  warren snapshot ls [SANDBOX]   list snapshots as a tree\n"+
 			"  warren snapshot get SNAPSHOT   print one as JSON\n"+
 			"  warren snapshot lineage SNAPSHOT  print its ancestors, nearest first\n"+
 			"  warren snapshot rm SNAPSHOT... delete snapshots")
 	var req api.CreateSnapshotRequest
+	fs.StringVar(&req.Name, "name", "", "name the snapshot: 1 to 63 letters, digits, '.', '_' and '-', starting with\na letter or a digit (not \""+api.SnapshotIDPrefix+"\"); unique among your snapshots")
 	fs.StringVar(&req.Scope, "scope", "root", "root (the whole system disk) or workspace (the disk at /workspace)")
 	fs.BoolVar(&req.Wait, "wait", false, "return once the snapshot is durable (or failed)")
 	wait := fs.Duration("wait-timeout", 0, "give up waiting after this long (default: the server's, 10m)")
@@ -82,11 +86,11 @@ func runSnapshotList(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	return printTable(c.stdout, *asJSON, list, 2, func(tw io.Writer) {
-		fmt.Fprintln(tw, "ID\tSANDBOX\tSCOPE\tSTATE\tDISK\tCHANGED\tSTORED\tCREATED")
+		fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tSCOPE\tSTATE\tDISK\tCHANGED\tSTORED\tCREATED")
 		for _, n := range snapshotTree(list) {
 			sn := n.sn
-			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.Repeat("  ", n.depth), sn.ID, sn.SandboxID,
-				sn.Scope, sn.State, mib(sn.DiskBytes), mib(sn.ChangedBytes), mib(sn.StoredBytes), when(sn.CreatedAt))
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.Repeat("  ", n.depth), sn.ID, cmp.Or(sn.Name, "-"),
+				sn.SandboxID, sn.Scope, sn.State, mib(sn.DiskBytes), mib(sn.ChangedBytes), mib(sn.StoredBytes), when(sn.CreatedAt))
 		}
 	})
 }
@@ -128,7 +132,7 @@ func snapshotTree(list []api.Snapshot) []treeNode {
 }
 
 func runSnapshotGet(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlags("snapshot get", "SNAPSHOT", "Print the snapshot as JSON.")
+	fs := c.newFlags("snapshot get", "SNAPSHOT", "Print the snapshot (its ID or name) as JSON.")
 	cl, rest, err := connect(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -165,7 +169,7 @@ func runSnapshotLineage(ctx context.Context, c *cli, args []string) error {
 
 func runSnapshotRemove(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlags("snapshot rm", "SNAPSHOT...",
-		"Delete snapshots: they can no longer be restored. Their layers stay in the\nblob store while a descendant needs them; `warren gc` collects the rest.")
+		"Delete snapshots (by ID or name): they can no longer be restored, and their\nnames are free again. Their layers stay in the blob store while a descendant\nneeds them; `warren gc` collects the rest.")
 	cl, ids, err := connect(fs, args, 1, -1)
 	if err != nil {
 		return err

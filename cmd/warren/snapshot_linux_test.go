@@ -75,6 +75,55 @@ func TestSnapshotCommands(t *testing.T) {
 	}
 }
 
+// TestSnapshotNames: --name names a snapshot, which ls shows and get,
+// restore and rm take for its ID; a name that is taken or malformed is
+// refused, saying why; rm frees it.
+func TestSnapshotNames(t *testing.T) {
+	w := newWarren(t)
+	id := w.sandbox(api.CreateSandboxRequest{}).ID
+	first := snapshotOf(t, id)
+	named := snapshotOf(t, id, "--wait", "--name", "nightly")
+	code, stdout, _ := runCLI(t, nil, "snapshot", "ls", id)
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if code != 0 || len(lines) != 3 || strings.Fields(lines[0])[1] != "NAME" ||
+		!strings.HasPrefix(lines[1], first+" ") || strings.Fields(lines[1])[1] != "-" ||
+		strings.Fields(lines[2])[0] != named || strings.Fields(lines[2])[1] != "nightly" {
+		t.Errorf("snapshot ls: exit %d stdout %q, want a NAME column with nightly", code, stdout)
+	}
+	var sn api.Snapshot
+	if code, stdout, _ := runCLI(t, nil, "snapshot", "get", "nightly"); code != 0 || json.Unmarshal([]byte(stdout), &sn) != nil ||
+		sn.ID != named || sn.Name != "nightly" {
+		t.Errorf("snapshot get nightly: exit %d stdout %q, want %s", code, stdout, named)
+	}
+	for _, tc := range []struct{ name, why string }{
+		{"nightly", "taken by snapshot " + named},
+		{"sn-nightly", `cannot start with "sn-"`},
+		{"night/ly", "only letters"},
+	} {
+		if code, _, stderr := runCLI(t, nil, "snapshot", "--name", tc.name, id); code != 1 || !strings.Contains(stderr, tc.why) {
+			t.Errorf("snapshot --name %s: exit %d stderr %q, want it to say %q", tc.name, code, stderr, tc.why)
+		}
+	}
+
+	code, stdout, stderr := runCLI(t, nil, "restore", "nightly")
+	if rid := strings.TrimSpace(stdout); code != 0 || !strings.HasPrefix(rid, "sb-") || w.get(rid).Origin != named {
+		t.Errorf("restore nightly: exit %d stdout %q stderr %q, want a sandbox from %s", code, stdout, stderr, named)
+	}
+	if code, _, stderr := runCLI(t, nil, "restore", "weekly"); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Errorf("restore of an unknown name: exit %d stderr %q", code, stderr)
+	}
+
+	if code, _, stderr := runCLI(t, nil, "snapshot", "rm", "nightly"); code != 0 {
+		t.Fatalf("snapshot rm nightly: exit %d stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, "snapshot", "get", "nightly"); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Errorf("snapshot get nightly after rm: exit %d stderr %q", code, stderr)
+	}
+	if again := snapshotOf(t, id, "--name", "nightly"); again == named {
+		t.Errorf("nightly again is %s, the deleted snapshot", again)
+	}
+}
+
 func TestRestore(t *testing.T) {
 	w := newWarren(t)
 	id := w.sandbox(api.CreateSandboxRequest{}).ID
