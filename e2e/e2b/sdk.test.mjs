@@ -186,6 +186,27 @@ test('snapshot, create from it, fork, kill twice', async () => {
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)
 })
 
+test('a named snapshot: listed with its name, a sandbox created from it, deleted by it', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.write('/root/named.txt', 'by name')
+  const name = `e2b-named-${randomBytes(4).toString('hex')}`
+  const snap = await sbx.createSnapshot({ name })
+  assert.match(snap.snapshotId, /^sn-/)
+  assert.deepEqual(snap.names, [name])
+  assert.deepEqual(await Sandbox.listSnapshots({ name }).nextItems(), [{ snapshotId: snap.snapshotId, names: [name] }])
+  const ofSandbox = await sbx.listSnapshots().nextItems()
+  assert.ok(ofSandbox.some((s) => s.snapshotId === snap.snapshotId && s.names.includes(name)))
+  await assert.rejects(sbx.createSnapshot({ name }), (e) => e.message.includes(snap.snapshotId))
+
+  const fromName = await Sandbox.create(name, { timeoutMs: 300_000 })
+  created.push(fromName)
+  assert.equal(await fromName.files.read('/root/named.txt'), 'by name')
+
+  assert.equal(await Sandbox.deleteSnapshot(name), true)
+  assert.equal(await Sandbox.deleteSnapshot(name), false)
+  assert.deepEqual(await Sandbox.listSnapshots({ name }).nextItems(), [])
+})
+
 // contextDir is a template build's file context: a directory of the
 // test's own, removed when the test ends.
 function contextDir(t) {

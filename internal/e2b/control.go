@@ -129,13 +129,8 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 		err = h.metrics(w, r, parts[1])
 	case route == "GET snapshots" && len(parts) == 1:
 		err = h.listSnapshots(w, r)
-	case route == "DELETE templates" && len(parts) == 2 && strings.HasPrefix(parts[1], "sn-"):
-		err = h.deleteSnapshot(w, r, parts[1])
 	case route == "DELETE templates" && len(parts) == 2:
-		err = h.call(r, http.MethodDelete, "/v1/templates/"+url.PathEscape(parts[1]), nil, nil)
-		if err == nil {
-			w.WriteHeader(http.StatusNoContent)
-		}
+		err = h.deleteTemplate(w, r, parts[1])
 	case route == "POST templates" && len(parts) == 1:
 		err = h.requestBuild(w, r)
 	case route == "GET templates" && len(parts) == 3 && parts[1] == "aliases":
@@ -268,9 +263,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	spec.Network = policy
 	var sb api.Sandbox
-	if ident.Valid(req.TemplateID, "sn-") {
+	snapshot, restore, err := h.snapshotOf(r, req.TemplateID)
+	if err != nil {
+		return err
+	}
+	if restore {
 		var res api.RestoreResult
-		if err := h.call(r, "POST", "/v1/snapshots/"+req.TemplateID+"/restore", api.RestoreRequest{Count: 1, SandboxSpec: spec}, &res); err != nil {
+		if err := h.call(r, "POST", "/v1/snapshots/"+snapshot+"/restore", api.RestoreRequest{Count: 1, SandboxSpec: spec}, &res); err != nil {
 			return err
 		}
 		if len(res.Sandboxes) != 1 {
@@ -524,72 +523,6 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, id string) err
 		}
 	}
 	writeJSON(w, status, h.view(sb, ""))
-	return nil
-}
-
-// snapshot serves POST /sandboxes/{id}/snapshots: a snapshot of warren's,
-// whose ID creates sandboxes as E2B's snapshot templates do.
-func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request, id string) error {
-	var req struct {
-		Name string `json:"name"`
-	}
-	if err := decode(r, &req); err != nil {
-		return err
-	}
-	if req.Name != "" {
-		return errorf(http.StatusBadRequest, "snapshot names are not supported by warren: create from the snapshot's ID")
-	}
-	p, err := sandboxPath(id)
-	if err != nil {
-		return err
-	}
-	var snap api.Snapshot
-	if err := h.call(r, "POST", p+"/snapshots", api.CreateSnapshotRequest{}, &snap); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"snapshotID": snap.ID, "names": []string{}})
-	return nil
-}
-
-// listSnapshots serves GET /snapshots?sandboxID=&limit=&nextToken=.
-func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	if q.Get("name") != "" {
-		return errorf(http.StatusBadRequest, "snapshot names are not supported by warren")
-	}
-	p := "/v1/snapshots"
-	if sid := q.Get("sandboxID"); sid != "" {
-		sp, err := sandboxPath(sid)
-		if err != nil {
-			return err
-		}
-		p = sp + "/snapshots"
-	}
-	var list api.SnapshotList
-	if err := h.call(r, "GET", p+"?"+pageQuery(q, 0).Encode(), nil, &list); err != nil {
-		return err
-	}
-	out := make([]map[string]any, 0, len(list.Snapshots))
-	for _, s := range list.Snapshots {
-		out = append(out, map[string]any{"snapshotID": s.ID, "names": []string{}})
-	}
-	if list.NextPageToken != "" {
-		w.Header().Set("X-Next-Token", list.NextPageToken)
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// deleteSnapshot serves DELETE /templates/{id} for a snapshot's ID, which
-// is how E2B's SDKs delete snapshots.
-func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request, id string) error {
-	if !ident.Valid(id, "sn-") {
-		return errorf(http.StatusNotImplemented, "deleting templates is not supported by warren's E2B API (docs/E2B.md); only snapshots")
-	}
-	if err := h.call(r, "DELETE", "/v1/snapshots/"+id, nil, nil); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
