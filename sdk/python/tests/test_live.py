@@ -771,6 +771,26 @@ class SnapshotTest(unittest.TestCase):
         with self.assertRaises(warren.NotFoundError):
             warren.get_snapshot("sn-doesnotexist0", client=client())
 
+    def test_named_snapshot(self) -> None:
+        name = f"py-named-{os.getpid()}"
+        sn = self.sb.snapshot(wait=True, name=name)
+        self.addCleanup(self.forget, sn)
+        self.assertEqual((sn.name, sn.state), (name, "durable"))
+        self.assertEqual(warren.get_snapshot(name, client=client()).id, sn.id)
+        self.assertIn(name, [x.name for x in self.sb.snapshots()])
+        with self.assertRaises(warren.ConflictError) as conflict:
+            self.sb.snapshot(name=name)
+        self.assertIn(sn.id, conflict.exception.message)
+        for bad in ("sn-not-a-name", "-x", "a/b"):
+            with self.subTest(name=bad), self.assertRaises(warren.BadRequestError):
+                self.sb.snapshot(name=bad)
+        (kid,) = self.restore(name, 1)
+        self.assertEqual(kid.info.origin, sn.id)
+        self.assertEqual(kid.files.read_text("/root/work/state.txt"), "before the snapshot\n")
+        warren.delete_snapshot(name, client=client())
+        with self.assertRaises(warren.NotFoundError):
+            warren.get_snapshot(name, client=client())
+
     def test_restore_count_out_of_range(self) -> None:
         def forks() -> List[str]:
             return [sb.id for sb in Sandbox.list(client=client())

@@ -390,10 +390,11 @@ class AsyncSandbox:
 
     async def snapshot(
         self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root",
-        *, idempotency_key: Optional[str] = None,
+        *, name: Optional[str] = None, idempotency_key: Optional[str] = None,
     ) -> AsyncSnapshot:
         """See :meth:`warren.Sandbox.snapshot`."""
-        return AsyncSnapshot(await _run(self.sync.snapshot, wait, wait_timeout, scope, idempotency_key=idempotency_key))
+        return AsyncSnapshot(await _run(self.sync.snapshot, wait, wait_timeout, scope, name=name,
+                                        idempotency_key=idempotency_key))
 
     async def snapshots(self, **kw: Any) -> List[AsyncSnapshot]:
         """See :meth:`warren.Sandbox.snapshots` (same arguments)."""

@@ -553,8 +553,8 @@ class Sandbox:
         a block, enter each in a :class:`contextlib.ExitStack`.
 
         Args:
-            snapshot: a :class:`Snapshot` or its id. A pending snapshot can
-                be restored on the node that took it.
+            snapshot: a :class:`Snapshot`, its id or its name. A pending
+                snapshot can be restored on the node that took it.
             count: how many sandboxes (the server allows 1 to 256).
             runtime, cpus, memory_mb, pids, timeout, env, metadata, network:
                 as for :meth:`create`, for every one of them; the disk size
@@ -842,7 +842,7 @@ class Sandbox:
 
     def snapshot(
         self, wait: bool = False, wait_timeout: Optional[float] = None, scope: str = "root",
-        *, idempotency_key: Optional[str] = None,
+        *, name: Optional[str] = None, idempotency_key: Optional[str] = None,
     ) -> Snapshot:
         """Save the sandbox's disk and return the snapshot. The sandbox's
         filesystem is synced and its disk cloned (``ack_duration``) while
@@ -858,10 +858,17 @@ class Sandbox:
                 (it can already be restored on this node).
             wait_timeout: with wait, seconds to wait at most (the server's
                 default is 600).
+            name: a name for the snapshot, which stands for its id wherever
+                one is taken (:func:`get_snapshot`, :meth:`restore`,
+                :func:`delete_snapshot`) until it is deleted: 1 to 63
+                letters, digits, ``.``, ``_`` and ``-``, starting with a
+                letter or a digit and not with ``sn-``.
             idempotency_key: as for :meth:`create`: one snapshot however
                 often it is sent.
 
         Raises:
+            BadRequestError: the name is not a valid one.
+            ConflictError: another of your snapshots has the name.
             SandboxGoneError: the sandbox is not running.
             RequestTimeout: with wait, it was not durable in time; it stays
                 pending (find it with :meth:`snapshots`, then
@@ -870,6 +877,8 @@ class Sandbox:
         body: Dict[str, Any] = {}
         if scope != "root":
             body["scope"] = scope
+        if name is not None:
+            body["name"] = name
         sock_timeout: Union[float, None, str] = "default"
         if wait:
             body["wait"] = True

@@ -50,6 +50,9 @@ class Snapshot:
 
     Attributes:
         id: the snapshot's id, e.g. ``sn-...``.
+        name: the name it was given (:meth:`Sandbox.snapshot`), unique among
+            your snapshots; every call that takes its id takes it too.
+            Empty when it has none.
         sandbox_id: the sandbox it was taken of.
         scope: ``root`` (the root disk, the whole system) or ``workspace``
             (the workspace disk mounted at /workspace).
@@ -78,6 +81,7 @@ class Snapshot:
     template: str
     state: str
     scope: str = "root"
+    name: str = ""
     parent: str = ""
     error: str = ""
     disk_bytes: int = 0
@@ -98,6 +102,7 @@ class Snapshot:
             template=str(d.get("template") or ""),
             state=str(d.get("state") or ""),
             scope=str(d.get("scope") or "root"),
+            name=str(d.get("name") or ""),
             parent=str(d.get("parent") or ""),
             error=str(d.get("error") or ""),
             disk_bytes=int(d.get("disk_bytes") or 0),
@@ -212,7 +217,7 @@ class Snapshot:
 
 
 def _snapshot_id(snapshot: Union[Snapshot, str]) -> str:
-    """The id of a Snapshot, or the id itself; an empty one is a
+    """The id of a Snapshot, or the id (or name) itself; an empty one is a
     ValueError."""
     sid = snapshot.id if isinstance(snapshot, Snapshot) else str(snapshot)
     if not sid:
@@ -230,8 +235,9 @@ def _client_of(snapshot: Union[Snapshot, str], client: Optional[Client]) -> Clie
 
 
 def get_snapshot(snapshot_id: str, *, client: Optional[Client] = None) -> Snapshot:
-    """The snapshot with this id: one of yours on this node, or a durable
-    one another node sharing the blob store took. Retried as reads are.
+    """The snapshot with this id, or of this name: one of yours on this
+    node, or a durable one another node sharing the blob store took.
+    Retried as reads are.
 
     Raises:
         NotFoundError: there is none (deleted, or another tenant's).
@@ -269,8 +275,8 @@ def list_snapshots_page(
 
 
 def delete_snapshot(snapshot: Union[Snapshot, str], *, client: Optional[Client] = None) -> None:
-    """Delete a snapshot (a :class:`Snapshot` or its id): restores of it are
-    refused from then on, on every node. Sandboxes restored from it go on,
+    """Delete a snapshot (a :class:`Snapshot`, its id or its name), which
+    frees its name: restores of it are refused from then on, on every node. Sandboxes restored from it go on,
     and its layer stays in the blob store while a descendant needs it.
     Retried, since repeating it is harmless (a 404 after a lost answer
     counts as done).

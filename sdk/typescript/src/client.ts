@@ -157,7 +157,8 @@ export class Warren {
 
   // Snapshots.
 
-  /** A snapshot by ID (also a durable one another node took). */
+  /** A snapshot by ID or name (also a durable one another node took);
+   * every method here that takes a snapshot's ID takes its name too. */
   getSnapshot(id: string): Promise<Snapshot> {
     return this.t.json({ method: "GET", path: pathOf("v1", "snapshots", id), retry: Retry.Idempotent });
   }
@@ -182,7 +183,8 @@ export class Warren {
     return all(iterate((token) => this.lineagePage(id, { limit: MAX_LIST_LIMIT, page_token: token })));
   }
 
-  /** Delete a snapshot: restores of it are refused from then on. */
+  /** Delete a snapshot: restores of it are refused from then on, and its
+   * name is free again. */
   async deleteSnapshot(id: string): Promise<void> {
     await this.t.none({ method: "DELETE", path: pathOf("v1", "snapshots", id), retry: Retry.Idempotent, goneIsDone: true });
   }

@@ -335,6 +335,9 @@ export type SnapshotState = "pending" | "durable" | "failed";
 /** A snapshot of a sandbox's root or workspace disk. */
 export interface Snapshot {
   id: string;
+  /** The name it was given, unique among the tenant's snapshots; it
+   * stands for the ID wherever one is taken. */
+  name?: string;
   sandbox_id: string;
   /** root or workspace. */
   scope: string;
@@ -353,6 +356,10 @@ export interface Snapshot {
 
 /** The body of POST …/snapshots. */
 export interface CreateSnapshotRequest {
+  /** A name for it: 1 to 63 letters, digits, ".", "_" and "-", starting
+   * with a letter or a digit and not with "sn-" (a 400 otherwise);
+   * another of the tenant's snapshots' is a 409 `conflict`. */
+  name?: string;
   scope?: string;
   /** Answer once durable or failed (504 `timeout` past wait_timeout_seconds). */
   wait?: boolean;

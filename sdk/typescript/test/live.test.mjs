@@ -155,6 +155,23 @@ describe("against a warren server", { skip }, () => {
     await assert.rejects(warren.restore(second.id), (e) => e.code === "not_found" || e.code === "conflict");
   });
 
+  test("a named snapshot, found, restored and deleted by its name", async () => {
+    const name = `ts-named-${randomBytes(4).toString("hex")}`;
+    await sb.files.write("/root/named.txt", "named");
+    const snap = await sb.snapshot({ wait: true, name });
+    assert.equal(snap.name, name);
+    assert.equal((await warren.getSnapshot(name)).id, snap.id);
+    assert.ok((await sb.snapshots()).some((s) => s.id === snap.id && s.name === name));
+    await assert.rejects(sb.snapshot({ name }), (e) => e.code === "conflict" && e.message.includes(snap.id));
+    await assert.rejects(sb.snapshot({ name: "sn-mine" }), (e) => e.code === "bad_request");
+    const [kid] = await warren.restore(name, { timeout_seconds: 300 });
+    made.push(kid);
+    assert.equal(kid.info.origin, snap.id);
+    assert.equal(await kid.files.readText("/root/named.txt"), "named");
+    await warren.deleteSnapshot(name);
+    await assert.rejects(warren.getSnapshot(name), (e) => e.code === "not_found");
+  });
+
   test("fork", async () => {
     await sb.files.write("/root/fork.txt", "parent");
     const r = await sb.fork({ count: 1 });
