@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"time"
 
 	"warren/api"
@@ -13,7 +14,7 @@ import (
 // sandboxes' networks refused.
 func (m *Manager) registerMetrics(reg *metrics.Registry) {
 	reg.Gauges([]metrics.Family{
-		{Name: "warren_sandboxes", Help: "Sandboxes this node runs, by runtime and state (running or paused).", Labels: []string{"runtime", "state"}},
+		{Name: "warren_sandboxes", Help: "Sandboxes of this node, by runtime and state: running, or paused (held with its memory, or asleep in the blob store).", Labels: []string{"runtime", "state"}},
 		{Name: "warren_pool_members", Help: "Warm pools' members on this node, by template, runtime and kind (ready, or target: what the node aims to keep).", Labels: []string{"template", "runtime", "kind"}},
 		{Name: "warren_pool_claims", Help: "Creates that matched a warm pool on this node since it was set, by template, runtime and result (hit or miss).", Labels: []string{"template", "runtime", "result"}},
 		{Name: "warren_memory_images", Help: "This node's memory images of vm sandboxes, by state (preparing, ready, failed).", Labels: []string{"state"}},
@@ -36,6 +37,17 @@ func (m *Manager) metricSamples() [][]metrics.Sample {
 		counts[rs{l.rt.Name(), st}]++
 	}
 	m.mu.Unlock()
+	// The paused ones no runtime holds sleep in the blob store, on this
+	// node's record.
+	if asleep, err := m.deps.Store.NodeSandboxes(context.Background(), m.deps.NodeID, []string{api.StatePaused}); err == nil {
+		for _, rec := range asleep {
+			if !rec.Held() {
+				counts[rs{rec.Runtime, api.StatePaused}]++
+			}
+		}
+	} else {
+		m.log.Warn("count paused sandboxes for metrics", "err", err)
+	}
 	var sandboxes []metrics.Sample
 	for _, rt := range m.deps.Runtimes {
 		for _, st := range []string{api.StateRunning, api.StatePaused} {

@@ -43,4 +43,29 @@ func TestManagerMetrics(t *testing.T) {
 	if t.Failed() {
 		t.Logf("scrape:\n%s", text)
 	}
+
+	// A sandbox asleep in the blob store counts paused, and its pause and
+	// wake are timed.
+	asleep := h.createWith(api.Lifecycle{}, true)
+	if _, err := h.Manager.Pause(context.Background(), tenant, asleep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Manager.Resume(context.Background(), tenant, asleep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Manager.Pause(context.Background(), tenant, asleep.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	h.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ = io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`warren_sandboxes{runtime="container",state="paused"} 1`,
+		`warren_operation_duration_seconds_count{op="pause"} 2`,
+		`warren_operation_duration_seconds_count{op="wake"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
 }
