@@ -64,7 +64,7 @@ def tearDownModule() -> None:
     try:
         if CLIENT is not None:
             for sb in Sandbox.list(client=CLIENT):
-                if sb.id not in BEFORE and sb.state in ("running", "starting"):
+                if sb.id not in BEFORE and sb.state in ("running", "starting", "paused"):
                     sb.delete()
             for sn in warren.list_snapshots(client=CLIENT):
                 if sn.id not in SNAPSHOTS_BEFORE:
@@ -156,6 +156,45 @@ class LifecycleTest(unittest.TestCase):
         sb.kill()
         self.assertEqual(sb.refresh().state, "stopped")
         sb.delete()
+
+
+class SleepTest(unittest.TestCase):
+    def assert_paused(self, sb: Sandbox, info: warren.SandboxInfo) -> None:
+        self.assertEqual(info.state, "paused")
+        p = info.paused
+        assert p is not None
+        # A container pauses as a durable disk snapshot and a stop: it
+        # keeps no memory; vm and gvisor do.
+        self.assertEqual(p.memory, info.runtime != "container", info.runtime)
+        self.assertEqual((p.reason, p.auto), ("requested", False))
+        self.assertTrue(p.snapshot.startswith("sn-"), p.snapshot)
+        self.assertEqual(Sandbox.get(sb.id, client=client()).info.paused, p)
+
+    def test_an_exec_wakes_it_with_its_files(self) -> None:
+        sb = new_sandbox(self, on_timeout="pause", idle_timeout=600, auto_resume=True)
+        self.assertEqual((sb.info.on_timeout, sb.info.idle_timeout, sb.info.auto_resume), ("pause", 600, True))
+        self.assertGreater(sb.info.paused_ttl, 0)  # the server's default
+        self.assertIsNone(sb.info.paused)
+        sb.files.write("/root/sleep.txt", "kept\n")
+        self.assert_paused(sb, sb.pause())
+        self.assertEqual(sb.exec(["cat", "/root/sleep.txt"]).stdout, "kept\n")
+        info = sb.refresh()
+        self.assertEqual((info.state, info.paused), ("running", None))
+
+    def test_without_auto_resume_a_call_is_a_conflict(self) -> None:
+        sb = new_sandbox(self, runtime="container")
+        self.assertFalse(sb.info.auto_resume)
+        sb.files.write("/root/sleep.txt", "kept\n")
+        self.assert_paused(sb, sb.pause())
+        for call in (lambda: sb.exec(["true"]), lambda: sb.files.read("/root/sleep.txt")):
+            with self.assertRaises(warren.ConflictError) as cm:
+                call()
+            # Paused is not gone: it can be resumed.
+            self.assertNotIsInstance(cm.exception, warren.SandboxGoneError)
+            self.assertEqual(cm.exception.status, 409)
+            self.assertIn("paused", cm.exception.message)
+        self.assertEqual(sb.resume().state, "running")
+        self.assertEqual(sb.files.read_text("/root/sleep.txt"), "kept\n")
 
 
 class EventsTest(unittest.TestCase):

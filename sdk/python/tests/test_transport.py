@@ -348,6 +348,12 @@ class ErrorMappingTest(StubCase):
             (error(404, "not_found", "sandbox sb-x not found"), warren.NotFoundError),
             (error(409, "conflict", "directory not empty"), warren.ConflictError),
             (error(409, "conflict", "sandbox sb-x is not running (state stopped)"), warren.SandboxGoneError),
+            (error(409, "conflict", "sandbox sb-x is not running (its agent does not answer)"), warren.SandboxGoneError),
+            # A paused sandbox is not gone: it can be resumed.
+            (error(409, "conflict", "sandbox sb-x is paused: resume it first (or create it with auto_resume)"),
+             warren.ConflictError),
+            (error(409, "conflict", "sandbox sb-x is not running (state paused)"), warren.ConflictError),
+            (error(409, "conflict", "sandbox sb-x is not running (state moving)"), warren.ConflictError),
             (error(413, "payload_too_large", "too big"), warren.PayloadTooLargeError),
             (error(500, "internal", "internal error"), warren.InternalError),
             (error(504, "timeout", "slow"), warren.RequestTimeout),
@@ -361,6 +367,7 @@ class ErrorMappingTest(StubCase):
                 with self.assertRaises(cls) as cm:
                     sb.files.remove("/root/x")
                 e = cm.exception
+                self.assertIs(type(e), cls)
                 self.assertIsInstance(e, warren.WarrenError)
                 self.assertEqual(e.status, reply[0])
                 self.assertTrue(e.request_id and e.request_id.startswith("req-"))
@@ -605,8 +612,13 @@ class SnapshotTest(StubCase):
         sn.restore(checkpoint_every=59.5)
         Sandbox.restore("sn-a/b", client=c)
         sn.restore(persistence="always")
-        self.assertEqual([json.loads(x.body) for x in s.seen[1:4]],
-                         [{"count": 1, "checkpoint_every_seconds": 60}, {"count": 1}, {"count": 1, "persistence": "always"}])
+        sn.restore(on_timeout="pause", idle_timeout=2.5, paused_ttl=3600, auto_resume=True)
+        self.assertEqual([json.loads(x.body) for x in s.seen[1:5]],
+                         [{"count": 1, "checkpoint_every_seconds": 60}, {"count": 1}, {"count": 1, "persistence": "always"},
+                          {"count": 1, "on_timeout": "pause", "idle_timeout_seconds": 3, "paused_ttl_seconds": 3600,
+                           "auto_resume": True}])
+        with self.assertRaises(ValueError):
+            sn.restore(idle_timeout=0)
         self.assertEqual(s.seen[2].path, "/v1/snapshots/sn-a%2Fb/restore")
         with got[0] as kid:  # each is a context manager that deletes it
             self.assertEqual(kid.id, "sb-kid0")
@@ -980,6 +992,19 @@ class ModelTest(unittest.TestCase):
         assert r is not None
         self.assertEqual((r.snapshot, r.lost_seconds, r.from_node, r.reason), ("sn-c1", 12.5, "n1", "its node n1 stopped answering"))
         self.assertEqual(r.at.second, 30)  # type: ignore[union-attr]
+
+    def test_lifecycle_and_paused(self) -> None:
+        info = warren.SandboxInfo.from_json(SANDBOX)
+        self.assertEqual((info.on_timeout, info.idle_timeout, info.paused_ttl, info.auto_resume, info.paused),
+                         ("delete", 0, 0, False, None))
+        info = warren.SandboxInfo.from_json(dict(
+            SANDBOX, state="paused", on_timeout="pause", idle_timeout_seconds=30, paused_ttl_seconds=604800,
+            auto_resume=True, paused={"at": "2026-12-02T10:00:00Z", "reason": "idle for 30s", "auto": True,
+                                      "memory": False, "snapshot": "sn-p1"}))
+        self.assertEqual((info.on_timeout, info.idle_timeout, info.paused_ttl, info.auto_resume),
+                         ("pause", 30, 604800, True))
+        self.assertEqual(info.paused, warren.Paused(at=datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc),
+                                                    reason="idle for 30s", auto=True, memory=False, snapshot="sn-p1"))
 
     def test_times(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)

@@ -239,7 +239,9 @@ _CODE_BY_STATUS: Dict[int, str] = {
 
 # The server words a conflict about the sandbox's own state this way
 # ("sandbox sb-x is not running (state stopped)", "sandbox sb-x is stopped").
-_GONE = re.compile(r"^sandbox \S+ is (not running|stopped|failed)\b")
+# A sandbox starting, paused ("sandbox sb-x is paused: resume it first") or
+# moving is not gone: it runs again.
+_GONE = re.compile(r"^sandbox \S+ is (not running(?! \(state (starting|paused|moving)\))|stopped|failed)\b")
 
 
 def _sandbox_gone(message: str) -> bool:

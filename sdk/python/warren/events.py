@@ -34,10 +34,13 @@ class Event:
         id: its position in the stream (0 for an ``events.lost`` message).
         at: when it happened.
         kind: e.g. ``sandbox.created``, ``sandbox.restored``,
+            ``sandbox.paused``, ``sandbox.auto_paused`` (its lifecycle
+            paused it), ``sandbox.auto_resumed`` (a call woke it),
             ``snapshot.durable``, ``node.fenced``, or ``events.lost``.
         tenant, sandbox, snapshot, node: what it is about ("" for none).
         state: the state it left the thing in.
-        reason: why a sandbox failed or ended, or a snapshot failed; for
+        reason: why a sandbox failed, ended, paused or woke (``idle for
+            30s``, ``a call to its agent``), or a snapshot failed; for
             ``events.lost``, which events are gone.
     """
 

@@ -262,6 +262,14 @@ class SandboxInfo:
     ``"always"`` for an always-on root disk, else ``"snapshot"``; such a
     disk's write-back state is ``volume`` (:class:`Volume`), in a get of a
     running sandbox only.
+
+    Its lifecycle says how it sleeps and wakes: ``on_timeout`` is what its
+    timeout (and its idle timeout) does, ``"delete"`` or ``"pause"``;
+    ``idle_timeout`` the seconds without use after which that happens (0:
+    never); ``paused_ttl`` the seconds it stays paused before it is deleted;
+    ``auto_resume`` whether a call that needs it running wakes it. While it
+    is ``paused``, ``paused`` says how it sleeps (:class:`Paused`); None
+    otherwise.
     """
 
     id: str
@@ -289,6 +297,11 @@ class SandboxInfo:
     restored: Optional["Restored"] = None
     persistence: str = "snapshot"
     volume: Optional["Volume"] = None
+    on_timeout: str = "delete"
+    idle_timeout: int = 0
+    paused_ttl: int = 0
+    auto_resume: bool = False
+    paused: Optional["Paused"] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -319,6 +332,46 @@ class SandboxInfo:
             restored=Restored.from_json(d["restored"]) if d.get("restored") else None,
             persistence=str(d.get("persistence") or "snapshot"),
             volume=Volume.from_json(d["volume"]) if d.get("volume") else None,
+            on_timeout=str(d.get("on_timeout") or "delete"),
+            idle_timeout=int(d.get("idle_timeout_seconds") or 0),
+            paused_ttl=int(d.get("paused_ttl_seconds") or 0),
+            auto_resume=bool(d.get("auto_resume")),
+            paused=Paused.from_json(d["paused"]) if d.get("paused") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Paused:
+    """How a paused sandbox sleeps. Every pause is durable: its root disk
+    is ``snapshot``, a durable snapshot it wakes from on any node.
+
+    Attributes:
+        at: when it paused.
+        reason: why: ``"requested"``, or what paused it on its own (its
+            timeout, or idle), e.g. ``"idle for 30s"``.
+        auto: whether its lifecycle paused it.
+        memory: whether its processes are kept and go on where they were
+            when it resumes (vm, gvisor). False for a container (or a
+            sandbox whose node lost its memory): it wakes from its disk with
+            its files, and its processes start again.
+        snapshot: the durable snapshot of its root disk.
+    """
+
+    at: Optional[datetime]
+    reason: str
+    auto: bool
+    memory: bool
+    snapshot: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Paused":
+        """Build from the API's Paused object."""
+        return cls(
+            at=parse_time(d.get("at")),
+            reason=str(d.get("reason") or ""),
+            auto=bool(d.get("auto")),
+            memory=bool(d.get("memory")),
+            snapshot=str(d.get("snapshot") or ""),
         )
 
 

@@ -78,6 +78,15 @@ def _millis(seconds: Optional[float], what: str) -> Optional[int]:
     return max(1, math.ceil(seconds * 1000))
 
 
+def _seconds(seconds: Optional[float], what: str) -> Optional[int]:
+    """Seconds as whole seconds, rounded up (at least 1); None stays None."""
+    if seconds is None:
+        return None
+    if seconds <= 0:
+        raise ValueError(f"{what} must be positive, not {seconds}")
+    return max(1, math.ceil(seconds))
+
+
 def _exec_body(
     cmd: Command,
     *,
@@ -142,24 +151,26 @@ def _sandbox_body(
     node_labels: Optional[Mapping[str, str]] = None,
     checkpoint_every: Optional[float] = None,
     persistence: Optional[str] = None,
+    on_timeout: Optional[str] = None,
+    idle_timeout: Optional[float] = None,
+    paused_ttl: Optional[float] = None,
+    auto_resume: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """The fields that CreateSandboxRequest and RestoreRequest share, for
     the arguments that are not None."""
     body: Dict[str, Any] = {}
     for key, value in (("runtime", runtime), ("cpus", cpus), ("memory_mb", memory_mb), ("pids", pids),
-                       ("workspace_mb", workspace_mb)):
+                       ("workspace_mb", workspace_mb), ("persistence", persistence),
+                       ("on_timeout", on_timeout), ("auto_resume", auto_resume)):
         if value is not None:
             body[key] = value
-    if timeout is not None:
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, not {timeout}")
-        body["timeout_seconds"] = max(1, math.ceil(timeout))
-    if checkpoint_every is not None:
-        if checkpoint_every <= 0:
-            raise ValueError(f"checkpoint_every must be positive, not {checkpoint_every}")
-        body["checkpoint_every_seconds"] = max(1, math.ceil(checkpoint_every))
-    if persistence is not None:
-        body["persistence"] = persistence
+    for key, what, seconds in (("timeout_seconds", "timeout", timeout),
+                               ("checkpoint_every_seconds", "checkpoint_every", checkpoint_every),
+                               ("idle_timeout_seconds", "idle_timeout", idle_timeout),
+                               ("paused_ttl_seconds", "paused_ttl", paused_ttl)):
+        whole = _seconds(seconds, what)
+        if whole is not None:
+            body[key] = whole
     if env:
         body["env"] = {str(k): str(v) for k, v in env.items()}
     if metadata:
@@ -458,6 +469,10 @@ class Sandbox:
         node_labels: Optional[Mapping[str, str]] = None,
         checkpoint_every: Optional[float] = None,
         persistence: Optional[str] = None,
+        on_timeout: Optional[str] = None,
+        idle_timeout: Optional[float] = None,
+        paused_ttl: Optional[float] = None,
+        auto_resume: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
@@ -496,6 +511,18 @@ class Sandbox:
                 server to its tiers, so an fsync in the sandbox returns once
                 its data is durable beyond the node (docs/ALWAYS-ON.md).
                 Default ``"snapshot"``: what :meth:`snapshot` saves.
+            on_timeout: what its timeout (and its idle timeout) does:
+                ``"delete"`` it (the default) or ``"pause"`` it, durably, as
+                :meth:`pause` does.
+            idle_timeout: once no exec, file call, terminal, process call or
+                request to one of its ports has used it for this many
+                seconds, ``on_timeout`` happens. Default: never.
+            paused_ttl: how many seconds it stays paused before it is
+                deleted (default: the server's, a week).
+            auto_resume: a paused sandbox wakes for any call that needs it
+                running (exec, files, terminal, processes, its ports) before
+                the call goes on; without it such a call raises
+                :class:`~warren.ConflictError` while it is paused.
             idempotency_key: the request's idempotency key: however often
                 it is sent with it, from any process, it makes one sandbox
                 and answers the same. Default: a key of its own, which makes
@@ -512,7 +539,8 @@ class Sandbox:
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
                              env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
                              region=region, node_labels=node_labels, checkpoint_every=checkpoint_every,
-                             persistence=persistence)
+                             persistence=persistence, on_timeout=on_timeout, idle_timeout=idle_timeout,
+                             paused_ttl=paused_ttl, auto_resume=auto_resume)
         if template is not None:
             body["template"] = template
         if disk_mb is not None:
@@ -540,6 +568,10 @@ class Sandbox:
         node_labels: Optional[Mapping[str, str]] = None,
         checkpoint_every: Optional[float] = None,
         persistence: Optional[str] = None,
+        on_timeout: Optional[str] = None,
+        idle_timeout: Optional[float] = None,
+        paused_ttl: Optional[float] = None,
+        auto_resume: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> List["Sandbox"]:
@@ -564,10 +596,10 @@ class Sandbox:
                 its template.
             workspace_mb: an empty workspace disk for each sandbox restored
                 from a root snapshot.
-            region, node_labels, checkpoint_every, persistence,
-                idempotency_key: as for :meth:`create`; an always-on disk
-                starts at once, reading the snapshot's blocks as it wants
-                them.
+            region, node_labels, checkpoint_every, persistence, on_timeout,
+                idle_timeout, paused_ttl, auto_resume, idempotency_key: as
+                for :meth:`create`; an always-on disk starts at once,
+                reading the snapshot's blocks as it wants them.
             client: the client to use (default: the snapshot's, else
                 :func:`default_client`).
 
@@ -587,7 +619,8 @@ class Sandbox:
         body = _sandbox_body(runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
                              env=env, metadata=metadata, workspace_mb=workspace_mb, network=network,
                              region=region, node_labels=node_labels, checkpoint_every=checkpoint_every,
-                             persistence=persistence)
+                             persistence=persistence, on_timeout=on_timeout, idle_timeout=idle_timeout,
+                             paused_ttl=paused_ttl, auto_resume=auto_resume)
         body["count"] = count
         t = client.transport.timeout
         answer = client.transport.request(
@@ -692,31 +725,40 @@ class Sandbox:
         Raises:
             SandboxGoneError: it is not running any more.
         """
-        if seconds <= 0:
-            raise ValueError(f"timeout must be positive, not {seconds}")
         answer = self._transport.request(
-            "POST", self._path("timeout"), json_body={"timeout_seconds": max(1, math.ceil(seconds))}, retry=REFUSED
+            "POST", self._path("timeout"), json_body={"timeout_seconds": _seconds(seconds, "timeout")}, retry=REFUSED
         )
         self._info = SandboxInfo.from_json(answer.json())
         return self._info
 
     def pause(self) -> SandboxInfo:
-        """Pause a vm sandbox with its memory: the machine is saved to a
-        file on its node and no process runs for it until :meth:`resume`.
-        Exec and files are refused while it is paused; it still expires.
-        Returns its info (state ``paused``).
+        """Pause the sandbox, durably: its root disk becomes a durable
+        snapshot in the blob store before this returns, and it wakes from
+        it under the same id with the same files, on this node or another.
+        A vm or gvisor sandbox keeps its memory too: its processes go on
+        where they were when it resumes (``info.paused.memory`` true). A
+        container stops: it wakes from its disk and its processes start
+        again (``info.paused.memory`` false). While paused, exec, files,
+        processes, terminals and its ports raise
+        :class:`~warren.ConflictError`, unless it was created with
+        ``auto_resume``, which wakes it for them; it is deleted once its
+        ``paused_ttl`` passes. Returns its info (state ``paused``,
+        ``paused`` set).
 
         Raises:
-            ConflictError: it is not running, or its runtime cannot pause
-                (a container sandbox).
+            ConflictError: it is not running, or it has a workspace or an
+                always-on disk.
         """
         answer = self._transport.request("POST", self._path("pause"), retry=REFUSED)
         self._info = SandboxInfo.from_json(answer.json())
         return self._info
 
     def resume(self) -> SandboxInfo:
-        """Run a paused sandbox again from its saved memory; its processes
-        carry on where they were. Returns its info (state ``running``).
+        """Run a paused sandbox again under its id, with its files: from
+        its memory where it kept it (its processes carry on where they
+        were), else from its pause snapshot (its processes start again).
+        Its timeout counts again from now. Returns its info (state
+        ``running``).
 
         Raises:
             ConflictError: it is not paused.
@@ -911,6 +953,10 @@ class Sandbox:
         network: Optional[NetworkArg] = None,
         checkpoint_every: Optional[float] = None,
         persistence: Optional[str] = None,
+        on_timeout: Optional[str] = None,
+        idle_timeout: Optional[float] = None,
+        paused_ttl: Optional[float] = None,
+        auto_resume: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
     ) -> List["Sandbox"]:
         """Start count children of this running sandbox and return them
@@ -921,7 +967,10 @@ class Sandbox:
         gvisor sandbox's children start from its memory too, its processes running on in
         each (docs/API.md, "Fork"). An argument not given takes this
         sandbox's value (resources, env, metadata, egress policy,
-        checkpoint policy, time to live). All or nothing.
+        checkpoint policy, time to live); its lifecycle (``on_timeout``,
+        ``idle_timeout``, ``paused_ttl``, ``auto_resume``, as for
+        :meth:`create`) is the parent's unless one of them is given, and
+        then those given, the rest defaults. All or nothing.
 
         Raises:
             BadRequestError: count is out of range, or a vm's children
@@ -936,7 +985,8 @@ class Sandbox:
             raise BadRequestError(f"count must be at least 1, got {count}")
         body = _sandbox_body(runtime=None, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout, env=env,
                              metadata=metadata, network=network, checkpoint_every=checkpoint_every,
-                             persistence=persistence)
+                             persistence=persistence, on_timeout=on_timeout, idle_timeout=idle_timeout,
+                             paused_ttl=paused_ttl, auto_resume=auto_resume)
         body["count"] = count
         t = self._transport.timeout
         answer = self._transport.request(

@@ -165,6 +165,10 @@ class Snapshot:
         network: Optional["NetworkArg"] = None,
         checkpoint_every: Optional[float] = None,
         persistence: Optional[str] = None,
+        on_timeout: Optional[str] = None,
+        idle_timeout: Optional[float] = None,
+        paused_ttl: Optional[float] = None,
+        auto_resume: Optional[bool] = None,
     ) -> List["Sandbox"]:
         """Start count sandboxes from this snapshot; see
         :meth:`Sandbox.restore`."""
@@ -173,7 +177,8 @@ class Snapshot:
         return Sandbox.restore(
             self, count, runtime=runtime, cpus=cpus, memory_mb=memory_mb, pids=pids, timeout=timeout,
             env=env, metadata=metadata, network=network, checkpoint_every=checkpoint_every,
-            persistence=persistence,
+            persistence=persistence, on_timeout=on_timeout, idle_timeout=idle_timeout, paused_ttl=paused_ttl,
+            auto_resume=auto_resume,
         )
 
     def delete(self) -> None:
