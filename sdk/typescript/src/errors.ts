@@ -49,15 +49,18 @@ export class WarrenError extends Error {
   }
 
   /** Whether the error says the sandbox is not running any more (deleted,
-   * expired, failed, paused): a 409 about the sandbox's own state. */
+   * expired, failed): a 409 about the sandbox's own state. A paused one is
+   * not gone: it can be resumed. */
   get isSandboxGone(): boolean {
     return this.code === "conflict" && GONE.test(this.message);
   }
 }
 
 // The server words a conflict about the sandbox's own state this way
-// ("sandbox sb-x is not running (state stopped)", "sandbox sb-x is paused").
-const GONE = /^sandbox \S+ is (not running|stopped|failed|paused)\b/;
+// ("sandbox sb-x is not running (state stopped)", "sandbox sb-x is stopped").
+// A sandbox starting, paused ("sandbox sb-x is paused: resume it first") or
+// moving is not gone: it runs again.
+const GONE = /^sandbox \S+ is (not running(?! \(state (starting|paused|moving)\))|stopped|failed)\b/;
 
 const CODE_BY_STATUS: Record<number, string> = {
   400: "bad_request",

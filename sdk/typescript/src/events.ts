@@ -13,7 +13,9 @@ export interface Event {
   /** Its position in the stream: a later event has a larger one. */
   id: number;
   at: string;
-  /** e.g. sandbox.created, sandbox.restored, snapshot.durable, node.fenced. */
+  /** e.g. sandbox.created, sandbox.restored, sandbox.paused,
+   * sandbox.auto_paused (its lifecycle paused it), sandbox.auto_resumed (a
+   * call woke it), snapshot.durable, node.fenced. */
   kind: string;
   tenant?: string;
   sandbox?: string;
@@ -21,7 +23,8 @@ export interface Event {
   node?: string;
   /** The state it left the thing in. */
   state?: string;
-  /** Why a sandbox failed or ended, or a snapshot failed. */
+  /** Why a sandbox failed, ended, paused or woke ("idle for 30s", "a call
+   * to its agent"), or a snapshot failed. */
   reason?: string;
 }
 

@@ -43,8 +43,43 @@ export interface Restored {
 /** Sandbox states: starting, running, paused, moving, stopped, failed. */
 export type SandboxState = "starting" | "running" | "paused" | "moving" | "stopped" | "failed";
 
+/** What a sandbox's timeout (and its idle timeout) does: delete it, or
+ * pause it durably. */
+export type OnTimeout = "delete" | "pause";
+
+/** How a sandbox sleeps and wakes (docs/API.md, "Pause, sleep and wake");
+ * left out: deleted at its timeout, never idle, the server's paused TTL (a
+ * week), no auto-resume. */
+export interface Lifecycle {
+  on_timeout?: OnTimeout;
+  /** Once no exec, file call, terminal, process call or request to one of
+   * its ports has used it for this long, on_timeout happens (0: never). */
+  idle_timeout_seconds?: number;
+  /** How long it stays paused before it is deleted. */
+  paused_ttl_seconds?: number;
+  /** Wake a paused sandbox for any call that needs it running (exec,
+   * files, terminal, processes, its ports) before the call goes on;
+   * without it such a call is a `conflict` (409) while it is paused. */
+  auto_resume?: boolean;
+}
+
+/** How a paused sandbox sleeps. Every pause is durable: its root disk is
+ * `snapshot`, a durable snapshot it wakes from on any node. */
+export interface Paused {
+  at: string;
+  /** "requested", or what paused it on its own, e.g. "idle for 30s". */
+  reason: string;
+  /** Its lifecycle paused it. */
+  auto?: boolean;
+  /** Its processes are kept and go on where they were when it resumes
+   * (vm, gvisor); false (a container): it wakes from its disk with its
+   * files, and its processes start again. */
+  memory: boolean;
+  snapshot: string;
+}
+
 /** A sandbox as the API describes it (the API's Sandbox). */
-export interface SandboxInfo {
+export interface SandboxInfo extends Lifecycle {
   id: string;
   tenant: string;
   template: string;
@@ -76,6 +111,8 @@ export interface SandboxInfo {
   persistence: Persistence;
   /** An always-on disk's write-back state: in a get of a running sandbox, never in a list. */
   volume?: Volume;
+  /** How it sleeps, while it is paused; absent otherwise. */
+  paused?: Paused;
 }
 
 /** An always-on disk's write-back state (docs/ALWAYS-ON.md). */
@@ -101,8 +138,10 @@ export interface Volume {
 export type Persistence = "snapshot" | "always";
 
 /** What a create, a restore and a fork say of the sandboxes they start;
- * left out: the server's defaults (a fork's: the parent's values). */
-export interface SandboxSpec {
+ * left out: the server's defaults (a fork's: the parent's values; its
+ * lifecycle is the parent's unless one of its fields is given, and then
+ * those given, the rest defaults). */
+export interface SandboxSpec extends Lifecycle {
   /** "vm", "container" or "auto" (the strongest available; never a vm under tcg). */
   runtime?: string;
   cpus?: number;

@@ -105,12 +105,24 @@ export class Sandbox {
     }));
   }
 
-  /** Pause a vm sandbox with its memory (a container's is a `conflict`). */
+  /**
+   * Pause it, durably: its root disk is a durable snapshot in the blob
+   * store before this answers, and it wakes from it under the same ID with
+   * the same files, on this node or another. A vm or gvisor sandbox keeps
+   * its memory too (`info.paused.memory` true: its processes go on where
+   * they were); a container stops (`memory` false: its processes start
+   * again). While paused, exec, files, processes, terminals and its ports
+   * are a `conflict`, unless it was created with `auto_resume`, which
+   * wakes it for them. A `conflict` if it is not running, or has a
+   * workspace or always-on disk.
+   */
   pause(): Promise<this> {
     return this.update(this.t.json({ method: "POST", path: this.path("pause"), retry: Retry.Refused }));
   }
 
-  /** Resume a paused sandbox from its saved memory. */
+  /** Run a paused sandbox again under its ID, with its files: from its
+   * memory where it kept it, else from its pause snapshot (its processes
+   * start again). Its timeout counts again from now. */
   resume(): Promise<this> {
     return this.update(this.t.json({ method: "POST", path: this.path("resume"), retry: Retry.Refused }));
   }

@@ -181,6 +181,45 @@ describe("against a warren server", { skip }, () => {
     assert.equal(await r.sandboxes[0].files.readText("/root/fork.txt"), "parent");
   });
 
+  // A paused sandbox's info, as pause answered it and as get reads it.
+  async function assertPaused(s) {
+    assert.equal(s.state, "paused");
+    const p = s.info.paused;
+    // A container pauses as a durable disk snapshot and a stop: it keeps
+    // no memory; vm and gvisor do.
+    assert.equal(p.memory, s.info.runtime !== "container", s.info.runtime);
+    assert.equal(p.reason, "requested");
+    assert.match(p.snapshot, /^sn-/);
+    assert.deepEqual((await warren.get(s.id)).info.paused, p);
+  }
+
+  test("sleep and wake: an exec wakes it with its files", async () => {
+    const s = await warren.create({ timeout_seconds: 300, on_timeout: "pause", idle_timeout_seconds: 600, auto_resume: true });
+    made.push(s);
+    assert.deepEqual([s.info.on_timeout, s.info.idle_timeout_seconds, s.info.auto_resume], ["pause", 600, true]);
+    assert.ok(s.info.paused_ttl_seconds > 0);
+    assert.equal(s.info.paused, undefined);
+    await s.files.write("/root/sleep.txt", "kept\n");
+    await assertPaused(await s.pause());
+    assert.equal((await s.exec(["cat", "/root/sleep.txt"])).stdout, "kept\n");
+    await s.refresh();
+    assert.equal(s.state, "running");
+    assert.equal(s.info.paused, undefined);
+  });
+
+  test("sleep without auto_resume: a call is a conflict, not gone", async () => {
+    const s = await warren.create({ timeout_seconds: 300, runtime: "container" });
+    made.push(s);
+    await s.files.write("/root/sleep.txt", "kept\n");
+    await assertPaused(await s.pause());
+    for (const call of [() => s.exec(["true"]), () => s.files.readText("/root/sleep.txt")]) {
+      await assert.rejects(call(), (e) => e.code === "conflict" && e.status === 409 && !e.isSandboxGone && /paused/.test(e.message));
+    }
+    await s.resume();
+    assert.equal(s.state, "running");
+    assert.equal(await s.files.readText("/root/sleep.txt"), "kept\n");
+  });
+
   test("events of a create and a delete, then delete", async () => {
     // The stream opens first, from now: the events are those of this test's
     // acts, whatever the server's store held before.

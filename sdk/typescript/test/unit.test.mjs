@@ -45,6 +45,11 @@ test("error bodies become WarrenErrors", () => {
     { status: 404, body: '{"error":{"code":"not_found","message":"sandbox sb-x not found"}}', code: "not_found", message: "sandbox sb-x not found" },
     { status: 409, body: '{"error":{"code":"conflict","message":"sandbox sb-x is not running (state stopped)"}}', code: "conflict", gone: true },
     { status: 409, body: '{"error":{"code":"conflict","message":"directory /a is not empty"}}', code: "conflict", gone: false },
+    // A paused sandbox is not gone: it can be resumed.
+    { status: 409, body: '{"error":{"code":"conflict","message":"sandbox sb-x is paused: resume it first (or create it with auto_resume)"}}', code: "conflict", gone: false },
+    { status: 409, body: '{"error":{"code":"conflict","message":"sandbox sb-x is not running (state paused)"}}', code: "conflict", gone: false },
+    { status: 409, body: '{"error":{"code":"conflict","message":"sandbox sb-x is not running (state moving)"}}', code: "conflict", gone: false },
+    { status: 409, body: '{"error":{"code":"conflict","message":"sandbox sb-x is not running (its agent does not answer)"}}', code: "conflict", gone: true },
     { status: 502, body: "<html>bad gateway</html>", code: "bad_gateway", message: "HTTP 502" },
     { status: 599, body: "", code: "unavailable", message: "HTTP 599" },
     { status: 418, body: "{}", code: "bad_request", message: "HTTP 418" },
