@@ -452,6 +452,8 @@ func (m *Manager) use(ctx context.Context, tenant, id, what string) (*live, erro
 		switch {
 		case rec.State == api.StateStarting && m.waitWake(ctx, id):
 			continue // woken meanwhile, here
+		case rec.State == api.StateRunning && l == nil && rec.Node == m.deps.NodeID:
+			continue // woken here since the look above
 		case !paused && rec.State != api.StatePaused:
 			return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
 		case !rec.Lifecycle.AutoResume:
