@@ -172,8 +172,9 @@ type Paused struct {
 	// again: its init, and nothing it ran.
 	Memory bool `json:"memory"`
 	// Snapshot is the durable snapshot of its root disk it wakes from on
-	// any node.
-	Snapshot string `json:"snapshot"`
+	// any node, and Workspace that of its workspace disk, when it has one.
+	Snapshot  string `json:"snapshot"`
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // Checkpoint is a durable snapshot a sandbox's checkpoint policy took.

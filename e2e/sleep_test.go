@@ -16,8 +16,9 @@ import (
 // has its files and its ID, and with memory (vm, gvisor) a process started
 // before goes on with its state; a container says it woke without its
 // memory, never silently. The pause and the wake are events that say why;
-// a sandbox without auto_resume answers 409 while paused, and a delete
-// of one asleep ends it and its pause snapshot.
+// a sandbox without auto_resume answers 409 while paused, its workspace
+// disk paused and resumed with it, and a delete of one asleep ends it and
+// its pause snapshot.
 func TestSleepWake(t *testing.T) {
 	need(t)
 	for _, name := range []string{"container", "gvisor", "vm"} {
@@ -104,18 +105,18 @@ func sleepWake(t *testing.T, name string) {
 	}
 
 	t.Run("without auto_resume", func(t *testing.T) {
-		other, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Runtime: name, MemoryMB: 256}})
+		other, err := cl.CreateSandbox(ctx, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{Runtime: name, MemoryMB: 256, WorkspaceMB: 64}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cl.DeleteSandbox(context.Background(), other.ID) })
-		shared.sh(t, other.ID, "echo mine > /root/mine.txt && sync")
+		shared.sh(t, other.ID, "echo mine > /root/mine.txt && echo ws > /workspace/ws.txt && sync")
 		paused, err := cl.PauseSandbox(ctx, other.ID)
 		if err != nil {
 			t.Fatalf("pause: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 		}
-		if paused.Paused == nil || paused.Paused.Auto || paused.Paused.Memory != memory {
-			t.Errorf("paused: %+v, want requested, memory %v", paused.Paused, memory)
+		if paused.Paused == nil || paused.Paused.Auto || paused.Paused.Memory != memory || paused.Paused.Workspace == "" {
+			t.Errorf("paused: %+v, want requested, memory %v, with its workspace's snapshot", paused.Paused, memory)
 		}
 		_, err = cl.Exec(ctx, other.ID, api.ExecRequest{Cmd: []string{"true"}})
 		if !api.IsCode(err, api.CodeConflict) || !strings.Contains(err.Error(), "paused") {
@@ -124,8 +125,8 @@ func sleepWake(t *testing.T, name string) {
 		if _, err := cl.ResumeSandbox(ctx, other.ID); err != nil {
 			t.Fatalf("resume: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 		}
-		if got := shared.sh(t, other.ID, "cat /root/mine.txt"); got != "mine\n" {
-			t.Errorf("file after the resume: %q", got)
+		if got := shared.sh(t, other.ID, "cat /root/mine.txt /workspace/ws.txt"); got != "mine\nws\n" {
+			t.Errorf("files after the resume: %q", got)
 		}
 		// A delete of a sandbox asleep ends it, and its pause snapshot.
 		paused, err = cl.PauseSandbox(ctx, other.ID)

@@ -100,7 +100,7 @@ func NewDirectory(ctx context.Context, st *store.Store, remote func(node, addr s
 }
 
 // Run refreshes the view, fences stale nodes and places moving sandboxes
-// every Refresh until ctx ends.
+// and the wakes of sleeping ones every Refresh until ctx ends.
 func (d *Directory) Run(ctx context.Context) {
 	t := time.NewTicker(d.dcfg.Refresh)
 	defer t.Stop()
@@ -115,6 +115,7 @@ func (d *Directory) Run(ctx context.Context) {
 			d.log.Warn("read the fleet's nodes", "err", err)
 		}
 		d.placeMoving(ctx)
+		d.placeSleeping(ctx)
 	}
 }
 
@@ -283,6 +284,25 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 	}
 	d.owners[id] = owner{node: rec.Node, epoch: n.Epoch}
 	return rec.Node, nil
+}
+
+// placeSleeping places the wakes of the paused sandboxes no node holds
+// and none is to wake (their node was lost or drained): the node placed
+// fetches their pause snapshots ahead of a call (the manager's prefetch),
+// so that a wake finds their disks on it.
+func (d *Directory) placeSleeping(ctx context.Context) {
+	recs, err := d.st.SleepingSandboxes(ctx, "", time.Time{}, movesAtOnce)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("find sleeping sandboxes", "err", err)
+		}
+		return
+	}
+	for _, rec := range recs {
+		if _, err := d.placeWake(ctx, rec); err != nil {
+			d.log.Debug("sleeping sandbox's wake not placed yet", "sandbox", rec.ID, "err", err)
+		}
+	}
 }
 
 // placeWake gives paused sandbox rec, which no node holds and whose node

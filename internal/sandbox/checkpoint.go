@@ -107,3 +107,14 @@ func (m *Manager) dropCheckpoint(ctx context.Context, tenant, snap string) {
 		m.log.Warn("old checkpoint not deleted", "snapshot", snap, "err", err)
 	}
 }
+
+// dropCheckpoints deletes the checkpoints of sandbox ended, which just
+// stopped: its last checkpoint (a paused one's pause snapshot) and, when it
+// slept as slept says (nil: it was not paused), its workspace's pause
+// snapshot.
+func (m *Manager) dropCheckpoints(ctx context.Context, ended store.Sandbox, slept *api.Paused) {
+	m.dropCheckpoint(ctx, ended.Tenant, ended.Checkpoint)
+	if slept != nil {
+		m.dropCheckpoint(ctx, ended.Tenant, slept.Workspace)
+	}
+}

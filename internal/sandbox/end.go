@@ -61,7 +61,7 @@ func (m *Manager) teardown(ctx context.Context, id string, l *live, state, reaso
 			From: store.Live, To: state, Error: reason, Expires: &expires,
 		})
 		if err == nil && state == api.StateStopped {
-			m.dropCheckpoint(ctx, ended.Tenant, ended.Checkpoint) // it goes with its sandbox
+			m.dropCheckpoints(ctx, ended, rec.Paused) // they go with their sandbox
 		}
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -224,7 +224,7 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 					return fmt.Errorf("delete sandbox %s: %w", id, err)
 				}
 				m.log.Info("sandbox stopped while it was starting, moving or asleep", "sandbox", id, "reason", reason)
-				m.dropCheckpoint(ctx, ended.Tenant, ended.Checkpoint)
+				m.dropCheckpoints(ctx, ended, rec.Paused)
 				return nil
 			case (rec.State == api.StateRunning || rec.State == api.StatePaused) && rec.Node != m.deps.NodeID:
 				// A request sent to the wrong node (a fleet's front that

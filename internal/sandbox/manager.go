@@ -178,12 +178,16 @@ type Manager struct {
 	deps Deps
 	cfg  Config
 
-	mu   sync.Mutex       // guards live, arriving and wakes
+	mu   sync.Mutex       // guards live, arriving, wakes and the prefetch's
 	live map[string]*live // sandboxes this process runs, by ID
 	// arriving are the moved sandboxes being started here (move.go), and
-	// wakes the paused ones being woken here (pause.go).
-	arriving map[string]bool
-	wakes    map[string]*waking
+	// wakes the paused ones being woken here (pause.go); prefetching is
+	// set while the sleeping sandboxes placed here changed at or after
+	// prefetched have their pause snapshots fetched (pause.go).
+	arriving    map[string]bool
+	wakes       map[string]*waking
+	prefetching bool
+	prefetched  time.Time
 
 	// ledger holds what the node's sandboxes claim of it.
 	ledger *ledger

@@ -31,6 +31,7 @@ const (
 func (m *Manager) moves(ctx context.Context) {
 	defer m.loops.Done()
 	tick(ctx, movesTick, func() {
+		m.prefetch(ctx)
 		recs, err := m.deps.Store.MovingSandboxes(ctx, m.deps.NodeID, movesAtOnce)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -76,11 +76,7 @@ func (m *Manager) pauseDurably(ctx context.Context, id string, l *live, why api.
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	switch {
-	case rec.WorkspaceMB > 0:
-		return store.Sandbox{}, api.Errorf(api.CodeConflict,
-			"sandbox %s has a workspace disk, which a pause does not keep: snapshot it (scope workspace) instead", id)
-	case alwaysOn(&rec):
+	if alwaysOn(&rec) {
 		return store.Sandbox{}, api.Errorf(api.CodeConflict,
 			"sandbox %s has an always-on disk, whose every flushed write is kept already: it cannot pause", id)
 	}
@@ -95,26 +91,57 @@ func (m *Manager) pauseDurably(ctx context.Context, id string, l *live, why api.
 	return m.pauseStopped(ctx, id, l, rec, src, mountpoint, why)
 }
 
+// snapshotWorkspace takes a snapshot of sandbox rec's workspace disk, if
+// it has one, with quiesce readying it (a Quiesce, or nothing for a disk
+// frozen already), and waits until it is durable; "" for none.
+func (m *Manager) snapshotWorkspace(ctx context.Context, rec store.Sandbox, quiesce snapshot.Quiesce) (string, error) {
+	if rec.WorkspaceMB == 0 {
+		return "", nil
+	}
+	src, _, err := m.snapshotSource(rec, api.ScopeWorkspace)
+	if err != nil {
+		return "", err
+	}
+	sn, err := m.deps.Snapshots.Take(ctx, src, quiesce)
+	if err == nil {
+		sn, err = m.durable(ctx, sn)
+	}
+	if err != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		return "", fmt.Errorf("its workspace snapshot: %w", err)
+	}
+	return sn.ID, nil
+}
+
 // pauseHeld pauses sandbox id with its memory: its disk snapshotted
 // (quiesced, as any snapshot), then its runtime pauses it, and the pause
 // is recorded once the snapshot is durable. A snapshot that does not get
 // there resumes it: a pause that is not durable is none.
 func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.Pauser, rec store.Sandbox,
 	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
+	ws, err := m.snapshotWorkspace(ctx, rec, func(ctx context.Context) (func() error, error) {
+		return l.inst.Quiesce(ctx, "/workspace")
+	})
+	if err != nil {
+		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
+	}
 	sn, err := m.deps.Snapshots.Take(ctx, src, func(ctx context.Context) (func() error, error) {
 		return l.inst.Quiesce(ctx, mountpoint)
 	})
 	if err != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, ws)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
 	if err := p.Pause(pctx); err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		m.dropCheckpoint(ctx, rec.Tenant, ws)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
 	}
 	if sn, err = m.durable(ctx, sn); err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		m.dropCheckpoint(ctx, rec.Tenant, ws)
 		if rerr := p.Resume(pctx); rerr != nil {
 			if m.gone(id, l) {
 				return store.Sandbox{}, m.failedOp(l, id, "pause", rerr)
@@ -124,7 +151,7 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 		}
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot did not reach the blob store, so it runs on: %w", err))
 	}
-	why.Memory, why.Snapshot = true, sn.ID
+	why.Memory, why.Snapshot, why.Workspace = true, sn.ID, ws
 	return m.recordPaused(ctx, rec, sn, why, l.inst.State())
 }
 
@@ -133,14 +160,35 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 // nothing of the node while it sleeps.
 func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec store.Sandbox,
 	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
+	// Its workspace, if any, is frozen from its snapshot until the
+	// sandbox stops, as its root is by the final snapshot.
+	thawWorkspace := func() error { return nil }
+	if rec.WorkspaceMB > 0 {
+		thaw, err := l.inst.Freeze(ctx, "/workspace")
+		if err != nil {
+			return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("freeze its workspace: %w", err))
+		}
+		thawWorkspace = thaw
+	}
+	ws, err := m.snapshotWorkspace(ctx, rec, func(context.Context) (func() error, error) {
+		return func() error { return nil }, nil
+	})
+	if err != nil {
+		thawWorkspace()
+		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
+	}
 	m.mu.Lock()
 	l.stopping = true
 	m.mu.Unlock()
 	sn, stopped, err := m.finalSnapshot(ctx, src, mountpoint, l)
+	if terr := thawWorkspace(); terr != nil && !stopped {
+		err = errors.Join(err, terr)
+	}
 	if err != nil && !stopped {
 		m.mu.Lock()
 		l.stopping = false
 		m.mu.Unlock()
+		m.dropCheckpoint(ctx, rec.Tenant, ws)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
 	}
 	if err != nil {
@@ -150,7 +198,7 @@ func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec stor
 		m.lost(ctx, id, l, "its pause stopped it and its disk snapshot failed")
 		return store.Sandbox{}, fmt.Errorf("pause sandbox %s: its disk snapshot: %w", id, err)
 	}
-	why.Snapshot = sn.ID
+	why.Snapshot, why.Workspace = sn.ID, ws
 	paused, err := m.recordPaused(ctx, rec, sn, why, nil)
 	if err == nil {
 		// Before it leaves the live map: a call that wakes it meanwhile
@@ -197,6 +245,7 @@ func (m *Manager) recordPaused(ctx context.Context, rec store.Sandbox, sn store.
 	})
 	if err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
+		m.dropCheckpoint(ctx, rec.Tenant, why.Workspace)
 		if errors.Is(err, store.ErrTransition) {
 			return store.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s: it was deleted while it paused", rec.ID, paused.State)
 		}
@@ -283,11 +332,15 @@ func (m *Manager) resumeHeld(ctx context.Context, id string, l *live, cause stor
 	m.mu.Unlock()
 	l.used.touch()
 	rec, err := m.deps.Store.GetSandbox(ctx, id)
+	slept := rec.Paused
 	if err == nil {
 		expires := time.Now().Add(cmp.Or(rec.Timeout, m.cfg.DefaultTTL))
 		rec, err = m.deps.Store.Transition(ctx, id, store.Transition{
 			From: []string{api.StatePaused}, To: api.StateRunning, RuntimeState: l.inst.State(), Expires: &expires, Cause: &cause,
 		})
+	}
+	if err == nil && slept != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, slept.Workspace) // it runs on its own workspace
 	}
 	switch {
 	case errors.Is(err, store.ErrTransition):
@@ -366,18 +419,42 @@ func (m *Manager) wake(ctx context.Context, rec store.Sandbox, cause store.Cause
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	image, err := m.deps.Snapshots.Materialize(ctx, sn)
+	src, err := m.pauseSource(ctx, rec, sn)
 	if err == nil {
-		err = m.start(ctx, rt, &claimed, source{template: rec.Template, image: image, size: sn.DiskBytes, origin: sn.ID})
+		err = m.start(ctx, rt, &claimed, src)
 	}
 	if err != nil {
 		return api.Sandbox{}, m.wakeFailed(ctx, rec, err)
 	}
 	started = true
+	// Its workspace is its own disk now: the snapshot it woke from goes
+	// (its root's stays, as its checkpoint).
+	m.dropCheckpoint(ctx, rec.Tenant, rec.Paused.Workspace)
 	m.observe(metrics.OpWake, t0)
 	m.log.Info("sandbox woke from its pause snapshot", "sandbox", rec.ID, "snapshot", sn.ID,
 		"auto", cause.Auto, "reason", cause.Reason, "took", time.Since(t0))
 	return m.view(claimed), nil
+}
+
+// pauseSource is what sleeping sandbox rec wakes from: its pause
+// snapshot sn's disk, and its workspace's, fetched into the node's cache.
+func (m *Manager) pauseSource(ctx context.Context, rec store.Sandbox, sn store.Snapshot) (source, error) {
+	image, err := m.deps.Snapshots.Materialize(ctx, sn)
+	if err != nil {
+		return source{}, err
+	}
+	src := source{template: rec.Template, image: image, size: sn.DiskBytes, origin: sn.ID}
+	if ws := rec.Paused.Workspace; ws != "" {
+		wsn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, ws)
+		if err == nil {
+			src.workspace, err = m.deps.Snapshots.Materialize(ctx, wsn)
+		}
+		if err != nil {
+			return source{}, fmt.Errorf("its workspace snapshot %s: %w", ws, err)
+		}
+		src.workspaceOrigin = ws
+	}
+	return src, nil
 }
 
 // wakeFailed puts sandbox rec, whose wake failed with err, back to sleep
@@ -399,6 +476,64 @@ func (m *Manager) wakeFailed(ctx context.Context, rec store.Sandbox, err error) 
 		m.log.Error("record a sandbox back to sleep", "sandbox", rec.ID, "err", terr)
 	}
 	return fmt.Errorf("wake sandbox %s: %w", rec.ID, err)
+}
+
+// prefetch fetches, in the background and one look at a time, the pause
+// snapshots of the sleeping sandboxes placed on this node since its last
+// look (a control replica placed their wakes here after their node was
+// lost or drained; this node's own pauses are cached already), so that a
+// wake finds their disks here.
+func (m *Manager) prefetch(ctx context.Context) {
+	m.mu.Lock()
+	if m.prefetching {
+		m.mu.Unlock()
+		return
+	}
+	m.prefetching = true
+	since := m.prefetched
+	m.mu.Unlock()
+	recs, err := m.deps.Store.SleepingSandboxes(ctx, m.deps.NodeID, since, movesAtOnce)
+	if err != nil || len(recs) == 0 || len(recs) == 1 && !recs[0].UpdatedAt.After(since) {
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn("find sleeping sandboxes to prefetch", "err", err)
+		}
+		m.mu.Lock()
+		m.prefetching = false
+		m.mu.Unlock()
+		return
+	}
+	m.loops.Go(func() {
+		defer func() {
+			m.mu.Lock()
+			m.prefetching = false
+			m.mu.Unlock()
+		}()
+		for _, rec := range recs {
+			if rec.Paused != nil {
+				m.fetchPaused(ctx, rec)
+			}
+			m.mu.Lock()
+			m.prefetched = rec.UpdatedAt
+			m.mu.Unlock()
+		}
+	})
+}
+
+// fetchPaused brings sleeping sandbox rec's pause snapshot into the
+// node's cache (nothing to do when it is there).
+func (m *Manager) fetchPaused(ctx context.Context, rec store.Sandbox) {
+	t0 := time.Now()
+	sn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, rec.Paused.Snapshot)
+	if err == nil {
+		_, err = m.deps.Snapshots.Materialize(ctx, sn)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("pause snapshot not prefetched", "sandbox", rec.ID, "snapshot", rec.Paused.Snapshot, "err", err)
+		}
+		return
+	}
+	m.log.Debug("pause snapshot prefetched", "sandbox", rec.ID, "snapshot", sn.ID, "took", time.Since(t0))
 }
 
 // setClock steps the clock of sandbox l (rec), which stood still while its

@@ -93,6 +93,40 @@ func TestPauseWithoutMemory(t *testing.T) {
 	}
 }
 
+// TestPauseKeepsTheWorkspace: a sandbox with a workspace disk pauses with
+// a durable snapshot of each disk, with memory or without; it wakes with
+// both, and the workspace's pause snapshot goes once it runs on its own
+// disk again.
+func TestPauseKeepsTheWorkspace(t *testing.T) {
+	for _, memoryless := range []bool{false, true} {
+		h := newHarness(t)
+		ctx := context.Background()
+		h.Runtime.Memoryless = memoryless
+		sb, err := h.Manager.Create(ctx, tenant, api.CreateSandboxRequest{SandboxSpec: api.SandboxSpec{WorkspaceMB: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := h.Manager.Pause(ctx, tenant, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := p.Paused.Workspace
+		if sn, err := h.Manager.GetSnapshot(ctx, tenant, ws); err != nil || sn.State != api.SnapshotDurable || sn.Scope != api.ScopeWorkspace {
+			t.Fatalf("memoryless %v: its workspace's pause snapshot %q: %+v %v", memoryless, ws, sn, err)
+		}
+		if _, err := h.Manager.Resume(ctx, tenant, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if h.Runtime.Live(sb.ID) == nil || !h.diskExists(sb.ID) {
+			t.Errorf("memoryless %v: woken without its instance or disk", memoryless)
+		}
+		wait.For(t, 10*time.Second, "the workspace's pause snapshot to go", func() bool {
+			_, err := h.Manager.GetSnapshot(ctx, tenant, ws)
+			return api.IsCode(err, api.CodeNotFound)
+		})
+	}
+}
+
 // TestAutoResumeWakesOnce: calls at once on a sandbox asleep with
 // auto_resume all get it running, from one wake; the wake is an
 // auto_resumed event with its reason. Both with memory and without.
@@ -257,7 +291,7 @@ func TestLifecycleRefusals(t *testing.T) {
 		{Lifecycle: api.Lifecycle{OnTimeout: "sleep"}},
 		{Lifecycle: api.Lifecycle{IdleTimeoutSeconds: -1}},
 		{Lifecycle: api.Lifecycle{PausedTTLSeconds: 365 * 24 * 3600}},
-		{WorkspaceMB: 64, Lifecycle: api.Lifecycle{OnTimeout: api.OnTimeoutPause}},
+		{Persistence: api.PersistenceAlways, Lifecycle: api.Lifecycle{OnTimeout: api.OnTimeoutPause}},
 	} {
 		if _, err := h.Manager.Create(ctx, tenant, api.CreateSandboxRequest{SandboxSpec: spec}); !api.IsCode(err, api.CodeBadRequest) {
 			t.Errorf("create with %+v: %v, want a bad request", spec.Lifecycle, err)

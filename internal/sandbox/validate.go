@@ -84,8 +84,8 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if lc.OnTimeout == api.OnTimeoutPause && (req.WorkspaceMB != 0 || persistence == api.PersistenceAlways) {
-		return bad("on_timeout %q cannot be set for a sandbox with a workspace disk or an always-on disk: neither can pause", api.OnTimeoutPause)
+	if lc.OnTimeout == api.OnTimeoutPause && persistence == api.PersistenceAlways {
+		return bad("on_timeout %q cannot be set for a sandbox with an always-on disk, which cannot pause", api.OnTimeoutPause)
 	}
 	if err := validEnv(req.Env); err != nil {
 		return store.Sandbox{}, err

@@ -231,6 +231,16 @@ func (s *Store) AssignMove(ctx context.Context, id string, version int64, from, 
 		"state = ? AND version = ? AND node = ?", []any{api.StateMoving, version, from})
 }
 
+// SleepingSandboxes returns up to limit paused sandboxes no node holds
+// whose node is node ("": those whose wake no control replica placed
+// yet), changed at or after since, the least recently changed first.
+func (s *Store) SleepingSandboxes(ctx context.Context, node string, since time.Time, limit int) ([]Sandbox, error) {
+	return s.querySandboxes(ctx, "sleeping sandboxes",
+		`SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE state = '`+api.StatePaused+`' AND runtime_state IS NULL AND node = ? AND updated_at >= ?
+		ORDER BY updated_at, id LIMIT ?`, node, since.UnixNano(), limit)
+}
+
 // AssignWake gives paused sandbox rec, which no node holds, to node to,
 // which wakes it: the one placement that wins (a *TransitionError for the
 // others, and for a sandbox changed since rec was read).

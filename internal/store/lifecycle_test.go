@@ -240,9 +240,18 @@ func TestSleepMoves(t *testing.T) {
 		if got, err := s.ExpiredSandboxes(ctx, "n2", soon.Add(time.Second)); err != nil || len(got) != 1 {
 			t.Errorf("expired for another node: %d, %v; want the paused one no node holds", len(got), err)
 		}
+		if got, err := s.SleepingSandboxes(ctx, "", time.Time{}, 10); err != nil || len(got) != 1 || got[0].ID != "sb-1" {
+			t.Errorf("sleeping, unplaced: %d, %v; want the one its node lost", len(got), err)
+		}
 		placed, err := s.AssignWake(ctx, rec, "n2")
 		if err != nil || placed.Node != "n2" {
 			t.Fatalf("wake placed: %+v %v", placed, err)
+		}
+		if got, err := s.SleepingSandboxes(ctx, "n2", placed.UpdatedAt, 10); err != nil || len(got) != 1 {
+			t.Errorf("sleeping, placed on n2 since its placement: %d, %v; want it", len(got), err)
+		}
+		if got, err := s.SleepingSandboxes(ctx, "n2", placed.UpdatedAt.Add(time.Nanosecond), 10); err != nil || len(got) != 0 {
+			t.Errorf("sleeping, placed on n2 after its placement: %d, %v; want none", len(got), err)
 		}
 		if _, err := s.AssignWake(ctx, rec, "n3"); !errors.Is(err, ErrTransition) {
 			t.Errorf("a second placement: %v, want refused", err)
