@@ -157,6 +157,14 @@ func (d *Directory) refresh(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	d.view, d.nodes = view, nodes
+	// A node that stopped taking sandboxes has its own moved or woken
+	// elsewhere: what was remembered of it is forgotten, not brought back
+	// by an uncordon.
+	for id, o := range d.owners {
+		if n := nodes[o.node]; n.State != store.NodeActive || n.Epoch != o.epoch {
+			delete(d.owners, id)
+		}
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -256,6 +264,9 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 			d.mu.Unlock()
 			return o.node, nil
 		}
+		// Its sandboxes move or wake elsewhere: an uncordon must not
+		// bring the entry back.
+		delete(d.owners, id)
 	}
 	d.mu.Unlock()
 	rec, err := d.st.GetSandbox(ctx, id)
@@ -278,6 +289,9 @@ func (d *Directory) Owner(ctx context.Context, id string) (string, error) {
 	}
 	if !slices.Contains(store.OnNode, rec.State) {
 		return rec.Node, nil // moving: its node changes as it is placed
+	}
+	if n.State != store.NodeActive {
+		return rec.Node, nil // draining: what it runs is on its way elsewhere
 	}
 	if len(d.owners) >= cacheMax {
 		clear(d.owners)

@@ -106,3 +106,72 @@ func TestLostNodeMoves(t *testing.T) {
 		t.Errorf("a moving sandbox whose new node was lost: %s on %q, want moving on none", kept.State, kept.Node)
 	}
 }
+
+// TestSleepingWakePlaced: a paused sandbox whose node was lost sleeps on,
+// held by none; a replica places its wake on a live node, and Owner sends
+// its requests there; an owner remembered on a node that was drained is
+// not remembered again once the node is active: the sandbox woke
+// elsewhere meanwhile.
+func TestSleepingWakePlaced(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgtest.Start(t).Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	report, _ := json.Marshal(Report{
+		Capacity: scheduler.Resources{MilliCPUs: 8000, MemoryMB: 16 << 10, DiskMB: 100 << 10},
+		Runtimes: []scheduler.Runtime{{Name: "container", Isolation: scheduler.IsolationContainer}},
+	})
+	now := time.Now()
+	for _, n := range []store.Node{{ID: "n1", Addr: "n1:1", Region: "r1", Cluster: "a"}, {ID: "n2", Addr: "n2:1", Region: "r1", Cluster: "b"}} {
+		n.Report = report
+		if _, err := st.RegisterNode(ctx, n, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := &store.Sandbox{ID: "sb-asleep", Tenant: "acme", Template: "default", Runtime: "container", State: api.StateStarting,
+		CPUs: 1, MemoryMB: 256, Pids: 64, DiskMB: 1024, Node: "n1", ExpiresAt: now.Add(time.Hour)}
+	if err := st.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Transition(ctx, sb.ID, store.Transition{From: []string{api.StateStarting}, To: api.StateRunning, RuntimeState: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDirectory(ctx, st, nil, nil, Config{Heartbeat: 200 * time.Millisecond, Lease: time.Second, FenceAfter: 2 * time.Second},
+		DirectoryConfig{DefaultCPUs: 1, DefaultMemoryMB: 256}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node, err := d.Owner(ctx, sb.ID); err != nil || node != "n1" {
+		t.Fatalf("owner while it runs: %q %v", node, err)
+	}
+	// n1 drains: the sandbox pauses and n1 lets go of it.
+	if _, err := st.SetNodeState(ctx, "n1", []string{store.NodeActive}, store.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	why := api.Paused{Reason: "requested", Snapshot: "sn-p"}
+	rec, err := st.Transition(ctx, sb.ID, store.Transition{From: []string{api.StateRunning}, To: api.StatePaused, RuntimeState: []byte(`{}`), Paused: &why})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = st.Unhold(ctx, rec, "", "its node was drained"); err != nil {
+		t.Fatal(err)
+	}
+	d.placeSleeping(ctx)
+	if got, _ := st.GetSandbox(ctx, sb.ID); got.Node != "n2" || got.State != api.StatePaused {
+		t.Fatalf("the sleeping sandbox's wake placed on %q (%s), want n2", got.Node, got.State)
+	}
+	if _, err := st.SetNodeState(ctx, "n1", []string{store.NodeDraining}, store.NodeActive); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if node, err := d.Owner(ctx, sb.ID); err != nil || node != "n2" {
+		t.Errorf("owner after n1 is active again: %q %v, want n2", node, err)
+	}
+}

@@ -458,6 +458,10 @@ func (m *Manager) use(ctx context.Context, tenant, id, what string) (*live, erro
 			continue // woken meanwhile, here
 		case rec.State == api.StateRunning && l == nil && rec.Node == m.deps.NodeID:
 			continue // woken here since the look above
+		case rec.State == api.StateRunning && rec.Node != m.deps.NodeID:
+			// A request sent to the wrong node (a fleet's front that
+			// knew no better): the node that runs it must answer.
+			return nil, api.Errorf(api.CodeConflict, "sandbox %s runs on node %s, not on this one (%s): retry", id, rec.Node, m.deps.NodeID)
 		case !paused && rec.State != api.StatePaused:
 			return nil, api.Errorf(api.CodeConflict, "sandbox %s is not running (state %s)", id, rec.State)
 		case !rec.Lifecycle.AutoResume:
