@@ -521,6 +521,9 @@ func (m *Manager) alive(ctx context.Context, tenant, id, want string) (*live, er
 	if err != nil {
 		return nil, err
 	}
+	if rec.State == api.StatePaused {
+		return nil, api.Errorf(api.CodeConflict, "sandbox %s is paused: resume it first", id)
+	}
 	return nil, api.Errorf(api.CodeConflict, "sandbox %s is not %s (state %s)", id, want, rec.State)
 }
 
