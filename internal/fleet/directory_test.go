@@ -158,7 +158,7 @@ func TestSleepingWakePlaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, err = st.Unhold(ctx, rec, "", "its node was drained"); err != nil {
+	if _, err := st.Unhold(ctx, rec, "", "its node was drained"); err != nil {
 		t.Fatal(err)
 	}
 	d.placeSleeping(ctx)
