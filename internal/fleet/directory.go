@@ -156,13 +156,21 @@ func (d *Directory) refresh(ctx context.Context) error {
 		nodes[rec.ID] = rec
 	}
 	d.mu.Lock()
-	d.view, d.nodes = view, nodes
 	// A node that stopped taking sandboxes has its own moved or woken
 	// elsewhere: what was remembered of it is forgotten, not brought back
-	// by an uncordon.
-	for id, o := range d.owners {
-		if n := nodes[o.node]; n.State != store.NodeActive || n.Epoch != o.epoch {
-			delete(d.owners, id)
+	// by an uncordon. Looked for only when a node changed.
+	changed := len(nodes) != len(d.nodes)
+	for id, n := range nodes {
+		if old, ok := d.nodes[id]; !ok || old.State != n.State || old.Epoch != n.Epoch {
+			changed = true
+		}
+	}
+	d.view, d.nodes = view, nodes
+	if changed {
+		for id, o := range d.owners {
+			if n := nodes[o.node]; n.State != store.NodeActive || n.Epoch != o.epoch {
+				delete(d.owners, id)
+			}
 		}
 	}
 	d.mu.Unlock()

@@ -39,11 +39,9 @@ func (m *Manager) metricSamples() [][]metrics.Sample {
 	m.mu.Unlock()
 	// The paused ones no runtime holds sleep in the blob store, on this
 	// node's record.
-	if asleep, err := m.deps.Store.NodeSandboxes(context.Background(), m.deps.NodeID, []string{api.StatePaused}); err == nil {
-		for _, rec := range asleep {
-			if !rec.Held() {
-				counts[rs{rec.Runtime, api.StatePaused}]++
-			}
+	if asleep, err := m.deps.Store.SleepingByRuntime(context.Background(), m.deps.NodeID); err == nil {
+		for rt, n := range asleep {
+			counts[rs{rt, api.StatePaused}] += n
 		}
 	} else {
 		m.log.Warn("count paused sandboxes for metrics", "err", err)

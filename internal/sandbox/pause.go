@@ -91,35 +91,42 @@ func (m *Manager) pauseDurably(ctx context.Context, id string, l *live, why api.
 	return m.pauseStopped(ctx, id, l, rec, src, mountpoint, why)
 }
 
-// snapshotWorkspace takes a snapshot of sandbox rec's workspace disk, if
-// it has one, with quiesce readying it (a Quiesce, or nothing for a disk
-// frozen already), and waits until it is durable; "" for none.
-func (m *Manager) snapshotWorkspace(ctx context.Context, rec store.Sandbox, quiesce snapshot.Quiesce) (string, error) {
+// takeWorkspace takes a snapshot of sandbox rec's workspace disk, if it
+// has one, with quiesce readying it (a Quiesce, or nothing for a disk
+// frozen already); its upload goes on (the zero snapshot for none).
+func (m *Manager) takeWorkspace(ctx context.Context, rec store.Sandbox, quiesce snapshot.Quiesce) (store.Snapshot, error) {
 	if rec.WorkspaceMB == 0 {
-		return "", nil
+		return store.Snapshot{}, nil
 	}
 	src, _, err := m.snapshotSource(rec, api.ScopeWorkspace)
-	if err != nil {
-		return "", err
-	}
-	sn, err := m.deps.Snapshots.Take(ctx, src, quiesce)
 	if err == nil {
-		sn, err = m.durable(ctx, sn)
+		var sn store.Snapshot
+		if sn, err = m.deps.Snapshots.Take(ctx, src, quiesce); err == nil {
+			return sn, nil
+		}
 	}
-	if err != nil {
-		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
-		return "", fmt.Errorf("its workspace snapshot: %w", err)
-	}
-	return sn.ID, nil
+	return store.Snapshot{}, fmt.Errorf("its workspace snapshot: %w", err)
 }
 
-// pauseHeld pauses sandbox id with its memory: its disk snapshotted
+// durableWorkspace waits until workspace snapshot ws (none when zero) is
+// durable.
+func (m *Manager) durableWorkspace(ctx context.Context, ws store.Snapshot) error {
+	if ws.ID == "" {
+		return nil
+	}
+	if _, err := m.durable(ctx, ws); err != nil {
+		return fmt.Errorf("its workspace snapshot: %w", err)
+	}
+	return nil
+}
+
+// pauseHeld pauses sandbox id with its memory: its disks snapshotted
 // (quiesced, as any snapshot), then its runtime pauses it, and the pause
-// is recorded once the snapshot is durable. A snapshot that does not get
+// is recorded once the snapshots are durable. A snapshot that does not get
 // there resumes it: a pause that is not durable is none.
 func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.Pauser, rec store.Sandbox,
 	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
-	ws, err := m.snapshotWorkspace(ctx, rec, func(ctx context.Context) (func() error, error) {
+	ws, err := m.takeWorkspace(ctx, rec, func(ctx context.Context) (func() error, error) {
 		return l.inst.Quiesce(ctx, "/workspace")
 	})
 	if err != nil {
@@ -129,19 +136,23 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 		return l.inst.Quiesce(ctx, mountpoint)
 	})
 	if err != nil {
-		m.dropCheckpoint(ctx, rec.Tenant, ws)
+		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
 	if err := p.Pause(pctx); err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
-		m.dropCheckpoint(ctx, rec.Tenant, ws)
+		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
 	}
-	if sn, err = m.durable(ctx, sn); err != nil {
+	sn, err = m.durable(ctx, sn)
+	if err == nil {
+		err = m.durableWorkspace(ctx, ws)
+	}
+	if err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
-		m.dropCheckpoint(ctx, rec.Tenant, ws)
+		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
 		if rerr := p.Resume(pctx); rerr != nil {
 			if m.gone(id, l) {
 				return store.Sandbox{}, m.failedOp(l, id, "pause", rerr)
@@ -151,7 +162,7 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 		}
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot did not reach the blob store, so it runs on: %w", err))
 	}
-	why.Memory, why.Snapshot, why.Workspace = true, sn.ID, ws
+	why.Memory, why.Snapshot, why.Workspace = true, sn.ID, ws.ID
 	return m.recordPaused(ctx, rec, sn, why, l.inst.State())
 }
 
@@ -170,7 +181,7 @@ func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec stor
 		}
 		thawWorkspace = thaw
 	}
-	ws, err := m.snapshotWorkspace(ctx, rec, func(context.Context) (func() error, error) {
+	ws, err := m.takeWorkspace(ctx, rec, func(context.Context) (func() error, error) {
 		return func() error { return nil }, nil
 	})
 	if err != nil {
@@ -188,17 +199,21 @@ func (m *Manager) pauseStopped(ctx context.Context, id string, l *live, rec stor
 		m.mu.Lock()
 		l.stopping = false
 		m.mu.Unlock()
-		m.dropCheckpoint(ctx, rec.Tenant, ws)
+		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
 	}
+	if err == nil {
+		err = m.durableWorkspace(ctx, ws)
+	}
 	if err != nil {
+		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
 		if m.gone(id, l) {
 			return store.Sandbox{}, m.failedOp(l, id, "pause", err)
 		}
 		m.lost(ctx, id, l, "its pause stopped it and its disk snapshot failed")
 		return store.Sandbox{}, fmt.Errorf("pause sandbox %s: its disk snapshot: %w", id, err)
 	}
-	why.Snapshot, why.Workspace = sn.ID, ws
+	why.Snapshot, why.Workspace = sn.ID, ws.ID
 	paused, err := m.recordPaused(ctx, rec, sn, why, nil)
 	if err == nil {
 		// Before it leaves the live map: a call that wakes it meanwhile

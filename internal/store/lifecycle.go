@@ -241,6 +241,30 @@ func (s *Store) SleepingSandboxes(ctx context.Context, node string, since time.T
 		ORDER BY updated_at, id LIMIT ?`, node, since.UnixNano(), limit)
 }
 
+// SleepingByRuntime counts node's paused sandboxes that no node holds (they
+// sleep in the blob store), by runtime.
+func (s *Store) SleepingByRuntime(ctx context.Context, node string) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT runtime, COUNT(*) FROM sandboxes
+		WHERE state = '`+api.StatePaused+`' AND runtime_state IS NULL AND node = ? GROUP BY runtime`, node)
+	if err != nil {
+		return nil, fmt.Errorf("count sleeping sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var rt string
+		var n int
+		if err := rows.Scan(&rt, &n); err != nil {
+			return nil, fmt.Errorf("count sleeping sandboxes: %w", err)
+		}
+		out[rt] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count sleeping sandboxes: %w", err)
+	}
+	return out, nil
+}
+
 // AssignWake gives paused sandbox rec, which no node holds, to node to,
 // which wakes it: the one placement that wins (a *TransitionError for the
 // others, and for a sandbox changed since rec was read).
