@@ -106,7 +106,7 @@ func fixture(t testing.TB, rt *Runtime, n int) runtime.Spec {
 	}
 	t.Cleanup(func() { rt.release(context.Background(), id, dir) })
 	return runtime.Spec{
-		ID: id, Disk: runtimetest.MiniImage(t, "/usr/bin/head", "/usr/bin/tail"), Hostname: "box-" + id, Dir: dir,
+		ID: id, Disk: runtimetest.MiniImage(t, "/usr/bin/head", "/usr/bin/tail", "/usr/bin/mv"), Hostname: "box-" + id, Dir: dir,
 		Limits: runtime.Limits{CPUs: 1, MemoryBytes: 128 << 20, Pids: 64},
 	}
 }
@@ -254,9 +254,11 @@ func TestPauseResume(t *testing.T) {
 			rt := newRuntimeSpilling(t, dir, tc.spill)
 			spec := fixture(t, rt, 4)
 			inst := start(t, rt, spec)
-			run(t, inst, `(i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.01; done) >/dev/null 2>&1 &`)
+			// The counter renames each value into place, so a read never
+			// finds the file truncated and empty.
+			run(t, inst, `(i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.01; done) >/dev/null 2>&1 &`)
 			count := func(inst runtime.Instance) int {
-				n, _ := strconv.Atoi(strings.TrimSpace(run(t, inst, "cat /tmp/count")))
+				n, _ := strconv.Atoi(strings.TrimSpace(run(t, inst, "cat /tmp/count 2>/dev/null; true")))
 				return n
 			}
 			wait.For(t, 10*time.Second, "the counter counting", func() bool { return count(inst) > 5 })
