@@ -167,14 +167,21 @@ type Paused struct {
 	Reason string    `json:"reason"`
 	Auto   bool      `json:"auto,omitempty"`
 	// Memory says its processes are kept: they go on where they were when
-	// it resumes. Without it (a container, or a sandbox whose node lost
-	// its memory), it resumes from its disk and its processes start
-	// again: its init, and nothing it ran.
+	// it resumes. Without it (a container, or a sandbox whose memory
+	// image cannot be restored), it resumes from its disk and its
+	// processes start again: its init, and nothing it ran.
 	Memory bool `json:"memory"`
 	// Snapshot is the durable snapshot of its root disk it wakes from on
 	// any node, and Workspace that of its workspace disk, when it has one.
 	Snapshot  string `json:"snapshot"`
 	Workspace string `json:"workspace,omitempty"`
+	// Image is the durable memory image it wakes from with its processes
+	// on a node other than its own, when its runtime keeps memory: one of
+	// the same runtime build and CPU restores it (elsewhere it wakes from
+	// its disk alone, and says so). Held says its node holds it still
+	// and resumes it in place (set in answers, not stored).
+	Image string `json:"image,omitempty"`
+	Held  bool   `json:"held"`
 }
 
 // Checkpoint is a durable snapshot a sandbox's checkpoint policy took.

@@ -2,21 +2,25 @@ package e2e
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/wait"
 )
 
 // TestFleetSleepWake: CubeSandbox's auto-paused sandboxes that cannot come
 // back once their node died, turned round. On the container and gvisor
 // runtimes, a sandbox auto-pauses when idle, its node is killed -9, and an
 // exec through a control replica wakes it on the other node under its ID
-// with its files (a gvisor sandbox's memory went with its node, and its
-// record says so). Then a sandbox its node holds paused
+// with its files; a gvisor sandbox wakes from its durable memory image,
+// a process it ran counting on where it stopped, and a container's
+// record said it would start again. Then a sandbox its node holds paused
 // with its memory is let go of by a drain, and a call wakes it on the
-// other node too.
+// other node too, its memory with it.
 func TestFleetSleepWake(t *testing.T) {
 	need(t)
 	ctx := context.Background()
@@ -69,8 +73,8 @@ func TestFleetSleepWake(t *testing.T) {
 	if err != nil || sb.Checkpoint == nil || sb.Checkpoint.Snapshot != p.Paused.Snapshot {
 		t.Errorf("after the wake: %+v %v; want its pause snapshot its checkpoint", sb, err)
 	}
-	if !p.Paused.Memory {
-		t.Errorf("paused: %+v, want its memory held on %s before the drain", p.Paused, from)
+	if !p.Paused.Memory || !p.Paused.Held || p.Paused.Image == "" {
+		t.Errorf("paused: %+v, want its memory held on %s before the drain, and stored", p.Paused, from)
 	}
 	f.logPhase("woken on another node after a drain")
 }
@@ -93,9 +97,16 @@ func wakeAfterKill(t *testing.T, f *fleet, admin *client.Client, snap, rt string
 	if res, err := admin.Exec(ctx, id, api.ExecRequest{Shell: "echo slept > /root/slept && sync"}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("write: %+v %v", res, err)
 	}
+	pid0, n0 := fleetCounter(t, admin, id)
+	var paused *api.Paused
 	waitSandbox(t, admin, id, time.Minute, "the idle sandbox to pause", func(sb *api.Sandbox) bool {
+		paused = sb.Paused
 		return sb.State == api.StatePaused && sb.Paused != nil && sb.Paused.Auto
 	})
+	withMemory := rt != "container"
+	if paused.Memory != withMemory || (paused.Image != "") != withMemory {
+		t.Errorf("%s paused: %+v, want memory and its image %v", rt, paused, withMemory)
+	}
 	f.logPhase(rt + ": auto-paused")
 
 	killed := time.Now()
@@ -104,7 +115,7 @@ func wakeAfterKill(t *testing.T, f *fleet, admin *client.Client, snap, rt string
 	// none, its memory (if it had any) gone with the node; a request for
 	// it, this GET included, places its wake on a live node.
 	waitSandbox(t, admin, id, time.Minute, "the lost node's sandbox to be let go of", func(sb *api.Sandbox) bool {
-		return sb.State == api.StatePaused && !sb.Paused.Memory && f.node(id) != home
+		return sb.State == api.StatePaused && !sb.Paused.Held && sb.Paused.Memory == withMemory && f.node(id) != home
 	})
 	t0 := time.Now()
 	res, err := admin.Exec(ctx, id, api.ExecRequest{Shell: "cat /root/base /root/slept"})
@@ -119,6 +130,42 @@ func wakeAfterKill(t *testing.T, f *fleet, admin *client.Client, snap, rt string
 	if sb, err := admin.GetSandbox(ctx, id); err != nil || sb.State != api.StateRunning || sb.ID != id || sb.Runtime != rt {
 		t.Errorf("after the wake: %+v %v", sb, err)
 	}
+	out := fleetSh(t, admin, id, `p=$(cat /root/counter.pid); kill -0 $p 2>/dev/null && echo alive || echo dead; cat /root/count`)
+	if withMemory {
+		time.Sleep(500 * time.Millisecond)
+		n, _ := strconv.Atoi(strings.TrimSpace(fleetSh(t, admin, id, `cat /root/count`)))
+		if !strings.HasPrefix(out, "alive\n") || n <= n0 {
+			t.Errorf("the counter (pid %s, at %d before the pause) after the wake: %q, then %d; want it counting on", pid0, n0, out, n)
+		}
+	} else if !strings.HasPrefix(out, "dead\n") {
+		t.Errorf("a container woke from its disk with its counter running: %q", out)
+	}
 	f.startNode(home, "r1", clusters[home])
 	f.logPhase(rt + ": woken on another node after kill -9")
+}
+
+// fleetCounter starts a shell in sandbox id that counts in a variable and
+// writes each count to /root/count (its pid to /root/counter.pid), waits
+// until it has counted, and returns its pid and count.
+func fleetCounter(t *testing.T, admin *client.Client, id string) (pid string, n int) {
+	t.Helper()
+	script := `echo $$ > /root/counter.pid; i=0; while :; do i=$((i+1)); echo $i > /root/count.new; mv /root/count.new /root/count; sleep 0.1; done`
+	if _, err := admin.StartProcess(context.Background(), id, api.ExecRequest{Cmd: []string{"sh", "-c", script}}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "the counter to count", func() bool {
+		n, _ = strconv.Atoi(strings.TrimSpace(fleetSh(t, admin, id, "cat /root/count 2>/dev/null; true")))
+		return n >= 3
+	})
+	return strings.TrimSpace(fleetSh(t, admin, id, "cat /root/counter.pid")), n
+}
+
+// fleetSh runs script in sandbox id and returns its stdout.
+func fleetSh(t *testing.T, admin *client.Client, id, script string) string {
+	t.Helper()
+	res, err := admin.Exec(context.Background(), id, api.ExecRequest{Shell: script})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%s: %+v %v", script, res, err)
+	}
+	return res.Stdout
 }

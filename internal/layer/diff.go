@@ -133,6 +133,38 @@ func changed(ctx context.Context, parentPath, childPath string) ([]Range, DiffSt
 	return cmp.ranges, stats, nil
 }
 
+// FileRanges returns the runs of the file at path that hold data, as
+// Changed would against an empty disk but for a file of any size: the runs
+// are widened to whole blocks, the last up to the block past the file's
+// end (Write reads what lies past it as zeros), and size is the file's.
+// The layer's DiskSize is size rounded up to a block; who applies it cuts
+// the file back to size.
+func FileRanges(path string) (ranges []Range, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size = st.Size()
+	data, err := dataMap(f, size)
+	if err != nil {
+		return nil, 0, fmt.Errorf("map %s: %w", path, err)
+	}
+	for _, m := range data {
+		off, end := alignDown(m.off), alignUp(m.end())
+		if n := len(ranges); n > 0 && ranges[n-1].End() >= off {
+			ranges[n-1].Len = end - ranges[n-1].Off
+			continue
+		}
+		ranges = append(ranges, Range{Off: off, Len: end - off})
+	}
+	return ranges, size, nil
+}
+
 // plan lays the two files' mappings over [0, size) and returns contiguous
 // segments covering it: shared where both map the same physical blocks,
 // holes where neither has data, compare elsewhere. The mappings are sorted,

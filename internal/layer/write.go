@@ -2,7 +2,9 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -31,7 +33,8 @@ var encoder = sync.OnceValue(func() *zstd.Encoder {
 
 // Write stores the ranges of the image child as chunks and returns the
 // layer's extents in offset order. ranges must be sorted, non-overlapping,
-// block-aligned and inside child (Changed's result is). Each range is cut
+// block-aligned and inside child, or past its end by less than a block,
+// read as zeros (Changed's and FileRanges' results are). Each range is cut
 // into extents of at most MaxChunk bytes from its start; a data extent's
 // bytes are named in namespace (ChunkName), compressed with zstd and Put,
 // with up to parallel chunks in flight (each holding two MaxChunk buffers);
@@ -113,7 +116,9 @@ func (w *writer) write(ctx context.Context, worker, i int) error {
 		b.data = make([]byte, MaxChunk)
 	}
 	data := b.data[:e.Length]
-	if _, err := w.f.ReadAt(data, e.Offset); err != nil {
+	if n, err := w.f.ReadAt(data, e.Offset); errors.Is(err, io.EOF) {
+		clear(data[n:]) // past the end of a file of any size (FileRanges)
+	} else if err != nil {
 		return fmt.Errorf("read %s at %d: %w", w.f.Name(), e.Offset, err)
 	}
 	name := ChunkName(w.namespace, data)

@@ -152,18 +152,24 @@ type Instance interface {
 }
 
 // Pauser is an Instance that can pause with its memory: Pause stops the
-// sandbox's processes where they are and saves the whole machine (memory
-// and device state) to a file in the sandbox's private directory and then
-// ends the process that ran it, so a paused sandbox holds no CPU and no
-// guest memory; Resume starts it again from that file on the same node,
-// with the same disk, and returns once its agent answers. A runtime may
-// keep a paused sandbox frozen, its memory held, for a while before the
-// save (gvisor's Options.SpillAfter), and Resume then runs it on in place.
+// sandbox's processes where they are, saves the whole machine (memory and
+// device state) to an image in the sandbox's private directory, of its
+// runtime's Imager format, syncs its disks, and ends the process that ran
+// it, so a paused sandbox holds no CPU and no guest memory; Resume starts
+// it again from that image on the same node, with the same disk, and
+// returns once its agent answers. A runtime may keep a paused sandbox
+// frozen, its process alive with its memory, for a while after the save
+// (gvisor's Options.SpillAfter), and Resume then runs it on in place.
 // Processes in the sandbox keep their state across the pair; open agent
 // sessions (streams, waits) are cut by Pause.
 //
+// Image is the image's path while the sandbox is paused ("" otherwise): a
+// sandbox started from a copy of it (Spec.Memory) and clones of the disks
+// taken after Pause, on any node whose runtime has the same ImageFormat,
+// runs on from where this one paused.
+//
 // While paused, Done does not fire (the process is gone on purpose) and
-// Stop removes the memory file. Pause of a paused instance and Resume of a
+// Stop removes the image. Pause of a paused instance and Resume of a
 // running one are no-ops. If Pause fails the sandbox still runs. If Resume
 // fails before the guest ran again it stays paused and may be resumed
 // again; if the guest ran but then failed, the instance ends (Done fires).
@@ -171,6 +177,7 @@ type Instance interface {
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+	Image() string
 }
 
 // Clocked is an Instance with a kernel, and so a clock and a random
@@ -183,14 +190,23 @@ type Clocked interface {
 	OwnClock() bool
 }
 
-// Imager is a Runtime whose sandboxes start from memory images
-// (Spec.Memory). SaveImage saves running instance inst's memory to path, as
-// Pause would, and ends its process: inst's disk then holds what a sandbox
-// started from the image must have a clone of, and inst is left to Stop.
-// The image at path is a file (the vm runtime's) or a directory (the
-// gvisor runtime's): callers remove it with os.RemoveAll, as they do a
-// Forker's. The vm and gvisor runtimes implement it.
+// Restorer is a Runtime whose sandboxes start from memory images
+// (Spec.Memory). ImageFormat names what restores its images: its own build
+// and the host's CPU features. An image restores only where the format is
+// the same; "" is no format, which restores nothing saved elsewhere.
+type Restorer interface {
+	ImageFormat() string
+}
+
+// Imager is a Restorer that saves memory images of its own. SaveImage
+// saves running instance inst's memory to path, as Pause would, and ends
+// its process: inst's disk then holds what a sandbox started from the
+// image must have a clone of, and inst is left to Stop. The image at path
+// is a file (the vm runtime's) or a directory (the gvisor runtime's):
+// callers remove it with os.RemoveAll, as they do a Forker's. The vm and
+// gvisor runtimes implement it.
 type Imager interface {
+	Restorer
 	SaveImage(ctx context.Context, inst Instance, path string) error
 }
 

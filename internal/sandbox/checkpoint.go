@@ -110,11 +110,23 @@ func (m *Manager) dropCheckpoint(ctx context.Context, tenant, snap string) {
 
 // dropCheckpoints deletes the checkpoints of sandbox ended, which just
 // stopped: its last checkpoint (a paused one's pause snapshot) and, when it
-// slept as slept says (nil: it was not paused), its workspace's pause
-// snapshot.
+// slept as slept says (nil: it was not paused), what else it slept with.
 func (m *Manager) dropCheckpoints(ctx context.Context, ended store.Sandbox, slept *api.Paused) {
 	m.dropCheckpoint(ctx, ended.Tenant, ended.Checkpoint)
-	if slept != nil {
-		m.dropCheckpoint(ctx, ended.Tenant, slept.Workspace)
+	m.dropSlept(ctx, ended.Tenant, slept)
+}
+
+// dropSlept deletes what one of tenant's sandboxes slept with beside its
+// root's pause snapshot, as slept says (nil: nothing), once it runs again
+// or has ended: its workspace's pause snapshot and its memory image.
+func (m *Manager) dropSlept(ctx context.Context, tenant string, slept *api.Paused) {
+	if slept == nil {
+		return
+	}
+	m.dropCheckpoint(ctx, tenant, slept.Workspace)
+	if slept.Image != "" {
+		if err := m.deps.Snapshots.DeleteImage(context.WithoutCancel(ctx), tenant, slept.Image); err != nil {
+			m.log.Warn("memory image not deleted", "image", slept.Image, "err", err)
+		}
 	}
 }

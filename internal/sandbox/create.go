@@ -180,6 +180,9 @@ type source struct {
 	// recover says an always-on disk is the sandbox's own volume, taken
 	// from the tiers as its last flush left it (a move from a lost node).
 	recover bool
+	// itself says the sandbox wakes as itself: its disk holds the machine
+	// ID it was given already, and its memory, if any, is its own.
+	itself bool
 }
 
 // templateSource is the disk of template tpl.
@@ -422,7 +425,10 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	b.undo.Add(b.conn.Close)
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
-	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env, MachineId: newMachineID()}
+	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env}
+	if !src.itself {
+		init.MachineId = newMachineID()
+	}
 	if img != nil && ownsClock(b.inst) {
 		// A kernel of its own woke with the image's generator state.
 		init.RandomSeed = newSeed()

@@ -552,6 +552,11 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 	if r.Restored != nil && !r.Restored.At.IsZero() {
 		v.Restored = r.Restored
 	}
-	v.Lifecycle, v.Paused = r.Lifecycle, r.Paused
+	v.Lifecycle = r.Lifecycle
+	if r.Paused != nil {
+		p := *r.Paused
+		p.Held = r.Held()
+		v.Paused = &p
+	}
 	return v
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"warren/api"
 	controlpb "warren/internal/agent/pb/control"
+	"warren/internal/ident"
 	"warren/internal/metrics"
 	"warren/internal/reqid"
 	"warren/internal/runtime"
@@ -120,50 +123,70 @@ func (m *Manager) durableWorkspace(ctx context.Context, ws store.Snapshot) error
 	return nil
 }
 
-// pauseHeld pauses sandbox id with its memory: its disks snapshotted
-// (quiesced, as any snapshot), then its runtime pauses it, and the pause
-// is recorded once the snapshots are durable. A snapshot that does not get
-// there resumes it: a pause that is not durable is none.
+// pauseHeld pauses sandbox id with its memory: its runtime pauses it,
+// its memory saved to an image and its disks synced, nothing running;
+// then its disks are snapshotted and its image stored, and the pause is
+// recorded once all are durable. What does not get there resumes it: a
+// pause that is not durable is none.
 func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.Pauser, rec store.Sandbox,
 	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
-	ws, err := m.takeWorkspace(ctx, rec, func(ctx context.Context) (func() error, error) {
-		return l.inst.Quiesce(ctx, "/workspace")
-	})
-	if err != nil {
-		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
-	}
-	sn, err := m.deps.Snapshots.Take(ctx, src, func(ctx context.Context) (func() error, error) {
-		return l.inst.Quiesce(ctx, mountpoint)
-	})
-	if err != nil {
-		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
-		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot: %w", err))
-	}
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
 	if err := p.Pause(pctx); err != nil {
-		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
-		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
 		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
 	}
-	sn, err = m.durable(ctx, sn)
+	// Its disks are what its memory image expects: nothing to quiesce.
+	still := func(context.Context) (func() error, error) { return func() error { return nil }, nil }
+	var sn store.Snapshot
+	var image snapshot.MemoryImage
+	ws, err := m.takeWorkspace(ctx, rec, still)
+	if err == nil {
+		if sn, err = m.deps.Snapshots.Take(ctx, src, still); err != nil {
+			err = fmt.Errorf("its disk snapshot: %w", err)
+		}
+	}
+	if err == nil {
+		image, err = m.storeImage(ctx, rec, p) // while the disks upload
+	}
+	if err == nil {
+		if sn, err = m.durable(ctx, sn); err != nil {
+			err = fmt.Errorf("its disk snapshot: %w", err)
+		}
+	}
 	if err == nil {
 		err = m.durableWorkspace(ctx, ws)
 	}
+	why.Memory, why.Snapshot, why.Workspace, why.Image = true, sn.ID, ws.ID, image.ID
 	if err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
-		m.dropCheckpoint(ctx, rec.Tenant, ws.ID)
+		m.dropSlept(ctx, rec.Tenant, &why)
 		if rerr := p.Resume(pctx); rerr != nil {
 			if m.gone(id, l) {
 				return store.Sandbox{}, m.failedOp(l, id, "pause", rerr)
 			}
 			m.lost(ctx, id, l, "its pause failed and it could not run again")
-			return store.Sandbox{}, fmt.Errorf("pause sandbox %s: its disk snapshot: %w; resume: %w", id, err, rerr)
+			return store.Sandbox{}, fmt.Errorf("pause sandbox %s: %w; resume: %w", id, err, rerr)
 		}
-		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("its disk snapshot did not reach the blob store, so it runs on: %w", err))
+		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("%w: not durable, so it runs on", err))
 	}
-	why.Memory, why.Snapshot, why.Workspace = true, sn.ID, ws.ID
 	return m.recordPaused(ctx, rec, sn, why, l.inst.State())
+}
+
+// storeImage stores the memory image paused instance p (of sandbox rec)
+// left, for a wake on another node, and returns it once it is durable;
+// none (the zero image) when its runtime cannot tell its images' format,
+// and its memory is then held on this node only.
+func (m *Manager) storeImage(ctx context.Context, rec store.Sandbox, p runtime.Pauser) (snapshot.MemoryImage, error) {
+	r, ok := m.runtimeNamed(rec.Runtime).(runtime.Restorer)
+	path := p.Image()
+	if !ok || path == "" || r.ImageFormat() == "" {
+		return snapshot.MemoryImage{}, nil
+	}
+	image, err := m.deps.Snapshots.PutImage(ctx, rec.Tenant, r.ImageFormat(), path)
+	if err != nil {
+		return snapshot.MemoryImage{}, fmt.Errorf("its memory image: %w", err)
+	}
+	return image, nil
 }
 
 // pauseStopped pauses sandbox id, whose runtime keeps no memory, by a
@@ -260,7 +283,7 @@ func (m *Manager) recordPaused(ctx context.Context, rec store.Sandbox, sn store.
 	})
 	if err != nil {
 		m.dropCheckpoint(ctx, rec.Tenant, sn.ID)
-		m.dropCheckpoint(ctx, rec.Tenant, why.Workspace)
+		m.dropSlept(ctx, rec.Tenant, &why)
 		if errors.Is(err, store.ErrTransition) {
 			return store.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s: it was deleted while it paused", rec.ID, paused.State)
 		}
@@ -354,8 +377,8 @@ func (m *Manager) resumeHeld(ctx context.Context, id string, l *live, cause stor
 			From: []string{api.StatePaused}, To: api.StateRunning, RuntimeState: l.inst.State(), Expires: &expires, Cause: &cause,
 		})
 	}
-	if err == nil && slept != nil {
-		m.dropCheckpoint(ctx, rec.Tenant, slept.Workspace) // it runs on its own workspace
+	if err == nil {
+		m.dropSlept(ctx, rec.Tenant, slept) // it runs on its own workspace and memory
 	}
 	switch {
 	case errors.Is(err, store.ErrTransition):
@@ -435,20 +458,78 @@ func (m *Manager) wake(ctx context.Context, rec store.Sandbox, cause store.Cause
 		return api.Sandbox{}, err
 	}
 	src, err := m.pauseSource(ctx, rec, sn)
+	var memory string
+	if err == nil && rec.Paused.Memory {
+		memory, err = m.wakeImage(ctx, rt, rec)
+		defer os.RemoveAll(memory)
+	}
 	if err == nil {
+		src.memory = memory
 		err = m.start(ctx, rt, &claimed, src)
+		var ended *endedWhileStarting
+		if err != nil && memory != "" && ctx.Err() == nil && !errors.As(err, &ended) {
+			m.log.Warn("sandbox did not wake from its memory image: waking from its disk alone",
+				"sandbox", rec.ID, "image", rec.Paused.Image, "err", err)
+			src.memory, memory = "", ""
+			err = m.start(ctx, rt, &claimed, src)
+		}
 	}
 	if err != nil {
 		return api.Sandbox{}, m.wakeFailed(ctx, rec, err)
 	}
 	started = true
-	// Its workspace is its own disk now: the snapshot it woke from goes
-	// (its root's stays, as its checkpoint).
-	m.dropCheckpoint(ctx, rec.Tenant, rec.Paused.Workspace)
+	// Its workspace and memory are its own now: their pause snapshot and
+	// image go (its root's snapshot stays, as its checkpoint).
+	m.dropSlept(ctx, rec.Tenant, rec.Paused)
 	m.observe(metrics.OpWake, t0)
-	m.log.Info("sandbox woke from its pause snapshot", "sandbox", rec.ID, "snapshot", sn.ID,
+	m.log.Info("sandbox woke from its pause snapshot", "sandbox", rec.ID, "snapshot", sn.ID, "memory", memory != "",
 		"auto", cause.Auto, "reason", cause.Reason, "took", time.Since(t0))
 	return m.view(claimed), nil
+}
+
+// wakeImage fetches the memory image sleeping sandbox rec paused with,
+// for a wake here in runtime rt, unless it is fetched already (prefetch),
+// and returns its path; "" to wake from its disk alone, when it has no
+// image or rt cannot restore it (another build, another CPU: the reason
+// is logged).
+func (m *Manager) wakeImage(ctx context.Context, rt runtime.Runtime, rec store.Sandbox) (string, error) {
+	if rec.Paused.Image == "" {
+		return "", nil
+	}
+	path, err := m.fetchImage(ctx, rt, rec)
+	if errors.Is(err, snapshot.ErrImageFormat) {
+		m.log.Warn("sandbox wakes from its disk alone: this node cannot restore its memory image", "sandbox", rec.ID, "err", err)
+		return "", nil
+	}
+	return path, err
+}
+
+// fetchImage brings sleeping sandbox rec's memory image to this node,
+// for runtime rt, unless it is here, and returns its path.
+func (m *Manager) fetchImage(ctx context.Context, rt runtime.Runtime, rec store.Sandbox) (string, error) {
+	path := m.wakeImagePath(rec.Paused.Image)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	format := ""
+	if r, ok := rt.(runtime.Restorer); ok {
+		format = r.ImageFormat()
+	}
+	tmp := path + ident.New(".tmp-")
+	if err := m.deps.Snapshots.GetImage(ctx, rec.Tenant, rec.Paused.Image, format, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("memory image: %w", err)
+	}
+	return path, nil
+}
+
+// wakeImagePath is where a sleeping sandbox's memory image is fetched to,
+// with the node's memory images (removed at each start).
+func (m *Manager) wakeImagePath(image string) string {
+	return filepath.Join(m.images.dir, "wake-"+image)
 }
 
 // pauseSource is what sleeping sandbox rec wakes from: its pause
@@ -458,7 +539,7 @@ func (m *Manager) pauseSource(ctx context.Context, rec store.Sandbox, sn store.S
 	if err != nil {
 		return source{}, err
 	}
-	src := source{template: rec.Template, image: image, size: sn.DiskBytes, origin: sn.ID}
+	src := source{template: rec.Template, image: image, size: sn.DiskBytes, origin: sn.ID, itself: true}
 	if ws := rec.Paused.Workspace; ws != "" {
 		wsn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, ws)
 		if err == nil {
@@ -535,12 +616,15 @@ func (m *Manager) prefetch(ctx context.Context) {
 }
 
 // fetchPaused brings sleeping sandbox rec's pause snapshot into the
-// node's cache (nothing to do when it is there).
+// node's cache (nothing to do when it is there), and its memory image.
 func (m *Manager) fetchPaused(ctx context.Context, rec store.Sandbox) {
 	t0 := time.Now()
 	sn, err := m.deps.Snapshots.Lookup(ctx, rec.Tenant, rec.Paused.Snapshot)
 	if err == nil {
 		_, err = m.deps.Snapshots.Materialize(ctx, sn)
+	}
+	if rt := m.runtimeNamed(rec.Runtime); err == nil && rt != nil && rec.Paused.Memory {
+		_, err = m.wakeImage(ctx, rt, rec)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -2,12 +2,17 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"warren/api"
+	"warren/internal/runtime/inproc"
+	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/wait"
 )
@@ -297,4 +302,70 @@ func TestLifecycleRefusals(t *testing.T) {
 			t.Errorf("create with %+v: %v, want a bad request", spec.Lifecycle, err)
 		}
 	}
+}
+
+// TestPauseStoresMemory: a pause with memory stores the sandbox's memory
+// image; a sandbox whose node was lost wakes elsewhere from that image
+// (its processes running on) when the runtime there restores its format,
+// and from its disk alone when it does not; a resume in place, and a
+// wake, delete the image.
+func TestPauseStoresMemory(t *testing.T) {
+	for _, format := range []string{"inproc-1", "inproc-2"} {
+		h := newHarness(t)
+		ctx := context.Background()
+		h.Runtime.Format = "inproc-1"
+		sb := h.createWith(api.Lifecycle{}, false)
+		p, err := h.Manager.Pause(ctx, tenant, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.Paused.Memory || !p.Paused.Held || p.Paused.Image == "" {
+			t.Fatalf("paused: %+v, want held, its memory stored", p.Paused)
+		}
+		// In place: the image goes.
+		if _, err := h.Manager.Resume(ctx, tenant, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		h.imageGone(p.Paused.Image)
+		if p, err = h.Manager.Pause(ctx, tenant, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+
+		// The node is lost: nothing of the sandbox is left here, and no
+		// node holds it.
+		h.Manager.Close()
+		os.Remove(h.Manager.DiskPath(sb.ID))
+		os.RemoveAll(h.Manager.StateDir(sb.ID))
+		rec, err := h.Deps.Store.Unhold(ctx, h.record(sb.ID), "", "its node was lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.Paused.Memory || rec.Paused.Image != p.Paused.Image {
+			t.Fatalf("unheld: %+v, want its memory kept in its image", rec.Paused)
+		}
+		h.Runtime.Format = format
+		m := h.Restart()
+		woke, err := m.Resume(ctx, tenant, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := h.Runtime.Live(sb.ID).Restored()
+		want := inproc.Memory{Sandbox: sb.ID, Pauses: 2}
+		if format != "inproc-1" {
+			want = inproc.Memory{}
+		}
+		if woke.State != api.StateRunning || got != want {
+			t.Errorf("format %s: woke %s from memory %+v, want running from %+v", format, woke.State, got, want)
+		}
+		h.imageGone(p.Paused.Image)
+	}
+}
+
+// imageGone waits until memory image id is deleted.
+func (h harness) imageGone(id string) {
+	h.t.Helper()
+	wait.For(h.t, 10*time.Second, "memory image "+id+" to go", func() bool {
+		err := h.Deps.Snapshots.GetImage(context.Background(), tenant, id, "inproc-1", filepath.Join(h.t.TempDir(), "image"))
+		return err != nil && !errors.Is(err, snapshot.ErrImageFormat)
+	})
 }

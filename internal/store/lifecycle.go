@@ -385,12 +385,13 @@ func (s *Store) Lose(ctx context.Context, rec Sandbox, to string, lostAt time.Ti
 }
 
 // Unhold records that paused sandbox rec is held by no node now, for
-// reason (its node was lost or drained): its memory, if it had any, is
-// gone, and it wakes from its pause snapshot on node ("": any). A
-// compare-and-set on rec's version.
+// reason (its node was lost or drained): it wakes from its pause snapshot,
+// and its memory image if it has one, on node ("": any); memory without
+// an image is gone. A compare-and-set on rec's version.
 func (s *Store) Unhold(ctx context.Context, rec Sandbox, node, reason string) (Sandbox, error) {
 	p := *rec.Paused
-	if p.Memory {
+	p.Held = false
+	if p.Memory && p.Image == "" {
 		p.Memory = false
 		p.Reason += "; its memory was lost: " + reason
 	}

@@ -27,10 +27,11 @@ import (
 // mounts, not in the image: a sandbox restored from an image must have the
 // disk the image was saved with, or a clone of it taken while nothing ran.
 //
-// A pause therefore has two stages: frozen (paused, the Sentry alive with
-// its memory) and, after Options.SpillAfter, saved (the memory in an image
-// in the sandbox's directory, no process). A resume from the first is a
-// `runsc resume`, from the second a restore.
+// A pause saves the image at once, into the sandbox's directory, and then
+// has two stages: frozen (paused, the Sentry alive with its memory) and,
+// after Options.SpillAfter, ended (no process). A resume from the first is
+// a `runsc resume`, from the second a restore. The image serves a wake on
+// another node from the first moment (runtime.Pauser.Image).
 //
 // The agent's channel holds a host socket, which the Sentry cannot save:
 // before a freeze the runtime ends the channel and waits until the agent
@@ -62,14 +63,10 @@ const (
 // sandbox runs for a moment to let go.
 const saveTries = 5
 
-// spillTimeout bounds a save of a frozen sandbox's memory in the
-// background.
-const spillTimeout = 2 * time.Minute
-
-// Pause implements runtime.Pauser: the sandbox is frozen, and its memory
+// Pause implements runtime.Pauser: the sandbox is frozen and its memory
 // saved into its directory, durably (the image outlives the daemon), and
-// its process ended at once or after Options.SpillAfter. If the freeze
-// fails the sandbox runs on; a failed save leaves it frozen.
+// its process ended at once or after Options.SpillAfter. If the freeze or
+// the save fails the sandbox runs on.
 func (in *instance) Pause(ctx context.Context) error {
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
@@ -82,22 +79,37 @@ func (in *instance) Pause(ctx context.Context) error {
 	if err := in.freeze(ctx); err != nil {
 		return err
 	}
-	if in.r.opts.SpillAfter > 0 {
-		in.mu.Lock()
-		in.st.Paused, in.st.Frozen = true, true
-		in.mu.Unlock()
-		in.armSpill()
-		in.r.log.Info("gvisor paused", "sandbox", in.id, "memory", "held")
-		return nil
-	}
 	image := filepath.Join(in.dir, memoryDir)
-	if err := in.saveFrozen(ctx, image, true); err != nil {
+	err := in.saveFrozen(ctx, image)
+	if err == nil {
+		err = syncDir(image)
+	}
+	if err != nil {
+		os.RemoveAll(image)
 		if terr := in.thaw(ctx); terr != nil {
 			return errors.Join(err, terr)
 		}
 		return err
 	}
-	return in.end(image, true, "gvisor paused")
+	if in.r.opts.SpillAfter > 0 {
+		in.mu.Lock()
+		in.st.Paused, in.st.Frozen = true, true
+		in.mu.Unlock()
+		in.armSpill()
+		in.r.log.Info("gvisor paused", "sandbox", in.id, "process", "held")
+		return nil
+	}
+	return in.end(image, "gvisor paused")
+}
+
+// Image implements runtime.Pauser.
+func (in *instance) Image() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.st.Paused {
+		return ""
+	}
+	return filepath.Join(in.dir, memoryDir)
 }
 
 // Resume implements runtime.Pauser: a frozen sandbox runs on; a saved one
@@ -122,6 +134,7 @@ func (in *instance) Resume(ctx context.Context) error {
 		in.mu.Lock()
 		in.st.Paused, in.st.Frozen = false, false
 		in.mu.Unlock()
+		os.RemoveAll(filepath.Join(in.dir, memoryDir)) // it ran on from where the image was
 		return nil
 	}
 	image := filepath.Join(in.dir, memoryDir)
@@ -138,24 +151,17 @@ func (in *instance) armSpill() {
 	in.spill = time.AfterFunc(in.r.opts.SpillAfter, in.spillNow)
 }
 
-// spillNow saves a frozen sandbox's memory into its directory and ends its
-// process; a sandbox that could not be saved stays frozen and is tried
-// again after Options.SpillAfter.
+// spillNow ends a frozen sandbox's process, its memory saved already; a
+// sandbox whose process would not end stays frozen and is tried again
+// after Options.SpillAfter.
 func (in *instance) spillNow() {
 	in.opMu.Lock()
 	defer in.opMu.Unlock()
 	if in.stopped || !in.st.Frozen {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), spillTimeout)
-	defer cancel()
-	image := filepath.Join(in.dir, memoryDir)
-	err := in.saveFrozen(ctx, image, true)
-	if err == nil {
-		err = in.end(image, true, "gvisor paused sandbox's memory saved")
-	}
-	if err != nil {
-		in.r.log.Warn("save a paused sandbox's memory; it stays frozen", "sandbox", in.id, "err", err)
+	if err := in.end(filepath.Join(in.dir, memoryDir), "gvisor paused sandbox's process ended"); err != nil {
+		in.r.log.Warn("end a paused sandbox's process; it stays frozen", "sandbox", in.id, "err", err)
 		in.armSpill()
 	}
 }
@@ -187,11 +193,17 @@ func (in *instance) Hold(ctx context.Context, path string) (func() error, error)
 		return nil
 	}
 	t0 := time.Now()
-	if err := in.saveFrozen(ctx, path, false); err != nil {
+	if err := in.saveFrozen(ctx, path); err != nil {
 		return nil, errors.Join(err, resume())
 	}
 	in.r.log.Info("gvisor held for a fork", "sandbox", in.id, "save", time.Since(t0))
 	return resume, nil
+}
+
+// ImageFormat implements runtime.Imager: runsc's release and binary, the
+// agent's binary, and the host's CPU.
+func (r *Runtime) ImageFormat() string {
+	return r.format()
 }
 
 // SaveImage implements runtime.Imager: inst is saved to path and its
@@ -212,10 +224,10 @@ func (r *Runtime) SaveImage(ctx context.Context, inst runtime.Instance, path str
 	if err := in.freeze(ctx); err != nil {
 		return err
 	}
-	if err := in.saveFrozen(ctx, path, false); err != nil {
+	if err := in.saveFrozen(ctx, path); err != nil {
 		return errors.Join(err, in.thaw(ctx))
 	}
-	return in.end(path, false, "gvisor saved as an image")
+	return in.end(path, "gvisor saved as an image")
 }
 
 // freeze stops the running sandbox's tasks where they are, once its agent
@@ -249,14 +261,14 @@ func (in *instance) thaw(ctx context.Context) error {
 }
 
 // saveFrozen saves the frozen sandbox to the image directory image
-// (replaced), leaving it frozen; compressed when compress (a paused
-// sandbox's memory, synced to disk and read back once). An image that
-// sandboxes start from (a fork's, a memory image) is not: each start would
-// decompress it (a fork of 8 took 12% less CPU and wall time without). A
-// save that fails because the agent was frozen still holding its channel
-// is tried again after the sandbox ran for a moment to let go. in.opMu is
-// held.
-func (in *instance) saveFrozen(ctx context.Context, image string, compress bool) error {
+// (replaced), leaving it frozen. The image is not compressed: a paused
+// sandbox's goes to the blob store in chunks, compressed there and shared
+// with its earlier pauses' where its memory is the same, and sandboxes
+// that start from a fork's or a memory image's would each decompress it (a
+// fork of 8 took 12% less CPU and wall time without). A save that fails
+// because the agent was frozen still holding its channel is tried again
+// after the sandbox ran for a moment to let go. in.opMu is held.
+func (in *instance) saveFrozen(ctx context.Context, image string) error {
 	b := backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}
 	var first error
 	for try := 1; ; try++ {
@@ -266,11 +278,7 @@ func (in *instance) saveFrozen(ctx context.Context, image string, compress bool)
 		if err := os.MkdirAll(image, 0o700); err != nil {
 			return err
 		}
-		args := []string{"checkpoint", "--leave-running", "--image-path", image}
-		if !compress {
-			args = append(args, "--compression", "none")
-		}
-		err := in.runsc(ctx, append(args, in.id)...)
+		err := in.runsc(ctx, "checkpoint", "--leave-running", "--image-path", image, "--compression", "none", in.id)
 		if err == nil {
 			break
 		}
@@ -320,8 +328,8 @@ func syncMount(dir string) error {
 }
 
 // end ends the saved, frozen sandbox's process and leaves it paused with
-// its image (synced to disk when durable), logging what. in.opMu is held.
-func (in *instance) end(image string, durable bool, what string) error {
+// its image, logging what. in.opMu is held.
+func (in *instance) end(image string, what string) error {
 	in.mu.Lock()
 	p := in.proc
 	in.proc = nil // its exit is planned from here on (follow)
@@ -343,11 +351,6 @@ func (in *instance) end(image string, durable bool, what string) error {
 	// has exited, so the record is removed here instead.
 	if err := in.r.removeRecords(in.id); err != nil {
 		in.r.log.Warn("remove a saved sandbox's runsc record", "sandbox", in.id, "err", err)
-	}
-	if durable {
-		if err := syncDir(image); err != nil {
-			in.r.log.Warn("sync a saved sandbox's image", "sandbox", in.id, "err", err)
-		}
 	}
 	var size int64
 	if fi, err := os.Stat(filepath.Join(image, "checkpoint.img")); err == nil {

@@ -53,6 +53,7 @@ import (
 	"warren/internal/agentconn"
 	"warren/internal/cgroup"
 	"warren/internal/consolelog"
+	"warren/internal/imagefmt"
 	"warren/internal/procid"
 	"warren/internal/runtime"
 	"warren/internal/runtime/container/containerinit"
@@ -114,6 +115,9 @@ type Runtime struct {
 	version int    // its release date, YYYYMMDD; 0 when unknown
 	agent   string // the agent binary bound into every sandbox
 	state   string // runsc --root
+	// format is the format of its memory images ("" when it cannot be
+	// told, and no image restores elsewhere).
+	format func() string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -144,6 +148,13 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 		r.runsc = path
 		r.version = runscVersion(path)
 	}
+	r.format = sync.OnceValue(func() string {
+		f, err := imagefmt.Of(r.Name(), []string{strconv.Itoa(r.version)}, r.runsc, r.agent)
+		if err != nil {
+			r.log.Warn("gvisor memory images restore on this node only", "err", err)
+		}
+		return f
+	})
 	return r, nil
 }
 

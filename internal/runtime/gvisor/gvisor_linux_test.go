@@ -269,6 +269,12 @@ func TestPauseResume(t *testing.T) {
 			if err := inst.(runtime.Pauser).Pause(ctx); err != nil {
 				t.Fatal(err)
 			}
+			// Its image is saved at once, frozen or not.
+			if img := inst.(runtime.Pauser).Image(); img == "" {
+				t.Error("paused without an image")
+			} else if _, err := os.Stat(filepath.Join(img, "checkpoint.img")); err != nil {
+				t.Errorf("its image: %v", err)
+			}
 			paused := func() state {
 				var st state
 				if err := json.Unmarshal(inst.State(), &st); err != nil || !st.Paused {

@@ -43,6 +43,11 @@ type Runtime struct {
 	// Resume (runtime.Pauser), as the container runtime has none: the
 	// manager pauses them by a final snapshot and a stop.
 	Memoryless bool
+	// Format, when set, is the format of its memory images
+	// (runtime.Restorer): Pause writes an image, which names the sandbox
+	// and counts its pauses, and a Start from one (Spec.Memory) reads it,
+	// as Instance.Restored says.
+	Format string
 
 	mu      sync.Mutex           // guards live, started
 	live    map[string]*Instance // by sandbox ID
@@ -92,7 +97,17 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 			return nil, ctx.Err()
 		}
 	}
-	in := &Instance{r: r, id: spec.ID, sock: filepath.Join(spec.Dir, "agent.sock"), done: make(chan struct{})}
+	in := &Instance{r: r, id: spec.ID, dir: spec.Dir, sock: filepath.Join(spec.Dir, "agent.sock"), done: make(chan struct{})}
+	if spec.Memory != "" {
+		b, err := os.ReadFile(spec.Memory)
+		if err != nil {
+			return nil, fmt.Errorf("memory image: %w", err)
+		}
+		if err := json.Unmarshal(b, &in.restored); err != nil {
+			return nil, fmt.Errorf("memory image: %w", err)
+		}
+		in.pauses = in.restored.Pauses
+	}
 	in.op.Lock()
 	err := in.serve()
 	in.op.Unlock()
@@ -105,6 +120,18 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	r.mu.Unlock()
 	return r.shown(in), nil
 }
+
+// ImageFormat implements runtime.Restorer.
+func (r *Runtime) ImageFormat() string { return r.Format }
+
+// Memory is what an Instance's memory image holds.
+type Memory struct {
+	Sandbox string `json:"sandbox"`
+	Pauses  int    `json:"pauses"` // the image's own among them
+}
+
+// imageFile is the name of a paused instance's image in its directory.
+const imageFile = "memory.img"
 
 // shown is in as Start and Adopt answer it: without its Pauser methods
 // when the runtime is Memoryless.
@@ -154,9 +181,12 @@ func (r *Runtime) Sweep(ctx context.Context, known, keep map[string]bool) error 
 // its agent and Resume starts a new one on the same socket. Pause, Resume
 // and Stop are serialized, and nothing resumes a sandbox that has ended.
 type Instance struct {
-	r    *Runtime
-	id   string
-	sock string
+	r         *Runtime
+	id, dir   string
+	sock      string
+	restored  Memory // what a start from a memory image read in it
+	pauses    int    // guarded by op
+	imagePath string // guarded by op: its image while paused with one
 
 	op  sync.Mutex // serializes Pause, Resume and the end
 	cur *run       // guarded by op: the agent serving, nil while paused
@@ -204,14 +234,37 @@ func (in *Instance) Pause(context.Context) error {
 	if in.ended() {
 		return errors.New("the sandbox has ended")
 	}
-	if ru := in.cur; ru != nil {
-		ru.paused.Store(true)
-		ru.cancel()
-		ru.srv.Close()
-		in.cur = nil
+	if in.cur == nil {
+		return nil
 	}
+	if in.r.Format != "" {
+		in.pauses++
+		b, _ := json.Marshal(Memory{Sandbox: in.id, Pauses: in.pauses})
+		path := filepath.Join(in.dir, imageFile)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+		in.imagePath = path
+	}
+	ru := in.cur
+	ru.paused.Store(true)
+	ru.cancel()
+	ru.srv.Close()
+	in.cur = nil
 	return nil
 }
+
+// Image implements runtime.Pauser: the image Pause wrote, when the
+// runtime has a Format.
+func (in *Instance) Image() string {
+	in.op.Lock()
+	defer in.op.Unlock()
+	return in.imagePath
+}
+
+// Restored is what the memory image it started from held (zero when it
+// booted).
+func (in *Instance) Restored() Memory { return in.restored }
 
 // Resume implements runtime.Pauser: a new agent serves on the socket.
 func (in *Instance) Resume(context.Context) error {
@@ -223,7 +276,14 @@ func (in *Instance) Resume(context.Context) error {
 	case in.cur != nil:
 		return nil
 	}
-	return in.serve()
+	if err := in.serve(); err != nil {
+		return err
+	}
+	if in.imagePath != "" {
+		os.Remove(in.imagePath)
+		in.imagePath = ""
+	}
+	return nil
 }
 
 func (in *Instance) ended() bool {

@@ -32,6 +32,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,9 +47,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
 	controlpb "warren/internal/agent/pb/control"
 	"warren/internal/agentconn"
 	"warren/internal/cgroup"
+	"warren/internal/imagefmt"
 	"warren/internal/runtime"
 	"warren/internal/runtime/vm/guest"
 	"warren/internal/runtime/vm/vminit"
@@ -94,6 +97,10 @@ type Runtime struct {
 	initrd      string
 	accel       accel.Accel
 	vmm         *qemu.VMM
+	qemu        string // the binary
+	// format is the format of its memory images ("" when it cannot be
+	// told, and no image restores elsewhere).
+	format func() string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -113,6 +120,13 @@ func New(log *slog.Logger, cgroups *cgroup.Hierarchy, agentBinary string, opts O
 		opts.KernelDir = guest.DefaultDir
 	}
 	r := &Runtime{log: log, cgroups: cgroups}
+	r.format = sync.OnceValue(func() string {
+		f, err := imagefmt.Of(r.Name(), []string{r.accel.Name, r.kernel.Version}, r.qemu, r.kernel.Vmlinuz, r.initrd)
+		if err != nil {
+			r.log.Warn("vm memory images restore on this node only", "err", err)
+		}
+		return f
+	})
 	r.unavailable = r.prepare(agentBinary, opts)
 	if r.unavailable != nil {
 		log.Info("vm runtime unavailable", "reason", r.unavailable)
@@ -136,6 +150,7 @@ func (r *Runtime) prepare(agentBinary string, opts Options) error {
 		return fmt.Errorf("%w (Debian package qemu-system-x86; scripts/deps.sh installs it)", err)
 	}
 	r.vmm = v
+	r.qemu = cmp.Or(opts.QEMU, qemu.DefaultBinary)
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return fmt.Errorf("vm runtime dir: %w", err)
 	}
@@ -388,6 +403,25 @@ func (in *instance) Hold(ctx context.Context, path string) (func() error, error)
 		}
 		return nil
 	}, nil
+}
+
+// ImageFormat implements runtime.Imager: the accelerator, the guest
+// kernel, QEMU's binary and the initramfs (the agent), and the host's CPU.
+func (r *Runtime) ImageFormat() string {
+	if r.unavailable != nil {
+		return ""
+	}
+	return r.format()
+}
+
+// Image implements runtime.Pauser.
+func (in *instance) Image() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.paused || in.stopped {
+		return ""
+	}
+	return filepath.Join(in.dir, memoryFile)
 }
 
 // SaveImage implements runtime.Imager.
