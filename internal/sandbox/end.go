@@ -242,15 +242,24 @@ func (m *Manager) kill(ctx context.Context, id, reason string) error {
 	}
 }
 
-// SetTimeout makes the sandbox expire timeout from now.
+// SetTimeout makes the sandbox expire timeout from now, and gives it that
+// timeout again each time it wakes; a paused sandbox keeps its paused TTL
+// while it sleeps.
 func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, timeout time.Duration) (api.Sandbox, error) {
 	if timeout < time.Second || timeout > m.cfg.MaxTTL {
 		return api.Sandbox{}, api.Errorf(api.CodeBadRequest, "timeout_seconds must be between 1 and %d", int64(m.cfg.MaxTTL/time.Second))
 	}
-	if _, err := m.record(ctx, tenant, id); err != nil {
-		return api.Sandbox{}, err // not found, or another tenant's
+	var rec store.Sandbox
+	var err error
+	for range 3 {
+		if rec, err = m.record(ctx, tenant, id); err != nil {
+			return api.Sandbox{}, err // not found, or another tenant's
+		}
+		rec, err = m.deps.Store.SetTimeout(ctx, rec, timeout, time.Now().Add(timeout))
+		if !errors.Is(err, store.ErrTransition) || !slices.Contains(store.Live, rec.State) {
+			break // done, or it ended; else it changed meanwhile: again
+		}
 	}
-	rec, err := m.deps.Store.SetExpiry(ctx, id, time.Now().Add(timeout), store.Live...)
 	if errors.Is(err, store.ErrTransition) {
 		return api.Sandbox{}, api.Errorf(api.CodeConflict, "sandbox %s is %s", id, rec.State)
 	}

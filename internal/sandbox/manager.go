@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"warren/api"
 	"warren/internal/agentconn"
 	"warren/internal/blockserver"
@@ -188,6 +190,9 @@ type Manager struct {
 	wakes       map[string]*waking
 	prefetching bool
 	prefetched  time.Time
+	// imageFetches are the fetches of sleeping sandboxes' memory images
+	// under way, by path (pause.go).
+	imageFetches singleflight.Group
 
 	// ledger holds what the node's sandboxes claim of it.
 	ledger *ledger

@@ -506,22 +506,29 @@ func (m *Manager) wakeImage(ctx context.Context, rt runtime.Runtime, rec store.S
 
 // fetchImage brings sleeping sandbox rec's memory image to this node,
 // for runtime rt, unless it is here, and returns its path.
+// A prefetch and a wake at once share one fetch.
 func (m *Manager) fetchImage(ctx context.Context, rt runtime.Runtime, rec store.Sandbox) (string, error) {
 	path := m.wakeImagePath(rec.Paused.Image)
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
-	}
-	format := ""
-	if r, ok := rt.(runtime.Restorer); ok {
-		format = r.ImageFormat()
-	}
-	tmp := path + ident.New(".tmp-")
-	if err := m.deps.Snapshots.GetImage(ctx, rec.Tenant, rec.Paused.Image, format, tmp); err != nil {
+	_, err, _ := m.imageFetches.Do(path, func() (any, error) {
+		if _, err := os.Stat(path); err == nil {
+			return nil, nil
+		}
+		format := ""
+		if r, ok := rt.(runtime.Restorer); ok {
+			format = r.ImageFormat()
+		}
+		tmp := path + ident.New(".tmp-")
+		if err := m.deps.Snapshots.GetImage(ctx, rec.Tenant, rec.Paused.Image, format, tmp); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("memory image: %w", err)
+		}
+		return nil, nil
+	})
+	if err != nil {
 		return "", err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.RemoveAll(tmp)
-		return "", fmt.Errorf("memory image: %w", err)
 	}
 	return path, nil
 }

@@ -285,6 +285,21 @@ func TestLifecyclePauses(t *testing.T) {
 	if k := kinds[len(kinds)-1]; k != api.EventSandboxAutoPaused || reasons[len(reasons)-1] != "its timeout passed" {
 		t.Errorf("last event %s (%q), want auto_paused at its timeout", k, reasons[len(reasons)-1])
 	}
+	// A timeout set while it sleeps keeps its paused TTL, and is the one
+	// it wakes with.
+	if _, err := h.Manager.SetTimeout(ctx, tenant, sb.ID, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if after := h.record(sb.ID); !after.ExpiresAt.Equal(rec.ExpiresAt) || after.Timeout != time.Hour {
+		t.Errorf("timeout set while paused: expires %v (was %v), timeout %v; want the paused TTL kept, the timeout an hour", after.ExpiresAt, rec.ExpiresAt, after.Timeout)
+	}
+	woke, err := h.Manager.Resume(ctx, tenant, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(woke.ExpiresAt); left < 59*time.Minute || left > time.Hour {
+		t.Errorf("woke with %v left, want the hour set while it slept", left)
+	}
 }
 
 // TestLifecycleRefusals: what a lifecycle may not say is a bad request

@@ -20,6 +20,8 @@
 //	                           are live for the collector
 //	deleted/<snapshot>         a deleted snapshot, kept while a descendant
 //	                           needs its layer
+//	images/<image>.json        a paused sandbox's memory image, whose files
+//	                           are layers mi-<image>-<n> (memory.go)
 //
 // # Deduplication
 //

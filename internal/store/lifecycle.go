@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -200,6 +201,21 @@ func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time, states .
 	where, wargs := inStates("state", states)
 	return s.change(ctx, id, "set expiry", "", nil, states,
 		[]string{"expires_at = ?"}, []any{nullNanos(at)}, where, wargs)
+}
+
+// SetTimeout sets sandbox rec's timeout, which each wake gives it again,
+// and, unless it is paused, its expiry to at: a paused one keeps the
+// expiry its paused TTL gave it. A compare-and-set on rec's version, in a
+// live state.
+func (s *Store) SetTimeout(ctx context.Context, rec Sandbox, timeout time.Duration, at time.Time) (Sandbox, error) {
+	lifecycle, err := json.Marshal(lifecycleColumn{Lifecycle: rec.Lifecycle, TimeoutSeconds: int64(timeout / time.Second)})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("set timeout of %s: %w", rec.ID, err)
+	}
+	where, wargs := inStates("state", Live)
+	return s.change(ctx, rec.ID, "set timeout", "", nil, Live,
+		[]string{"lifecycle = ?", "expires_at = CASE WHEN state = '" + api.StatePaused + "' THEN expires_at ELSE ? END"},
+		[]any{string(lifecycle), nullNanos(at)}, where+" AND version = ?", append(wargs, rec.Version))
 }
 
 // SetCheckpoint records c as the last checkpoint of sandbox id, which node
