@@ -245,15 +245,15 @@ func (s *conformance) run(t *testing.T, name string) {
 			return
 		}
 		// gvisor keeps a paused sandbox frozen, its memory held, for the
-		// daemon's --pause-spill-after; then saves the memory to disk and
-		// ends its process. The first resume was from frozen; this one is
-		// from the saved memory.
+		// daemon's --pause-spill-after, its image saved at once; then ends
+		// its process. The first resume was from frozen; this one is from
+		// the image.
 		_, n1, _ := counter(t, id)
-		before := memorySaved(id)
+		before := processEnded(id)
 		if _, err := cl.PauseSandbox(ctx, id); err != nil {
 			t.Fatalf("pause: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 		}
-		wait.For(t, spillAfter+30*time.Second, "the paused sandbox's memory saved", func() bool { return memorySaved(id) > before })
+		wait.For(t, spillAfter+30*time.Second, "the paused sandbox's process to end", func() bool { return processEnded(id) > before })
 		if _, err := cl.ResumeSandbox(ctx, id); err != nil {
 			t.Fatalf("resume: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 		}
@@ -424,12 +424,12 @@ func startCounter(t *testing.T, id string) (string, int) {
 	return pid, n
 }
 
-// memorySaved is how many times the shared daemon saved the memory of
-// gvisor sandbox id while it was paused, from its log.
-func memorySaved(id string) int {
+// processEnded is how many times the shared daemon ended the process of
+// gvisor sandbox id after it had paused, from its log.
+func processEnded(id string) int {
 	n := 0
 	for _, line := range strings.Split(shared.log.String(), "\n") {
-		if strings.Contains(line, `msg="gvisor paused sandbox's memory saved"`) && strings.Contains(line, " sandbox="+id+" ") {
+		if strings.Contains(line, `msg="gvisor paused sandbox's process ended"`) && strings.Contains(line, " sandbox="+id+" ") {
 			n++
 		}
 	}

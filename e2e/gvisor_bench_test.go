@@ -92,14 +92,14 @@ func BenchmarkPauseResume(b *testing.B) {
 				// pauseResume pauses and resumes the sandbox, after its
 				// memory was saved when saved, and returns the three times.
 				pauseResume := func(saved bool) (pause, resume, exec time.Duration) {
-					before := memorySaved(id)
+					before := processEnded(id)
 					t0 := time.Now()
 					if _, err := cl.PauseSandbox(ctx, id); err != nil {
 						b.Fatalf("pause: %v\ndaemon log:\n%s", err, shared.log.tail(30))
 					}
 					pause = time.Since(t0)
 					if saved {
-						wait.For(b, spillAfter+time.Minute, "the paused sandbox's memory saved", func() bool { return memorySaved(id) > before })
+						wait.For(b, spillAfter+time.Minute, "the paused sandbox's process to end", func() bool { return processEnded(id) > before })
 					}
 					t1 := time.Now()
 					if _, err := cl.ResumeSandbox(ctx, id); err != nil {

@@ -142,7 +142,7 @@ func BenchmarkPausedDensity(b *testing.B) {
 			}
 			if rt == "gvisor" {
 				for _, id := range ids {
-					wait.For(b, spillAfter+time.Minute, "the paused sandbox's memory saved", func() bool { return memorySaved(id) > 0 })
+					wait.For(b, spillAfter+time.Minute, "the paused sandbox's process to end", func() bool { return processEnded(id) > 0 })
 				}
 			}
 			dropCaches()
