@@ -702,3 +702,40 @@ func TestVersion1Layer(t *testing.T) {
 		t.Error("the version 1 layer applied to other bytes than it holds")
 	}
 }
+
+// TestFileRanges: a file of any size is written whole, its zeros written
+// out stored as zero extents, and applies back to its bytes.
+func TestFileRanges(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "memory")
+	data := append(bytes.Repeat([]byte{7}, MiB), make([]byte, 2*MaxChunk)...)
+	data = append(data, bytes.Repeat([]byte{9}, 5000)...) // ends mid-block
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ranges, size, err := FileRanges(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size != int64(len(data)) || len(ranges) != 1 || ranges[0].Off != 0 || ranges[0].Len != alignUp(size) {
+		t.Fatalf("ranges %v size %d, want one run of the file's %d bytes rounded up to a block", ranges, size, len(data))
+	}
+	chunks := newMemChunks()
+	extents, stats, err := Write(context.Background(), path, ranges, "", chunks, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Zero != MaxChunk || stats.NewChunks != 2 { // the extent from 4 MiB holds only zeros
+		t.Errorf("stats %+v: want the zeros written out as zero extents, two chunks stored", stats)
+	}
+	m := Manifest{Version: VersionPlain, ID: "mem", DiskSize: alignUp(size), Extents: extents}
+	out := filepath.Join(dir, "back")
+	os.WriteFile(out, nil, 0o600)
+	if err := Apply(context.Background(), out, m, chunks, 4); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(out)
+	if !bytes.Equal(got[:len(data)], data) || !allZero(got[len(data):]) {
+		t.Error("the file applied back differs")
+	}
+}

@@ -1,6 +1,7 @@
 package layer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,8 @@ var encoder = sync.OnceValue(func() *zstd.Encoder {
 // into extents of at most MaxChunk bytes from its start; a data extent's
 // bytes are named in namespace (ChunkName), compressed with zstd and Put,
 // with up to parallel chunks in flight (each holding two MaxChunk buffers);
-// zero ranges become zero extents and store nothing. The manifest of the
+// zero ranges, and extents whose bytes are all zeros, become zero extents
+// and store nothing. The manifest of the
 // extents must carry the same namespace. child must not change during the
 // call.
 func Write(ctx context.Context, child string, ranges []Range, namespace string, chunks Chunks, parallel int) ([]Extent, WriteStats, error) {
@@ -121,6 +123,12 @@ func (w *writer) write(ctx context.Context, worker, i int) error {
 	} else if err != nil {
 		return fmt.Errorf("read %s at %d: %w", w.f.Name(), e.Offset, err)
 	}
+	if allZero(data) {
+		// Zeros written out (a memory image's free pages, most of all)
+		// are stored as what they are.
+		e.Zero = true
+		return nil
+	}
 	name := ChunkName(w.namespace, data)
 	b.compressed = encoder().EncodeAll(data, b.compressed[:0])
 	e.Chunk, e.Stored = name, int64(len(b.compressed))
@@ -143,4 +151,16 @@ func (w *writer) write(ctx context.Context, worker, i int) error {
 		w.mu.Unlock()
 	}
 	return nil
+}
+
+// allZero says whether b holds only zeros.
+func allZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }

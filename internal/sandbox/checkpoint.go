@@ -116,6 +116,13 @@ func (m *Manager) dropCheckpoints(ctx context.Context, ended store.Sandbox, slep
 	m.dropSlept(ctx, ended.Tenant, slept)
 }
 
+// dropSleptLater is dropSlept in the background, after the answer to the
+// call that woke the sandbox.
+func (m *Manager) dropSleptLater(ctx context.Context, tenant string, slept *api.Paused) {
+	ctx = context.WithoutCancel(ctx)
+	m.loops.Go(func() { m.dropSlept(ctx, tenant, slept) })
+}
+
 // dropSlept deletes what one of tenant's sandboxes slept with beside its
 // root's pause snapshot, as slept says (nil: nothing), once it runs again
 // or has ended: its workspace's pause snapshot and its memory image.

@@ -378,7 +378,7 @@ func (m *Manager) resumeHeld(ctx context.Context, id string, l *live, cause stor
 		})
 	}
 	if err == nil {
-		m.dropSlept(ctx, rec.Tenant, slept) // it runs on its own workspace and memory
+		m.dropSleptLater(ctx, rec.Tenant, slept) // it runs on its own workspace and memory
 	}
 	switch {
 	case errors.Is(err, store.ErrTransition):
@@ -480,7 +480,7 @@ func (m *Manager) wake(ctx context.Context, rec store.Sandbox, cause store.Cause
 	started = true
 	// Its workspace and memory are its own now: their pause snapshot and
 	// image go (its root's snapshot stays, as its checkpoint).
-	m.dropSlept(ctx, rec.Tenant, rec.Paused)
+	m.dropSleptLater(ctx, rec.Tenant, rec.Paused)
 	m.observe(metrics.OpWake, t0)
 	m.log.Info("sandbox woke from its pause snapshot", "sandbox", rec.ID, "snapshot", sn.ID, "memory", memory != "",
 		"auto", cause.Auto, "reason", cause.Reason, "took", time.Since(t0))

@@ -134,18 +134,30 @@ func (in *instance) Resume(ctx context.Context) error {
 		in.mu.Lock()
 		in.st.Paused, in.st.Frozen = false, false
 		in.mu.Unlock()
-		os.RemoveAll(filepath.Join(in.dir, memoryDir)) // it ran on from where the image was
+		in.dropImage() // it ran on from where the image was
 		return nil
 	}
 	image := filepath.Join(in.dir, memoryDir)
 	if err := in.restore(ctx, image); err != nil {
 		return err
 	}
-	os.RemoveAll(image)
+	in.dropImage()
 	return nil
 }
 
-// armSpill saves the frozen sandbox's memory after Options.SpillAfter.
+// dropImage removes the image of a sandbox that runs again, in the
+// background: its name is free at once for the next pause.
+func (in *instance) dropImage() {
+	image := filepath.Join(in.dir, memoryDir)
+	old := fmt.Sprintf("%s.old-%d", image, time.Now().UnixNano())
+	if err := os.Rename(image, old); err != nil {
+		os.RemoveAll(image)
+		return
+	}
+	go os.RemoveAll(old)
+}
+
+// armSpill ends the frozen sandbox's process after Options.SpillAfter.
 // in.opMu is held.
 func (in *instance) armSpill() {
 	in.spill = time.AfterFunc(in.r.opts.SpillAfter, in.spillNow)
