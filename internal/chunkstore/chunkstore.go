@@ -50,6 +50,24 @@ func (s Store) Put(ctx context.Context, name string, compressed []byte) (bool, e
 	return true, s.B.Put(ctx, ChunkKey(name), compressed)
 }
 
+var _ layer.Present = Store{}
+
+// Present says whether the chunk named name is stored, fresh (younger than
+// RefreshAfter, when set: an older one is to be put again), and its size.
+func (s Store) Present(ctx context.Context, name string) (int64, bool, error) {
+	info, err := s.B.Stat(ctx, ChunkKey(name))
+	if errors.Is(err, blob.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if s.RefreshAfter > 0 && time.Since(info.ModTime) > s.RefreshAfter {
+		return 0, false, nil
+	}
+	return info.Size, true, nil
+}
+
 // Get returns the compressed chunk, or an error wrapping blob.ErrNotFound.
 func (s Store) Get(ctx context.Context, name string) ([]byte, error) {
 	return s.B.Get(ctx, ChunkKey(name))

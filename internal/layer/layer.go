@@ -144,3 +144,11 @@ type Chunks interface {
 	// passed through wrapped).
 	Get(ctx context.Context, name string) ([]byte, error)
 }
+
+// Present is Chunks that can tell whether a chunk is stored, and its
+// stored size, without its bytes: Write asks it first, and neither
+// compresses nor puts a chunk it has. It says false for a chunk it wants
+// put again (one old enough that a collector may take it).
+type Present interface {
+	Present(ctx context.Context, name string) (stored int64, ok bool, err error)
+}

@@ -130,8 +130,21 @@ func (w *writer) write(ctx context.Context, worker, i int) error {
 		return nil
 	}
 	name := ChunkName(w.namespace, data)
+	e.Chunk = name
+	if p, ok := w.chunks.(Present); ok {
+		// Stored already (the same bytes in an earlier layer): neither
+		// compressed nor put again.
+		stored, present, err := p.Present(ctx, name)
+		if err != nil {
+			return fmt.Errorf("look up chunk %s: %w", name, err)
+		}
+		if present {
+			e.Stored = stored
+			return nil
+		}
+	}
 	b.compressed = encoder().EncodeAll(data, b.compressed[:0])
-	e.Chunk, e.Stored = name, int64(len(b.compressed))
+	e.Stored = int64(len(b.compressed))
 
 	w.mu.Lock()
 	dup := w.claimed[name]

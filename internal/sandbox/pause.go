@@ -132,9 +132,11 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 	src snapshot.Source, mountpoint string, why api.Paused) (store.Sandbox, error) {
 	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
+	t0 := time.Now()
 	if err := p.Pause(pctx); err != nil {
 		return store.Sandbox{}, m.failedOp(l, id, "pause", err)
 	}
+	tPause := time.Now()
 	// Its disks are what its memory image expects: nothing to quiesce.
 	still := func(context.Context) (func() error, error) { return func() error { return nil }, nil }
 	var sn store.Snapshot
@@ -145,9 +147,11 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 			err = fmt.Errorf("its disk snapshot: %w", err)
 		}
 	}
+	tDisks := time.Now()
 	if err == nil {
 		image, err = m.storeImage(ctx, rec, p) // while the disks upload
 	}
+	tImage := time.Now()
 	if err == nil {
 		if sn, err = m.durable(ctx, sn); err != nil {
 			err = fmt.Errorf("its disk snapshot: %w", err)
@@ -169,6 +173,8 @@ func (m *Manager) pauseHeld(ctx context.Context, id string, l *live, p runtime.P
 		}
 		return store.Sandbox{}, m.failedOp(l, id, "pause", fmt.Errorf("%w: not durable, so it runs on", err))
 	}
+	m.log.Debug("sandbox pause timings", "sandbox", id, "runtime", tPause.Sub(t0), "disks", tDisks.Sub(tPause),
+		"image", tImage.Sub(tDisks), "durable", time.Since(tImage), "image_bytes", image.Bytes, "image_stored", image.Stored)
 	return m.recordPaused(ctx, rec, sn, why, l.inst.State())
 }
 
