@@ -33,7 +33,7 @@ func TestFleetSleepWake(t *testing.T) {
 	admin := f.startControl("c1").client()
 	f.logPhase("fleet up")
 
-	for _, rt := range []string{"container", "gvisor"} {
+	for _, rt := range []string{"container", "gvisor", "vm"} {
 		t.Run(rt, func(t *testing.T) { wakeAfterKill(t, f, admin, snaps[api.AdminTenant], rt, clusters) })
 	}
 
