@@ -75,6 +75,9 @@ type Placement struct {
 	// Count is how many sandboxes a restore starts (a create: 1).
 	Count int
 	Spec  api.SandboxSpec
+	// Avoid is a node not to place on: a paused sandbox's own, for its
+	// standby; "" for none.
+	Avoid string
 }
 
 // Options are what the front takes from the API server.

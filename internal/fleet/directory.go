@@ -116,6 +116,7 @@ func (d *Directory) Run(ctx context.Context) {
 		}
 		d.placeMoving(ctx)
 		d.placeSleeping(ctx)
+		d.placeStandbys(ctx)
 	}
 }
 
@@ -327,6 +328,43 @@ func (d *Directory) placeSleeping(ctx context.Context) {
 	}
 }
 
+// placeStandbys gives each paused sandbox its node holds a standby on
+// another node (the scheduler's choice for a restore of its pause
+// snapshot), which fetches what it wakes from in the background, so that
+// it wakes there at once should its node be lost or drained; and another
+// to one whose standby takes no sandboxes any more.
+func (d *Directory) placeStandbys(ctx context.Context) {
+	d.mu.Lock()
+	var active []string
+	for id, n := range d.nodes {
+		if n.State == store.NodeActive {
+			active = append(active, id)
+		}
+	}
+	d.mu.Unlock()
+	if len(active) < 2 {
+		return // no other node to stand by
+	}
+	recs, err := d.st.WithoutStandby(ctx, active, movesAtOnce)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("find paused sandboxes without a standby", "err", err)
+		}
+		return
+	}
+	for _, rec := range recs {
+		spec := api.SandboxSpec{Runtime: rec.Runtime, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB}
+		node, err := d.Place(ctx, control.Placement{Spec: spec, Snapshot: rec.Paused.Snapshot, Avoid: rec.Node})
+		if err != nil {
+			d.log.Debug("paused sandbox's standby not placed yet", "sandbox", rec.ID, "err", err)
+			continue
+		}
+		if _, err := d.st.SetStandby(ctx, rec, node); err == nil {
+			d.log.Info("paused sandbox's standby placed", "sandbox", rec.ID, "node", rec.Node, "standby", node)
+		}
+	}
+}
+
 // placeWake gives paused sandbox rec, which no node holds and whose node
 // (if any) takes no sandboxes, to the node the fleet places it on, which
 // wakes it there from its pause snapshot (its answer to the request
@@ -364,6 +402,7 @@ func (d *Directory) Place(ctx context.Context, p control.Placement) (string, err
 		Runtime:   runtimeName(p.Spec.Runtime),
 		Region:    p.Spec.Region,
 		Labels:    p.Spec.NodeLabels,
+		Avoid:     p.Avoid,
 	}
 	if p.Snapshot != "" {
 		lineage, err := d.lineage(ctx, p.Tenant, p.Snapshot)

@@ -190,6 +190,7 @@ type Manager struct {
 	wakes       map[string]*waking
 	prefetching bool
 	prefetched  time.Time
+	sweptWakes  time.Time // when the fetched memory images were last swept
 	// imageFetches are the fetches of sleeping sandboxes' memory images
 	// under way, by path (pause.go).
 	imageFetches singleflight.Group

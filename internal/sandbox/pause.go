@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"warren/api"
@@ -514,7 +515,7 @@ func (m *Manager) wakeImage(ctx context.Context, rt runtime.Runtime, rec store.S
 // for runtime rt, unless it is here, and returns its path.
 // A prefetch and a wake at once share one fetch.
 func (m *Manager) fetchImage(ctx context.Context, rt runtime.Runtime, rec store.Sandbox) (string, error) {
-	path := m.wakeImagePath(rec.Paused.Image)
+	path := m.wakeImagePath(rec.ID, rec.Paused.Image)
 	_, err, _ := m.imageFetches.Do(path, func() (any, error) {
 		if _, err := os.Stat(path); err == nil {
 			return nil, nil
@@ -539,10 +540,46 @@ func (m *Manager) fetchImage(ctx context.Context, rt runtime.Runtime, rec store.
 	return path, nil
 }
 
-// wakeImagePath is where a sleeping sandbox's memory image is fetched to,
-// with the node's memory images (removed at each start).
-func (m *Manager) wakeImagePath(image string) string {
-	return filepath.Join(m.images.dir, "wake-"+image)
+// wakeImagePath is where memory image image of sleeping sandbox id is
+// fetched to, with the node's memory images (removed at each start).
+func (m *Manager) wakeImagePath(id, image string) string {
+	return filepath.Join(m.images.dir, wakePrefix+id+"."+image)
+}
+
+// wakePrefix starts the names of the memory images fetched for wakes.
+const wakePrefix = "wake-"
+
+// sweepWakesEvery is how often the node removes the memory images it
+// fetched for wakes that will not be here: the sandbox woke elsewhere (its
+// own node resumed it, when this one stood by), paused again, or ended.
+const sweepWakesEvery = 30 * time.Second
+
+// sweepWakes removes the fetched memory images no wake here needs.
+func (m *Manager) sweepWakes(ctx context.Context) {
+	entries, err := os.ReadDir(m.images.dir)
+	if err != nil {
+		return
+	}
+	for _, ent := range entries {
+		name, ok := strings.CutPrefix(ent.Name(), wakePrefix)
+		id, image, ok2 := strings.Cut(name, ".")
+		m.mu.Lock()
+		waking := m.wakes[id] != nil
+		m.mu.Unlock()
+		if !ok || !ok2 || strings.Contains(image, ".tmp-") || waking {
+			continue // not a fetched image, one being fetched, or in use
+		}
+		rec, err := m.deps.Store.GetSandbox(ctx, id)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		here := rec.Node == m.deps.NodeID && !rec.Held() || rec.Standby == m.deps.NodeID
+		if err == nil && rec.State == api.StatePaused && rec.Paused.Image == image && here {
+			continue
+		}
+		os.RemoveAll(filepath.Join(m.images.dir, ent.Name()))
+		m.log.Debug("fetched memory image removed", "sandbox", id, "image", image)
+	}
 }
 
 // pauseSource is what sleeping sandbox rec wakes from: its pause
@@ -588,10 +625,12 @@ func (m *Manager) wakeFailed(ctx context.Context, rec store.Sandbox, err error) 
 }
 
 // prefetch fetches, in the background and one look at a time, the pause
-// snapshots of the sleeping sandboxes placed on this node since its last
-// look (a control replica placed their wakes here after their node was
-// lost or drained; this node's own pauses are cached already), so that a
-// wake finds their disks here.
+// snapshots and memory images of the sleeping sandboxes placed on this
+// node since its last look (a control replica placed their wakes here
+// after their node was lost or drained; this node's own pauses are cached
+// already) and of those this node stands by for (their nodes hold them),
+// so that a wake finds them here; and now and then sweeps the memory
+// images no wake here needs any more.
 func (m *Manager) prefetch(ctx context.Context) {
 	m.mu.Lock()
 	if m.prefetching {
@@ -600,7 +639,14 @@ func (m *Manager) prefetch(ctx context.Context) {
 	}
 	m.prefetching = true
 	since := m.prefetched
+	sweep := time.Since(m.sweptWakes) > sweepWakesEvery
+	if sweep {
+		m.sweptWakes = time.Now()
+	}
 	m.mu.Unlock()
+	if sweep {
+		m.sweepWakes(ctx)
+	}
 	recs, err := m.deps.Store.SleepingSandboxes(ctx, m.deps.NodeID, since, movesAtOnce)
 	if err != nil || len(recs) == 0 || len(recs) == 1 && !recs[0].UpdatedAt.After(since) {
 		if err != nil && ctx.Err() == nil {

@@ -24,6 +24,9 @@ type Request struct {
 	// MemorySnapshot is the CPU a memory snapshot was taken on; nil for a
 	// restore of the disk alone, which any CPU can boot.
 	MemorySnapshot *CPU
+	// Avoid is a node not to place on: the one that holds what the
+	// placement backs up (a paused sandbox's standby); "" for none.
+	Avoid string
 }
 
 func (r *Request) validate() error {
@@ -45,6 +48,7 @@ const (
 	FilterNone    Filter = iota // passed every filter
 	FilterRegion                // not in the requested region
 	FilterHealth                // unhealthy, draining or cordoned
+	FilterAvoid                 // the node the request avoids
 	FilterRuntime               // lacks the runtime, isolation or accel
 	FilterCPU                   // CPU incompatible with the memory snapshot
 	FilterLabels                // lacks a label
@@ -54,7 +58,7 @@ const (
 	numFilters
 )
 
-var filterNames = [numFilters]string{"none", "region", "health", "runtime", "cpu", "labels", "vcpus", "memory", "disk"}
+var filterNames = [numFilters]string{"none", "region", "health", "avoid", "runtime", "cpu", "labels", "vcpus", "memory", "disk"}
 
 func (f Filter) String() string {
 	if f < 0 || f >= numFilters {
@@ -155,6 +159,8 @@ func (v *View) check(slot int32, q *query) Filter {
 	switch {
 	case !n.accepting():
 		return FilterHealth
+	case r.Avoid != "" && n.id == r.Avoid:
+		return FilterAvoid
 	case !hasRuntime(n.runtimes, r):
 		return FilterRuntime
 	case q.cpuOK != nil && !q.cpuOK[n.cpu]:
@@ -227,6 +233,8 @@ func (v *View) noFit(q *query) error {
 
 func want(f Filter, r *Request) string {
 	switch f {
+	case FilterAvoid:
+		return "other than " + r.Avoid
 	case FilterRuntime:
 		s := "has a runtime"
 		if r.Runtime != "" {

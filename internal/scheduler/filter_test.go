@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -72,6 +73,24 @@ func TestCPUCompatibility(t *testing.T) {
 		if _, err := Place(v, Request{MemorySnapshot: m}, seeded(1)); !errors.Is(err, ErrNoFit) {
 			t.Errorf("snapshot CPU %+v: got %v, want no fit", m, err)
 		}
+	}
+}
+
+// TestAvoid: a request that avoids a node is placed on another, and on
+// none when that is the only one, saying so.
+func TestAvoid(t *testing.T) {
+	v := newView(t, exact, mk("n1", "eu", "c1"), mk("n2", "eu", "c1"))
+	for i := range 20 {
+		d, err := Place(v, Request{Avoid: "n1"}, seeded(uint64(i)))
+		if err != nil || d.Node != "n2" {
+			t.Fatalf("avoiding n1: %+v %v, want n2", d, err)
+		}
+	}
+	one := newView(t, exact, mk("n1", "eu", "c1"))
+	_, err := Place(one, Request{Avoid: "n1"}, seeded(1))
+	var nf *NoFitError
+	if !errors.As(err, &nf) || nf.Filter != FilterAvoid || !strings.Contains(err.Error(), "other than n1") {
+		t.Errorf("avoiding the only node: %v, want no fit at the avoid filter", err)
 	}
 }
 

@@ -31,8 +31,8 @@ type storedRow struct {
 
 // scan serves the row to scanSandbox in sandboxColumns order.
 func (r storedRow) scan(dest ...any) error {
-	if len(dest) != 34 {
-		return fmt.Errorf("scan of %d columns, want 34", len(dest))
+	if len(dest) != 35 {
+		return fmt.Errorf("scan of %d columns, want 35", len(dest))
 	}
 	*dest[0].(*string), *dest[1].(*string), *dest[4].(*string) = r.id, r.tenant, r.status
 	*dest[10].(*string), *dest[11].(*string) = r.env, r.meta
@@ -44,8 +44,8 @@ func (r storedRow) scan(dest ...any) error {
 	*dest[23].(*int64) = 1
 	*dest[24].(*string) = "n1"
 	// No checkpoint policy, checkpoint, restore, agent token, template
-	// version, persistence, lifecycle or pause: dest[25:34] keep their zero values, which
-	// stand for none.
+	// version, persistence, lifecycle, pause or standby: dest[25:35] keep
+	// their zero values, which stand for none.
 	return nil
 }
 

@@ -185,6 +185,7 @@ func (s *Store) Transition(ctx context.Context, id string, t Transition) (Sandbo
 	case t.To != api.StateStarting:
 		set = append(set, "paused = ''")
 	}
+	set = append(set, "standby = ''")
 	if isFinal(t.To) {
 		set = append(set, "env = 'null'")
 	}
@@ -253,8 +254,28 @@ func (s *Store) AssignMove(ctx context.Context, id string, version int64, from, 
 func (s *Store) SleepingSandboxes(ctx context.Context, node string, since time.Time, limit int) ([]Sandbox, error) {
 	return s.querySandboxes(ctx, "sleeping sandboxes",
 		`SELECT `+sandboxColumns+` FROM sandboxes
-		WHERE state = '`+api.StatePaused+`' AND runtime_state IS NULL AND node = ? AND updated_at >= ?
-		ORDER BY updated_at, id LIMIT ?`, node, since.UnixNano(), limit)
+		WHERE state = '`+api.StatePaused+`' AND (runtime_state IS NULL AND node = ? OR standby = ? AND standby <> '')
+		AND updated_at >= ? ORDER BY updated_at, id LIMIT ?`, node, node, since.UnixNano(), limit)
+}
+
+// WithoutStandby returns up to limit paused sandboxes their nodes hold
+// that have no standby, or one other than a node of active (the nodes that
+// take sandboxes), oldest change first.
+func (s *Store) WithoutStandby(ctx context.Context, active []string, limit int) ([]Sandbox, error) {
+	in, args := inStates("standby", active)
+	return s.querySandboxes(ctx, "sandboxes without a standby",
+		`SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE state = '`+api.StatePaused+`' AND runtime_state IS NOT NULL AND NOT (`+in+`)
+		ORDER BY updated_at, id LIMIT ?`, append(args, limit)...)
+}
+
+// SetStandby makes node the standby of paused sandbox rec, which its node
+// holds: that node fetches what it wakes from, and a wake goes there when
+// its node lets go of it. A compare-and-set on rec's version.
+func (s *Store) SetStandby(ctx context.Context, rec Sandbox, node string) (Sandbox, error) {
+	return s.change(ctx, rec.ID, "set standby", "", nil, []string{api.StatePaused},
+		[]string{"standby = ?"}, []any{node},
+		"state = ? AND version = ? AND runtime_state IS NOT NULL", []any{api.StatePaused, rec.Version})
 }
 
 // SleepingByRuntime counts node's paused sandboxes that no node holds (they
@@ -402,9 +423,11 @@ func (s *Store) Lose(ctx context.Context, rec Sandbox, to string, lostAt time.Ti
 
 // Unhold records that paused sandbox rec is held by no node now, for
 // reason (its node was lost or drained): it wakes from its pause snapshot,
-// and its memory image if it has one, on node ("": any); memory without
-// an image is gone. A compare-and-set on rec's version.
+// and its memory image if it has one, on node ("": its standby, if it has
+// one, else any); memory without an image is gone. A compare-and-set on
+// rec's version.
 func (s *Store) Unhold(ctx context.Context, rec Sandbox, node, reason string) (Sandbox, error) {
+	node = cmp.Or(node, rec.Standby)
 	p := *rec.Paused
 	p.Held = false
 	if p.Memory && p.Image == "" {
@@ -417,7 +440,7 @@ func (s *Store) Unhold(ctx context.Context, rec Sandbox, node, reason string) (S
 	}
 	states := []string{api.StatePaused}
 	return s.change(ctx, rec.ID, "unhold", "", nil, states,
-		[]string{"node = ?", "runtime_state = NULL", "paused = ?"}, []any{node, paused},
+		[]string{"node = ?", "runtime_state = NULL", "paused = ?", "standby = ''"}, []any{node, paused},
 		"state = ? AND version = ?", []any{api.StatePaused, rec.Version})
 }
 

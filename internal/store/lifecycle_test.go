@@ -289,3 +289,56 @@ func TestSleepMoves(t *testing.T) {
 		}
 	})
 }
+
+// TestStandby: a paused sandbox its node holds gets a standby, found by
+// that node's look for sleeping sandboxes; a standby on a node no longer
+// active is looked for again; when its node is lost, the wake goes to the
+// standby; and a wake clears it.
+func TestStandby(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := openTest(t, b)
+		ctx := context.Background()
+		sb := newSandbox("sb-1", "acme")
+		sb.Node = "n1"
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateStarting}, To: api.StateRunning, RuntimeState: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.WithoutStandby(ctx, []string{"n1", "n2"}, 10); err != nil || len(got) != 0 {
+			t.Errorf("running, without a standby: %d, %v; want none (it does not sleep)", len(got), err)
+		}
+		why := api.Paused{At: time.Now().UTC(), Reason: "requested", Memory: true, Snapshot: "sn-p", Image: "mi-1"}
+		rec, err := s.Transition(ctx, "sb-1", Transition{From: []string{api.StateRunning}, To: api.StatePaused, RuntimeState: []byte(`{}`), Paused: &why})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.WithoutStandby(ctx, []string{"n1", "n2"}, 10); err != nil || len(got) != 1 {
+			t.Fatalf("paused, without a standby: %d, %v; want it", len(got), err)
+		}
+		rec, err = s.SetStandby(ctx, rec, "n2")
+		if err != nil || rec.Standby != "n2" {
+			t.Fatalf("standby: %+v %v", rec, err)
+		}
+		if got, err := s.WithoutStandby(ctx, []string{"n1", "n2"}, 10); err != nil || len(got) != 0 {
+			t.Errorf("with a standby: %d, %v; want none", len(got), err)
+		}
+		if got, err := s.WithoutStandby(ctx, []string{"n1", "n3"}, 10); err != nil || len(got) != 1 {
+			t.Errorf("with a standby no longer active: %d, %v; want it", len(got), err)
+		}
+		if got, err := s.SleepingSandboxes(ctx, "n2", time.Time{}, 10); err != nil || len(got) != 1 {
+			t.Errorf("the standby's look: %d, %v; want it", len(got), err)
+		}
+		if got, err := s.SleepingSandboxes(ctx, "", time.Time{}, 10); err != nil || len(got) != 0 {
+			t.Errorf("unplaced: %d, %v; want none (its node holds it)", len(got), err)
+		}
+		lost, err := s.Lose(ctx, rec, "", time.Now(), "its node stopped answering")
+		if err != nil || lost.Held() || lost.Node != "n2" || lost.Standby != "" || !lost.Paused.Memory {
+			t.Fatalf("lost: %+v %+v %v; want its wake on its standby, its memory kept in its image", lost, lost.Paused, err)
+		}
+		if _, err := s.SetStandby(ctx, lost, "n3"); !errors.Is(err, ErrTransition) {
+			t.Errorf("a standby for one no node holds: %v, want refused", err)
+		}
+	})
+}

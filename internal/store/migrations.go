@@ -460,6 +460,9 @@ var migrations = []migration{
 	// snapshots; "" is none, which any number of them share.
 	same(`ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';
 	CREATE UNIQUE INDEX snapshots_tenant_name ON snapshots (tenant, name) WHERE name <> '';`),
+	// A paused sandbox's standby (lifecycle.go): the node that fetches
+	// what it wakes from while its own node holds it.
+	same(`ALTER TABLE sandboxes ADD COLUMN standby TEXT NOT NULL DEFAULT '';`),
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold

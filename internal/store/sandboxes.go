@@ -87,6 +87,10 @@ type Sandbox struct {
 	// nil) wakes from Paused.Snapshot on its node, or on any node when
 	// Node is "".
 	Paused *api.Paused
+	// Standby is the node that fetches what a paused sandbox its node
+	// holds wakes from, so that it wakes there at once if its node is
+	// lost or drained (SetStandby); "" for none. Any move clears it.
+	Standby string
 }
 
 // Held says whether paused sandbox sb is held by its node: its instance
@@ -104,7 +108,7 @@ const sandboxColumns = `id, tenant, template, runtime, state, error, cpus, memor
 	env, metadata, origin, workspace_mb, workspace_origin, network, net_slot, preview_token, preview_public,
 	runtime_state, created_at, expires_at, updated_at, version, node,
 	checkpoint_every, checkpoint, checkpoint_at, restored, agent_token, template_version, persistence,
-	lifecycle, paused`
+	lifecycle, paused, standby`
 
 // finalStates is the SQL list of final states; it must match isFinal.
 const finalStates = `('` + api.StateStopped + `', '` + api.StateFailed + `')`
@@ -162,13 +166,13 @@ func (s *Store) InsertSandbox(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	q := `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	args := []any{sb.ID, sb.Tenant, sb.Template, sb.Runtime, sb.State, sb.Error, sb.CPUs, sb.MemoryMB, sb.Pids, sb.DiskMB,
 		env, meta, sb.Origin, sb.WorkspaceMB, sb.WorkspaceOrigin, string(network), sb.NetSlot,
 		sb.PreviewToken, sb.PreviewPublic, sb.RuntimeState,
 		created.UnixNano(), nullNanos(sb.ExpiresAt), now.UnixNano(), sb.Node,
 		int64(sb.CheckpointEvery / time.Second), sb.Checkpoint, nullNanos(sb.CheckpointAt), restored, sb.AgentToken,
-		sb.TemplateVersion, sb.Persistence, string(lifecycle), paused}
+		sb.TemplateVersion, sb.Persistence, string(lifecycle), paused, sb.Standby}
 	err = s.withinQuota(ctx, sb.Tenant,
 		func(r runner, quota Quota) error { return sandboxQuota(ctx, r, quota, sb, now) },
 		func(r runner) ([]api.Event, error) {
@@ -370,7 +374,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		&sb.CPUs, &sb.MemoryMB, &sb.Pids, &sb.DiskMB, &env, &meta, &sb.Origin, &sb.WorkspaceMB, &sb.WorkspaceOrigin,
 		&network, &sb.NetSlot, &sb.PreviewToken, &sb.PreviewPublic, &sb.RuntimeState, &created, &expires, &updated, &sb.Version, &sb.Node,
 		&every, &sb.Checkpoint, &checkpointAt, &restored, &sb.AgentToken, &sb.TemplateVersion, &sb.Persistence,
-		&lifecycle, &paused)
+		&lifecycle, &paused, &sb.Standby)
 	if err != nil {
 		return Sandbox{}, err
 	}
