@@ -1005,6 +1005,9 @@ class ModelTest(unittest.TestCase):
                          ("pause", 30, 604800, True))
         self.assertEqual(info.paused, warren.Paused(at=datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc),
                                                     reason="idle for 30s", auto=True, memory=False, snapshot="sn-p1"))
+        held = warren.Paused.from_json({"at": "2026-12-02T10:00:00Z", "reason": "requested", "memory": True,
+                                        "snapshot": "sn-p2", "image": "mi-1", "held": True})
+        self.assertEqual((held.memory, held.image, held.held, held.workspace), (True, "mi-1", True, ""))
 
     def test_times(self) -> None:
         info = warren.SandboxInfo.from_json(SANDBOX)

@@ -352,9 +352,14 @@ class Paused:
         auto: whether its lifecycle paused it.
         memory: whether its processes are kept and go on where they were
             when it resumes (vm, gvisor). False for a container (or a
-            sandbox whose node lost its memory): it wakes from its disk with
-            its files, and its processes start again.
+            sandbox whose memory image cannot be restored): it wakes from
+            its disk with its files, and its processes start again.
         snapshot: the durable snapshot of its root disk.
+        workspace: the durable snapshot of its workspace disk, if any.
+        image: the durable memory image it wakes from, with its
+            processes, on a node other than its own (vm, gvisor); "" for
+            none.
+        held: whether its node holds it still, and resumes it in place.
     """
 
     at: Optional[datetime]
@@ -362,6 +367,9 @@ class Paused:
     auto: bool
     memory: bool
     snapshot: str
+    workspace: str = ""
+    image: str = ""
+    held: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Paused":
@@ -372,6 +380,9 @@ class Paused:
             auto=bool(d.get("auto")),
             memory=bool(d.get("memory")),
             snapshot=str(d.get("snapshot") or ""),
+            workspace=str(d.get("workspace") or ""),
+            image=str(d.get("image") or ""),
+            held=bool(d.get("held")),
         )
 
 

@@ -76,6 +76,13 @@ export interface Paused {
    * files, and its processes start again. */
   memory: boolean;
   snapshot: string;
+  /** The durable snapshot of its workspace disk, if it has one. */
+  workspace?: string;
+  /** The durable memory image it wakes from, with its processes, on a
+   * node other than its own (vm, gvisor). */
+  image?: string;
+  /** Its node holds it still, and resumes it in place. */
+  held: boolean;
 }
 
 /** A sandbox as the API describes it (the API's Sandbox). */
