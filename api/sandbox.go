@@ -182,6 +182,10 @@ type Paused struct {
 	// and resumes it in place (set in answers, not stored).
 	Image string `json:"image,omitempty"`
 	Held  bool   `json:"held"`
+	// Standby is the node, in a fleet, that has fetched (or is fetching)
+	// what it wakes from while its own node holds it: its wake goes there
+	// if its node is lost or drained. Set in answers, not stored here.
+	Standby string `json:"standby,omitempty"`
 }
 
 // Checkpoint is a durable snapshot a sandbox's checkpoint policy took.

@@ -13,14 +13,15 @@ import (
 )
 
 // TestFleetSleepWake: CubeSandbox's auto-paused sandboxes that cannot come
-// back once their node died, turned round. On the container and gvisor
-// runtimes, a sandbox auto-pauses when idle, its node is killed -9, and an
-// exec through a control replica wakes it on the other node under its ID
-// with its files; a gvisor sandbox wakes from its durable memory image,
-// a process it ran counting on where it stopped, and a container's
-// record said it would start again. Then a sandbox its node holds paused
-// with its memory is let go of by a drain, and a call wakes it on the
-// other node too, its memory with it.
+// back once their node died, turned round. On the container, gvisor and vm
+// runtimes, a sandbox auto-pauses when idle, gets the other node as its
+// standby, its node is killed -9, and an exec through a control replica
+// wakes it on the standby under its ID with its files; a gvisor or vm
+// sandbox wakes from its durable memory image, a process it ran counting
+// on where it stopped, and a container's record said it would start
+// again. Then a sandbox its node holds paused with its memory is let go
+// of by a drain, and a call wakes it on the other node too, its memory
+// with it.
 func TestFleetSleepWake(t *testing.T) {
 	need(t)
 	ctx := context.Background()
@@ -107,6 +108,11 @@ func wakeAfterKill(t *testing.T, f *fleet, admin *client.Client, snap, rt string
 	if paused.Memory != withMemory || (paused.Image != "") != withMemory {
 		t.Errorf("%s paused: %+v, want memory and its image %v", rt, paused, withMemory)
 	}
+	// A control replica gives it a standby, the other node, which fetches
+	// what it wakes from while its node holds it.
+	waitSandbox(t, admin, id, 30*time.Second, "its standby", func(sb *api.Sandbox) bool {
+		return sb.Paused != nil && sb.Paused.Held && sb.Paused.Standby == other
+	})
 	f.logPhase(rt + ": auto-paused")
 
 	killed := time.Now()

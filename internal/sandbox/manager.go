@@ -561,7 +561,7 @@ func (m *Manager) view(r store.Sandbox) api.Sandbox {
 	v.Lifecycle = r.Lifecycle
 	if r.Paused != nil {
 		p := *r.Paused
-		p.Held = r.Held()
+		p.Held, p.Standby = r.Held(), r.Standby
 		v.Paused = &p
 	}
 	return v
