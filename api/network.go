@@ -22,6 +22,26 @@ type NetworkPolicy struct {
 	Allow []string `json:"allow,omitempty"`
 	// Deny is refused even when Allow matches.
 	Deny []string `json:"deny,omitempty"`
+	// Rules transform the sandbox's HTTP and HTTPS requests to the
+	// destinations they name ("api.example.com", or "*.example.com" for
+	// every name below it), as they leave the node: the exact name's rules
+	// apply, else the longest wildcard's. Rules grant no access: the policy
+	// above still decides. See docs/NETWORK.md, "Secrets at egress".
+	Rules map[string][]NetworkRule `json:"rules,omitempty"`
+}
+
+// NetworkRule is one rule of a destination.
+type NetworkRule struct {
+	Transform *Transform `json:"transform,omitempty"`
+}
+
+// Transform is what a rule does to a matching request: Headers are set on
+// it, replacing any the sandbox sent of the same name. A value may name
+// one of the tenant's secrets as ${secrets.NAME} (E2B's
+// ${e2b.secrets.NAME} too), which the node puts in as the request leaves:
+// the sandbox never sees it.
+type Transform struct {
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // NetworkStatus is the body of GET and PUT /v1/sandboxes/{id}/network.
