@@ -261,6 +261,9 @@ type Options struct {
 	// Pools keeps the warm pools (GET /v1/pools, PUT and DELETE
 	// /v1/pools/{template}); nil: those routes answer 404.
 	Pools Pools
+	// Secrets keeps tenants' secrets (/v1/secrets); nil: those routes
+	// answer 404.
+	Secrets Secrets
 	// Events serves GET /v1/events; nil: it answers 404.
 	Events Events
 	// Templates keeps tenants' own templates (POST /v1/templates and the
@@ -432,6 +435,10 @@ func New(sb Sandboxes, node Node, keys Keys, log *slog.Logger, opts Options) *Se
 		{"POST", "/v1/templates/{ref}/image", tenant, control.AnyNode, s.importArchive},
 		{"PUT", "/v1/templates/{ref}/shared", admin, control.AnyNode, s.shareTemplate},
 		{"POST", "/v1/templates/{ref}/build", admin, control.AnyNode, s.buildTemplate},
+		{"GET", "/v1/secrets", tenant, control.Local, s.listSecrets},
+		{"GET", "/v1/secrets/{name}", tenant, control.Local, s.getSecret},
+		{"PUT", "/v1/secrets/{name}", tenant, control.Local, s.setSecret},
+		{"DELETE", "/v1/secrets/{name}", tenant, control.Local, s.deleteSecret},
 		{"POST", "/v1/keys", admin, control.AnyNode, s.createKey},
 		{"GET", "/v1/keys", admin, control.AnyNode, s.listKeys},
 		{"GET", "/v1/pools", admin, control.AnyNode, s.listPools},

@@ -463,6 +463,31 @@ var migrations = []migration{
 	// A paused sandbox's standby (lifecycle.go): the node that fetches
 	// what it wakes from while its own node holds it.
 	same(`ALTER TABLE sandboxes ADD COLUMN standby TEXT NOT NULL DEFAULT '';`),
+	// Tenants' secrets (secrets.go): each one's current value, sealed.
+	{
+		sqlite: `CREATE TABLE secrets (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		version    INTEGER NOT NULL,
+		sealed     BLOB NOT NULL,
+		metadata   TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		UNIQUE (tenant, name)
+	);`,
+		postgres: `CREATE TABLE secrets (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		version    BIGINT NOT NULL,
+		sealed     BYTEA NOT NULL,
+		metadata   TEXT NOT NULL,
+		created_at BIGINT NOT NULL,
+		updated_at BIGINT NOT NULL,
+		UNIQUE (tenant, name)
+	);`,
+	},
 }
 
 // migrateLockKey names the PostgreSQL advisory lock that migrations hold
