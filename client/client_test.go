@@ -90,6 +90,9 @@ func TestRoutes(t *testing.T) {
 	}
 	tmpl := api.Template{Name: "py", SizeBytes: 1 << 30, UsedBytes: 1 << 28, BuiltAt: t0}
 	named := api.Snapshot{ID: "sn-1", Name: "nightly", SandboxID: id, Scope: api.ScopeRoot, State: api.SnapshotDurable, CreatedAt: t0}
+	secret := api.Secret{ID: "sec_1", Name: "openai", Version: 2, Metadata: map[string]string{"team": "ml"}, CreatedAt: t0, UpdatedAt: t0}
+	ruled := api.NetworkPolicy{Allow: []string{"api.example.com"}, Rules: map[string][]api.NetworkRule{
+		"api.example.com": {{Transform: &api.Transform{Headers: map[string]string{"Authorization": "Bearer ${secrets.openai}"}}}}}}
 
 	tests := []struct {
 		name   string
@@ -217,6 +220,22 @@ func TestRoutes(t *testing.T) {
 			call: func(ctx context.Context, c *Client) (any, error) {
 				return c.Restore(ctx, "nightly", api.RestoreRequest{Count: 2})
 			}},
+		{name: "set secret", method: "PUT", path: "/v1/secrets/OpenAI", status: 201,
+			body: `{"value":"sk-1","metadata":{"team":"ml"}}`, answer: mustJSON(secret), want: secret,
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.SetSecret(ctx, "OpenAI", api.SetSecretRequest{Value: "sk-1", Metadata: map[string]string{"team": "ml"}})
+			}},
+		{name: "list secrets", method: "GET", path: "/v1/secrets", answer: mustJSON(api.SecretList{Secrets: []api.Secret{secret}}),
+			want: []api.Secret{secret},
+			call: func(ctx context.Context, c *Client) (any, error) { return c.ListSecrets(ctx) }},
+		{name: "get secret escapes the name", method: "GET", path: "/v1/secrets/a%2Fb", answer: mustJSON(secret), want: secret,
+			call: func(ctx context.Context, c *Client) (any, error) { return c.GetSecret(ctx, "a/b") }},
+		{name: "delete secret", method: "DELETE", path: "/v1/secrets/sec_1", status: 204,
+			call: func(ctx context.Context, c *Client) (any, error) { return nil, c.DeleteSecret(ctx, "sec_1") }},
+		{name: "set network with rules", method: "PUT", path: "/v1/sandboxes/sb-1/network",
+			body:   `{"allow":["api.example.com"],"rules":{"api.example.com":[{"transform":{"headers":{"Authorization":"Bearer ${secrets.openai}"}}}]}}`,
+			answer: mustJSON(api.NetworkStatus{Policy: ruled}), want: &api.NetworkStatus{Policy: ruled},
+			call: func(ctx context.Context, c *Client) (any, error) { return c.SetNetwork(ctx, id, ruled) }},
 		{name: "list templates", method: "GET", path: "/v1/templates", query: url.Values{"limit": {"1000"}}, answer: mustJSON(map[string]any{"templates": []api.Template{tmpl}}),
 			want: []api.Template{tmpl},
 			call: func(ctx context.Context, c *Client) (any, error) { return c.ListTemplates(ctx) }},
@@ -287,6 +306,15 @@ func TestEmptySandboxIDIsRefusedBeforeSending(t *testing.T) {
 	}
 	if _, err := c.BuildTemplate(t.Context(), "", nil); err == nil {
 		t.Error("BuildTemplate(\"\") succeeded")
+	}
+	if _, err := c.SetSecret(t.Context(), "", api.SetSecretRequest{Value: "v"}); err == nil || !strings.Contains(err.Error(), "empty name") {
+		t.Errorf("SetSecret(\"\") = %v, want an empty name error", err)
+	}
+	if _, err := c.GetSecret(t.Context(), ""); err == nil {
+		t.Error("GetSecret(\"\") succeeded")
+	}
+	if err := c.DeleteSecret(t.Context(), ""); err == nil {
+		t.Error("DeleteSecret(\"\") succeeded")
 	}
 }
 

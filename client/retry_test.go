@@ -107,6 +107,10 @@ var refusedOnly = []struct {
 		return err
 	}},
 	{"remove file", func(ctx context.Context, c *Client) error { return c.RemoveFile(ctx, "sb-1", "/a", false) }},
+	{"set secret", func(ctx context.Context, c *Client) error {
+		_, err := c.SetSecret(ctx, "openai", api.SetSecretRequest{Value: "v"})
+		return err
+	}},
 	{"build template", func(ctx context.Context, c *Client) error {
 		_, err := c.BuildTemplate(ctx, "py", nil)
 		return err
