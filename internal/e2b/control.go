@@ -45,9 +45,10 @@ type network struct {
 	AllowOut           []string `json:"allowOut,omitempty"`
 	DenyOut            []string `json:"denyOut,omitempty"`
 	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
-	Rules              any      `json:"rules,omitempty"`
-	EgressProxy        any      `json:"egressProxy,omitempty"`
-	MaskRequestHost    any      `json:"maskRequestHost,omitempty"`
+	// Rules are E2B's egress rules, destination → rules (rulesOf).
+	Rules           json.RawMessage `json:"rules,omitempty"`
+	EgressProxy     any             `json:"egressProxy,omitempty"`
+	MaskRequestHost any             `json:"maskRequestHost,omitempty"`
 }
 
 // sandbox is E2B's answer to a create, a connect and (within a list) a
@@ -143,7 +144,17 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, p string) {
 		err = h.trigger(w, r, parts[1], parts[3])
 	case route == "GET templates" && len(parts) == 5 && parts[2] == "builds" && parts[4] == "status":
 		err = h.buildStatus(w, r, parts[1], parts[3])
-	case len(parts) > 0 && (parts[0] == "templates" || parts[0] == "volumes" || parts[0] == "volumecontent" || parts[0] == "secrets"):
+	case route == "GET secrets" && len(parts) == 1:
+		err = h.listSecrets(w, r)
+	case route == "POST secrets" && len(parts) == 1:
+		err = h.createSecret(w, r)
+	case route == "GET secrets" && len(parts) == 2:
+		err = h.getSecret(w, r, parts[1])
+	case route == "POST secrets" && len(parts) == 2:
+		err = h.updateSecret(w, r, parts[1])
+	case route == "DELETE secrets" && len(parts) == 2:
+		err = h.deleteSecret(w, r, parts[1])
+	case len(parts) > 0 && (parts[0] == "templates" || parts[0] == "volumes" || parts[0] == "volumecontent"):
 		err = errorf(http.StatusNotImplemented, "E2B's %s API is not supported by warren (docs/E2B.md)", parts[0])
 	default:
 		err = errorf(http.StatusNotFound, "no E2B route %s %s", r.Method, p)
@@ -315,23 +326,78 @@ func (h *Handler) view(sb api.Sandbox, templateID string) sandbox {
 // policyOf is warren's egress policy for E2B's network settings (nil: the
 // default), and whether the sandbox's ports are public. E2B denies what
 // denyOut lists, except what allowOut lists; a denyOut of 0.0.0.0/0 makes
-// allowOut the only egress.
+// allowOut the only egress. E2B's rules are warren's (rulesOf): as in
+// E2B, they grant no access of their own.
 func policyOf(internet *bool, n *network) (*api.NetworkPolicy, bool, error) {
 	public := true
-	if n != nil && n.AllowPublicTraffic != nil {
+	if n == nil {
+		return egressOf(internet, nil), public, nil
+	}
+	if n.AllowPublicTraffic != nil {
 		public = *n.AllowPublicTraffic
 	}
-	if n != nil && (n.Rules != nil || n.EgressProxy != nil || n.MaskRequestHost != nil) {
-		return nil, false, errorf(http.StatusBadRequest, "network rules, egressProxy and maskRequestHost are not supported by warren; use allowOut and denyOut")
+	switch {
+	case n.EgressProxy != nil:
+		return nil, false, errorf(http.StatusBadRequest, "network.egressProxy is not supported by warren: a sandbox's egress leaves from its node, under its policy (allowOut, denyOut)")
+	case n.MaskRequestHost != nil:
+		return nil, false, errorf(http.StatusBadRequest, "network.maskRequestHost is not supported by warren: requests reach a sandbox's ports with the Host they were sent with")
 	}
+	rules, err := rulesOf(n.Rules)
+	if err != nil {
+		return nil, false, err
+	}
+	policy := egressOf(internet, n)
+	if len(rules) > 0 {
+		if policy == nil {
+			policy = &api.NetworkPolicy{}
+		}
+		policy.Rules = rules
+	}
+	return policy, public, nil
+}
+
+// rulesOf is warren's egress rules for E2B's network.rules (nil: none).
+// E2B's shape is warren's, destination → [{"transform": {"headers"}}], and
+// a header's ${e2b.secrets.NAME} is a placeholder warren reads as its own;
+// destinations are put in lower case, as E2B stores them. What warren
+// judges of them (a destination's form, the secrets they name) it answers
+// itself, a 400 passed on. A field of a rule that warren does not know is
+// refused rather than dropped: the rule would do less than its author
+// meant.
+func rulesOf(raw json.RawMessage) (map[string][]api.NetworkRule, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	var in map[string][]api.NetworkRule
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&in); err != nil {
+		return nil, errorf(http.StatusBadRequest, "network.rules: %v", err)
+	}
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]api.NetworkRule, len(in))
+	for dest, rules := range in {
+		key := strings.ToLower(dest)
+		if _, ok := out[key]; ok {
+			return nil, errorf(http.StatusBadRequest, "network.rules: destination %.100q is named twice (destinations are not case-sensitive)", key)
+		}
+		out[key] = rules
+	}
+	return out, nil
+}
+
+// egressOf is warren's policy of allowOut and denyOut (nil: the default).
+func egressOf(internet *bool, n *network) *api.NetworkPolicy {
 	if internet != nil && !*internet {
 		if n != nil && len(n.AllowOut) > 0 {
-			return &api.NetworkPolicy{Allow: n.AllowOut}, public, nil
+			return &api.NetworkPolicy{Allow: n.AllowOut}
 		}
-		return &api.NetworkPolicy{None: true}, public, nil
+		return &api.NetworkPolicy{None: true}
 	}
 	if n == nil || len(n.AllowOut) == 0 && len(n.DenyOut) == 0 {
-		return nil, public, nil
+		return nil
 	}
 	var deny []string
 	all := false
@@ -346,11 +412,11 @@ func policyOf(internet *bool, n *network) (*api.NetworkPolicy, bool, error) {
 	}
 	switch {
 	case all && len(n.AllowOut) == 0:
-		return &api.NetworkPolicy{None: true}, public, nil
+		return &api.NetworkPolicy{None: true}
 	case all:
-		return &api.NetworkPolicy{Allow: n.AllowOut, Deny: deny}, public, nil
+		return &api.NetworkPolicy{Allow: n.AllowOut, Deny: deny}
 	}
-	return &api.NetworkPolicy{Deny: deny}, public, nil
+	return &api.NetworkPolicy{Deny: deny}
 }
 
 // e2bState is E2B's state of a warren state; "" for one E2B does not
@@ -563,18 +629,22 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, id string) error 
 	return nil
 }
 
-// setNetwork serves PUT /sandboxes/{id}/network: the egress policy,
-// replaced whole.
+// setNetwork serves PUT /sandboxes/{id}/network (E2B's
+// SandboxNetworkUpdateConfig: allowOut, denyOut, rules and
+// allow_internet_access): the egress policy and its rules, replaced whole.
 func (h *Handler) setNetwork(w http.ResponseWriter, r *http.Request, id string) error {
-	var req network
+	var req struct {
+		network
+		AllowInternetAccess *bool `json:"allow_internet_access"`
+	}
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	policy, _, err := policyOf(nil, &req)
+	policy, _, err := policyOf(req.AllowInternetAccess, &req.network)
 	if err != nil {
 		return err
 	}
-	if req.AllowPublicTraffic != nil {
+	if req.network.AllowPublicTraffic != nil {
 		return errorf(http.StatusBadRequest, "allowPublicTraffic cannot change after create")
 	}
 	if policy == nil {

@@ -3,7 +3,7 @@
 // warren's own API, and implements no sandbox operation of its own:
 //
 //   - E2B's control API (create, list, get, kill, timeout, pause, connect,
-//     snapshots, fork, network) becomes calls of warren's routes, made
+//     snapshots, fork, network, secrets) becomes calls of warren's routes, made
 //     through the same handler an API request takes (the fleet's front),
 //     with the caller's X-API-KEY as the warren key; their answers and
 //     errors are put in E2B's shapes.
@@ -23,8 +23,8 @@
 //     (templates.go), their uploads held on disk within bounds
 //     (uploads.go).
 //
-// Not for: E2B's volumes, secrets and its Jupyter code interpreter
-// (docs/E2B.md says why).
+// Not for: E2B's volumes and its Jupyter code interpreter (docs/E2B.md
+// says why).
 package e2b
 
 import (

@@ -203,6 +203,82 @@ func TestPolicyOf(t *testing.T) {
 	}
 }
 
+// TestNetworkRules: E2B's network.rules become warren's, destinations in
+// lower case and E2B's placeholders as they are, on create and on the
+// network update; what warren cannot do is refused with a 400 saying so,
+// and warren's own 400 about the rules is passed on.
+func TestNetworkRules(t *testing.T) {
+	const rules = `{"API.Example.com":[{"transform":{"headers":{"X-Api-Key":"${e2b.secrets.k}"}}}],"*.example.org":[{}]}`
+	want := map[string][]api.NetworkRule{
+		"api.example.com": {{Transform: &api.Transform{Headers: map[string]string{"X-Api-Key": "${e2b.secrets.k}"}}}},
+		"*.example.org":   {{}},
+	}
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		message                  string             // in the error, when status is one
+		policy                   *api.NetworkPolicy // what warren is sent
+	}{
+		{"create with rules", "POST", "/e2b/sandboxes", `{"network":{"rules":` + rules + `}}`,
+			http.StatusCreated, "", &api.NetworkPolicy{Rules: want}},
+		{"create with rules and an allow list", "POST", "/e2b/sandboxes", `{"network":{"allowOut":["api.example.com"],"denyOut":["0.0.0.0/0"],"rules":` + rules + `}}`,
+			http.StatusCreated, "", &api.NetworkPolicy{Allow: []string{"api.example.com"}, Rules: want}},
+		{"create with no rules", "POST", "/e2b/sandboxes", `{"network":{"rules":{}}}`,
+			http.StatusCreated, "", nil},
+		{"update with rules, without internet", "PUT", "/e2b/sandboxes/" + sbID + "/network", `{"allow_internet_access":false,"rules":` + rules + `}`,
+			http.StatusNoContent, "", &api.NetworkPolicy{None: true, Rules: want}},
+		{"update without rules clears them", "PUT", "/e2b/sandboxes/" + sbID + "/network", `{"denyOut":["10.0.0.1"]}`,
+			http.StatusNoContent, "", &api.NetworkPolicy{Deny: []string{"10.0.0.1"}}},
+		{"a rule's field warren does not know", "POST", "/e2b/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"body":"x"}}]}}}`,
+			http.StatusBadRequest, `unknown field "body"`, nil},
+		{"a destination named twice", "PUT", "/e2b/sandboxes/" + sbID + "/network", `{"rules":{"A.com":[],"a.COM":[]}}`,
+			http.StatusBadRequest, "named twice", nil},
+		{"rules of the wrong shape", "POST", "/e2b/sandboxes", `{"network":{"rules":["a.com"]}}`,
+			http.StatusBadRequest, "network.rules", nil},
+		{"egressProxy", "POST", "/e2b/sandboxes", `{"network":{"egressProxy":{"address":"p:1080"}}}`,
+			http.StatusBadRequest, "egressProxy is not supported", nil},
+		{"maskRequestHost", "POST", "/e2b/sandboxes", `{"network":{"maskRequestHost":"${PORT}-x.example.com"}}`,
+			http.StatusBadRequest, "maskRequestHost is not supported", nil},
+		{"warren's refusal of the rules", "POST", "/e2b/sandboxes", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"X":"${e2b.secrets.gone}"}}}]}}}`,
+			http.StatusBadRequest, `no secret "gone"`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeAPI{}
+			if strings.Contains(tc.body, "gone") {
+				f.answer("POST /v1/sandboxes", http.StatusBadRequest, api.ErrorBody{Error: *api.Errorf(api.CodeBadRequest, `network.rules: no secret "gone"`)})
+			} else {
+				f.answer("POST /v1/sandboxes", http.StatusCreated, api.Sandbox{ID: sbID})
+			}
+			f.answer("PUT /v1/sandboxes/"+sbID+"/preview", http.StatusOK, api.Preview{})
+			f.answer("PUT /v1/sandboxes/"+sbID+"/network", http.StatusOK, api.NetworkStatus{})
+			w := httptest.NewRecorder()
+			New(f, Options{}).ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			if w.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", w.Code, tc.status, w.Body)
+			}
+			if w.Code >= 300 {
+				var b body
+				if json.Unmarshal(w.Body.Bytes(), &b) != nil || b.Code != w.Code || !strings.Contains(b.Message, tc.message) {
+					t.Errorf("error %s, want E2B's with %q", w.Body, tc.message)
+				}
+				return
+			}
+			var got *api.NetworkPolicy
+			if tc.method == "POST" {
+				var req api.CreateSandboxRequest
+				json.Unmarshal([]byte(f.bodies[0]), &req)
+				got = req.Network
+			} else {
+				got = &api.NetworkPolicy{}
+				json.Unmarshal([]byte(f.bodies[0]), got)
+			}
+			if !reflect.DeepEqual(got, tc.policy) {
+				t.Errorf("policy sent %s, want %+v", f.bodies[0], tc.policy)
+			}
+		})
+	}
+}
+
 func TestMetadataFilter(t *testing.T) {
 	// As the JS SDK sends it: each key and value URL-encoded, then the
 	// pairs in query form.
@@ -232,6 +308,11 @@ func FuzzHandler(f *testing.F) {
 		{"PUT", "warren", "/e2b/templates/app/files/0123abcd?token=up-x", `not a tar`},
 		{"POST", "warren", "/e2b/v2/templates/app/builds/bld-x", `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`},
 		{"GET", "warren", "/e2b/templates/app/builds/bld-x/status?logsOffset=0", ``},
+		{"POST", "warren", "/e2b/secrets", `{"name":"openai-key","value":"v","metadata":{"a":"b"}}`},
+		{"POST", "warren", "/e2b/secrets/sec_abcdefghijklmnopqrst", `{"value":"v"}`},
+		{"GET", "warren", "/e2b/secrets?limit=2&nextToken=a", ``},
+		{"DELETE", "warren", "/e2b/secrets/openai-key", ``},
+		{"POST", "warren", "/e2b/sandboxes", `{"network":{"rules":{"A.com":[{"transform":{"headers":{"X":"${e2b.secrets.k}"}}}]}}}`},
 	} {
 		f.Add(seed.method, seed.host, seed.path, seed.body)
 	}
