@@ -70,6 +70,7 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 	certs := fs.String("fleet-dir", "", "directory with the replica's certificate (NAME.pem, NAME.key) and the fleet's CA (ca.pem)")
 	listen := fs.String("listen", "127.0.0.1:7777", "address of the HTTP API")
 	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (as warren server)")
+	secretsKey := fs.String("secrets-key", "", "file of the key tenants' secrets are sealed with (64 hex digits, the same on\nevery replica; or $WARREN_SECRETS_KEY); without one the fleet keeps no secrets")
 	lease := leaseFlags(fs)
 	debug := fs.Bool("debug", false, "log debug messages")
 	if _, err := parse(fs, args, 0, 0); err != nil {
@@ -97,9 +98,9 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 	}
 	return daemon.RunControl(ctx, daemon.ControlOptions{
 		DataDir: *dataDir, Database: *database, Listen: *listen, Member: member, Lease: timing,
-		PreviewDomain: *preview,
-		Log:           slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
-		Out:           c.stdout,
+		PreviewDomain: *preview, SecretsKey: *secretsKey,
+		Log: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
+		Out: c.stdout,
 	})
 }
 

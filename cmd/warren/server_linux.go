@@ -63,6 +63,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 	mbps := fs.Int("net-mbps", network.DefaultMbps, "bandwidth limit of each sandbox, each way, in megabits per second")
 	connRate := fs.Uint("net-conn-rate", network.DefaultConnRate, "new connections per second each sandbox may open")
 	netWarm := fs.Int("net-warm", network.DefaultWarm, "sandbox routers kept ready, for fast creates")
+	egressTrust := fs.String("egress-trust", "", "PEM file of CA certificates the egress interceptor trusts, besides the host's,\nwhen it connects to a destination that egress rules name (default: none)")
 	dns := fs.String("dns-upstream", "", "comma-separated DNS servers (ip:port) the sandboxes' resolver asks\n(default: the nameservers of /etc/resolv.conf)")
 	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (wildcard DNS to this server):\na domain (https preview URLs) or a URL such as http://localhost:7777 (default: none)")
 	execOut := fs.Int64("exec-output-max", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a non-streaming exec keeps (the rest is dropped, and the result says truncated)")
@@ -131,6 +132,7 @@ func (c *cli) daemonFlags(fs *flag.FlagSet, listenDefault, listenUsage string) f
 			PreviewDomain:   *preview,
 			Network:         netCfg,
 			AutoNetPool:     autoPool,
+			EgressTrust:     *egressTrust,
 			Server: server.Options{
 				MaxOutputBytes: *execOut,
 				Conns:          server.ListenerLimits{Total: *maxConns, PerIP: *maxConnsIP},

@@ -16,6 +16,7 @@ import (
 	"warren/internal/metrics"
 	"warren/internal/pki"
 	"warren/internal/sandbox"
+	"warren/internal/secrets"
 	"warren/internal/server"
 	"warren/internal/store"
 )
@@ -29,7 +30,11 @@ type ControlOptions struct {
 	// Listen is the address of the API the fleet's users call.
 	Listen string
 	// Member is the replica's certificate from the fleet's CA.
-	Member        *pki.Member
+	Member *pki.Member
+	// SecretsKey is the file of the key tenants' secrets are sealed with,
+	// the same on every replica (or $WARREN_SECRETS_KEY); "" with no
+	// such variable: the replica keeps no secrets.
+	SecretsKey    string
 	Lease         fleet.Config
 	PreviewDomain string
 	Server        server.Options
@@ -72,6 +77,13 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 	}
 	o.Server.PreviewDomain = o.PreviewDomain
 	o.Server.Requests, o.Server.Quotas = Requests(st), Quotas(st)
+	if o.SecretsKey != "" || os.Getenv(secrets.KeyEnv) != "" {
+		box, err := secrets.LoadKey(o.SecretsKey, false)
+		if err != nil {
+			return err
+		}
+		o.Server.Secrets = secrets.NewVault(st, box)
+	}
 	o.Server.Fleet = Fleet(st)
 	o.Server.Console = console.New()
 	reg := metrics.New()

@@ -44,6 +44,7 @@ import (
 	"warren/internal/runtime/gvisor"
 	"warren/internal/runtime/vm"
 	"warren/internal/sandbox"
+	"warren/internal/secrets"
 	"warren/internal/server"
 	"warren/internal/snapshot"
 	"warren/internal/store"
@@ -98,6 +99,9 @@ type Options struct {
 	// AutoNetPool picks a free network pool at first start and records it
 	// in the data directory for the next (network.Config.PoolFile).
 	AutoNetPool bool
+	// EgressTrust is a PEM file of CA certificates the egress interceptor
+	// trusts besides the host's (network.Config.EgressRoots); "" for none.
+	EgressTrust string
 	Sandbox     sandbox.Config
 	Snapshot    snapshot.Config
 	// RegistryAllow are the registries (HOST or HOST:PORT) a template's
@@ -260,6 +264,9 @@ func Run(ctx context.Context, o Options) error {
 		if o.AutoNetPool {
 			o.Network.PoolFile = filepath.Join(o.DataDir, "net-pool")
 		}
+		if o.Network.EgressRoots, err = egressRoots(o.EgressTrust); err != nil {
+			return err
+		}
 		if netNode, err = network.New(o.Network); err != nil {
 			return fmt.Errorf("sandbox networking (--no-network turns it off): %w", err)
 		}
@@ -271,6 +278,17 @@ func Run(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		region, labels = o.Fleet.Region, o.Fleet.Labels
 	}
+	// A single machine keeps its tenants' secrets; a fleet's control
+	// replicas keep the fleet's.
+	var vault *secrets.Vault
+	if o.Fleet == nil {
+		box, err := secrets.LoadKey(filepath.Join(o.DataDir, "secrets.key"), true)
+		if err != nil {
+			return err
+		}
+		vault = secrets.NewVault(st, box)
+		o.Server.Secrets = vault
+	}
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
 		Metrics:   reg,
 		Log:       subsystem(log, "sandbox"),
@@ -281,6 +299,7 @@ func Run(ctx context.Context, o Options) error {
 		Runtimes:  runtimes,
 		StateDir:  sandboxStateDir(o.DataDir),
 		Network:   netNode,
+		Secrets:   sandboxSecrets(vault),
 		Host:      host,
 		NodeID:    o.NodeID,
 		Region:    region,

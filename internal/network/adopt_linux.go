@@ -19,11 +19,12 @@ import (
 
 // Adopt takes back the router an earlier daemon made for a sandbox, at its
 // recorded slot, and writes its rules again from pol.
-func (n *Node) Adopt(id string, slot int, pol policy.Policy) (_ *Sandbox, err error) {
+func (n *Node) Adopt(id string, slot int, pol policy.Policy, eg Egress) (_ *Sandbox, err error) {
 	s, err := n.register(id, slot, pol)
 	if err != nil {
 		return nil, err
 	}
+	s.eg = eg
 	defer func() {
 		if err != nil {
 			n.unregister(s, Counters{})

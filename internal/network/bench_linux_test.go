@@ -52,7 +52,7 @@ func BenchmarkSandboxNetwork(b *testing.B) {
 			i++
 			b.StartTimer()
 			t0 := time.Now()
-			s, err := n.Attach(ctx, id, policy.Policy{})
+			s, err := n.Attach(ctx, id, policy.Policy{}, Egress{})
 			if err != nil {
 				b.Fatal(err)
 			}

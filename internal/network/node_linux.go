@@ -20,6 +20,7 @@
 package network
 
 import (
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -105,7 +106,10 @@ type Config struct {
 	// Warm is how many routers are kept ready (with the default policy);
 	// 0: none, every create makes its own.
 	Warm int
-	Log  *slog.Logger
+	// EgressRoots verify the servers the egress interceptor connects to;
+	// nil: the host's trust store.
+	EgressRoots *x509.CertPool
+	Log         *slog.Logger
 }
 
 // Node is one daemon's sandbox networking. It is safe for concurrent use.
@@ -336,6 +340,7 @@ func (n *Node) lookup(src netip.Addr) (resolver.Client, bool) {
 		Pin: func(v policy.Verdict, addrs []netip.Addr, ttl time.Duration) error {
 			return s.withNS(func(fd int) error { return firewall.Pin(fd, v, addrs, ttl) })
 		},
-		Denied: func() { s.dnsDenied.Add(1) },
+		Denied:    func() { s.dnsDenied.Add(1) },
+		Intercept: s.intercept,
 	}, true
 }

@@ -99,7 +99,7 @@ func TestNodeLifecycle(t *testing.T) {
 	ids := []string{"sb-aaaaaaaaaaaaaaaaaaaa", "sb-bbbbbbbbbbbbbbbbbbbb", "sb-cccccccccccccccccccc"}
 	var sbs []*Sandbox
 	for i, id := range ids {
-		s, err := n.Attach(ctx, id, policy.Policy{})
+		s, err := n.Attach(ctx, id, policy.Policy{}, Egress{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestNodeLifecycle(t *testing.T) {
 		}
 		sbs = append(sbs, s)
 	}
-	if _, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}); err == nil || !strings.Contains(err.Error(), "full") {
+	if _, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}, Egress{}); err == nil || !strings.Contains(err.Error(), "full") {
 		t.Errorf("attach beyond the pool: %v, want full", err)
 	}
 
@@ -138,7 +138,7 @@ func TestNodeLifecycle(t *testing.T) {
 
 	// A policy change reaches the router; counters read.
 	pol, _ := policy.Parse(api.NetworkPolicy{Allow: []string{"example.com"}})
-	if err := sbs[0].SetPolicy(pol); err != nil {
+	if err := sbs[0].SetPolicy(pol, Egress{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sbs[0].Counters(); err != nil {
@@ -155,7 +155,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(n.dir, ids[1])); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("detached sandbox's router file: %v", err)
 	}
-	if err := sbs[1].SetPolicy(policy.Policy{}); !errors.Is(err, errDetached) {
+	if err := sbs[1].SetPolicy(policy.Policy{}, Egress{}); !errors.Is(err, errDetached) {
 		t.Errorf("policy of a detached sandbox: %v, want errDetached", err)
 	}
 
@@ -163,11 +163,11 @@ func TestNodeLifecycle(t *testing.T) {
 	// sandbox took back is swept.
 	n.Close()
 	n = newTestNode(t, runDir)
-	a, err := n.Adopt(ids[0], 1, pol)
+	a, err := n.Adopt(ids[0], 1, pol, Egress{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Adopt(ids[1], 2, pol); err == nil {
+	if _, err := n.Adopt(ids[1], 2, pol, Egress{}); err == nil {
 		t.Error("adopted a detached sandbox's router")
 	}
 	if err := n.Sweep(); err != nil {
@@ -182,7 +182,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if _, err := netlink.LinkByName(sbs[0].host); err != nil {
 		t.Errorf("kept sandbox's host link: %v", err)
 	}
-	if s, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}); err != nil || s.Slot() != 2 {
+	if s, err := n.Attach(ctx, "sb-dddddddddddddddddddd", policy.Policy{}, Egress{}); err != nil || s.Slot() != 2 {
 		t.Errorf("attach after the sweep: slot %v, %v; want the lowest free slot, 2", s, err)
 	} else {
 		n.Detach(s)
@@ -215,7 +215,7 @@ func TestNodeWarm(t *testing.T) {
 	}
 	waitWarm(2)
 	pol, _ := policy.Parse(api.NetworkPolicy{None: true})
-	s, err := n.Attach(context.Background(), "sb-aaaaaaaaaaaaaaaaaaaa", pol)
+	s, err := n.Attach(context.Background(), "sb-aaaaaaaaaaaaaaaaaaaa", pol, Egress{})
 	if err != nil {
 		t.Fatal(err)
 	}

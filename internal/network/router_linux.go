@@ -19,6 +19,7 @@ import (
 
 	"warren/internal/guest"
 	"warren/internal/netnsfile"
+	"warren/internal/network/egress"
 	"warren/internal/network/firewall"
 	"warren/internal/network/policy"
 )
@@ -36,13 +37,28 @@ type Sandbox struct {
 	nodeAddr netip.Addr // the router's uplink address
 	hostAddr netip.Addr // the host end's address
 
-	// mu guards pol and ns: ns is closed only under it, so that no one
-	// uses its number after (the resolver pins from its own goroutines).
+	// mu guards pol, eg, proxy and ns: ns is closed only under it, so that
+	// no one uses its number after (the resolver pins from its own
+	// goroutines).
 	mu        sync.Mutex
 	pol       policy.Policy
+	eg        Egress
+	proxy     *egress.Proxy  // while the policy has rules
 	ns        netns.NsHandle // the router namespace, open while attached
 	dnsDenied atomic.Uint64
 }
+
+// Egress is what a sandbox's egress rules need besides its policy
+// (docs/NETWORK.md, "Secrets at egress").
+type Egress struct {
+	// CA is the sandbox's CA, which the sandbox trusts (Sandbox.EgressCA).
+	CA *egress.CA
+	// Secrets are the values of the secrets the rules name.
+	Secrets map[string]string
+}
+
+// InterceptPort is where a router's interceptor listens, in R only.
+const InterceptPort = 15080
 
 // Slot is the sandbox's slot in the pool, which the manager records so that
 // Adopt finds the same addresses.
@@ -69,11 +85,11 @@ func hostIface(a netip.Addr) string {
 // a new one (its namespace, the link to the host with the slot's
 // addresses, the rate limits), with the rules of pol. The runtime then
 // links the sandbox to it (runtime.Network). On error nothing is left.
-func (n *Node) Attach(ctx context.Context, id string, pol policy.Policy) (*Sandbox, error) {
+func (n *Node) Attach(ctx context.Context, id string, pol policy.Policy, eg Egress) (*Sandbox, error) {
 	t0 := time.Now()
 	if s := n.takeWarm(id); s != nil {
 		if !pol.IsDefault() {
-			if err := s.SetPolicy(pol); err != nil {
+			if err := s.SetPolicy(pol, eg); err != nil {
 				n.Detach(s)
 				return nil, err
 			}
@@ -85,6 +101,7 @@ func (n *Node) Attach(ctx context.Context, id string, pol policy.Policy) (*Sandb
 	if err != nil {
 		return nil, err
 	}
+	s.eg = eg
 	if err := s.build(s.nsPath); err != nil {
 		return nil, err
 	}
@@ -198,18 +215,33 @@ func (s *Sandbox) router() firewall.Router {
 		AlwaysDeny:   append([]netip.Prefix{s.n.cfg.Pool}, alwaysDeny...),
 		PrivateDeny:  firewall.DefaultPrivate,
 		ConnRate:     s.n.cfg.ConnRate,
+		Intercept:    netip.AddrPortFrom(guest.Gateway, InterceptPort),
 	}
 }
 
-// apply (re)writes the router's rules from the sandbox's policy.
+// apply (re)writes the router's rules from the sandbox's policy, and
+// starts, updates or stops its interceptor.
 func (s *Sandbox) apply() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ns.IsOpen() {
 		return errDetached
 	}
+	intercepts := len(s.pol.Rules) > 0 && !s.pol.None
+	if intercepts && s.proxy == nil {
+		if err := s.startProxy(); err != nil {
+			return fmt.Errorf("egress interceptor: %w", err)
+		}
+	}
+	if s.proxy != nil {
+		s.proxy.Set(s.pol, s.eg.Secrets)
+	}
 	if err := firewall.Apply(s.router(), s.pol); err != nil {
 		return fmt.Errorf("router rules: %w", err)
+	}
+	if !intercepts && s.proxy != nil {
+		s.proxy.Close()
+		s.proxy = nil
 	}
 	return nil
 }
@@ -228,15 +260,16 @@ func (s *Sandbox) withNS(f func(fd int) error) error {
 	return f(int(s.ns))
 }
 
-// SetPolicy replaces the sandbox's egress policy, at once.
-func (s *Sandbox) SetPolicy(pol policy.Policy) error {
+// SetPolicy replaces the sandbox's egress policy, and what its rules
+// need, at once.
+func (s *Sandbox) SetPolicy(pol policy.Policy, eg Egress) error {
 	s.mu.Lock()
-	old := s.pol
-	s.pol = pol
+	oldPol, oldEg := s.pol, s.eg
+	s.pol, s.eg = pol, eg
 	s.mu.Unlock()
 	if err := s.apply(); err != nil {
 		s.mu.Lock()
-		s.pol = old
+		s.pol, s.eg = oldPol, oldEg
 		s.mu.Unlock()
 		return err
 	}
@@ -282,6 +315,10 @@ func (s *Sandbox) openNS() error {
 func (s *Sandbox) closeNS() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.proxy != nil {
+		s.proxy.Close()
+		s.proxy = nil
+	}
 	if s.ns.IsOpen() {
 		s.ns.Close()
 	}

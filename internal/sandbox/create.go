@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -49,7 +50,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req api.CreateSandb
 		return api.Sandbox{}, err
 	}
 	src := templateSource(tpl)
-	rec, err := m.validate(tenant, req, src)
+	rec, err := m.validate(ctx, tenant, req, src)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -426,6 +427,13 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	// The runtime returns once the agent is about to serve on a socket that
 	// is already listening: Init is also the readiness check.
 	init := &controlpb.InitRequest{SandboxId: rec.ID, Hostname: rec.ID, Envs: rec.Env}
+	if len(rec.Network.Rules) > 0 {
+		init.Envs = maps.Clone(rec.Env)
+		if init.Envs == nil {
+			init.Envs = map[string]string{}
+		}
+		maps.Copy(init.Envs, egressEnv)
+	}
 	if !src.itself {
 		init.MachineId = newMachineID()
 	}
@@ -438,6 +446,9 @@ func (m *Manager) bootFrom(ctx context.Context, rt runtime.Runtime, rec *store.S
 	}
 	if b.slot, err = att.slot(); err != nil {
 		return nil, failed("its network could not be set up", err)
+	}
+	if err := m.trustEgressCA(ctx, rec.ID, b.conn); err != nil {
+		return nil, failed("it could not be made to trust its egress CA", err)
 	}
 	m.log.Debug("sandbox boot timings", "sandbox", rec.ID, "from_memory", img != nil, "clone", tClone.Sub(t0), "network", att.took(),
 		"runtime", tStart.Sub(tClone), "agent_init", time.Since(tStart))

@@ -149,6 +149,9 @@ type Deps struct {
 	StateDir string
 	// Network gives sandboxes their networks; nil: loopback only.
 	Network *network.Node
+	// Secrets resolves the secrets egress rules name; nil: rules that
+	// name secrets are refused.
+	Secrets Secrets
 	// Host is what the node's host has, for admission.
 	Host HostCapacity
 	// NodeID names this node in the fleet: its sandboxes' records carry

@@ -38,7 +38,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rec, err := m.validate("acme", c.req, src)
+			rec, err := m.validate(t.Context(), "acme", c.req, src)
 			if c.want == "" {
 				if err != nil {
 					t.Fatalf("valid request refused: %v", err)

@@ -62,7 +62,12 @@ func (m *Manager) attachNetwork(ctx context.Context, rec *store.Sandbox) *attach
 			a.err = err
 			return
 		}
-		a.s, a.err = a.n.Attach(ctx, rec.ID, pol)
+		eg, err := m.egressOf(ctx, rec, pol)
+		if err != nil {
+			a.err = fmt.Errorf("network: %w", err)
+			return
+		}
+		a.s, a.err = a.n.Attach(ctx, rec.ID, pol, eg)
 		if a.err != nil {
 			a.err = fmt.Errorf("network: %w", a.err)
 		}
@@ -136,7 +141,11 @@ func (m *Manager) adoptNetwork(rec *store.Sandbox, spec *runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	s, err := m.deps.Network.Adopt(rec.ID, rec.NetSlot, pol)
+	eg, err := m.egressOf(context.Background(), rec, pol)
+	if err != nil {
+		return err
+	}
+	s, err := m.deps.Network.Adopt(rec.ID, rec.NetSlot, pol, eg)
 	if err != nil {
 		return err
 	}
@@ -190,18 +199,34 @@ func (m *Manager) networkStatus(rec store.Sandbox) (api.NetworkStatus, error) {
 	return st, nil
 }
 
-// SetNetwork replaces the egress policy of a running (or paused) sandbox:
-// the router's rules change at once, then the record.
+// SetNetwork replaces the egress policy of a running sandbox: the
+// router's rules change at once (and the sandbox trusts its CA, at its
+// first rules), then the record.
 func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.NetworkPolicy) (api.NetworkStatus, error) {
-	if _, err := m.alive(ctx, tenant, id, api.StateRunning); err != nil {
+	l, err := m.alive(ctx, tenant, id, api.StateRunning)
+	if err != nil {
 		return api.NetworkStatus{}, err
 	}
 	if _, err := m.validNetwork(&p); err != nil {
 		return api.NetworkStatus{}, err
 	}
+	if err := m.checkRules(ctx, tenant, p); err != nil {
+		return api.NetworkStatus{}, err
+	}
 	if s, ok := m.lookupNetwork(id); ok {
+		rec, err := m.record(ctx, tenant, id)
+		if err != nil {
+			return api.NetworkStatus{}, err
+		}
 		pol, _ := policy.Parse(p) // checked above
-		if err := s.SetPolicy(pol); err != nil {
+		eg, err := m.egressOf(ctx, &rec, pol)
+		if err != nil {
+			return api.NetworkStatus{}, err
+		}
+		if err := s.SetPolicy(pol, eg); err != nil {
+			return api.NetworkStatus{}, fmt.Errorf("set network of %s: %w", id, err)
+		}
+		if err := m.trustEgressCA(ctx, id, l.conn); err != nil {
 			return api.NetworkStatus{}, fmt.Errorf("set network of %s: %w", id, err)
 		}
 	}
@@ -212,7 +237,7 @@ func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.Netwo
 	if err != nil {
 		return api.NetworkStatus{}, err
 	}
-	m.log.Info("sandbox network policy changed", "sandbox", id, "none", p.None, "allow", len(p.Allow), "deny", len(p.Deny))
+	m.log.Info("sandbox network policy changed", "sandbox", id, "none", p.None, "allow", len(p.Allow), "deny", len(p.Deny), "rules", len(p.Rules))
 	return m.networkStatus(rec)
 }
 

@@ -20,6 +20,7 @@ import (
 	"warren/internal/agentconn"
 	"warren/internal/guest"
 	"warren/internal/ident"
+	"warren/internal/network"
 	"warren/internal/network/policy"
 	"warren/internal/runtime"
 	"warren/internal/store"
@@ -105,10 +106,11 @@ func (mb *member) gone() bool {
 }
 
 // matches reports whether validated create rec, in runtime rt, may take a
-// member of w.
+// member of w. A create with egress rules starts cold: its CA is trusted
+// as it boots.
 func (w *warm) matches(rec store.Sandbox, rt runtime.Runtime) bool {
 	s := w.set
-	return rt == w.rt && rec.Template == s.Template && rec.WorkspaceMB == 0 && !alwaysOn(&rec) &&
+	return rt == w.rt && rec.Template == s.Template && rec.WorkspaceMB == 0 && !alwaysOn(&rec) && len(rec.Network.Rules) == 0 &&
 		rec.CPUs == s.CPUs && rec.MemoryMB == s.MemoryMB && rec.Pids == s.Pids && rec.DiskMB == s.DiskMB
 }
 
@@ -155,7 +157,7 @@ func (m *Manager) claim(ctx context.Context, rt runtime.Runtime, rec store.Sandb
 	if !reflect.DeepEqual(rec.Network, mb.rec.Network) {
 		if s, ok := m.lookupNetwork(id); ok {
 			pol, _ := policy.Parse(rec.Network) // checked by validate
-			if err := s.SetPolicy(pol); err != nil {
+			if err := s.SetPolicy(pol, network.Egress{}); err != nil {
 				return api.Sandbox{}, fmt.Errorf("set network of pooled %s: %w", id, err)
 			}
 		}
@@ -538,7 +540,7 @@ func (m *Manager) SetPool(ctx context.Context, name string, spec api.PoolSpec) (
 	if err != nil {
 		return api.Pool{}, err
 	}
-	rec, err := m.validate(pooled, api.CreateSandboxRequest{Template: tpl.Name, DiskMB: spec.DiskMB,
+	rec, err := m.validate(ctx, pooled, api.CreateSandboxRequest{Template: tpl.Name, DiskMB: spec.DiskMB,
 		SandboxSpec: api.SandboxSpec{CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, Pids: spec.Pids}},
 		templateSource(tpl))
 	if err != nil {

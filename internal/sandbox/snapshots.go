@@ -240,7 +240,7 @@ func (m *Manager) restore(ctx context.Context, tenant, id string, req api.Restor
 		src.workspaceOrigin = sn.ID
 		create.WorkspaceMB = (sn.DiskBytes + 1<<20 - 1) >> 20
 	}
-	rec, err := m.validate(tenant, create, src)
+	rec, err := m.validate(ctx, tenant, create, src)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	goruntime "runtime"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 // validate checks a create request against the node's bounds and fills in
 // defaults; every refusal is a bad_request saying what is allowed.
-func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src source) (store.Sandbox, error) {
+func (m *Manager) validate(ctx context.Context, tenant string, req api.CreateSandboxRequest, src source) (store.Sandbox, error) {
 	c := m.cfg
 	bad := func(format string, args ...any) (store.Sandbox, error) {
 		return store.Sandbox{}, api.Errorf(api.CodeBadRequest, format, args...)
@@ -95,6 +96,9 @@ func (m *Manager) validate(tenant string, req api.CreateSandboxRequest, src sour
 	}
 	netPol, err := m.validNetwork(req.Network)
 	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := m.checkRules(ctx, tenant, netPol); err != nil {
 		return store.Sandbox{}, err
 	}
 	now := time.Now()

@@ -111,6 +111,17 @@ func dport(port uint16) []expr.Any {
 	}
 }
 
+// markIs matches a packet of the mark (meta mark).
+func markIs(m uint32) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1}, compare(expr.CmpOpEq, binaryutil.NativeEndian.PutUint32(m))}
+}
+
+// setMark gives the packet the mark (meta mark set).
+func setMark(m uint32) []expr.Any {
+	return []expr.Any{&expr.Immediate{Register: reg1, Data: binaryutil.NativeEndian.PutUint32(m)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1}}
+}
+
 // icmpType matches the ICMP type; only after l4(IPPROTO_ICMP).
 func icmpType(t byte) []expr.Any {
 	return []expr.Any{

@@ -52,7 +52,20 @@ type Router struct {
 	// ConnRate is how many new connections per second the sandbox may open,
 	// with a burst of twice as many; 0 is no limit.
 	ConnRate uint32
+	// Intercept is where the egress interceptor listens in R (an address of
+	// GatewayAddr): when the policy has rules, the sandbox's new TCP
+	// connections to ports 80 and 443 of the addresses pinned for the
+	// rules' names (PinIntercept), which the policy allows, go there
+	// instead. Unset: nothing is intercepted.
+	Intercept netip.AddrPort
 }
+
+// InterceptPorts are the destination ports whose connections are
+// intercepted: HTTP and HTTPS.
+var InterceptPorts = []uint16{80, 443}
+
+// interceptMark marks a packet, in R only, that the interceptor takes.
+const interceptMark = 0x77617272
 
 // DefaultPrivate are the private ranges of docs/NETWORK.md: RFC 1918,
 // shared address space (RFC 6598) and benchmarking (RFC 2544).
@@ -116,6 +129,10 @@ func routerSets() (alwaysDeny, privateDeny, denyNets, allowNets, denyPins, allow
 		pinSet("deny_pins"), pinSet("allow_pins"),
 		&nftables.Set{Table: routerTable, Name: "pin_names", KeyType: key}
 }
+
+// interceptPins holds the addresses the resolver answered for the names
+// of the policy's rules.
+func interceptPins() *nftables.Set { return pinSet("intercept_pins") }
 
 // Apply writes the router's table for policy p, creating it or replacing
 // its content in one transaction: a packet meets the old rules or the
@@ -193,6 +210,9 @@ func (r *Router) check() error {
 func pinFingerprint(p policy.Policy) []byte {
 	h := sha256.New()
 	fmt.Fprintf(h, "none %t\n", p.None)
+	for _, r := range p.Rules {
+		fmt.Fprintf(h, "rule %s\n", r.Dest)
+	}
 	for _, l := range []struct {
 		name  string
 		names []policy.Name
@@ -316,7 +336,78 @@ func (r *Router) table(p policy.Policy, names []byte, keepPins bool) (tableSpec,
 		}
 	}
 	spec.chains = []chainSpec{pre, post, in, fwd}
+	if len(p.Rules) > 0 && !p.None && r.Intercept.IsValid() {
+		spec.chains = append(spec.chains, r.intercept(&spec, p, keepPins, &pre, &in, alwaysDeny, privateDeny, denyNets, allowNets, denyPins, allowPins))
+	}
 	return spec, nil
+}
+
+// intercept adds the rules that send the sandbox's connections to its
+// rules' destinations to the interceptor, and returns the chain that
+// decides which: a filter chain before NAT, where the destination is still
+// the one the sandbox asked for, marks a new connection's packet when it
+// goes to port 80 or 443 of an address pinned for a rule's name and the
+// policy allows it (the forward chain's policy, first match); the NAT
+// chain sends marked packets to the interceptor, and the input chain
+// admits them. What the policy denies is not marked and meets the forward
+// chain's refusal as before.
+//
+//	intercept (filter, prerouting -150):
+//	    iif sb0 saddr sandbox tcp dport 80|443 daddr @intercept_pins → mark
+//	    marked, daddr gateway or always denied or denied → unmark
+//	    marked, daddr allowed → accept
+//	    marked, allow-list → unmark; else private → unmark
+//	prerouting (nat): iif sb0 marked tcp → dnat Intercept
+//	input:            iif sb0 marked dnatted tcp dport Intercept → [rate] accept
+func (r *Router) intercept(spec *tableSpec, p policy.Policy, keepPins bool, pre, in *chainSpec,
+	alwaysDeny, privateDeny, denyNets, allowNets, denyPins, allowPins *nftables.Set) chainSpec {
+	pins := interceptPins()
+	spec.sets = append(spec.sets, setSpec{set: pins, keep: keepPins})
+	fromSandbox := exprs(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, r.SandboxIface), ipv4(expr.CmpOpEq),
+		addr(ipSaddr, expr.CmpOpEq, r.SandboxAddr))
+	marked := markIs(interceptMark)
+	unmark := setMark(0)
+
+	ch := chainSpec{chain: &nftables.Chain{Name: "intercept", Table: routerTable, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle}}
+	for _, port := range InterceptPorts {
+		ch.add("a connection to a rule's destination", fromSandbox, l4(unix.IPPROTO_TCP), dport(port),
+			inSet(ipDaddr, pins), setMark(interceptMark))
+	}
+	ch.add("never the router itself", marked, addr(ipDaddr, expr.CmpOpEq, r.GatewayAddr), unmark)
+	ch.add("1. always denied", marked, inSet(ipDaddr, alwaysDeny), unmark)
+	ch.add("3. deny networks", marked, inSet(ipDaddr, denyNets), unmark)
+	ch.add("3. addresses of denied names", marked, inSet(ipDaddr, denyPins), unmark)
+	ch.add("4. allow networks", marked, inSet(ipDaddr, allowNets), accept())
+	ch.add("4. addresses of allowed names", marked, inSet(ipDaddr, allowPins), accept())
+	if p.AllowListed() {
+		ch.add("5. an allow-list denies the rest", marked, unmark)
+	} else {
+		ch.add("6. private ranges", marked, inSet(ipDaddr, privateDeny), unmark)
+	}
+
+	pre.add("intercepted connections go to the interceptor",
+		ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, r.SandboxIface), marked, l4(unix.IPPROTO_TCP),
+		nat(expr.NATTypeDestNAT, r.Intercept.Addr(), r.Intercept.Port()))
+	admit := exprs(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, r.SandboxIface), marked, dnatted(),
+		l4(unix.IPPROTO_TCP), addr(ipDaddr, expr.CmpOpEq, r.Intercept.Addr()), dport(r.Intercept.Port()))
+	if r.ConnRate > 0 {
+		burst := uint64(r.ConnRate) * 2
+		in.rules = slices.Insert(in.rules, len(in.rules)-1, ruleSpec{"intercepted connections: the connection rate", exprs(admit,
+			[]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(r.ConnRate), Unit: expr.LimitTimeSecond,
+				Burst: uint32(min(burst, 1<<32-1)), Over: true}},
+			count(counterRateLimited), reject())})
+	}
+	in.rules = slices.Insert(in.rules, len(in.rules)-1, ruleSpec{"intercepted connections reach the interceptor", exprs(admit, accept())})
+	return ch
+}
+
+// PinIntercept adds addresses the resolver answered for a name of the
+// policy's rules to the addresses whose HTTP and HTTPS connections are
+// intercepted, for ttl (clamped as Pin's). The router's table must have
+// been applied with rules and an Intercept address.
+func PinIntercept(netns int, addrs []netip.Addr, ttl time.Duration) error {
+	return pin(netns, "intercept_pins", addrs, ttl)
 }
 
 func ref[T any](v T) *T { return &v }
@@ -336,6 +427,10 @@ func Pin(netns int, v policy.Verdict, addrs []netip.Addr, ttl time.Duration) err
 	default:
 		return nil
 	}
+	return pin(netns, name, addrs, ttl)
+}
+
+func pin(netns int, name string, addrs []netip.Addr, ttl time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}

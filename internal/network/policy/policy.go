@@ -29,6 +29,8 @@ type Policy struct {
 	AllowNets, DenyNets []netip.Prefix
 	// AllowNames and DenyNames are the domain entries, lower case.
 	AllowNames, DenyNames []Name
+	// Rules are the egress rules (rules.go), sorted by destination.
+	Rules []Rule
 }
 
 // Name is a domain pattern: an exact name, or with Wildcard every name
@@ -65,6 +67,9 @@ func Parse(p api.NetworkPolicy) (Policy, error) {
 		return Policy{}, err
 	}
 	if out.DenyNets, out.DenyNames, err = parseList("deny", p.Deny); err != nil {
+		return Policy{}, err
+	}
+	if out.Rules, err = parseRules(p.Rules); err != nil {
 		return Policy{}, err
 	}
 	return out, nil
@@ -203,7 +208,7 @@ func (p *Policy) Name(q string) Verdict {
 // IsDefault reports whether the policy is the default one (no rule of its
 // own).
 func (p *Policy) IsDefault() bool {
-	return !p.None && len(p.AllowNets)+len(p.DenyNets)+len(p.AllowNames)+len(p.DenyNames) == 0
+	return !p.None && len(p.AllowNets)+len(p.DenyNets)+len(p.AllowNames)+len(p.DenyNames)+len(p.Rules) == 0
 }
 
 // AllowListed reports whether the policy has an allow-list, so that egress

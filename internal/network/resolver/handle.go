@@ -162,13 +162,38 @@ func (s *Server) answer(ctx context.Context, src netip.Addr, req *dns.Msg, tcp b
 		for _, rr := range resp.Answer {
 			rr.Header().Ttl = min(rr.Header().Ttl, uint32(ttl/time.Second))
 		}
-		return resp, nil
+		return c.intercepted(log, q.Name, resp)
 	}
 	resp.Extra, _ = withoutInternal(resp.Extra)
 	var dropped bool
 	if resp.Answer, dropped = withoutInternal(resp.Answer); dropped && !hasAddress(resp.Answer) {
 		log.Debug("dns: refused a name of internal addresses")
 		return reply(dns.RcodeRefused, dns.ExtendedErrorCodeBlocked, "the name resolves to internal addresses only")
+	}
+	return c.intercepted(log, q.Name, resp)
+}
+
+// intercepted passes on resp, the answer for name, once the addresses of
+// a name the policy's rules cover are recorded for interception (not
+// those of other names: their traffic is never intercepted). Their TTLs
+// are capped to the time they are recorded for.
+func (c Client) intercepted(log *slog.Logger, name string, resp *dns.Msg) (*dns.Msg, *dns.EDNS0_EDE) {
+	if c.Policy.RuleFor(name) == nil {
+		return resp, nil
+	}
+	addrs, ttl := pinSet(name, resp.Answer)
+	if len(addrs) == 0 {
+		return resp, nil
+	}
+	if c.Intercept == nil {
+		return reply(dns.RcodeServerFailure, dns.ExtendedErrorCodeOther, "the sandbox's egress rules are not served")
+	}
+	if err := c.Intercept(name, addrs, ttl); err != nil {
+		log.Warn("dns: pin intercepted addresses", "addrs", addrs, "err", err)
+		return reply(dns.RcodeServerFailure, dns.ExtendedErrorCodeOther, "the sandbox firewall could not be updated")
+	}
+	for _, rr := range resp.Answer {
+		rr.Header().Ttl = min(rr.Header().Ttl, uint32(ttl/time.Second))
 	}
 	return resp, nil
 }

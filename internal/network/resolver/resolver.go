@@ -45,6 +45,11 @@ type Client struct {
 	// sandbox's denial counter); nil is allowed. It may be called
 	// concurrently.
 	Denied func()
+	// Intercept records that addrs are what a name of the policy's rules
+	// (policy.RuleFor) resolved to, for ttl, before the answer is sent, so
+	// that the connection that follows is intercepted; if it fails, the
+	// query is answered SERVFAIL. It may be called concurrently.
+	Intercept func(name string, addrs []netip.Addr, ttl time.Duration) error
 }
 
 // Config configures a Server.

@@ -1,0 +1,39 @@
+package daemon
+
+import (
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"warren/internal/sandbox"
+	"warren/internal/secrets"
+)
+
+// sandboxSecrets is the manager's Secrets: nil on a node that keeps none
+// (an untyped nil, which the manager checks for).
+func sandboxSecrets(v *secrets.Vault) sandbox.Secrets {
+	if v == nil {
+		return nil
+	}
+	return v
+}
+
+// egressRoots is the host's trust store and the certificates of the PEM
+// file at path; nil (the host's alone) when path is "".
+func egressRoots(path string) (*x509.CertPool, error) {
+	if path == "" {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		return nil, fmt.Errorf("egress trust: the host's trust store: %w", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("egress trust: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("egress trust: %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
