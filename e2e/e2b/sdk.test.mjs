@@ -1,6 +1,9 @@
 // The real, unmodified e2b SDK from npm against a real warren server
 // (e2e/e2b_test.go starts it and sets E2B_API_KEY, E2B_API_URL and either
-// E2B_SANDBOX_URL or E2B_DOMAIN). Run with `node --test`.
+// E2B_SANDBOX_URL or E2B_DOMAIN; and WARREN_E2B_SECRETS_HOST, the test
+// internet's HTTPS host whose GET /headers answers the request's headers,
+// each name in lower case → the hex SHA-256 of its value, "" while it has
+// none). Run with `node --test`.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes, createHash } from 'node:crypto'
@@ -10,6 +13,9 @@ import { join } from 'node:path'
 import {
   Sandbox,
   Template,
+  Secret,
+  SecretError,
+  SecretNotFoundError,
   CommandExitError,
   NotFoundError,
   FileType,
@@ -23,9 +29,36 @@ async function newSandbox(opts = {}) {
   return sbx
 }
 
+// secrets are the names of the secrets the tests made, destroyed at the
+// end if a test did not.
+const secrets = []
+async function newSecret(name, value, opts) {
+  const sec = await Secret.create(name, value, opts)
+  secrets.push(sec.name)
+  return sec
+}
+
 after(async () => {
   for (const s of created) await s.kill().catch(() => {})
+  for (const name of secrets) await Secret.destroy(name).catch(() => {})
 })
+
+// apiURL is the control API's URL, found as the SDK finds it.
+const apiURL = process.env.E2B_API_URL || `https://api.${process.env.E2B_DOMAIN}`
+
+// raw calls the control API without the SDK, to see an answer as it was
+// sent: its status, its text and its headers.
+async function raw(method, path, body) {
+  const res = await fetch(apiURL + path, {
+    method,
+    headers: { 'X-API-KEY': process.env.E2B_API_KEY, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body && JSON.stringify(body),
+  })
+  return { status: res.status, text: await res.text(), headers: [...res.headers].join('\n') }
+}
+
+// sha256 is the hex SHA-256 of s.
+const sha256 = (s) => createHash('sha256').update(s).digest('hex')
 
 // waitFor polls cond until it holds or 10 s pass.
 async function waitFor(what, cond) {
@@ -303,4 +336,116 @@ test('sleep and wake: lifecycle, pause, list paused, autoResume, connect', async
   // Without autoPause, autoResume is refused by the SDK itself; warren
   // refuses the same request sent as it is.
   await assert.rejects(Sandbox.create('base', { lifecycle: { onTimeout: 'kill', autoResume: true } }), /autoResume/)
+})
+
+test('secrets: create, get by name and ID, list in pages, exists, update, destroy; no answer has a value', async () => {
+  const tag = randomBytes(4).toString('hex')
+  const value = `value-${randomBytes(16).toString('hex')}`
+  const name = `E2B-Secret-${tag}`
+  const sec = await newSecret(name, value, { metadata: { suite: 'e2b' } })
+  assert.match(sec.secretId, /^sec_/)
+  assert.equal(sec.name, name.toLowerCase(), 'names are stored in lower case')
+  assert.equal(sec.version, 1)
+  assert.deepEqual(sec.metadata, { suite: 'e2b' })
+  assert.ok(Math.abs(sec.createdAt.getTime() - Date.now()) < 60_000, `createdAt ${sec.createdAt}`)
+  assert.equal(sec.updatedAt.getTime(), sec.createdAt.getTime())
+  // A name that has a secret is refused, in any case: a create never
+  // replaces a value.
+  await assert.rejects(Secret.create(name.toUpperCase(), 'other'), (e) => e instanceof SecretError && /^409/.test(e.message))
+
+  for (const ref of [sec.secretId, sec.name, name]) {
+    const info = await Secret.getInfo(ref)
+    assert.deepEqual(info, sec, `getInfo(${ref})`)
+    assert.equal(await Secret.exists(ref), true, `exists(${ref})`)
+  }
+  const nope = `nope-${tag}`
+  assert.equal(await Secret.exists(nope), false)
+  await assert.rejects(Secret.getInfo(nope), SecretNotFoundError)
+  await assert.rejects(Secret.update(nope, 'x'), SecretNotFoundError)
+  assert.equal(await Secret.exists(nope), false, 'an update of a missing secret made one')
+
+  const v2 = await Secret.update(sec.secretId, `${value}-2`)
+  assert.equal(v2.secretId, sec.secretId)
+  assert.equal(v2.version, 2)
+  assert.deepEqual(v2.metadata, { suite: 'e2b' }, 'an update without metadata keeps it')
+  assert.ok(v2.updatedAt >= sec.updatedAt)
+  assert.equal((await Secret.getInfo(sec.name)).version, 2)
+
+  // Pages two at a time hold every secret once, in name order.
+  const mine = [sec.name]
+  for (const i of [1, 2]) mine.push((await newSecret(`${name}-${i}`, value)).name)
+  const pager = Secret.list({ limit: 2 })
+  const seen = []
+  let pages = 0
+  while (pager.hasNext) {
+    const page = await pager.nextItems()
+    pages++
+    assert.ok(page.length <= 2, `a page of ${page.length}`)
+    seen.push(...page.map((s) => s.name))
+  }
+  assert.ok(pages >= 2, `${pages} pages`)
+  for (const n of mine) assert.equal(seen.filter((s) => s === n).length, 1, `${n} in ${seen}`)
+  assert.deepEqual(seen, [...seen].sort())
+
+  // No answer carries a value: each route's, as it was sent.
+  const answers = [
+    await raw('POST', '/secrets', { name: `${name}-raw`, value: `${value}-raw` }),
+    await raw('POST', `/secrets/${name}-raw`, { value: `${value}-raw-2` }),
+    await raw('GET', `/secrets/${sec.secretId}`),
+    await raw('GET', `/secrets/${sec.name}`),
+    await raw('GET', '/secrets?limit=1'),
+    await raw('GET', '/secrets'),
+    await raw('DELETE', `/secrets/${name}-raw`),
+  ]
+  assert.deepEqual(answers.map((a) => a.status), [201, 200, 200, 200, 200, 200, 204], answers.map((a) => a.text).join('\n'))
+  for (const a of answers) assert.ok(!a.text.includes(value) && !a.headers.includes(value), `an answer with the value: ${a.text}`)
+
+  assert.equal(await Secret.destroy(sec.secretId), true)
+  assert.equal(await Secret.destroy(sec.name), false)
+  assert.equal(await Secret.exists(sec.secretId), false)
+  for (const n of mine.slice(1)) assert.equal(await Secret.destroy(n), true)
+})
+
+const secretsHost = process.env.WARREN_E2B_SECRETS_HOST
+
+test('secrets at egress: a rule puts a secret in a header the sandbox never sees; a destroyed one is refused', {
+  skip: !secretsHost && 'WARREN_E2B_SECRETS_HOST is empty: the test internet serves no HTTPS /headers to send a secret to',
+}, async () => {
+  const tag = randomBytes(4).toString('hex')
+  const value = `key-${randomBytes(16).toString('hex')}`
+  const sec = await newSecret(`e2b-egress-${tag}`, value)
+  const rules = { [secretsHost]: [{ transform: { headers: { 'X-Api-Key': Secret.fill(sec.name) } } }] }
+  // seen is the hex SHA-256 of each header the test internet got from
+  // sbx, which sends an X-Api-Key of its own. Where no rule applies, the
+  // sandbox's trust of the test internet's own certificate is not under
+  // test (-k).
+  const sent = 'from-the-sandbox'
+  const seen = async (sbx, insecure = false) => {
+    const r = await sbx.commands.run(`curl -sS --max-time 20 ${insecure ? '-k ' : ''}-H 'X-Api-Key: ${sent}' https://${secretsHost}/headers`)
+    assert.ok(!r.stdout.includes(value), 'the sandbox saw the value')
+    return JSON.parse(r.stdout)
+  }
+
+  const sbx = await newSandbox({ network: { rules } })
+  assert.equal((await seen(sbx))['x-api-key'], sha256(value), 'the rule\'s header replaces the sandbox\'s')
+  const info = await raw('GET', `/sandboxes/${sbx.sandboxId}`)
+  assert.equal(info.status, 200)
+  assert.ok(!info.text.includes(value), `the sandbox's info has the value: ${info.text}`)
+  assert.ok(!(await sbx.commands.run('env')).stdout.includes(value))
+
+  // The network update sets rules on a running sandbox, and the next one,
+  // without them, clears them.
+  const plain = await newSandbox()
+  assert.equal((await seen(plain, true))['x-api-key'], sha256(sent))
+  await plain.updateNetwork({ rules })
+  assert.equal((await seen(plain))['x-api-key'], sha256(value))
+  await plain.updateNetwork({})
+  assert.equal((await seen(plain, true))['x-api-key'], sha256(sent))
+
+  // Destroyed, the secret can be named by no new sandbox.
+  assert.equal(await Secret.destroy(sec.secretId), true)
+  await assert.rejects(
+    Sandbox.create('base', { timeoutMs: 60_000, network: { rules } }).then((s) => { created.push(s); return s }),
+    (e) => /^400/.test(e.message) && e.message.includes(sec.name),
+  )
 })
