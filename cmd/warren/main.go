@@ -53,6 +53,7 @@ var commands = []command{
 	{"timeout", "set a sandbox's time to live", runTimeout},
 	{"metrics", "print a running sandbox's CPU, memory, disk and tasks", runMetrics},
 	{"network", "show or change a sandbox's egress policy", runNetwork},
+	{"secret", "keep secrets that egress rules put in sandboxes' requests", runSecret},
 	{"pause", "pause a vm or gvisor sandbox with its memory", runPause},
 	{"resume", "resume a paused sandbox", runResume},
 	{"rm", "delete sandboxes", runRemove},

@@ -40,6 +40,11 @@ func TestUsageErrors(t *testing.T) {
 		{"template", "build"},
 		{"timeout", "sb-1", "soon"},
 		{"rm"},
+		{"secret"},
+		{"secret", "set"},
+		{"secret", "set", "a", "value"},
+		{"create", "--rule", "a.org"},
+		{"network", "sb-1", "--rule", "a.org:X"},
 		{"help", "nosuch"},
 	}
 	for _, args := range tests {

@@ -16,4 +16,6 @@ func terminalSize(*os.File) (cols, rows uint32, ok bool) { return 0, 0, false }
 
 func makeRaw(*os.File) (func(), error) { return nil, errors.New("no terminal support on this system") }
 
+func noEcho(*os.File) (func(), error) { return nil, errors.New("no terminal support on this system") }
+
 func notifyResize() (<-chan os.Signal, func()) { return nil, func() {} }

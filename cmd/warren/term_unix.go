@@ -44,6 +44,23 @@ func makeRaw(f *os.File) (restore func(), err error) {
 	return func() { _ = unix.IoctlSetTermios(fd, ioctlSetTermios, old) }, nil
 }
 
+// noEcho turns terminal f's echo off, leaving its line editing on, so
+// that what is typed (a secret) is not shown; restore puts it back.
+func noEcho(f *os.File) (restore func(), err error) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
+	if err != nil {
+		return nil, err
+	}
+	quiet := *old
+	quiet.Lflag &^= unix.ECHO
+	quiet.Lflag |= unix.ICANON | unix.ECHONL
+	if err := unix.IoctlSetTermios(fd, ioctlSetTermios, &quiet); err != nil {
+		return nil, err
+	}
+	return func() { _ = unix.IoctlSetTermios(fd, ioctlSetTermios, old) }, nil
+}
+
 // notifyResize reports the local terminal's resizes (SIGWINCH).
 func notifyResize() (<-chan os.Signal, func()) {
 	ch := make(chan os.Signal, 1)

@@ -56,6 +56,9 @@ func newWarrenWith(t testing.TB, h *sandboxtest.Harness, opts server.Options) *w
 		Templates: h.Deps.Templates, Bases: h.Deps.Snapshots, Sandboxes: h.Manager})
 	opts.Requests, opts.Quotas, opts.Pools, opts.Templates = daemon.Requests(h.Deps.Store), daemon.Quotas(h.Deps.Store), h.Manager, h.Templates
 	opts.Events = daemon.Events(h.Deps.Store)
+	if opts.Secrets == nil {
+		opts.Secrets = h.Secrets
+	}
 	w.srv = server.New(h.Manager, nd, daemon.Keys(h.Deps.Store), log, opts)
 	w.hs = httptest.NewServer(daemon.FleetOfOne(w.srv, opts.MaxBodyBytes, t.TempDir(), nil))
 	t.Cleanup(w.hs.Close)

@@ -5,7 +5,7 @@
 // each sandbox a real guest agent in the test's process, its processes
 // running as the test's user on the host), a SQLite store, a disk pool of
 // plain copies, a template of 64 MiB of zeros and a file blob store, all
-// in a temporary directory. The sandbox package's lifecycle tests and the
+// in a temporary directory, and tenants' secrets in that store. The sandbox package's lifecycle tests and the
 // CLI's tests (over the real API server) run on it.
 //
 // It isolates nothing: what a sandbox runs, the test's user runs. Tests of
@@ -14,6 +14,7 @@ package sandboxtest
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"warren/internal/runtime"
 	"warren/internal/runtime/inproc"
 	"warren/internal/sandbox"
+	"warren/internal/secrets"
 	"warren/internal/snapshot"
 	"warren/internal/store"
 	"warren/internal/template"
@@ -46,6 +48,9 @@ type Harness struct {
 	Templates *tenanttpl.Templates
 	// Metrics is Manager's registry; each manager Restart makes gets its own.
 	Metrics *metrics.Registry
+	// Secrets are tenants' secrets in the store, under a key of the test's
+	// own: an API server's Options.Secrets.
+	Secrets *secrets.Vault
 }
 
 // New builds a Harness whose parts all end with the test.
@@ -89,7 +94,13 @@ func New(t testing.TB) *Harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &Harness{t: t, Runtime: inproc.New("container", nil)}
+	key := make([]byte, 32)
+	rand.Read(key)
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Harness{t: t, Runtime: inproc.New("container", nil), Secrets: secrets.NewVault(st, box)}
 	h.Deps = sandbox.Deps{
 		Store: st, Pool: pool, Templates: templates, Snapshots: snaps,
 		Runtimes: []runtime.Runtime{h.Runtime}, StateDir: filepath.Join(dir, "sandboxes"),
