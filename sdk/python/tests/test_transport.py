@@ -805,6 +805,7 @@ class PreviewTest(StubCase):
 class NetworkTest(StubCase):
     STATUS = {"policy": {"allow": ["pypi.org", "*.pythonhosted.org"], "deny": ["203.0.113.9"]},
               "address": "10.0.2.15", "gateway": "10.0.2.2", "denied": 3, "rate_limited": 1}
+    RULE = {"transform": {"headers": {"Authorization": "Bearer ${secrets.openai}"}}}
 
     def network_stub(self) -> Stub:
         """A stub that keeps the policy PUT to it and answers it back, and
@@ -959,6 +960,103 @@ class NetworkTest(StubCase):
         self.assertEqual(asyncio.run(main()), (warren.NetworkPolicy(deny=["203.0.113.0/24"]),
                                                warren.NetworkPolicy(none=True), warren.NetworkPolicy(none=True)))
         self.assertEqual(sb.info.network, warren.NetworkPolicy(none=True))
+
+    def test_rules_model(self) -> None:
+        P, R = warren.NetworkPolicy, warren.NetworkRule
+        p = P(allow=["api.openai.com"], rules={"api.openai.com": [R(headers={"Authorization": "Bearer ${secrets.openai}"})]})
+        # A rule as the API's dict is the same rule.
+        self.assertEqual(p, P(allow=["api.openai.com"], rules={"api.openai.com": [self.RULE]}))
+        self.assertEqual(p.to_json(), {"allow": ["api.openai.com"], "rules": {"api.openai.com": [self.RULE]}})
+        self.assertEqual(P.from_json(p.to_json()), p)
+        self.assertEqual(hash(p), hash(P.from_json(p.to_json())))  # still a hashable value
+        self.assertEqual(p.rules["api.openai.com"][0].headers["Authorization"], "Bearer ${secrets.openai}")
+        self.assertFalse(P(rules={"a.example": [R(headers={"X": "1"})]}).is_default)
+        self.assertTrue(P(rules={}).is_default)
+        # A newer server's fields of a rule are ignored.
+        self.assertEqual(P.from_json({"rules": {"a.example": [{"transform": {"headers": {"X": "1"}, "body": 1}, "match": 2}]}}),
+                         P(rules={"a.example": [R(headers={"X": "1"})]}))
+        for rules in ("a.example", {"a.example": self.RULE}, {"a.example": ["x"]}, {1: [self.RULE]},
+                      {"a.example": [{"headers": {"X": "1"}}]},  # not the API's shape: a typo is not dropped
+                      {"a.example": [{"transform": {"header": {"X": "1"}}}]},
+                      {"a.example": [{"transform": {"headers": {"X": 1}}}]}):
+            with self.subTest(rules=rules), self.assertRaises(TypeError):
+                P(rules=rules)  # type: ignore[arg-type]
+        with self.assertRaises(TypeError):
+            R(headers=["X"])  # type: ignore[arg-type]
+
+    def test_rules_sent_and_read(self) -> None:
+        s = self.network_stub()
+        c = self.client(s)
+        rules = {"api.openai.com": [self.RULE], "*.example.com": [{"transform": {"headers": {"X-Key": "${e2b.secrets.k}"}}}]}
+        sb = Sandbox.create(client=c, network={"allow": ["api.openai.com"], "rules": rules})
+        self.assertEqual(sb.info.network.to_json(), {"allow": ["api.openai.com"], "rules": rules})
+        Sandbox.restore("sn-stub1", client=c, network=warren.NetworkPolicy(rules={"api.openai.com": [self.RULE]}))
+        st = sb.set_network(none=True, rules={"api.openai.com": [warren.NetworkRule(headers={"X-Org": "acme"})]})
+        self.assertEqual(st.policy.rules["api.openai.com"][0].headers, {"X-Org": "acme"})
+        self.assertEqual(sb.info.network, st.policy)
+        with self.assertRaises(TypeError):
+            sb.set_network({"none": True}, rules={"a.example": [self.RULE]})  # both ways at once
+        self.assertEqual([(x.method, x.path, json.loads(x.body)["network"] if x.method == "POST" else json.loads(x.body))
+                          for x in s.seen], [
+            ("POST", "/v1/sandboxes", {"allow": ["api.openai.com"], "rules": rules}),
+            ("POST", "/v1/snapshots/sn-stub1/restore", {"rules": {"api.openai.com": [self.RULE]}}),
+            ("PUT", "/v1/sandboxes/sb-stub1/network",
+             {"none": True, "rules": {"api.openai.com": [{"transform": {"headers": {"X-Org": "acme"}}}]}}),
+        ])
+
+
+class SecretTest(StubCase):
+    SECRET = {"id": "sec_aaaaaaaaaaaaaaaaaaaa", "name": "openai", "version": 2, "metadata": {"team": "ml"},
+              "created_at": "2026-12-07T10:00:00Z", "updated_at": "2026-12-07T11:00:00.5Z"}
+
+    def test_routes(self) -> None:
+        def script(seen: Seen, n: int) -> Reply:
+            if seen.method == "DELETE":
+                return 204, b""
+            if seen.path == "/v1/secrets":
+                return 200, {"secrets": [self.SECRET]}
+            return (201 if seen.method == "PUT" else 200), self.SECRET
+
+        s = self.stub(script)
+        c = self.client(s)
+        sec = c.set_secret("OpenAI", "sk-1", metadata={"team": "ml"})
+        self.assertEqual(sec, warren.Secret("sec_aaaaaaaaaaaaaaaaaaaa", "openai", 2, {"team": "ml"},
+                                            datetime(2026, 12, 7, 10, tzinfo=timezone.utc),
+                                            datetime(2026, 12, 7, 11, 0, 0, 500000, tzinfo=timezone.utc)))
+        c.set_secret("openai", "sk-2")
+        self.assertEqual(c.list_secrets(), [sec])
+        self.assertEqual(c.get_secret("a/b"), sec)
+        c.delete_secret(sec.id)
+        self.assertEqual([(x.method, x.path) for x in s.seen], [
+            ("PUT", "/v1/secrets/OpenAI"), ("PUT", "/v1/secrets/openai"), ("GET", "/v1/secrets"),
+            ("GET", "/v1/secrets/a%2Fb"), ("DELETE", "/v1/secrets/sec_aaaaaaaaaaaaaaaaaaaa")])
+        self.assertEqual(json.loads(s.seen[0].body), {"value": "sk-1", "metadata": {"team": "ml"}})
+        self.assertEqual(json.loads(s.seen[1].body), {"value": "sk-2"})  # metadata kept
+        self.assertNotIn("sk-", repr(sec))
+
+    def test_refused_before_sending(self) -> None:
+        s = self.stub(lambda seen, n: (200, self.SECRET))
+        c = self.client(s)
+        for call in (lambda: c.set_secret("", "v"), lambda: c.get_secret(""), lambda: c.delete_secret("")):
+            with self.assertRaises(ValueError):
+                call()
+        with self.assertRaises(TypeError):
+            c.set_secret("openai", b"sk-1")  # type: ignore[arg-type]
+        self.assertEqual(s.seen, [])
+
+    def test_errors_and_retries(self) -> None:
+        # A PUT that may have reached the server is not sent again: it would
+        # count another version.
+        s = self.stub(lambda seen, n: error(503, "unavailable", "busy"))
+        with self.assertRaises(warren.UnavailableError):
+            self.client(s).set_secret("openai", "sk-1")
+        self.assertEqual(s.count("PUT", "/v1/secrets/openai"), 1)
+        s = self.stub(lambda seen, n: error(404, "not_found", "no secret nope"))
+        with self.assertRaises(warren.NotFoundError):
+            self.client(s).get_secret("nope")
+        s = self.stub(lambda seen, n: error(400, "bad_request", "a secret's value must be UTF-8 without CR, LF or NUL"))
+        with self.assertRaises(warren.BadRequestError):
+            self.client(s).set_secret("openai", "a\nb")
 
 
 class ModelTest(unittest.TestCase):

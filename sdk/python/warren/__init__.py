@@ -59,6 +59,7 @@ from .models import (
     FileInfo,
     GCResult,
     NetworkPolicy,
+    NetworkRule,
     NetworkStatus,
     NodeInfo,
     Paused,
@@ -71,6 +72,7 @@ from .models import (
     RuntimeInfo,
     SandboxInfo,
     SandboxMetrics,
+    Secret,
     Template,
 )
 from .sandbox import Command, ExecStream, NetworkArg, OutputCallback, Process, Sandbox
@@ -122,7 +124,9 @@ __all__ = [
     "PoolNode",
     "Preview",
     "NetworkPolicy",
+    "NetworkRule",
     "NetworkStatus",
+    "Secret",
     "WarrenError",
     "ConfigurationError",
     "NetworkError",

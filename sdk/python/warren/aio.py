@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from . import snapshots as _snapshots
 from .client import Client
@@ -346,9 +346,10 @@ class AsyncSandbox:
         none: bool = False,
         allow: Sequence[str] = (),
         deny: Sequence[str] = (),
+        rules: Optional[Mapping[str, Sequence[Any]]] = None,
     ) -> NetworkStatus:
         """See :meth:`warren.Sandbox.set_network`."""
-        return await _run(self.sync.set_network, policy, none=none, allow=allow, deny=deny)
+        return await _run(self.sync.set_network, policy, none=none, allow=allow, deny=deny, rules=rules)
 
     async def preview(self) -> Preview:
         """See :meth:`warren.Sandbox.preview`."""

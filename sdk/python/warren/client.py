@@ -13,10 +13,10 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from ._pages import MAX_LIST_LIMIT, fetch_page, iterate
-from ._transport import IDEMPOTENT, NEVER, Transport, path_of
+from ._transport import IDEMPOTENT, NEVER, REFUSED, Transport, path_of
 from .errors import BuildFailedError, ConfigurationError, StreamBrokenError, WarrenError
 from .events import Event, follow_events
-from .models import GCResult, NodeInfo, Pool, Template
+from .models import GCResult, NodeInfo, Pool, Secret, Template
 
 if TYPE_CHECKING:
     from .snapshots import Snapshot
@@ -406,6 +406,59 @@ class Client:
         query = {"runtime": runtime} if runtime else None
         self._transport.request("DELETE", path_of("v1", "pools", template), query=query, retry=IDEMPOTENT)
 
+    def set_secret(self, name: str, value: str, *, metadata: Optional[Mapping[str, str]] = None) -> Secret:
+        """Create your secret ``name``, or give it a new version with this
+        value, and return it without the value: no call ever returns one.
+        Egress rules name it as ``${secrets.NAME}``, and the node puts the
+        value in the sandbox's requests as they leave it
+        (:class:`~warren.NetworkRule`; docs/NETWORK.md, "Secrets at
+        egress").
+
+        Names are 1 to 128 letters, digits, ``.``, ``_`` and ``-``,
+        starting with a letter or a digit, stored in lower case. The value
+        is 1 byte to 16 KiB of text without CR, LF or NUL (it is sent in
+        HTTP headers). ``metadata``, when given, replaces the secret's
+        (at most 32 entries); left out, an update keeps it. Repeated only
+        when the connection was refused: each call that reaches the server
+        counts a version.
+
+        Raises:
+            BadRequestError: a bad name, value or metadata (the message
+                never quotes the value).
+            NotFoundError: the server keeps no secrets.
+            WarrenError: 429 ``too_many_requests`` past 1000 secrets.
+        """
+        if not isinstance(value, str):
+            raise TypeError(f"a secret's value must be a str, not {type(value).__name__}")
+        body: Dict[str, Any] = {"value": value}
+        path = _secret_path(name)
+        if metadata is not None:
+            body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+        answer = self._transport.request("PUT", path, json_body=body, retry=REFUSED)
+        return Secret.from_json(answer.json())
+
+    def list_secrets(self) -> List[Secret]:
+        """Your secrets (at most 1000), in name order, without values."""
+        return [Secret.from_json(x) for x in self._get("/v1/secrets").get("secrets") or []]
+
+    def get_secret(self, ref: str) -> Secret:
+        """Your secret by name (any case) or ID, without its value.
+
+        Raises:
+            NotFoundError: there is none.
+        """
+        return Secret.from_json(self._get(_secret_path(ref)))
+
+    def delete_secret(self, ref: str) -> None:
+        """Delete your secret (by name or ID), every version of it.
+        Sandboxes whose rules resolved it keep the value they have; rules
+        set later that name it are refused.
+
+        Raises:
+            NotFoundError: there is none.
+        """
+        self._transport.request("DELETE", _secret_path(ref), retry=IDEMPOTENT, gone_is_done=True)
+
     def events(
         self,
         *,
@@ -442,6 +495,14 @@ class Client:
     def _get(self, path: str, query: Optional[Dict[str, Any]] = None) -> Any:
         """GET a JSON document, retried as reads are."""
         return self._transport.request("GET", path, query=query, retry=IDEMPOTENT).json()
+
+
+def _secret_path(ref: str) -> str:
+    """The path of a secret's routes; an empty name is refused before
+    anything is sent (it would name the list)."""
+    if not isinstance(ref, str) or not ref:
+        raise ValueError(f"a secret's name must be a non-empty str, not {ref!r}")
+    return path_of("v1", "secrets", ref)
 
 
 _default_lock = threading.Lock()

@@ -9,16 +9,19 @@ seconds (float).
 from __future__ import annotations
 
 import base64
+import collections.abc
 import re
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CommandError, CommandTimeout
 
 __all__ = [
     "NetworkPolicy",
+    "NetworkRule",
+    "Secret",
     "NetworkStatus",
     "SandboxInfo",
     "ExecResult",
@@ -78,6 +81,112 @@ def _entries(value: Any, what: str) -> Tuple[str, ...]:
     return tuple(out)
 
 
+class _Frozen(collections.abc.Mapping):
+    """A read-only dict that hashes, so that a policy holding rules stays a
+    hashable value as its tuples are."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: Mapping[Any, Any]) -> None:
+        self._d = dict(d)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._d.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._d)
+
+
+def _headers(value: Any, what: str) -> Mapping[str, str]:
+    """A rule's headers as a dict of text. Only types are checked here:
+    the names and values are the server's to judge."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a dict of header names to values, not {type(value).__name__}")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{what} names and values must be strings: {k!r}: {v!r}")
+        out[k] = v
+    return _Frozen(out)
+
+
+@dataclass(frozen=True)
+class NetworkRule:
+    """One egress rule of a destination (:attr:`NetworkPolicy.rules`):
+    headers set on the sandbox's HTTP and HTTPS requests to it as they
+    leave the node, each replacing any the sandbox sent of that name.
+
+    A value may name one of your secrets as ``${secrets.NAME}`` (E2B's
+    ``${e2b.secrets.NAME}`` too): the node puts the secret's value in, and
+    the sandbox never holds it (:meth:`Client.set_secret`; docs/NETWORK.md,
+    "Secrets at egress"). In the API it is
+    ``{"transform": {"headers": {...}}}``; a dict of that shape does as well
+    wherever a rule is taken.
+
+    Example::
+
+        NetworkRule(headers={"Authorization": "Bearer ${secrets.openai}"})
+    """
+
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", _headers(self.headers, "network rule headers"))
+
+    def to_json(self) -> Dict[str, Any]:
+        """The API's NetworkRule object."""
+        return {"transform": {"headers": dict(self.headers)}}
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> "NetworkRule":
+        """Build from the API's NetworkRule object."""
+        transform = (d or {}).get("transform") or {}
+        return cls(headers=_str_map(transform.get("headers")))
+
+
+def _rule_of(value: Any, what: str) -> NetworkRule:
+    """A rule given as a NetworkRule, or as the API's dict
+    ``{"transform": {"headers": {...}}}``; another key is a TypeError."""
+    if isinstance(value, NetworkRule):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a NetworkRule or a dict, not {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k != "transform")
+    transform = value.get("transform") or {}
+    if not isinstance(transform, Mapping):
+        raise TypeError(f"{what} transform must be a dict, not {type(transform).__name__}")
+    unknown += sorted("transform." + str(k) for k in transform if k != "headers")
+    if unknown:
+        raise TypeError(f"{what}: unknown field(s) {', '.join(unknown)}: want transform.headers")
+    return NetworkRule(headers=_headers(transform.get("headers") or {}, f"{what} headers"))
+
+
+def _rules(value: Any) -> Mapping[str, Tuple[NetworkRule, ...]]:
+    """A policy's rules as a read-only dict of destinations to tuples of
+    rules."""
+    if value is None:
+        return _Frozen({})
+    if not isinstance(value, Mapping):
+        raise TypeError(f"network rules must be a dict of destinations to lists of rules, not {type(value).__name__}")
+    out = {}
+    for dest, rules in value.items():
+        if not isinstance(dest, str):
+            raise TypeError(f"network rules destinations must be strings, not {type(dest).__name__}: {dest!r}")
+        if isinstance(rules, (NetworkRule, Mapping, str, bytes)) or not hasattr(rules, "__iter__"):
+            raise TypeError(f"network rules of {dest!r} must be a list of rules, not {type(rules).__name__}")
+        out[dest] = tuple(_rule_of(r, f"network rule of {dest!r}") for r in rules)
+    return _Frozen(out)
+
+
 @dataclass(frozen=True)
 class NetworkPolicy:
     """A sandbox's egress policy: what it may connect to (docs/NETWORK.md).
@@ -97,31 +206,44 @@ class NetworkPolicy:
         allow: when non-empty, the only egress allowed (plus what allowed
             names resolve to); it may open private ranges.
         deny: refused even when ``allow`` matches.
+        rules: egress rules by destination, a name (``"api.example.com"``)
+            or a wildcard (``"*.example.com"``): :class:`NetworkRule` s (or
+            the API's dicts) whose headers are set on the sandbox's HTTP
+            and HTTPS requests to it, naming your secrets as
+            ``${secrets.NAME}``. A request takes the exact name's rules,
+            else the longest wildcard's. Rules grant no access: ``none``,
+            ``allow`` and ``deny`` still decide.
 
-    The lists are kept as tuples (``allow=["a"]`` equals ``allow=("a",)``).
-    Only types are checked here (a string where a list belongs is a
-    TypeError); the entries themselves are the server's to judge.
+    The lists are kept as tuples (``allow=["a"]`` equals ``allow=("a",)``),
+    the rules as a read-only dict of tuples of :class:`NetworkRule`, so that
+    a policy is a hashable value. Only types are
+    checked here (a string where a list belongs is a TypeError); the entries
+    themselves are the server's to judge.
 
     Example::
 
         NetworkPolicy(allow=["pypi.org", "*.pythonhosted.org"], deny=["203.0.113.9"])
         NetworkPolicy(none=True)    # no network at all
+        NetworkPolicy(allow=["api.openai.com"], rules={
+            "api.openai.com": [NetworkRule(headers={"Authorization": "Bearer ${secrets.openai}"})]})
     """
 
     none: bool = False
     allow: Sequence[str] = ()
     deny: Sequence[str] = ()
+    rules: Mapping[str, Sequence[NetworkRule]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.none, bool):
             raise TypeError(f"network none must be a bool, not {type(self.none).__name__}")
         object.__setattr__(self, "allow", _entries(self.allow, "network allow"))
         object.__setattr__(self, "deny", _entries(self.deny, "network deny"))
+        object.__setattr__(self, "rules", _rules(self.rules))
 
     @property
     def is_default(self) -> bool:
         """Whether this is the default policy (no rule of its own)."""
-        return not self.none and not self.allow and not self.deny
+        return not self.none and not self.allow and not self.deny and not self.rules
 
     def to_json(self) -> Dict[str, Any]:
         """The API's NetworkPolicy object (empty fields left out, as the
@@ -133,6 +255,8 @@ class NetworkPolicy:
             d["allow"] = list(self.allow)
         if self.deny:
             d["deny"] = list(self.deny)
+        if self.rules:
+            d["rules"] = {dest: [r.to_json() for r in rules] for dest, rules in self.rules.items()}
         return d
 
     @classmethod
@@ -144,23 +268,26 @@ class NetworkPolicy:
             none=bool(d.get("none")),
             allow=tuple(str(x) for x in d.get("allow") or []),
             deny=tuple(str(x) for x in d.get("deny") or []),
+            rules={str(dest): tuple(NetworkRule.from_json(r) for r in rules or [])
+                   for dest, rules in (d.get("rules") or {}).items()},
         )
 
 
 def _policy_of(value: Union[NetworkPolicy, Mapping[str, Any]]) -> NetworkPolicy:
     """A policy given as a NetworkPolicy (returned as it is) or as a dict
-    with the API's fields ``none``, ``allow`` and ``deny`` (each optional;
-    None is the field's default). Another key, or a value of the wrong
-    type, is a TypeError: the SDK would otherwise drop it silently."""
+    with the API's fields ``none``, ``allow``, ``deny`` and ``rules`` (each
+    optional; None is the field's default). Another key, or a value of the
+    wrong type, is a TypeError: the SDK would otherwise drop it silently."""
     if isinstance(value, NetworkPolicy):
         return value
     if not isinstance(value, Mapping):
         raise TypeError(f"network must be a NetworkPolicy or a dict, not {type(value).__name__}")
-    unknown = sorted(str(k) for k in value if k not in ("none", "allow", "deny"))
+    unknown = sorted(str(k) for k in value if k not in ("none", "allow", "deny", "rules"))
     if unknown:
-        raise TypeError(f"network: unknown field(s) {', '.join(unknown)}: want none, allow, deny")
+        raise TypeError(f"network: unknown field(s) {', '.join(unknown)}: want none, allow, deny, rules")
     none = value.get("none")
-    return NetworkPolicy(none=False if none is None else none, allow=value.get("allow"), deny=value.get("deny"))
+    return NetworkPolicy(none=False if none is None else none, allow=value.get("allow"), deny=value.get("deny"),
+                         rules=value.get("rules"))
 
 
 @dataclass(frozen=True)
@@ -665,6 +792,41 @@ class Template:
             digest=str(d.get("digest") or ""),
             snapshot=str(d.get("snapshot") or ""),
             config=dict(d["config"]) if isinstance(d.get("config"), Mapping) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Secret:
+    """One of your secrets as the API shows it: never its value, which is
+    write-only (:meth:`Client.set_secret`).
+
+    Attributes:
+        id: ``sec_`` and 20 random characters; every call that takes a
+            name takes it too.
+        name: in lower case, as the server stores it.
+        version: the values it has had: 1 when created, one more at each
+            :meth:`Client.set_secret`.
+        metadata: your own labels.
+        created_at, updated_at: when it was created, and its latest value set.
+    """
+
+    id: str
+    name: str
+    version: int
+    metadata: Dict[str, str] = field(default_factory=dict)
+    created_at: Optional[datetime] = None
+    updated_at: Optional[datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Secret":
+        """Build from the API's Secret object."""
+        return cls(
+            id=str(d.get("id") or ""),
+            name=str(d.get("name") or ""),
+            version=int(d.get("version") or 0),
+            metadata=_str_map(d.get("metadata")),
+            created_at=parse_time(d.get("created_at")),
+            updated_at=parse_time(d.get("updated_at")),
         )
 
 

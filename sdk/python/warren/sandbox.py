@@ -789,6 +789,7 @@ class Sandbox:
         none: bool = False,
         allow: Sequence[str] = (),
         deny: Sequence[str] = (),
+        rules: Optional[Mapping[str, Sequence[Any]]] = None,
     ) -> NetworkStatus:
         """Replace the sandbox's egress policy whole, and return its network
         then. The new policy holds at once for new connections and DNS
@@ -799,6 +800,8 @@ class Sandbox:
 
             sb.set_network(allow=["pypi.org", "*.pythonhosted.org"])
             sb.set_network(NetworkPolicy(none=True))
+            sb.set_network(allow=["api.openai.com"], rules={"api.openai.com": [
+                NetworkRule(headers={"Authorization": "Bearer ${secrets.openai}"})]})
             sb.set_network()                  # back to the default
 
         Nothing kept from the old policy: with neither, the policy becomes
@@ -808,16 +811,17 @@ class Sandbox:
 
         Raises:
             BadRequestError: an entry is neither an IPv4 address, a CIDR
-                nor a domain name (the message names it); the policy is
+                nor a domain name, or a rule is not one or names a secret
+                you do not have (the message names it); the policy is
                 unchanged.
             SandboxGoneError: the sandbox is not running.
         """
         if policy is not None:
-            if none or allow or deny:
-                raise TypeError("set_network takes a policy or none/allow/deny, not both")
+            if none or allow or deny or rules:
+                raise TypeError("set_network takes a policy or none/allow/deny/rules, not both")
             pol = _policy_of(policy)
         else:
-            pol = NetworkPolicy(none=none, allow=allow, deny=deny)
+            pol = NetworkPolicy(none=none, allow=allow, deny=deny, rules=rules)
         answer = self._transport.request("PUT", self._path("network"), json_body=pol.to_json(), retry=IDEMPOTENT)
         status = NetworkStatus.from_json(answer.json())
         self._info = dataclasses.replace(self._info, network=status.policy)
