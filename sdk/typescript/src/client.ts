@@ -22,6 +22,8 @@ import type {
   RestoreRequest,
   SandboxInfo,
   SandboxState,
+  Secret,
+  SetSecretRequest,
   Snapshot,
   SnapshotState,
   StatePageOptions,
@@ -261,6 +263,33 @@ export class Warren {
     throw new WarrenError(`build of ${name}: the stream ended before the template`, "stream_broken");
   }
 
+  // Secrets.
+
+  /** Create the caller's secret `name`, or give it a new version with
+   * this value; the answer never holds the value (nor does any other).
+   * Egress rules name it as `${secrets.NAME}`. Names are stored in lower
+   * case. Sent again only when the connection was refused: each set that
+   * reaches the server counts a version. */
+  async setSecret(name: string, request: SetSecretRequest): Promise<Secret> {
+    return this.t.json({ method: "PUT", path: secretPath(name), json: request, retry: Retry.Refused });
+  }
+
+  /** The caller's secrets (at most 1000), by name, without values. */
+  async secrets(): Promise<Secret[]> {
+    return (await this.t.json<{ secrets: Secret[] }>({ method: "GET", path: "/v1/secrets", retry: Retry.Idempotent })).secrets ?? [];
+  }
+
+  /** A secret of the caller's by name (any case) or ID, without its value. */
+  async getSecret(ref: string): Promise<Secret> {
+    return this.t.json({ method: "GET", path: secretPath(ref), retry: Retry.Idempotent });
+  }
+
+  /** Delete a secret (by name or ID), every version of it. Sandboxes whose
+   * rules resolved it keep the value they have. */
+  async deleteSecret(ref: string): Promise<void> {
+    await this.t.none({ method: "DELETE", path: secretPath(ref), retry: Retry.Idempotent, goneIsDone: true });
+  }
+
   // Admin: keys, pools, quotas, nodes, debug.
 
   /** A new key for a tenant, shown once. */
@@ -322,4 +351,11 @@ export class Warren {
   debugVars(): Promise<DebugVars> {
     return this.t.json({ method: "GET", path: "/v1/debug/vars", retry: Retry.Idempotent });
   }
+}
+
+/** The path of a secret's routes; an empty name is refused before
+ * anything is sent (it would name the list). */
+function secretPath(ref: string): string {
+  if (!ref) throw new WarrenError("a secret's name is empty", "bad_request");
+  return pathOf("v1", "secrets", ref);
 }

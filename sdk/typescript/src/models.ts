@@ -8,11 +8,51 @@
 
 /** An egress policy: entries are IPv4 CIDRs, addresses, or domain names
  * (`example.com` only it, `*.example.com` any name below it). `none` denies
- * all egress; a non-empty `allow` is the only egress allowed; `deny` wins. */
+ * all egress; a non-empty `allow` is the only egress allowed; `deny` wins.
+ * `rules` transform the sandbox's HTTP and HTTPS requests as they leave the
+ * node, by destination: a name or a wildcard (`*.example.com`); a request
+ * takes the exact name's rules, else the longest wildcard's. Rules grant no
+ * access. See docs/NETWORK.md, "Secrets at egress". */
 export interface NetworkPolicy {
   none?: boolean;
   allow?: string[];
   deny?: string[];
+  rules?: Record<string, NetworkRule[]>;
+}
+
+/** One egress rule of a destination:
+ * `{ transform: { headers: { Authorization: "Bearer ${secrets.openai}" } } }`. */
+export interface NetworkRule {
+  transform?: Transform;
+}
+
+/** What a rule does to a matching request: `headers` are set on it,
+ * replacing any the sandbox sent of those names. A value may name one of
+ * the tenant's secrets as `${secrets.NAME}` (E2B's `${e2b.secrets.NAME}`
+ * too): the node puts the value in, and the sandbox never holds it. */
+export interface Transform {
+  headers?: Record<string, string>;
+}
+
+/** A secret as the API shows it: never its value, which is write-only. */
+export interface Secret {
+  /** `sec_` and 20 random characters; every call that takes a name takes it. */
+  id: string;
+  /** In lower case, as stored. */
+  name: string;
+  /** The values it has had: 1 when created, one more at each set. */
+  version: number;
+  metadata: Record<string, string>;
+  created_at: string;
+  updated_at: string;
+}
+
+/** The body of `PUT /v1/secrets/{name}`: the value (1 byte to 16 KiB of
+ * UTF-8 without CR, LF or NUL) and, when given, metadata that replaces the
+ * secret's (absent: an update keeps it). */
+export interface SetSecretRequest {
+  value: string;
+  metadata?: Record<string, string>;
 }
 
 /** A sandbox's egress policy in force, its addresses, and what was refused. */

@@ -137,6 +137,50 @@ describe("against a warren server", { skip }, () => {
     assert.ok(Date.parse(sb.info.expires_at) > Date.now() + 800_000);
   });
 
+  test("secrets: set, list, get, delete; rules that name one, read back", async () => {
+    const name = `ts-sdk-${randomBytes(6).toString("hex")}`;
+    const first = await warren.setSecret(name.toUpperCase(), { value: "sk-live-first", metadata: { suite: "typescript-sdk" } });
+    try {
+      assert.match(first.id, /^sec_/);
+      assert.deepEqual([first.name, first.version, first.metadata], [name, 1, { suite: "typescript-sdk" }]);
+      // A new value is the next version; metadata not given is kept.
+      const second = await warren.setSecret(name, { value: "sk-live-second" });
+      assert.deepEqual([second.id, second.version, second.metadata], [first.id, 2, first.metadata]);
+      assert.deepEqual(await warren.getSecret(first.id), second);
+      assert.deepEqual(await warren.getSecret(name.toUpperCase()), second);
+      const listed = await warren.secrets();
+      assert.ok(listed.some((x) => x.id === first.id));
+      assert.deepEqual(listed.map((x) => x.name), listed.map((x) => x.name).sort());
+      for (const path of ["/v1/secrets", `/v1/secrets/${name}`]) {
+        const r = await fetch(warren.transport.url(path), { headers: { Authorization: `Bearer ${process.env.WARREN_API_KEY}` } });
+        assert.ok(!(await r.text()).includes("sk-live"), path);
+      }
+      for (const [n, value] of [["bad name!", "v"], [name, ""], [name, "sk-live\nsecond line"]]) {
+        await assert.rejects(warren.setSecret(n, { value }), (e) => e.code === "bad_request" && !e.message.includes("sk-live"));
+      }
+
+      // Rules are part of the policy: set, shown, replaced whole.
+      const rules = { "example.com": [{ transform: { headers: { Authorization: "Bearer ${secrets." + name + "}" } } }] };
+      let st = await sb.setNetwork({ allow: ["example.com"], rules });
+      assert.deepEqual(st.policy, { allow: ["example.com"], rules });
+      assert.deepEqual((await sb.network()).policy, { allow: ["example.com"], rules });
+      assert.deepEqual((await warren.get(sb.id)).info.network, { allow: ["example.com"], rules });
+      await assert.rejects(
+        sb.setNetwork({ rules: { "example.com": [{ transform: { headers: { X: "${secrets.ts-sdk-none}" } } }] } }),
+        (e) => e.code === "bad_request" && e.message.includes("ts-sdk-none"),
+      );
+      st = await sb.setNetwork({});
+      assert.equal(st.policy.rules, undefined);
+
+      await warren.deleteSecret(name);
+      await assert.rejects(warren.getSecret(first.id), (e) => e.code === "not_found");
+      await assert.rejects(warren.deleteSecret(name), (e) => e.code === "not_found");
+    } finally {
+      await warren.deleteSecret(first.id).catch(() => undefined);
+      await sb.setNetwork({}).catch(() => undefined);
+    }
+  });
+
   test("snapshot, restore and lineage", async () => {
     await sb.files.write("/root/state.txt", "before the snapshot");
     const snap = await sb.snapshot({ wait: true });

@@ -262,6 +262,84 @@ test("files stream up from a ReadableStream and down as bytes", async () => {
   assert.deepEqual([...(await sb.files.read("/root/x.bin"))], [0, 1, 2, 255]);
 });
 
+// Read a request's body as JSON ({} when it has none), then answer.
+function withBody(answer) {
+  return (req, res) => {
+    const parts = [];
+    req.on("data", (d) => parts.push(d));
+    req.on("end", () => {
+      const text = Buffer.concat(parts).toString();
+      answer(req, res, text ? JSON.parse(text) : {});
+    });
+  };
+}
+
+test("secrets: set, list, get and delete, and a set is not sent twice", async () => {
+  const secret = { id: "sec_aaaaaaaaaaaaaaaaaaaa", name: "openai", version: 1, metadata: { team: "ml" },
+    created_at: "2026-12-07T10:00:00Z", updated_at: "2026-12-07T10:00:00Z" };
+  const seen = [];
+  handler = withBody((req, res, body) => {
+    seen.push([req.method, req.url, body]);
+    if (req.method === "DELETE") {
+      res.writeHead(204);
+      return res.end();
+    }
+    res.writeHead(req.method === "PUT" ? 201 : 200);
+    res.end(JSON.stringify(req.url === "/v1/secrets" ? { secrets: [secret] } : secret));
+  });
+  const w = client();
+  assert.deepEqual(await w.setSecret("OpenAI", { value: "sk-1", metadata: { team: "ml" } }), secret);
+  assert.deepEqual(await w.secrets(), [secret]);
+  assert.deepEqual(await w.getSecret("a/b"), secret);
+  await w.deleteSecret(secret.id);
+  assert.deepEqual(seen, [
+    ["PUT", "/v1/secrets/OpenAI", { value: "sk-1", metadata: { team: "ml" } }],
+    ["GET", "/v1/secrets", {}],
+    ["GET", "/v1/secrets/a%2Fb", {}],
+    ["DELETE", "/v1/secrets/sec_aaaaaaaaaaaaaaaaaaaa", {}],
+  ]);
+  // An empty name would name the list: refused before anything is sent.
+  for (const call of [() => w.setSecret("", { value: "v" }), () => w.getSecret(""), () => w.deleteSecret("")]) {
+    await assert.rejects(call(), (e) => e.code === "bad_request");
+  }
+  assert.equal(seen.length, 4);
+
+  // Each set that reaches the server counts a version: a 503 is not retried.
+  let calls = 0;
+  handler = (req, res) => {
+    calls++;
+    res.writeHead(503);
+    res.end('{"error":{"code":"unavailable","message":"busy"}}');
+  };
+  await assert.rejects(w.setSecret("openai", { value: "sk-2" }), (e) => e.code === "unavailable");
+  assert.equal(calls, 1);
+});
+
+test("network rules go out and come back as the API has them", async () => {
+  const rules = {
+    "api.openai.com": [{ transform: { headers: { Authorization: "Bearer ${secrets.openai}" } } }],
+    "*.example.com": [{ transform: { headers: { "X-Key": "${e2b.secrets.k}" } } }],
+  };
+  const sb = await stubSandbox();
+  let got;
+  handler = withBody((req, res, body) => {
+    got = [req.method, req.url, body];
+    res.end(JSON.stringify({ policy: body, address: "10.0.2.15", gateway: "10.0.2.2", denied: 0, rate_limited: 0 }));
+  });
+  const st = await sb.setNetwork({ allow: ["api.openai.com"], rules });
+  assert.deepEqual(got, ["PUT", "/v1/sandboxes/sb-1/network", { allow: ["api.openai.com"], rules }]);
+  assert.deepEqual(st.policy.rules, rules);
+
+  handler = withBody((req, res, body) => {
+    got = body;
+    res.writeHead(201);
+    res.end(JSON.stringify({ id: "sb-3", state: "running", network: body.network }));
+  });
+  const made = await client().create({ network: { none: true, rules } });
+  assert.deepEqual(got.network, { none: true, rules });
+  assert.deepEqual(made.info.network.rules, rules);
+});
+
 // A Sandbox on the stub server.
 async function stubSandbox() {
   const h = handler;
