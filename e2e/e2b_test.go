@@ -50,13 +50,9 @@ func runE2B(t *testing.T, node, dir string, flags, env []string) {
 	nodeTests(t, node, dir, "sdk.test.mjs", flags, env)
 }
 
-// e2bSecretsHost is the test internet's HTTPS host name (port 443) whose
-// GET /headers answers a JSON object of the request's headers, each name
-// in lower case → the hex SHA-256 of its value: the SDK's test of secrets
-// at egress sends a secret there in a header and compares hashes (its
-// WARREN_E2B_SECRETS_HOST). The test internet sets it when it serves one;
-// while it is "", that test skips, saying so.
-var e2bSecretsHost string
+// e2bSecretsHost is the test internet's HTTPS host name (port 443) that
+// the SDK's egress rules name (secure_inet_test.go).
+var e2bSecretsHost = secureNames[0]
 
 // TestE2BSDK drives the shared daemon with the real e2b SDK from npm,
 // unmodified, in E2B's single-URL mode: the control API at /e2b and the

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -60,6 +61,8 @@ type internet struct {
 	accepted map[string]int    // connections each HTTP address accepted
 	pools    []netip.Prefix    // the suite's daemons' pools, routed here
 	files    map[string][]byte // what its HTTP servers serve under /files/ (serve)
+	seen     []seenRequest     // what its secure servers received (secure_inet_test.go)
+	caDir    string            // holds secureCAFile
 }
 
 // serve makes every HTTP server of the test internet answer GET path
@@ -78,7 +81,7 @@ var inet *internet
 
 // served are the addresses the test internet answers on.
 func (in *internet) served() []netip.Addr {
-	return []netip.Addr{inetAllowed, inetDenied, inetPrivate, inetMeta, inetDNS.Addr()}
+	return []netip.Addr{inetAllowed, inetDenied, inetPrivate, inetMeta, inetDNS.Addr(), inetSecure, inetUntrusted}
 }
 
 // startInternet picks the test internet's addresses, makes its namespace,
@@ -113,11 +116,16 @@ func startInternet() (_ *internet, err error) {
 	}
 	in.hostAddr, inetDNS = nth(pub, 1), netip.AddrPortFrom(nth(pub, 2), 53)
 	inetAllowed, inetDenied, inetPrivate = nth(pub, 10), nth(pub, 11), nth(priv, 10)
+	inetSecure, inetUntrusted = nth(pub, 12), nth(pub, 13)
 	testNames = map[string]netip.Addr{
-		"allowed.test.":  inetAllowed,
-		"denied.test.":   inetDenied,
-		"metadata.test.": inetMeta,
-		"private.test.":  inetPrivate,
+		"allowed.test.":     inetAllowed,
+		"denied.test.":      inetDenied,
+		"metadata.test.":    inetMeta,
+		"private.test.":     inetPrivate,
+		untrustedName + ".": inetUntrusted,
+	}
+	for _, n := range secureNames {
+		testNames[n+"."] = inetSecure
 	}
 	if in.table, in.pref, err = freeTable(); err != nil {
 		return nil, err
@@ -197,6 +205,9 @@ func startInternet() (_ *internet, err error) {
 		}
 		go srv.Serve(ln.(net.Listener))
 		in.servers = append(in.servers, srv)
+	}
+	if err := in.startSecure(); err != nil {
+		return nil, err
 	}
 	for _, network := range []string{"udp", "tcp"} {
 		l, err := in.listen(network, inetDNS.String())
@@ -316,6 +327,9 @@ func (in *internet) stop() {
 	}
 	exec.Command("ip", "link", "del", in.hostEnd).Run()
 	exec.Command("ip", "netns", "del", in.ns).Run()
+	if in.caDir != "" {
+		os.RemoveAll(in.caDir)
+	}
 }
 
 // removeStaleInternets removes the test internets of runs killed before
@@ -337,9 +351,10 @@ func removeStaleInternets() {
 // DNS server, a pool of its own that nothing else on the host uses (picked
 // by the daemon at its first start on a data directory, the same one again
 // when it restarts there; startDaemonWith routes it to the test internet),
-// and previewDomain.
+// previewDomain, and the test internet's own CA for egress rules.
 func daemonNetFlags() []string {
-	return []string{"--dns-upstream", inetDNS.String(), "--net-pool", "auto", "--preview-domain", previewDomain}
+	return []string{"--dns-upstream", inetDNS.String(), "--net-pool", "auto", "--preview-domain", previewDomain,
+		"--egress-trust", secureCAFile}
 }
 
 // previewDomain is the suite's preview domain: requests name it in their

@@ -66,6 +66,9 @@ type Config struct {
 	Roots *x509.CertPool
 	// Gateway is never dialed: it is the router itself.
 	Gateway netip.Addr
+	// Destination says where a connection was headed; nil: where the
+	// router redirected it from (SO_ORIGINAL_DST).
+	Destination func(net.Conn) (netip.AddrPort, error)
 	Log     *slog.Logger
 }
 
@@ -100,6 +103,9 @@ type conn struct {
 	name string // the TLS server name; "" for plain HTTP
 }
 
+// recordTypeHandshake is the first byte of a TLS connection.
+const recordTypeHandshake = 0x16
+
 // ctxKey finds a request's *conn in its context; missingKey the
 // errMissing of a request that must not go out.
 type (
@@ -111,6 +117,9 @@ type (
 func Start(cfg Config) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Destination == nil {
+		cfg.Destination = originalDst
 	}
 	p := &Proxy{
 		cfg: cfg, log: cfg.Log.With("sandbox", cfg.Sandbox),
@@ -250,7 +259,7 @@ func (p *Proxy) accept() {
 // handle sorts out a new connection: served as HTTP (its slot then goes
 // back when the server closes it), or passed through.
 func (p *Proxy) handle(c net.Conn) {
-	orig, err := originalDst(c)
+	orig, err := p.cfg.Destination(c)
 	if err == nil && orig.Addr() == p.cfg.Gateway {
 		err = errors.New("the router itself")
 	}
@@ -260,12 +269,21 @@ func (p *Proxy) handle(c net.Conn) {
 		<-p.slots
 		return
 	}
-	if orig.Port() != 443 {
-		p.serve(&conn{Conn: c, orig: orig})
+	// TLS begins with a handshake record; anything else is taken for
+	// plain HTTP.
+	c.SetReadDeadline(time.Now().Add(helloTimeout))
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(c, first); err != nil {
+		c.Close()
+		<-p.slots
 		return
 	}
-	c.SetReadDeadline(time.Now().Add(helloTimeout))
-	hello, seen, err := readHello(c)
+	if first[0] != recordTypeHandshake {
+		c.SetReadDeadline(time.Time{})
+		p.serve(&conn{Conn: &replay{Conn: c, head: first}, orig: orig})
+		return
+	}
+	hello, seen, err := readHello(&replay{Conn: c, head: first})
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
 		p.log.Debug("egress: no TLS hello", "dest", orig, "err", err)

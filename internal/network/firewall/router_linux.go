@@ -337,7 +337,8 @@ func (r *Router) table(p policy.Policy, names []byte, keepPins bool) (tableSpec,
 	}
 	spec.chains = []chainSpec{pre, post, in, fwd}
 	if len(p.Rules) > 0 && !p.None && r.Intercept.IsValid() {
-		spec.chains = append(spec.chains, r.intercept(&spec, p, keepPins, &pre, &in, alwaysDeny, privateDeny, denyNets, allowNets, denyPins, allowPins))
+		ch := r.intercept(&spec, p, keepPins, &pre, &in, alwaysDeny, privateDeny, denyNets, allowNets, denyPins, allowPins)
+		spec.chains = []chainSpec{pre, post, in, fwd, ch}
 	}
 	return spec, nil
 }

@@ -186,6 +186,36 @@ func TestRouter(t *testing.T) {
 		answerFrom(t, tp.h.reach(t, tcp(nodeAddr+":8080")), hostAddr)
 	})
 
+	t.Run("rules intercept what the policy allows of their answers", func(t *testing.T) {
+		r := tp.router
+		r.Intercept = netip.AddrPortFrom(netip.MustParseAddr(gateway), 15080)
+		tp.r.serveTCP(t, ":15080") // the interceptor sees the sandbox itself
+		rules := map[string][]api.NetworkRule{"api.example": {{Transform: &api.Transform{Headers: map[string]string{"A": "b"}}}}}
+		tp.applyRouter(t, r, api.NetworkPolicy{Deny: []string{"flush-pins.invalid"}})
+		tp.applyRouter(t, r, api.NetworkPolicy{Rules: rules})
+		answerFrom(t, s.reach(t, tcp(internet+":80")), nodeAddr) // not answered for a rule: passes
+		if err := PinIntercept(tp.r.fd, []netip.Addr{netip.MustParseAddr(internet)}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		answerFrom(t, s.reach(t, tcp(internet+":80")), sandbox)
+		answerFrom(t, s.reach(t, tcp(internet2+":80")), nodeAddr)
+		s.refused(t, tcp(gateway+":15080")) // only redirected connections reach it
+		// The policy still decides: pins survive these changes of networks.
+		tp.applyRouter(t, r, api.NetworkPolicy{Rules: rules, Deny: []string{internet}})
+		s.refused(t, tcp(internet+":80"))
+		tp.applyRouter(t, r, api.NetworkPolicy{Rules: rules, Allow: []string{"10.9.0.0/16"}})
+		s.refused(t, tcp(internet+":80"))
+		tp.applyRouter(t, r, api.NetworkPolicy{Rules: rules, None: true})
+		s.refused(t, tcp(internet+":80"))
+		// None flushed the pins (what they answered may no longer hold).
+		tp.applyRouter(t, r, api.NetworkPolicy{Rules: rules, Allow: []string{internet}})
+		answerFrom(t, s.reach(t, tcp(internet+":80")), nodeAddr)
+		if err := PinIntercept(tp.r.fd, []netip.Addr{netip.MustParseAddr(internet)}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		answerFrom(t, s.reach(t, tcp(internet+":80")), sandbox)
+	})
+
 	t.Run("allowed pins open an allow-list until they expire", func(t *testing.T) {
 		tp.reset(t, api.NetworkPolicy{Allow: []string{"pinned.example"}})
 		s.refused(t, tcp(internet+":80"))
