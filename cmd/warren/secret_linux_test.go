@@ -165,6 +165,10 @@ func TestNetworkRules(t *testing.T) {
 		t.Errorf("restore --rule made %+v", sb.Network)
 	}
 
+	// A rule naming a secret the tenant does not have is refused, naming it.
+	if code, _, stderr := runCLI(t, nil, "create", "--no-egress", "--rule", "a.example.com:X-Key=${secrets.nope}"); code != 1 || !strings.Contains(stderr, `"nope"`) {
+		t.Errorf("create --rule naming no secret: exit %d stderr %q, want the server's refusal naming it", code, stderr)
+	}
 	for _, arg := range []string{"api.openai.com", "api.openai.com:Authorization"} {
 		if code, _, stderr := runCLI(t, nil, "create", "--rule", arg); code != 2 || !strings.Contains(stderr, "DEST:HEADER=VALUE") {
 			t.Errorf("create --rule %q: exit %d stderr %q, want the usage", arg, code, stderr)

@@ -49,7 +49,7 @@ type Harness struct {
 	// Metrics is Manager's registry; each manager Restart makes gets its own.
 	Metrics *metrics.Registry
 	// Secrets are tenants' secrets in the store, under a key of the test's
-	// own: an API server's Options.Secrets.
+	// own: the manager's Deps.Secrets, and an API server's Options.Secrets.
 	Secrets *secrets.Vault
 }
 
@@ -105,7 +105,7 @@ func New(t testing.TB) *Harness {
 		Store: st, Pool: pool, Templates: templates, Snapshots: snaps,
 		Runtimes: []runtime.Runtime{h.Runtime}, StateDir: filepath.Join(dir, "sandboxes"),
 		Host:   sandbox.HostCapacity{CPUs: 4, MemoryMB: 16 << 10, DiskMB: 1 << 20, PidMax: 1 << 22},
-		NodeID: "test-node",
+		NodeID: "test-node", Secrets: h.Secrets,
 	}
 	h.Manager = h.Restart()
 	tpls, err := tenanttpl.New(ctx, tenanttpl.Deps{
