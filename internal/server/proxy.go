@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/earlyconn"
 )
 
 // Exposed ports: a request on ANY /v1/sandboxes/{id}/ports/{port}/{path...}
@@ -356,34 +357,10 @@ func (u upgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		// reader under it ends the request's context at EOF, which would
 		// cut the sandbox's side before a half close got through.
 		early, _ := brw.Reader.Peek(n)
-		c = &bufferedConn{Conn: c, early: bytes.Clone(early)}
+		c = &earlyconn.Conn{Conn: c, Early: bytes.Clone(early)}
 		brw.Reader.Discard(n)
 	}
 	return c, brw, nil
-}
-
-// bufferedConn is a connection whose first bytes were read ahead.
-type bufferedConn struct {
-	net.Conn
-	early []byte // what is left of them
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) {
-	if len(c.early) > 0 {
-		n := copy(p, c.early)
-		c.early = c.early[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
-}
-
-// CloseWrite passes a half close on (ReverseProxy sends the sandbox's EOF
-// on this way).
-func (c *bufferedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
 }
 
 // logger is s.log, or a logger that drops everything for a Server built

@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"warren/internal/earlyconn"
 	"warren/internal/network/policy"
 )
 
@@ -69,7 +70,7 @@ type Config struct {
 	// Destination says where a connection was headed; nil: where the
 	// router redirected it from (SO_ORIGINAL_DST).
 	Destination func(net.Conn) (netip.AddrPort, error)
-	Log     *slog.Logger
+	Log         *slog.Logger
 }
 
 // Proxy is a sandbox's running interceptor.
@@ -280,10 +281,10 @@ func (p *Proxy) handle(c net.Conn) {
 	}
 	if first[0] != recordTypeHandshake {
 		c.SetReadDeadline(time.Time{})
-		p.serve(&conn{Conn: &replay{Conn: c, head: first}, orig: orig})
+		p.serve(&conn{Conn: &earlyconn.Conn{Conn: c, Early: first}, orig: orig})
 		return
 	}
-	hello, seen, err := readHello(&replay{Conn: c, head: first})
+	hello, seen, err := readHello(&earlyconn.Conn{Conn: c, Early: first})
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
 		p.log.Debug("egress: no TLS hello", "dest", orig, "err", err)
@@ -299,7 +300,7 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	ca := p.cfg.CA
-	tc := tls.Server(&replay{Conn: c, head: seen}, &tls.Config{
+	tc := tls.Server(&earlyconn.Conn{Conn: c, Early: seen}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -506,21 +507,6 @@ func (l chanListener) Accept() (net.Conn, error) {
 
 func (l chanListener) Close() error   { return nil }
 func (l chanListener) Addr() net.Addr { return l.p.cfg.Listener.Addr() }
-
-// replay reads head before the connection's bytes.
-type replay struct {
-	net.Conn
-	head []byte
-}
-
-func (r *replay) Read(b []byte) (int, error) {
-	if len(r.head) > 0 {
-		n := copy(b, r.head)
-		r.head = r.head[n:]
-		return n, nil
-	}
-	return r.Conn.Read(b)
-}
 
 // readHello reads the connection's TLS ClientHello and returns its server
 // name ("" without one) and the bytes read, to be replayed.
