@@ -192,13 +192,14 @@ func (f *fleet) startNode(id, region, cluster string, extra ...string) *daemon {
 	return d
 }
 
-// startControl starts control replica name.
-func (f *fleet) startControl(name string) *daemon {
+// startControl starts control replica name, with extra flags of warren
+// control.
+func (f *fleet) startControl(name string, extra ...string) *daemon {
 	f.t.Helper()
 	f.cert("control", name)
 	dir := f.t.TempDir()
-	args := append([]string{"control", "--name", name, "--database", f.dsn, "--fleet-dir", f.certs, "--data-dir", dir,
-		"--listen", "127.0.0.1:0"}, fleetLease...)
+	args := slices.Concat([]string{"control", "--name", name, "--database", f.dsn, "--fleet-dir", f.certs, "--data-dir", dir,
+		"--listen", "127.0.0.1:0"}, fleetLease, extra)
 	d, err := startWarren(dir, time.Minute, nil, args...)
 	if err != nil {
 		f.t.Fatal(err)

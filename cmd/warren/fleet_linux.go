@@ -29,6 +29,7 @@ func runNodeDaemon(ctx context.Context, c *cli, args []string) error {
 	region := fs.String("region", "", "the node's region")
 	cluster := fs.String("cluster", "", "the node's cluster in its region")
 	labels := fs.String("labels", "", "the node's labels, k=v[,k=v...]")
+	controlSecrets := fs.String("control-secrets", "", "comma-separated host:port of the control replicas' --fleet-listen, which resolve the\nsecrets of the node's sandboxes' egress rules (default: none; such rules are refused)")
 	lease := leaseFlags(fs)
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
@@ -57,6 +58,9 @@ func runNodeDaemon(ctx context.Context, c *cli, args []string) error {
 	}
 	o.NodeID = *id
 	o.Fleet = &daemon.FleetNode{Member: member, Listen: o.Listen, Advertise: *advertise, Region: *region, Cluster: *cluster, Labels: l, Lease: timing}
+	if *controlSecrets != "" {
+		o.Fleet.ControlSecrets = strings.Split(*controlSecrets, ",")
+	}
 	return runDaemon(ctx, o)
 }
 
@@ -70,6 +74,7 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 	certs := fs.String("fleet-dir", "", "directory with the replica's certificate (NAME.pem, NAME.key) and the fleet's CA (ca.pem)")
 	listen := fs.String("listen", "127.0.0.1:7777", "address of the HTTP API")
 	preview := fs.String("preview-domain", "", "serve each sandbox's ports on PORT-ID.DOMAIN (as warren server)")
+	fleetListen := fs.String("fleet-listen", "", "address nodes resolve their sandboxes' secrets at (mutual TLS, the fleet's nodes only;\nneeds --secrets-key; default: none)")
 	secretsKey := fs.String("secrets-key", "", "file of the key tenants' secrets are sealed with (64 hex digits, the same on\nevery replica; or $WARREN_SECRETS_KEY); without one the fleet keeps no secrets")
 	lease := leaseFlags(fs)
 	debug := fs.Bool("debug", false, "log debug messages")
@@ -98,7 +103,7 @@ func runControl(ctx context.Context, c *cli, args []string) error {
 	}
 	return daemon.RunControl(ctx, daemon.ControlOptions{
 		DataDir: *dataDir, Database: *database, Listen: *listen, Member: member, Lease: timing,
-		PreviewDomain: *preview, SecretsKey: *secretsKey,
+		PreviewDomain: *preview, SecretsKey: *secretsKey, FleetListen: *fleetListen,
 		Log: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
 		Out: c.stdout,
 	})

@@ -24,7 +24,7 @@ func TestSecretCommands(t *testing.T) {
 	}
 	resolve := func(name string) string {
 		t.Helper()
-		v, err := w.Secrets.Resolve(context.Background(), tenant, []string{name})
+		v, err := w.Secrets.Resolve(context.Background(), "", tenant, []string{name})
 		if err != nil {
 			t.Fatalf("resolve %s: %v", name, err)
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"warren/internal/console"
 	"warren/internal/control"
@@ -34,7 +36,10 @@ type ControlOptions struct {
 	// SecretsKey is the file of the key tenants' secrets are sealed with,
 	// the same on every replica (or $WARREN_SECRETS_KEY); "" with no
 	// such variable: the replica keeps no secrets.
-	SecretsKey    string
+	SecretsKey string
+	// FleetListen is the address nodes resolve their sandboxes' secrets
+	// at (mutual TLS, nodes only); "": nowhere.
+	FleetListen   string
 	Lease         fleet.Config
 	PreviewDomain string
 	Server        server.Options
@@ -82,7 +87,17 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 		if err != nil {
 			return err
 		}
-		o.Server.Secrets = secrets.NewVault(st, box)
+		vault := secrets.NewVault(st, box)
+		o.Server.Secrets = vault
+		if o.FleetListen != "" {
+			stop, err := serveNodes(ctx, o.FleetListen, o.Member, vault.FleetHandler(subsystem(log, "secrets")))
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
+	} else if o.FleetListen != "" {
+		return errors.New("--fleet-listen serves the fleet's secrets to nodes: it needs --secrets-key")
 	}
 	o.Server.Fleet = Fleet(st)
 	o.Server.Console = console.New()
@@ -118,4 +133,17 @@ func RunControl(ctx context.Context, o ControlOptions) error {
 		o.Ready(ln.Addr().String())
 	}
 	return serve(ctx, hs, ln)
+}
+
+// serveNodes serves h to the fleet's nodes at addr, over mutual TLS, until
+// ctx ends or stop is called.
+func serveNodes(ctx context.Context, addr string, m *pki.Member, h http.Handler) (stop func(), _ error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("fleet listen: %w", err)
+	}
+	hs := &http.Server{Handler: h, TLSConfig: m.ServerConfig(pki.Node), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: time.Minute}
+	go hs.ServeTLS(ln, "", "")
+	return func() { hs.Close() }, nil
 }

@@ -279,15 +279,18 @@ func Run(ctx context.Context, o Options) error {
 		region, labels = o.Fleet.Region, o.Fleet.Labels
 	}
 	// A single machine keeps its tenants' secrets; a fleet's control
-	// replicas keep the fleet's.
-	var vault *secrets.Vault
-	if o.Fleet == nil {
+	// replicas keep the fleet's, and a node asks them.
+	var sbSecrets sandbox.Secrets
+	switch {
+	case o.Fleet == nil:
 		box, err := secrets.LoadKey(filepath.Join(o.DataDir, "secrets.key"), true)
 		if err != nil {
 			return err
 		}
-		vault = secrets.NewVault(st, box)
-		o.Server.Secrets = vault
+		vault := secrets.NewVault(st, box)
+		o.Server.Secrets, sbSecrets = vault, vault
+	case len(o.Fleet.ControlSecrets) > 0:
+		sbSecrets = secrets.NewRemote(o.Fleet.Member, o.Fleet.ControlSecrets)
 	}
 	mgr, err := sandbox.New(ctx, sandbox.Deps{
 		Metrics:   reg,
@@ -299,7 +302,7 @@ func Run(ctx context.Context, o Options) error {
 		Runtimes:  runtimes,
 		StateDir:  sandboxStateDir(o.DataDir),
 		Network:   netNode,
-		Secrets:   sandboxSecrets(vault),
+		Secrets:   sbSecrets,
 		Host:      host,
 		NodeID:    o.NodeID,
 		Region:    region,

@@ -32,6 +32,10 @@ type FleetNode struct {
 	Region, Cluster   string
 	Labels            map[string]string
 	Lease             fleet.Config
+	// ControlSecrets are the control replicas' fleet listeners
+	// (host:port), which resolve the secrets of the node's sandboxes'
+	// egress rules; none: rules that name secrets are refused.
+	ControlSecrets []string
 }
 
 // joinFleet starts the node's lease watchdog, registers the node and

@@ -4,19 +4,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
-
-	"warren/internal/sandbox"
-	"warren/internal/secrets"
 )
-
-// sandboxSecrets is the manager's Secrets: nil on a node that keeps none
-// (an untyped nil, which the manager checks for).
-func sandboxSecrets(v *secrets.Vault) sandbox.Secrets {
-	if v == nil {
-		return nil
-	}
-	return v
-}
 
 // egressRoots is the host's trust store and the certificates of the PEM
 // file at path; nil (the host's alone) when path is "".

@@ -219,6 +219,26 @@ func (m *Member) ServerConfig(client Role) *tls.Config {
 // ClientConfig is the TLS configuration of a member calling the member
 // server, whoever answers at the address it dials.
 func (m *Member) ClientConfig(server Identity) *tls.Config {
+	return m.clientConfig(func(id Identity) error {
+		if id != server {
+			return fmt.Errorf("fleet peer is %s, not %s", id, server)
+		}
+		return nil
+	})
+}
+
+// ClientConfigFor is the TLS configuration of a member calling any member
+// of role: the control replicas behind one address, say.
+func (m *Member) ClientConfigFor(role Role) *tls.Config {
+	return m.clientConfig(func(id Identity) error {
+		if id.Role != role {
+			return fmt.Errorf("fleet peer is %s, not a %s member", id, role)
+		}
+		return nil
+	})
+}
+
+func (m *Member) clientConfig(check func(Identity) error) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{m.cert},
@@ -242,10 +262,7 @@ func (m *Member) ClientConfig(server Identity) *tls.Config {
 			if err != nil {
 				return err
 			}
-			if id != server {
-				return fmt.Errorf("fleet peer is %s, not %s", id, server)
-			}
-			return nil
+			return check(id)
 		},
 	}
 }

@@ -22,9 +22,13 @@ import (
 // Secrets resolves the tenants' secrets that egress rules name (package
 // secrets' Vault).
 type Secrets interface {
-	// Resolve returns the values of tenant's secrets of these names; a
-	// name without a secret is a CodeBadRequest error naming it.
-	Resolve(ctx context.Context, tenant string, names []string) (map[string]string, error)
+	// Check returns nil if tenant has a secret of each of names, else a
+	// CodeBadRequest error naming one it lacks.
+	Check(ctx context.Context, tenant string, names []string) error
+	// Resolve returns the values of tenant's secrets of these names, for
+	// its sandbox; a name without a secret is a CodeBadRequest error
+	// naming it.
+	Resolve(ctx context.Context, sandbox, tenant string, names []string) (map[string]string, error)
 }
 
 // Where a sandbox with egress rules trusts its CA (docs/NETWORK.md,
@@ -53,20 +57,17 @@ func (m *Manager) checkRules(ctx context.Context, tenant string, p api.NetworkPo
 	if err != nil {
 		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
-	_, err = m.resolveSecrets(ctx, tenant, pol)
-	return err
-}
-
-func (m *Manager) resolveSecrets(ctx context.Context, tenant string, pol policy.Policy) (map[string]string, error) {
 	names := pol.SecretNames()
 	if len(names) == 0 {
-		return nil, nil
+		return nil
 	}
 	if m.deps.Secrets == nil {
-		return nil, api.Errorf(api.CodeBadRequest, "network.rules: this node resolves no secrets (a fleet's nodes do not yet)")
+		return errNoSecrets
 	}
-	return m.deps.Secrets.Resolve(ctx, tenant, names)
+	return m.deps.Secrets.Check(ctx, tenant, names)
 }
+
+var errNoSecrets = api.Errorf(api.CodeBadRequest, "network.rules: this node resolves no secrets (a fleet node needs --control-secrets)")
 
 // egressOf is what sandbox rec's rules need of the node: its CA (the one
 // in its state directory, else a new one) and its secrets' values. A
@@ -75,9 +76,15 @@ func (m *Manager) egressOf(ctx context.Context, rec *store.Sandbox, pol policy.P
 	if len(pol.Rules) == 0 {
 		return network.Egress{}, nil
 	}
-	values, err := m.resolveSecrets(ctx, rec.Tenant, pol)
-	if err != nil {
-		return network.Egress{}, err
+	var values map[string]string
+	if names := pol.SecretNames(); len(names) > 0 {
+		if m.deps.Secrets == nil {
+			return network.Egress{}, errNoSecrets
+		}
+		var err error
+		if values, err = m.deps.Secrets.Resolve(ctx, rec.ID, rec.Tenant, names); err != nil {
+			return network.Egress{}, err
+		}
 	}
 	ca, err := egress.LoadCA(filepath.Join(m.stateDir(rec.ID), caStateFile))
 	if errors.Is(err, os.ErrNotExist) { // its first rules

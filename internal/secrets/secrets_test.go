@@ -99,11 +99,11 @@ func TestVault(t *testing.T) {
 	if got, err := v.Get(ctx, "acme", sec.ID); err != nil || got.Name != "github-token" {
 		t.Fatalf("get by ID: %+v %v", got, err)
 	}
-	vals, err := v.Resolve(ctx, "acme", []string{"github-token"})
+	vals, err := v.Resolve(ctx, "sb-x", "acme", []string{"github-token"})
 	if err != nil || vals["github-token"] != "v2" {
 		t.Fatalf("resolve: %v %v", vals, err)
 	}
-	if _, err := v.Resolve(ctx, "other", []string{"github-token"}); !api.IsCode(err, api.CodeBadRequest) {
+	if _, err := v.Resolve(ctx, "sb-x", "other", []string{"github-token"}); !api.IsCode(err, api.CodeBadRequest) {
 		t.Errorf("another tenant resolves it: %v", err)
 	}
 	if _, err := v.Get(ctx, "other", "github-token"); !api.IsCode(err, api.CodeNotFound) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"warren/api"
 	"warren/internal/ident"
@@ -63,27 +62,49 @@ func (v *Vault) Delete(ctx context.Context, tenant, ref string) error {
 	return notFound(v.st.DeleteSecret(ctx, tenant, ref), ref)
 }
 
-// Resolve returns the current values of tenant's secrets of these names.
-// A name the tenant has no secret of is a CodeBadRequest error naming it;
-// no error carries a value.
-func (v *Vault) Resolve(ctx context.Context, tenant string, names []string) (map[string]string, error) {
-	sealed, err := v.st.SealedSecrets(ctx, tenant, names)
+// Check returns nil if tenant has a secret of each of names, else a
+// CodeBadRequest error naming one it lacks.
+func (v *Vault) Check(ctx context.Context, tenant string, names []string) error {
+	_, lack, err := v.open(ctx, tenant, names, false)
+	if err != nil {
+		return err
+	}
+	return missing(lack)
+}
+
+// Resolve returns the current values of tenant's secrets of these names,
+// for its sandbox (a single machine runs them all). A name the tenant has
+// no secret of is a CodeBadRequest error naming it; no error carries a
+// value.
+func (v *Vault) Resolve(ctx context.Context, sandbox, tenant string, names []string) (map[string]string, error) {
+	values, lack, err := v.open(ctx, tenant, names, true)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]string, len(names))
-	for _, name := range slices.Sorted(slices.Values(names)) {
-		s, ok := sealed[name]
-		if !ok {
-			return nil, api.Errorf(api.CodeBadRequest, "network.rules: no secret %q (PUT /v1/secrets/%s sets it)", name, name)
-		}
-		value, err := v.box.Open(tenant, s.ID, s.Version, s.Sealed)
-		if err != nil {
-			return nil, fmt.Errorf("secret %s: %w", name, err)
-		}
-		out[name] = value
+	return values, missing(lack)
+}
+
+// open returns the values of tenant's secrets of names (when values is
+// set) and the names it has no secret of.
+func (v *Vault) open(ctx context.Context, tenant string, names []string, values bool) (map[string]string, []string, error) {
+	sealed, err := v.st.SealedSecrets(ctx, tenant, names)
+	if err != nil {
+		return nil, nil, err
 	}
-	return out, nil
+	out := map[string]string{}
+	var lack []string
+	for _, n := range names {
+		s, ok := sealed[n]
+		switch {
+		case !ok:
+			lack = append(lack, n)
+		case values:
+			if out[n], err = v.box.Open(tenant, s.ID, s.Version, s.Sealed); err != nil {
+				return nil, nil, fmt.Errorf("secret %s: %w", n, err)
+			}
+		}
+	}
+	return out, lack, nil
 }
 
 // secretRef is a route's reference to a secret in the store's form: an ID
