@@ -43,6 +43,7 @@ func TestFleetSecrets(t *testing.T) {
 	ln.Close()
 	c1 := f.startControl("c1", "--secrets-key", keyFile, "--fleet-listen", fleetAddr)
 	f.startNode("n1", "r1", "r1-a", "--control-secrets", fleetAddr)
+	f.settle()
 	f.logPhase("the fleet started")
 
 	k, err := c1.client().CreateKey(ctx, api.CreateKeyRequest{Tenant: tenant})
