@@ -16,7 +16,6 @@ import (
 	"warren/internal/network"
 	"warren/internal/network/egress"
 	"warren/internal/network/policy"
-	"warren/internal/store"
 )
 
 // Secrets resolves the tenants' secrets that egress rules name (package
@@ -69,10 +68,10 @@ func (m *Manager) checkRules(ctx context.Context, tenant string, p api.NetworkPo
 
 var errNoSecrets = api.Errorf(api.CodeBadRequest, "network.rules: this node resolves no secrets (a fleet node needs --control-secrets)")
 
-// egressOf is what sandbox rec's rules need of the node: its CA (the one
-// in its state directory, else a new one) and its secrets' values. A
-// policy without rules needs nothing.
-func (m *Manager) egressOf(ctx context.Context, rec *store.Sandbox, pol policy.Policy) (network.Egress, error) {
+// egressOf is what the rules of tenant's sandbox id need of the node: its
+// CA (the one in its state directory, else a new one) and its secrets'
+// values. A policy without rules needs nothing.
+func (m *Manager) egressOf(ctx context.Context, id, tenant string, pol policy.Policy) (network.Egress, error) {
 	if len(pol.Rules) == 0 {
 		return network.Egress{}, nil
 	}
@@ -82,13 +81,13 @@ func (m *Manager) egressOf(ctx context.Context, rec *store.Sandbox, pol policy.P
 			return network.Egress{}, errNoSecrets
 		}
 		var err error
-		if values, err = m.deps.Secrets.Resolve(ctx, rec.ID, rec.Tenant, names); err != nil {
+		if values, err = m.deps.Secrets.Resolve(ctx, id, tenant, names); err != nil {
 			return network.Egress{}, err
 		}
 	}
-	ca, err := egress.LoadCA(filepath.Join(m.stateDir(rec.ID), caStateFile))
+	ca, err := egress.LoadCA(filepath.Join(m.stateDir(id), caStateFile))
 	if errors.Is(err, os.ErrNotExist) { // its first rules
-		ca, err = egress.NewCA(rec.ID)
+		ca, err = egress.NewCA(id)
 	}
 	if err != nil {
 		return network.Egress{}, fmt.Errorf("egress CA: %w", err)

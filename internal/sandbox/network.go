@@ -62,7 +62,7 @@ func (m *Manager) attachNetwork(ctx context.Context, rec *store.Sandbox) *attach
 			a.err = err
 			return
 		}
-		eg, err := m.egressOf(ctx, rec, pol)
+		eg, err := m.egressOf(ctx, rec.ID, rec.Tenant, pol)
 		if err != nil {
 			a.err = fmt.Errorf("network: %w", err)
 			return
@@ -141,7 +141,7 @@ func (m *Manager) adoptNetwork(rec *store.Sandbox, spec *runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	eg, err := m.egressOf(context.Background(), rec, pol)
+	eg, err := m.egressOf(context.Background(), rec.ID, rec.Tenant, pol)
 	if err != nil {
 		return err
 	}
@@ -214,12 +214,8 @@ func (m *Manager) SetNetwork(ctx context.Context, tenant, id string, p api.Netwo
 		return api.NetworkStatus{}, err
 	}
 	if s, ok := m.lookupNetwork(id); ok {
-		rec, err := m.record(ctx, tenant, id)
-		if err != nil {
-			return api.NetworkStatus{}, err
-		}
 		pol, _ := policy.Parse(p) // checked above
-		eg, err := m.egressOf(ctx, &rec, pol)
+		eg, err := m.egressOf(ctx, id, tenant, pol)
 		if err != nil {
 			return api.NetworkStatus{}, err
 		}

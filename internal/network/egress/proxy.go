@@ -260,14 +260,17 @@ func (p *Proxy) accept() {
 // handle sorts out a new connection: served as HTTP (its slot then goes
 // back when the server closes it), or passed through.
 func (p *Proxy) handle(c net.Conn) {
+	drop := func(c net.Conn) {
+		c.Close()
+		<-p.slots
+	}
 	orig, err := p.cfg.Destination(c)
 	if err == nil && orig.Addr() == p.cfg.Gateway {
 		err = errors.New("the router itself")
 	}
 	if err != nil {
 		p.log.Debug("egress: no destination", "err", err)
-		c.Close()
-		<-p.slots
+		drop(c)
 		return
 	}
 	// TLS begins with a handshake record; anything else is taken for
@@ -275,8 +278,7 @@ func (p *Proxy) handle(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(helloTimeout))
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(c, first); err != nil {
-		c.Close()
-		<-p.slots
+		drop(c)
 		return
 	}
 	if first[0] != recordTypeHandshake {
@@ -288,14 +290,14 @@ func (p *Proxy) handle(c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
 		p.log.Debug("egress: no TLS hello", "dest", orig, "err", err)
-		c.Close()
-		<-p.slots
+		drop(c)
 		return
 	}
+	name := strings.ToLower(hello)
 	p.mu.Lock()
-	rule := p.pol.RuleFor(hello)
+	rule := p.pol.RuleFor(name)
 	p.mu.Unlock()
-	if hello == "" || rule == nil {
+	if name == "" || rule == nil {
 		p.pass(c, seen, orig)
 		return
 	}
@@ -304,18 +306,17 @@ func (p *Proxy) handle(c net.Conn) {
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return ca.leaf(strings.ToLower(hello))
+			return ca.leaf(name)
 		},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		p.log.Debug("egress: handshake with the sandbox", "dest", orig, "name", hello, "err", err)
-		tc.Close()
-		<-p.slots
+		p.log.Debug("egress: handshake with the sandbox", "dest", orig, "name", name, "err", err)
+		drop(tc)
 		return
 	}
-	p.serve(&conn{Conn: tc, orig: orig, name: strings.ToLower(hello)})
+	p.serve(&conn{Conn: tc, orig: orig, name: name})
 }
 
 // serve hands c to the HTTP server, unless the proxy is closing.
